@@ -1,0 +1,9 @@
+// kiln/kiln.h -- everything a kiln program needs: #include <kiln/kiln.h>.
+#pragma once
+
+#include "runtime/allocator.h"
+#include "runtime/api.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/parallel.h"
+#include "runtime/tensor.h"

@@ -1,0 +1,117 @@
+// runtime/allocator.cpp -- the caching CPU allocator.
+#include "runtime/allocator.h"
+
+#include <bit>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace kiln {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr int kSubClasses = 4;  // 2^k, 1.25*2^k, 1.5*2^k, 1.75*2^k: at most 25% waste
+constexpr int kNumClasses = 64 * kSubClasses;
+
+// Size class of a request and the block size that class hands out.
+int size_class(size_t n, size_t* block) {
+  if (n <= kAlign) {
+    *block = kAlign;
+    return 0;
+  }
+  int k = 63 - std::countl_zero(static_cast<uint64_t>(n - 1));  // 2^k < n <= 2^(k+1)
+  size_t base = size_t{1} << k, step = base / kSubClasses;
+  size_t sub = (n - base + step - 1) / step;  // 1..kSubClasses
+  *block = base + sub * step;
+  return k * kSubClasses + static_cast<int>(sub);
+}
+
+class CachingCpuAllocator final : public Allocator {
+ public:
+  CachingCpuAllocator() {
+    const char* env = std::getenv("KILN_CPU_CACHE_MB");
+    if (env) cap_ = static_cast<int64_t>(std::strtoll(env, nullptr, 10)) << 20;
+  }
+  ~CachingCpuAllocator() override { empty_cache(); }
+
+  void* allocate(size_t nbytes) override {
+    size_t block;
+    int c = size_class(nbytes == 0 ? 1 : nbytes, &block);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.allocations;
+      stats_.in_use += static_cast<int64_t>(block);
+      if (stats_.in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.in_use;
+      auto& list = free_[c];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        stats_.cached -= static_cast<int64_t>(block);
+        ++stats_.cache_hits;
+        return p;
+      }
+      ++stats_.system_allocs;
+    }
+    void* p = std::aligned_alloc(kAlign, block);
+    if (!p) {  // free what we hold and try once more before giving up
+      empty_cache();
+      p = std::aligned_alloc(kAlign, block);
+      if (!p) {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.in_use -= static_cast<int64_t>(block);
+        throw std::bad_alloc();
+      }
+    }
+    return p;
+  }
+
+  void deallocate(void* p, size_t nbytes) override {
+    if (!p) return;
+    size_t block;
+    int c = size_class(nbytes == 0 ? 1 : nbytes, &block);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.in_use -= static_cast<int64_t>(block);
+      if (stats_.cached + static_cast<int64_t>(block) <= cap_) {
+        free_[c].push_back(p);
+        stats_.cached += static_cast<int64_t>(block);
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+  AllocatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  void empty_cache() override {
+    std::vector<void*> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& list : free_) {
+        drop.insert(drop.end(), list.begin(), list.end());
+        list.clear();
+      }
+      stats_.cached = 0;
+    }
+    for (void* p : drop) std::free(p);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<void*> free_[kNumClasses];
+  AllocatorStats stats_;
+  int64_t cap_ = int64_t{2048} << 20;
+};
+
+}  // namespace
+
+Allocator& cpu_allocator() {
+  static auto* a = new CachingCpuAllocator();  // never destroyed: tensors may outlive statics
+  return *a;
+}
+
+}  // namespace kiln

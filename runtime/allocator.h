@@ -1,0 +1,36 @@
+// runtime/allocator.h -- device memory behind an interface; the CPU one caches freed blocks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+/// Counters every allocator keeps (bytes unless named otherwise).
+struct AllocatorStats {
+  int64_t in_use = 0;         // handed out and not yet returned
+  int64_t peak_in_use = 0;    // high-water mark of in_use
+  int64_t cached = 0;         // returned, kept for reuse
+  int64_t allocations = 0;    // calls to allocate
+  int64_t cache_hits = 0;     // allocations served from the cache
+  int64_t system_allocs = 0;  // allocations that went to the system
+};
+
+/// Memory for one device. Blocks are 64-byte aligned. The CUDA allocator implements the same
+/// interface (size classes, per-stream reuse, free-and-retry on out-of-memory).
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* p, size_t nbytes) = 0;
+  virtual AllocatorStats stats() const = 0;
+  /// Returns every cached block to the system.
+  virtual void empty_cache() = 0;
+};
+
+/// The CPU allocator: a caching allocator with size classes (a freed block is kept and handed
+/// out again for a request of the same class), so large eager temporaries don't cost page
+/// faults on every op. KILN_CPU_CACHE_MB caps what it keeps (default 2048); 0 turns caching off.
+Allocator& cpu_allocator();
+
+}  // namespace kiln

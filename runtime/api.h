@@ -1,0 +1,198 @@
+// runtime/api.h -- the eager tensor API: creation, pointwise math, reductions, linear algebra,
+// data movement. Every function here runs through apply() (runtime/op.h), so it is taped for
+// autograd and recorded by a tracer the same way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+// ---- creation ---------------------------------------------------------------------------
+Tensor empty(const Dims& shape, DType dtype = f32, Device device = cpu);
+Tensor zeros(const Dims& shape, DType dtype = f32, Device device = cpu);
+Tensor ones(const Dims& shape, DType dtype = f32, Device device = cpu);
+Tensor full(const Dims& shape, Scalar value, DType dtype = f32, Device device = cpu);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, Scalar value);
+/// A 0-d tensor holding `value` (dtype: f32 for floats, i64 for integers, bool for bool).
+Tensor scalar_tensor(Scalar value);
+Tensor scalar_tensor(Scalar value, DType dtype);
+/// [start, stop) in steps of `step`; dtype i64 when all three are integers, else f32.
+Tensor arange(Scalar stop);
+Tensor arange(Scalar start, Scalar stop, Scalar step = 1);
+Tensor arange(Scalar start, Scalar stop, Scalar step, DType dtype);
+/// `steps` evenly spaced values from start to stop inclusive.
+Tensor linspace(double start, double stop, int64_t steps, DType dtype = f32);
+Tensor eye(int64_t n, int64_t m = -1, DType dtype = f32);
+/// A tensor holding a copy of `values`, with the given shape (default: 1-d).
+template <class T> Tensor from_vector(const std::vector<T>& values, const Dims& shape = {});
+Tensor tensor(std::initializer_list<float> values);
+/// Wraps memory owned by the caller without copying; `deleter` runs when the last view goes.
+Tensor from_blob(void* data, const Dims& shape, DType dtype,
+                 std::function<void(void*)> deleter = {}, const Dims& strides = {});
+
+// ---- random (Philox 4x32-10: the same stream on every device for the same seed) --------------
+void manual_seed(uint64_t seed);
+Tensor rand(const Dims& shape, DType dtype = f32);   // uniform [0, 1)
+Tensor randn(const Dims& shape, DType dtype = f32);  // standard normal
+Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64);  // [low, high)
+Tensor bernoulli(const Tensor& p);                 // 1 with probability p, same dtype as p
+Tensor bernoulli(const Dims& shape, double p, DType dtype = f32);
+Tensor randperm(int64_t n);
+
+// ---- pointwise --------------------------------------------------------------------------
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+/// gelu(x) = x * Phi(x); approximate = "tanh" uses the tanh formula (PyTorch's names).
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor silu(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);  // half to even
+Tensor logical_not(const Tensor& x);
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give f32
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, Scalar b);
+Tensor pow(Scalar a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+Tensor where(const Tensor& cond, Scalar a, Scalar b);
+/// min(max(x, lo), hi); a missing bound is skipped.
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi);
+Tensor cast(const Tensor& x, DType dtype);
+
+// Operators (NumPy broadcasting and promotion). Numbers are not boxed into tensors.
+Tensor operator-(const Tensor& x);
+#define KILN_BINARY_OPERATOR(op, fn)                   \
+  Tensor operator op(const Tensor& a, const Tensor& b); \
+  Tensor operator op(const Tensor& a, Scalar b);        \
+  Tensor operator op(Scalar a, const Tensor& b);        \
+  Tensor fn(const Tensor& a, Scalar b);                 \
+  Tensor fn(Scalar a, const Tensor& b);
+KILN_BINARY_OPERATOR(+, add)
+KILN_BINARY_OPERATOR(-, sub)
+KILN_BINARY_OPERATOR(*, mul)
+KILN_BINARY_OPERATOR(/, div)
+KILN_BINARY_OPERATOR(==, eq)
+KILN_BINARY_OPERATOR(!=, ne)
+KILN_BINARY_OPERATOR(<, lt)
+KILN_BINARY_OPERATOR(<=, le)
+KILN_BINARY_OPERATOR(>, gt)
+KILN_BINARY_OPERATOR(>=, ge)
+#undef KILN_BINARY_OPERATOR
+Tensor maximum(const Tensor& a, Scalar b);
+Tensor minimum(const Tensor& a, Scalar b);
+
+// ---- reductions: `dims` empty means all; negative dims count from the end -----------------
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x);  // over all elements
+Tensor min(const Tensor& x);
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; see argmax
+Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Index (i64) of the first largest element along `dim`; over the flattened tensor without dim.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x);
+/// Variance with Bessel's correction by default (correction = 1), like torch.var.
+Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+/// Normalizes over the trailing dims `normalized_shape`; weight and bias may be undefined.
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+
+// ---- linear algebra and neural-network ops -----------------------------------------------
+/// NumPy matmul: 1-d operands are promoted and squeezed; batch dims broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x @ weight^T + bias, with weight [out, in] as in torch.nn.functional.linear.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+/// x [N, C, H, W], weight [O, C/groups, kH, kW].
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const Dims& stride = {1, 1}, const Dims& padding = {0, 0},
+              const Dims& dilation = {1, 1}, int64_t groups = 1);
+Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
+                  const Dims& padding = {0, 0}, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
+                  const Dims& padding = {0, 0}, bool count_include_pad = true);
+/// Rows of `weight` [num, dim] picked by integer `indices` of any shape.
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+/// [..., num_classes] of i64 zeros with a one at each index.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+// ---- data movement ----------------------------------------------------------------------
+Tensor cat(std::span<const Tensor> tensors, int64_t dim = 0);
+Tensor cat(std::initializer_list<Tensor> tensors, int64_t dim = 0);
+Tensor stack(std::span<const Tensor> tensors, int64_t dim = 0);
+Tensor stack(std::initializer_list<Tensor> tensors, int64_t dim = 0);
+/// out[i][j] = x[index[i][j]][j] for dim 0, and so on (torch.gather).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// Entries of x along `dim` at the positions in 1-d integer `index`.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// Constant padding: `pads` holds (before, after) pairs starting from the last dim, like
+/// torch.nn.functional.pad.
+Tensor pad(const Tensor& x, const Dims& pads, Scalar value = 0);
+Tensor broadcast_to(const Tensor& x, const Dims& shape);
+/// The shape two shapes broadcast to; throws naming `op` when they don't.
+Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op = "broadcast");
+
+// ---- checks and files -------------------------------------------------------------------
+/// True when shapes match and |a - b| <= atol + rtol * |b| everywhere (NaNs equal if equal_nan).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+/// NumPy .npy files (format 1.0-3.0; little-endian; C or Fortran order).
+Tensor load_npy(const std::string& path);
+void save_npy(const Tensor& t, const std::string& path);
+
+// ---- threads -----------------------------------------------------------------------------
+/// Threads kiln's parallel loops and BLAS use together (default: KILN_NUM_THREADS, else the
+/// number of cores).
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace kiln

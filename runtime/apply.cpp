@@ -1,0 +1,60 @@
+// runtime/apply.cpp -- the op table and apply(): the one place where any op runs.
+#include <array>
+
+#include "runtime/check.h"
+#include "runtime/ops/defs.h"
+#include "runtime/ops/formulas.h"
+#include "runtime/recorder.h"
+
+namespace kiln {
+
+static_assert(int(Promote::Float) == int(fm::P::Float) && int(Promote::Logical) == int(fm::P::Logical));
+static_assert(kBool == fm::B && kInt == fm::I && kFloat == fm::F);
+
+namespace {
+
+struct OpInfo {
+  const OpDef* def;
+  const char* name;
+  int arity;
+  OpFamily family;
+};
+
+constexpr std::array<OpInfo, kNumOps> kOps = {{
+#define OP(Name, name, arity, family) {&defs::Name, #name, arity, OpFamily::family},
+#include "runtime/ops.def"
+#undef OP
+}};
+
+thread_local Recorder* t_recorder = nullptr;
+
+}  // namespace
+
+uint8_t kind_bit(DType t) { return t == DType::Bool ? kBool : is_float(t) ? kFloat : kInt; }
+
+const OpDef& op_def(OpId id) { return *kOps[static_cast<size_t>(id)].def; }
+const char* op_name(OpId id) { return kOps[static_cast<size_t>(id)].name; }
+int op_arity(OpId id) { return kOps[static_cast<size_t>(id)].arity; }
+OpFamily op_family(OpId id) { return kOps[static_cast<size_t>(id)].family; }
+
+Recorder* active_recorder() { return t_recorder; }
+RecorderGuard::RecorderGuard(Recorder* r) : prev_(t_recorder) { t_recorder = r; }
+RecorderGuard::~RecorderGuard() { t_recorder = prev_; }
+
+Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
+  const OpDef& op = op_def(id);
+  for (size_t i = 0; i < in.size(); ++i) {
+    KILN_CHECK(in[i].defined(), "{}: input {} is an undefined tensor", op_name(id), i);
+    KILN_CHECK(in[i].device() == in[0].device(),
+               "{}: expected all inputs on one device, got {} and {}", op_name(id),
+               in[0].type().str(), in[i].type().str());
+  }
+  TensorType type = op.infer(id, in, attrs);
+  if (Recorder* rec = t_recorder) return rec->record(id, in, attrs, type);
+  if (op.view) return op.view(in[0], attrs);
+  Tensor out = Tensor::empty(type);
+  op.cpu(id, in, attrs, out);
+  return out;
+}
+
+}  // namespace kiln

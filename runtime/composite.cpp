@@ -1,0 +1,133 @@
+// runtime/composite.cpp -- ops written with other ops: they get autograd and tracing for free.
+#include <cmath>
+
+#include "runtime/api.h"
+#include "runtime/check.h"
+#include "runtime/type_rules.h"
+
+namespace kiln {
+
+namespace {
+// Number of elements each output of a reduction over `dims` combines.
+int64_t reduced_count(const Tensor& x, const Dims& dims, const char* op) {
+  int64_t n = 1;
+  for (int64_t d : normalize_axes(dims, x.dim(), op)) n *= x.shape()[d];
+  return n;
+}
+}  // namespace
+
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_CHECK(x.defined(), "mean: the tensor is undefined");
+  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  int64_t n = reduced_count(x, dims, "mean");
+  return sum(xf, dims, keepdim) / static_cast<double>(n);
+}
+
+Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  KILN_CHECK(x.defined(), "var: the tensor is undefined");
+  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  int64_t n = reduced_count(x, dims, "var");
+  Tensor centered = xf - mean(xf, dims, true);
+  // Two passes (mean, then squared deviations) keep the result accurate for large means.
+  return sum(centered * centered, dims, keepdim) / static_cast<double>(std::max<int64_t>(n - correction, 0));
+}
+
+Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+namespace {
+// The max over dims with infinities replaced by 0, so x - m stays finite where x is.
+Tensor stable_shift(const Tensor& x, const Dims& dims) {
+  Tensor m = amax(x, dims, true);
+  return where(abs(m) == std::numeric_limits<double>::infinity(), 0.0, m);
+}
+}  // namespace
+
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  Tensor m = stable_shift(xf, dims);
+  Tensor out = log(sum(exp(xf - m), dims, true)) + m;
+  if (keepdim) return out;
+  Dims axes = normalize_axes(dims, x.dim(), "logsumexp");
+  for (size_t i = axes.size(); i-- > 0;) out = out.squeeze(axes[i]);
+  return out;
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  Tensor e = exp(xf - stable_shift(xf, {dim}));
+  return e / sum(e, {dim}, true);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  Tensor shifted = xf - stable_shift(xf, {dim});
+  return shifted - log(sum(exp(shifted), {dim}, true));
+}
+
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  KILN_CHECK(k >= 1 && k <= x.dim(), "layer_norm: normalized_shape {} does not fit input {}",
+             shape_str(normalized_shape), x.type().str());
+  Dims dims;
+  for (int64_t i = 0; i < k; ++i) {
+    KILN_CHECK(x.shape()[x.dim() - k + i] == normalized_shape[i],
+               "layer_norm: normalized_shape {} does not match the trailing dims of {}",
+               shape_str(normalized_shape), x.type().str());
+    dims.push_back(x.dim() - k + i);
+  }
+  for (const Tensor* p : {&weight, &bias}) {
+    KILN_CHECK(!p->defined() || p->shape() == normalized_shape,
+               "layer_norm: weight and bias must have shape {}, got {}", shape_str(normalized_shape),
+               p->type().str());
+  }
+  Tensor centered = x - mean(x, dims, true);
+  Tensor y = centered * rsqrt(mean(centered * centered, dims, true) + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.defined() && weight.dim() == 2, "linear: weight must be 2-d [out, in], got {}",
+             weight.defined() ? weight.type().str() : "undefined");
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  KILN_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-d [num, dim], got {}",
+             weight.defined() ? weight.type().str() : "undefined");
+  Dims shape = indices.shape();
+  shape.push_back(weight.shape()[1]);
+  return index_select(weight, 0, indices.reshape({-1})).reshape(shape);
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  KILN_CHECK(indices.defined() && is_integral(indices.dtype()),
+             "one_hot: indices must be an integer tensor, got {}",
+             indices.defined() ? indices.type().str() : "undefined");
+  if (num_classes < 0) num_classes = indices.numel() == 0 ? 0 : max(indices).item<int64_t>() + 1;
+  KILN_CHECK(indices.numel() == 0 || (min(indices).item<int64_t>() >= 0 &&
+                                      max(indices).item<int64_t>() < num_classes),
+             "one_hot: indices must lie in [0, {})", num_classes);
+  return (indices.unsqueeze(-1) == arange(num_classes)).to(DType::I64);
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  if (a.shape() != b.shape()) return false;
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) {
+      if (!(equal_nan && std::isnan(x[i]) && std::isnan(y[i]))) return false;
+      continue;
+    }
+    if (x[i] == y[i]) continue;  // equal infinities
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace kiln

@@ -1,0 +1,83 @@
+// runtime/op.h -- the op list as data: OpId, Attrs, OpDef, and apply(), where every op runs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+enum class OpId : uint16_t {
+#define OP(Name, name, arity, family) Name,
+#include "runtime/ops.def"
+#undef OP
+};
+inline constexpr int kNumOps = 0
+#define OP(Name, name, arity, family) +1
+#include "runtime/ops.def"
+#undef OP
+    ;
+
+enum class OpFamily : uint8_t { Pointwise, Cast, Reduce, View, Copy, Other };
+
+/// Every attribute any op takes; each op reads the few it documents. A fixed struct (not a map)
+/// keeps the per-op path free of lookups and allocations.
+struct Attrs {
+  Dims axes;      // reductions: axes (empty: all); permute: order; pad: (before, after) per dim
+  Dims shape;     // reshape, expand: target shape; pools: kernel size
+  Dims stride;    // conv2d, pools
+  Dims padding;   // conv2d, pools
+  Dims dilation;  // conv2d
+  int64_t dim = 0;  // slice, cat, gather, index_select
+  int64_t start = 0, stop = 0, step = 1;  // slice
+  int64_t groups = 1;                     // conv2d
+  DType dtype = DType::F32;               // cast: target dtype
+  bool keepdim = false;                   // reductions
+  bool flag = false;  // avg_pool2d: count_include_pad; max_pool2d: ceil_mode
+  /// Pointwise ops: bit i set means operand i is the number imm[i] rather than a tensor, so
+  /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.
+  uint8_t imm_mask = 0;
+  Scalar imm[3];
+};
+
+/// How a pointwise op treats dtypes. The API casts inputs to the compute dtype; the op's
+/// shape/dtype rule then requires it.
+enum class Promote : uint8_t {
+  Same,     // compute in the promoted input dtype; output has it too
+  Float,    // as Same, but integers and bool compute in f32 (exp, div, ...)
+  Compare,  // compute in the promoted dtype; output bool
+  Logical,  // inputs are read as truth values; output bool
+};
+
+/// Bit set of dtype kinds an op accepts for its compute dtype.
+enum KindMask : uint8_t { kBool = 1, kInt = 2, kFloat = 4, kAllKinds = 7 };
+uint8_t kind_bit(DType t);
+
+using InferFn = TensorType (*)(OpId, std::span<const Tensor>, const Attrs&);
+using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out);
+using ViewFn = Tensor (*)(const Tensor&, const Attrs&);
+
+/// One op's behaviour, defined once in its family's file (see DESIGN.md "One op, one list").
+/// Its name, arity and family come from ops.def.
+struct OpDef {
+  Promote promote = Promote::Same;  // pointwise only
+  uint8_t kinds = kAllKinds;        // pointwise only: dtype kinds it computes in
+  InferFn infer = nullptr;          // shape/dtype rule: throws kiln::Error on bad input
+  KernelFn cpu = nullptr;           // writes the result into a fresh contiguous `out`
+  ViewFn view = nullptr;            // views: returns an alias of the input instead
+};
+
+const OpDef& op_def(OpId id);
+const char* op_name(OpId id);    // "add"
+int op_arity(OpId id);           // operands, tensors and immediates; -1: any number
+OpFamily op_family(OpId id);
+
+/// Runs op `id` on `in`: checks types, then records it for a tracer when one is active, else
+/// runs the CPU kernel (or makes the view). The single place any op executes.
+Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs = {});
+inline Tensor apply(OpId id, std::initializer_list<Tensor> in, const Attrs& attrs = {}) {
+  return apply(id, std::span<const Tensor>(in.begin(), in.size()), attrs);
+}
+
+}  // namespace kiln

@@ -1,0 +1,182 @@
+// runtime/ops/loops.cpp -- the strided walk under every elementwise kernel.
+#include "runtime/ops/loops.h"
+
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "runtime/api.h"
+#include "runtime/check.h"
+#include "runtime/parallel.h"
+
+namespace kiln {
+
+Dims broadcast_byte_strides(const Tensor& t, const Dims& shape) {
+  size_t r = shape.size(), tr = t.shape().size();
+  KILN_ASSERT(tr <= r);
+  Dims s(r, 0);
+  int64_t es = dtype_size(t.dtype());
+  for (size_t i = 0; i < tr; ++i) {
+    size_t d = r - tr + i;
+    s[d] = t.shape()[i] == 1 ? 0 : t.strides()[i] * es;
+  }
+  return s;
+}
+
+namespace {
+
+// Drops size-1 dims and merges neighbours that are contiguous for every operand.
+void coalesce(Dims& shape, StridedOperands& ops) {
+  Dims out_shape;
+  Dims out_strides[kMaxOperands];
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!out_shape.empty()) {
+      bool mergeable = true;
+      for (int k = 0; k < ops.count; ++k)
+        mergeable = mergeable && out_strides[k].back() == ops.strides[k][d] * shape[d];
+      if (mergeable) {
+        out_shape.back() *= shape[d];
+        for (int k = 0; k < ops.count; ++k) out_strides[k].back() = ops.strides[k][d];
+        continue;
+      }
+    }
+    out_shape.push_back(shape[d]);
+    for (int k = 0; k < ops.count; ++k) out_strides[k].push_back(ops.strides[k][d]);
+  }
+  if (out_shape.empty()) {
+    out_shape.push_back(1);
+    for (int k = 0; k < ops.count; ++k) out_strides[k].push_back(0);
+  }
+  shape = std::move(out_shape);
+  for (int k = 0; k < ops.count; ++k) ops.strides[k] = std::move(out_strides[k]);
+}
+
+}  // namespace
+
+void for_each_row(const Dims& shape_in, const StridedOperands& ops_in, int64_t grain, RowFn fn,
+                  void* ctx) {
+  if (shape_in.product() == 0) return;
+  Dims shape = shape_in;
+  StridedOperands ops = ops_in;
+  coalesce(shape, ops);
+  size_t r = shape.size();
+  int64_t n = shape[r - 1];
+  int64_t rows = shape.product() / n;
+  int64_t inner[kMaxOperands];
+  for (int k = 0; k < ops.count; ++k) inner[k] = ops.strides[k][r - 1];
+  if (rows == 1) {
+    if (n <= grain) return fn(ctx, ops.base, inner, n);
+    // One long row: split it.
+    parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
+      char* p[kMaxOperands];
+      for (int k = 0; k < ops.count; ++k) p[k] = ops.base[k] + b * inner[k];
+      fn(ctx, p, inner, e - b);
+    });
+    return;
+  }
+  int64_t row_grain = std::max<int64_t>(1, grain / n);
+  parallel_for(0, rows, row_grain, [&](int64_t b, int64_t e) {
+    // Multi-index of row b over the outer dims, then step it like an odometer.
+    Dims idx(r - 1, 0);
+    int64_t rem = b;
+    for (size_t d = r - 1; d-- > 0;) {
+      idx[d] = rem % shape[d];
+      rem /= shape[d];
+    }
+    char* p[kMaxOperands];
+    for (int k = 0; k < ops.count; ++k) {
+      p[k] = ops.base[k];
+      for (size_t d = 0; d + 1 < r; ++d) p[k] += idx[d] * ops.strides[k][d];
+    }
+    for (int64_t row = b; row < e; ++row) {
+      fn(ctx, p, inner, n);
+      for (size_t d = r - 1; d-- > 0;) {
+        for (int k = 0; k < ops.count; ++k) p[k] += ops.strides[k][d];
+        if (++idx[d] < shape[d]) break;
+        for (int k = 0; k < ops.count; ++k) p[k] -= ops.strides[k][d] * shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+namespace {
+
+template <class T> float widen(T v) { return static_cast<float>(v); }
+
+template <class S, class D> void convert_typed(const char* src, int64_t ss, char* dst, int64_t ds, int64_t n) {
+  auto one = [](const char* s, char* d) {
+    S v;
+    std::memcpy(&v, s, sizeof(S));
+    D out;
+    if constexpr (std::is_same_v<D, bool>) {
+      if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) out = static_cast<float>(v) != 0.0f;
+      else out = v != S(0);
+    } else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
+      out = static_cast<D>(static_cast<float>(v));
+    } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+      out = D(static_cast<float>(v));
+    } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+      // Out-of-range float to int is undefined in C++; saturate (NaN gives 0).
+      double x = static_cast<double>(v);
+      if (!(x == x)) out = D(0);
+      else if (x <= static_cast<double>(std::numeric_limits<D>::lowest())) out = std::numeric_limits<D>::lowest();
+      else if (x >= static_cast<double>(std::numeric_limits<D>::max())) out = std::numeric_limits<D>::max();
+      else out = static_cast<D>(v);
+    } else {
+      out = static_cast<D>(v);
+    }
+    std::memcpy(d, &out, sizeof(D));
+  };
+  if (ss == sizeof(S) && ds == sizeof(D)) {
+    for (int64_t i = 0; i < n; ++i) one(src + i * int64_t(sizeof(S)), dst + i * int64_t(sizeof(D)));
+  } else {
+    for (int64_t i = 0; i < n; ++i) one(src + i * ss, dst + i * ds);
+  }
+}
+
+}  // namespace
+
+void convert(const char* src, int64_t ss, DType st, char* dst, int64_t ds, DType dt, int64_t n) {
+  if (st == dt) {
+    int64_t es = dtype_size(st);
+    if (ss == es && ds == es) {
+      std::memcpy(dst, src, static_cast<size_t>(n * es));
+      return;
+    }
+    if (ss == 0 && ds == es && es == 4) {  // broadcast fill
+      uint32_t v;
+      std::memcpy(&v, src, 4);
+      auto* d = reinterpret_cast<uint32_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i, &v, 4);
+      return;
+    }
+  }
+  visit_dtype(st, [&](auto s) {
+    visit_dtype(dt, [&](auto d) {
+      convert_typed<decltype(s), decltype(d)>(src, ss, dst, ds, n);
+    });
+  });
+}
+
+void copy_into(const Tensor& src, const Tensor& dst) {
+  KILN_CHECK(src.dim() <= dst.dim(), "copy: cannot copy {} into {}", src.type().str(),
+             dst.type().str());
+  Dims shape = dst.shape();
+  KILN_CHECK(broadcast_shapes(src.shape(), shape, "copy") == shape,
+             "copy: cannot broadcast {} to {}", src.type().str(), dst.type().str());
+  StridedOperands ops;
+  ops.count = 2;
+  ops.base[0] = static_cast<char*>(dst.data_ptr());
+  ops.base[1] = static_cast<char*>(src.data_ptr());
+  ops.strides[0] = broadcast_byte_strides(dst, shape);
+  ops.strides[1] = broadcast_byte_strides(src, shape);
+  struct Ctx { DType s, d; } ctx{src.dtype(), dst.dtype()};
+  for_each_row(shape, ops, kParallelGrain, [](void* c, char* const* p, const int64_t* st, int64_t n) {
+    auto* x = static_cast<Ctx*>(c);
+    convert(p[1], st[1], x->s, p[0], st[0], x->d, n);
+  }, &ctx);
+}
+
+}  // namespace kiln

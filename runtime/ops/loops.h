@@ -1,0 +1,43 @@
+// runtime/ops/loops.h -- walking several strided operands over one shape, and dtype conversion.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+inline constexpr int kMaxOperands = 4;
+
+/// Operands of an elementwise walk: base addresses and byte strides over a common shape.
+/// Operand 0 is conventionally the output.
+struct StridedOperands {
+  int count = 0;
+  char* base[kMaxOperands] = {};
+  Dims strides[kMaxOperands];  // bytes, one per dim of the shape (0 where broadcast)
+};
+
+/// fn(ptrs, inner_strides, n): one row of the innermost (coalesced) dim; ptrs[k] is operand
+/// k's first element of the row, inner_strides[k] its byte stride along the row.
+using RowFn = void (*)(void* ctx, char* const* ptrs, const int64_t* inner_strides, int64_t n);
+
+/// Calls fn on every row of `shape`, after merging dims that are contiguous for all operands;
+/// splits rows across threads when the total work exceeds `grain` elements.
+void for_each_row(const Dims& shape, const StridedOperands& ops, int64_t grain, RowFn fn,
+                  void* ctx);
+
+/// Byte strides of tensor `t` broadcast to `shape` (0 on broadcast and size-1 dims).
+Dims broadcast_byte_strides(const Tensor& t, const Dims& shape);
+
+/// dst[i * dst_stride] = (dst dtype) src[i * src_stride] for i < n (strides in bytes).
+void convert(const char* src, int64_t src_stride, DType src_type, char* dst, int64_t dst_stride,
+             DType dst_type, int64_t n);
+
+/// Copies (and converts) `src` into `dst`, broadcasting src to dst's shape.
+void copy_into(const Tensor& src, const Tensor& dst);
+
+/// Work (elements) below which an elementwise op stays on one thread.
+inline constexpr int64_t kParallelGrain = 1 << 16;
+
+}  // namespace kiln

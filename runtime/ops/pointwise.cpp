@@ -1,0 +1,197 @@
+// runtime/ops/pointwise.cpp -- the pointwise ops: their OpDefs and the strided driver that
+// feeds the vectorized formulas (runtime/simd/kernels.h) contiguous chunks.
+#include "runtime/ops/pointwise.h"
+
+#include <cstring>
+
+#include "runtime/check.h"
+#include "runtime/ops/defs.h"
+#include "runtime/ops/formulas.h"
+#include "runtime/ops/loops.h"
+#include "runtime/simd/kernels.h"
+#include "runtime/type_rules.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kChunk = 256;
+
+struct DriverCtx {
+  simd::PointwiseFn fn;
+  int arity;
+  DType in_type[3];
+  DType kernel_type;   // what the formula computes in (f16/bf16 compute in f32)
+  DType kernel_out;    // what it writes: kernel_type, or bool for comparisons
+  DType out_type;
+};
+
+void pointwise_row(void* c, char* const* p, const int64_t* st, int64_t n) {
+  const auto& x = *static_cast<const DriverCtx*>(c);
+  int64_t ke = dtype_size(x.kernel_type), koe = dtype_size(x.kernel_out);
+  bool direct = x.out_type == x.kernel_out && st[0] == koe;
+  for (int k = 0; k < x.arity; ++k) direct = direct && x.in_type[k] == x.kernel_type && st[k + 1] == ke;
+  const void* in[3];
+  if (direct) {
+    for (int k = 0; k < x.arity; ++k) in[k] = p[k + 1];
+    return x.fn(n, p[0], in);
+  }
+  alignas(64) char buf[3][kChunk * 8];
+  alignas(64) char obuf[kChunk * 8];
+  bool out_direct = x.out_type == x.kernel_out && st[0] == koe;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    int64_t m = std::min(kChunk, n - c0);
+    for (int k = 0; k < x.arity; ++k) {
+      const char* src = p[k + 1] + c0 * st[k + 1];
+      if (x.in_type[k] == x.kernel_type && st[k + 1] == ke) {
+        in[k] = src;
+      } else {
+        convert(src, st[k + 1], x.in_type[k], buf[k], ke, x.kernel_type, m);
+        in[k] = buf[k];
+      }
+    }
+    char* dst = p[0] + c0 * st[0];
+    if (out_direct) {
+      x.fn(m, dst, in);
+    } else {
+      x.fn(m, obuf, in);
+      convert(obuf, koe, x.kernel_out, dst, st[0], x.out_type, m);
+    }
+  }
+}
+
+// Writes scalar s as one element of dtype t (bool as one byte 0/1) into dst.
+void store_scalar(Scalar s, DType t, char* dst) {
+  visit_dtype(t, [&](auto v) {
+    using T = decltype(v);
+    T value;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) value = T(s.to<float>());
+    else value = s.to<T>();
+    std::memcpy(dst, &value, sizeof(T));
+  });
+}
+
+void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  const OpDef& op = op_def(id);
+  DriverCtx ctx;
+  ctx.arity = op_arity(id);
+  DType ct = a.dtype;
+  ctx.kernel_type = (ct == DType::F16 || ct == DType::BF16) ? DType::F32 : ct;
+  bool to_bool = op.promote == Promote::Compare || op.promote == Promote::Logical;
+  ctx.kernel_out = to_bool ? DType::Bool : ctx.kernel_type;
+  ctx.out_type = out.dtype();
+  ctx.fn = simd::kernels().pointwise[static_cast<int>(id)][static_cast<int>(ctx.kernel_type)];
+  KILN_ASSERT(ctx.fn != nullptr);
+
+  const Dims& shape = out.shape();
+  alignas(8) char imm[3][8];
+  StridedOperands ops;
+  ops.count = ctx.arity + 1;
+  ops.base[0] = static_cast<char*>(out.data_ptr());
+  ops.strides[0] = broadcast_byte_strides(out, shape);
+  size_t t = 0;
+  for (int k = 0; k < ctx.arity; ++k) {
+    if (a.imm_mask & (1u << k)) {
+      store_scalar(a.imm[k], ctx.kernel_type, imm[k]);
+      ops.base[k + 1] = imm[k];
+      ops.strides[k + 1] = Dims(shape.size(), 0);
+      ctx.in_type[k] = ctx.kernel_type;
+    } else {
+      const Tensor& x = in[t++];
+      ops.base[k + 1] = static_cast<char*>(x.data_ptr());
+      ops.strides[k + 1] = broadcast_byte_strides(x, shape);
+      ctx.in_type[k] = x.dtype();
+    }
+  }
+  for_each_row(shape, ops, kParallelGrain, pointwise_row, &ctx);
+}
+
+template <class Fm> constexpr OpDef pointwise_def() {
+  return OpDef{.promote = static_cast<Promote>(Fm::promote),
+               .kinds = Fm::kinds,
+               .infer = pointwise_rule,
+               .cpu = pointwise_cpu};
+}
+
+TensorType cast_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
+  KILN_CHECK(in.size() == 1, "cast: expected one tensor, got {}", in.size());
+  return {a.dtype, in[0].shape(), in[0].device()};
+}
+
+}  // namespace
+
+// Each pointwise op's rule, kernel and promotion come from its formula (formulas.h).
+#define OP(Name, name, arity, family) KILN_DEF_##family(Name)
+#define KILN_DEF_Pointwise(Name) const OpDef defs::Name = pointwise_def<fm::Name>();
+#define KILN_DEF_Cast(Name)
+#define KILN_DEF_Reduce(Name)
+#define KILN_DEF_View(Name)
+#define KILN_DEF_Copy(Name)
+#define KILN_DEF_Other(Name)
+#include "runtime/ops.def"
+#undef OP
+
+// cast(x): elementwise conversion to attrs.dtype (floats to integers truncate toward zero and
+// saturate; NaN gives 0; anything nonzero is true).
+const OpDef defs::Cast{
+    .infer = cast_rule,
+    .cpu = [](OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_into(in[0], out); },
+};
+
+DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands) {
+  const OpDef& op = op_def(id);
+  bool have_tensor = false;
+  DType ct = DType::Bool;
+  size_t k = 0;
+  for (const Operand& o : operands) {
+    bool is_cond = id == OpId::Where && k++ == 0;
+    if (o.tensor && !is_cond) {
+      ct = have_tensor ? promote(ct, o.tensor->dtype()) : o.tensor->dtype();
+      have_tensor = true;
+    }
+  }
+  k = 0;
+  DType scalars = DType::Bool;
+  bool have_scalar = false;
+  for (const Operand& o : operands) {
+    bool is_cond = id == OpId::Where && k++ == 0;
+    if (o.tensor || is_cond) continue;
+    if (have_tensor) ct = o.scalar.promote_with(ct);
+    else scalars = have_scalar ? promote(scalars, o.scalar.default_dtype()) : o.scalar.default_dtype();
+    have_scalar = true;
+  }
+  if (!have_tensor) ct = scalars;
+  if (op.promote == Promote::Float) ct = to_float_dtype(ct);
+  KILN_CHECK(op.kinds & kind_bit(ct), "{}: does not support dtype {}", op_name(id), dtype_name(ct));
+  return ct;
+}
+
+Tensor pointwise(OpId id, std::initializer_list<Operand> operands) {
+  int arity = op_arity(id);
+  KILN_CHECK(static_cast<int>(operands.size()) == arity, "{}: expected {} operands, got {}",
+             op_name(id), arity, operands.size());
+  Attrs a;
+  a.dtype = pointwise_dtype(id, operands);
+  Tensor tensors[3];
+  size_t n = 0, k = 0;
+  for (const Operand& o : operands) {
+    if (o.tensor) {
+      KILN_CHECK(o.tensor->defined(), "{}: operand {} is an undefined tensor", op_name(id), k);
+      DType want = (id == OpId::Where && k == 0) ? DType::Bool : a.dtype;
+      KILN_CHECK(!(id == OpId::Where && k == 0 && o.tensor->dtype() != DType::Bool),
+                 "where: condition must be bool, got {}", o.tensor->type().str());
+      tensors[n++] = o.tensor->dtype() == want ? *o.tensor : apply(OpId::Cast, {*o.tensor}, [&] {
+        Attrs c;
+        c.dtype = want;
+        return c;
+      }());
+    } else {
+      KILN_CHECK(!(id == OpId::Where && k == 0), "where: condition must be a tensor");
+      a.imm_mask |= static_cast<uint8_t>(1u << k);
+      a.imm[k] = o.scalar;
+    }
+    ++k;
+  }
+  return apply(id, std::span<const Tensor>(tensors, n), a);
+}
+
+}  // namespace kiln

@@ -1,0 +1,318 @@
+// runtime/simd/kernels_isa.cpp -- the vectorized inner loops, built once per instruction set.
+//
+// CMake compiles this file with -DKILN_ISA=isa_scalar, isa_avx2 (-mavx2 -mfma -mf16c) and
+// isa_avx512 (-mavx512f/bw/dq/vl). Everything here except fill() lives in an anonymous
+// namespace and the formulas are instantiated only with the local Vec type, so no function
+// compiled for a wider instruction set can be picked by the linker for baseline code.
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "runtime/simd/kernels.h"
+#include "runtime/ops/formulas.h"
+
+#if defined(KILN_ISA_AVX2) || defined(KILN_ISA_AVX512)
+#include <immintrin.h>
+#include <sleef.h>
+#endif
+
+namespace kiln::simd::KILN_ISA {
+namespace {
+
+#if defined(KILN_ISA_AVX512)
+constexpr int kVectorBytes = 64;
+#elif defined(KILN_ISA_AVX2)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 0;  // one lane: plain scalar code
+#endif
+template <class E> constexpr int kLanes = kVectorBytes ? kVectorBytes / int(sizeof(E)) : 1;
+
+template <class E> struct IntOf;
+template <> struct IntOf<float> { using type = int32_t; };
+template <> struct IntOf<double> { using type = int64_t; };
+template <> struct IntOf<int32_t> { using type = int32_t; };
+template <> struct IntOf<int64_t> { using type = int64_t; };
+template <> struct IntOf<uint8_t> { using type = int8_t; };
+
+// A comparison result: all-ones lanes where true.
+template <class E, int W> struct Mask {
+  using M [[gnu::vector_size(W * sizeof(E))]] = typename IntOf<E>::type;
+  M m;
+  friend Mask operator&(Mask a, Mask b) { return {a.m & b.m}; }
+  friend Mask operator|(Mask a, Mask b) { return {a.m | b.m}; }
+};
+
+// W lanes of E, over GCC's vector extension. W == 1 is plain scalar code.
+template <class E, int W> struct Vec {
+  using V [[gnu::vector_size(W * sizeof(E))]] = E;
+  using M = typename Mask<E, W>::M;
+  V v;
+  Vec() = default;
+  Vec(V x) : v(x) {}
+  Vec(double c) : v(V{} + splat(c)) {}
+  static E splat(double c) {  // via int64, so a negative constant wraps for u8 instead of UB
+    if constexpr (std::is_floating_point_v<E>) return static_cast<E>(c);
+    else return static_cast<E>(static_cast<int64_t>(c));
+  }
+  static Vec load(const E* p) {
+    Vec r;
+    std::memcpy(&r.v, p, sizeof(V));
+    return r;
+  }
+  void store(E* p) const { std::memcpy(p, &v, sizeof(V)); }
+  E lane(int i) const { return v[i]; }
+
+  friend Vec operator+(Vec a, Vec b) { return Vec(a.v + b.v); }
+  friend Vec operator-(Vec a, Vec b) { return Vec(a.v - b.v); }
+  friend Vec operator*(Vec a, Vec b) { return Vec(a.v * b.v); }
+  friend Vec operator/(Vec a, Vec b) { return Vec(a.v / b.v); }
+  friend Vec operator-(Vec a) { return Vec(-a.v); }
+  friend Mask<E, W> operator==(Vec a, Vec b) { return {a.v == b.v}; }
+  friend Mask<E, W> operator!=(Vec a, Vec b) { return {a.v != b.v}; }
+  friend Mask<E, W> operator<(Vec a, Vec b) { return {a.v < b.v}; }
+  friend Mask<E, W> operator<=(Vec a, Vec b) { return {a.v <= b.v}; }
+  friend Mask<E, W> operator>(Vec a, Vec b) { return {a.v > b.v}; }
+  friend Mask<E, W> operator>=(Vec a, Vec b) { return {a.v >= b.v}; }
+};
+
+template <class E, int W> Vec<E, W> select(Mask<E, W> m, Vec<E, W> a, Vec<E, W> b) {
+  return Vec<E, W>(m.m ? a.v : b.v);
+}
+
+template <class E> constexpr bool kIsFloat = std::is_floating_point_v<E>;
+
+// Applies a scalar function lane by lane (the one-lane build, and integer identities).
+template <class E, int W, class Fn> Vec<E, W> lanewise(Vec<E, W> x, Fn fn) {
+  Vec<E, W> r;
+  for (int i = 0; i < W; ++i) r.v[i] = fn(x.v[i]);
+  return r;
+}
+template <class E, int W, class Fn> Vec<E, W> lanewise2(Vec<E, W> x, Vec<E, W> y, Fn fn) {
+  Vec<E, W> r;
+  for (int i = 0; i < W; ++i) r.v[i] = fn(x.v[i], y.v[i]);
+  return r;
+}
+
+template <class E, int W> Vec<E, W> fabs(Vec<E, W> x) {
+  if constexpr (kIsFloat<E>) {  // clear the sign bit, so fabs(-0) is +0
+    using M = typename Vec<E, W>::M;
+    M bits = (M)x.v & ~(M{} + (typename IntOf<E>::type(1) << (sizeof(E) * 8 - 1)));
+    return Vec<E, W>((typename Vec<E, W>::V)bits);
+  } else {
+    return select(x < Vec<E, W>(0), -x, x);
+  }
+}
+// Integer inputs are already whole numbers.
+template <class E, int W> Vec<E, W> floor(Vec<E, W> x) requires(!kIsFloat<E>) { return x; }
+template <class E, int W> Vec<E, W> ceil(Vec<E, W> x) requires(!kIsFloat<E>) { return x; }
+template <class E, int W> Vec<E, W> rint(Vec<E, W> x) requires(!kIsFloat<E>) { return x; }
+
+// One-lane math: the C library.
+#define KILN_SCALAR_MATH(X)                                                                  \
+  X(exp, __builtin_expf, __builtin_exp) X(log, __builtin_logf, __builtin_log)                \
+  X(log1p, __builtin_log1pf, __builtin_log1p) X(expm1, __builtin_expm1f, __builtin_expm1)    \
+  X(sqrt, __builtin_sqrtf, __builtin_sqrt) X(sin, __builtin_sinf, __builtin_sin)             \
+  X(cos, __builtin_cosf, __builtin_cos) X(tanh, __builtin_tanhf, __builtin_tanh)             \
+  X(erf, __builtin_erff, __builtin_erf) X(floor, __builtin_floorf, __builtin_floor)          \
+  X(ceil, __builtin_ceilf, __builtin_ceil) X(rint, __builtin_rintf, __builtin_rint)
+#define KILN_DEFINE(name, ff, fd)                                                            \
+  inline Vec<float, 1> name(Vec<float, 1> x) { return lanewise(x, [](float a) { return ff(a); }); } \
+  inline Vec<double, 1> name(Vec<double, 1> x) { return lanewise(x, [](double a) { return fd(a); }); }
+KILN_SCALAR_MATH(KILN_DEFINE)
+#undef KILN_DEFINE
+#undef KILN_SCALAR_MATH
+inline Vec<float, 1> pow(Vec<float, 1> x, Vec<float, 1> y) {
+  return lanewise2(x, y, [](float a, float b) { return __builtin_powf(a, b); });
+}
+inline Vec<double, 1> pow(Vec<double, 1> x, Vec<double, 1> y) {
+  return lanewise2(x, y, [](double a, double b) { return __builtin_pow(a, b); });
+}
+
+// Vector math: SLEEF (1.0 ULP for the transcendentals), hardware sqrt.
+#if defined(KILN_ISA_AVX2) || defined(KILN_ISA_AVX512)
+#if defined(KILN_ISA_AVX512)
+#define KILN_SLEEF_F(fn, acc) Sleef_##fn##f16##acc##avx512f
+#define KILN_SLEEF_D(fn, acc) Sleef_##fn##d8##acc##avx512f
+using F = Vec<float, 16>;
+using D = Vec<double, 8>;
+using MF = __m512;
+using MD = __m512d;
+inline F sqrt(F x) { return F((F::V)_mm512_sqrt_ps((MF)x.v)); }
+inline D sqrt(D x) { return D((D::V)_mm512_sqrt_pd((MD)x.v)); }
+#else
+#define KILN_SLEEF_F(fn, acc) Sleef_##fn##f8##acc##avx2
+#define KILN_SLEEF_D(fn, acc) Sleef_##fn##d4##acc##avx2
+using F = Vec<float, 8>;
+using D = Vec<double, 4>;
+using MF = __m256;
+using MD = __m256d;
+inline F sqrt(F x) { return F((F::V)_mm256_sqrt_ps((MF)x.v)); }
+inline D sqrt(D x) { return D((D::V)_mm256_sqrt_pd((MD)x.v)); }
+#endif
+#define KILN_VEC_MATH(X)                                                                  \
+  X(exp, _u10) X(log, _u10) X(log1p, _u10) X(expm1, _u10) X(sin, _u10) X(cos, _u10)       \
+  X(tanh, _u10) X(erf, _u10) X(floor, _) X(ceil, _) X(rint, _)
+#define KILN_DEFINE(fn, acc)                                                              \
+  inline F fn(F x) { return F((F::V)KILN_SLEEF_F(fn, acc)((MF)x.v)); }          \
+  inline D fn(D x) { return D((D::V)KILN_SLEEF_D(fn, acc)((MD)x.v)); }
+KILN_VEC_MATH(KILN_DEFINE)
+inline F pow(F x, F y) { return F((F::V)KILN_SLEEF_F(pow, _u10)((MF)x.v, (MF)y.v)); }
+inline D pow(D x, D y) { return D((D::V)KILN_SLEEF_D(pow, _u10)((MD)x.v, (MD)y.v)); }
+#undef KILN_DEFINE
+#undef KILN_VEC_MATH
+#undef KILN_SLEEF_F
+#undef KILN_SLEEF_D
+#endif
+
+// ---- pointwise -------------------------------------------------------------------------
+
+template <bool kNormalizeBool, class E, int W> void store_result(void* out, int64_t i, Vec<E, W> r) {
+  if constexpr (kNormalizeBool) {  // bool computed as u8: any nonzero is true
+    r = select(r != Vec<E, W>(0), Vec<E, W>(1), Vec<E, W>(0));
+  }
+  r.store(static_cast<E*>(out) + i);
+}
+template <bool kNormalizeBool, class E, int W> void store_result(void* out, int64_t i, Mask<E, W> m) {
+  using B [[gnu::vector_size(W)]] = uint8_t;
+  B b = __builtin_convertvector(m.m, B) & 1;
+  std::memcpy(static_cast<uint8_t*>(out) + i, &b, W);
+}
+
+template <class Fm, class E, bool kNormalizeBool, size_t... K>
+void pointwise_loop(int64_t n, void* out, const void* const* in, std::index_sequence<K...>) {
+  constexpr int W = kLanes<E>;
+  const E* p[sizeof...(K)] = {static_cast<const E*>(in[K])...};
+  int64_t i = 0;
+  if constexpr (W > 1) {
+    using V = Vec<E, W>;
+    for (; i + W <= n; i += W) store_result<kNormalizeBool>(out, i, Fm::f(V::load(p[K] + i)...));
+  }
+  using S = Vec<E, 1>;
+  for (; i < n; ++i) store_result<kNormalizeBool>(out, i, Fm::f(S::load(p[K] + i)...));
+}
+
+template <class Fm, class E, int Arity, bool kNormalizeBool = false>
+void pointwise_kernel(int64_t n, void* out, const void* const* in) {
+  pointwise_loop<Fm, E, kNormalizeBool>(n, out, in, std::make_index_sequence<Arity>());
+}
+
+template <class Fm, int Arity> void fill_pointwise(PointwiseFn* row) {
+  if constexpr ((Fm::kinds & fm::F) != 0) {
+    row[int(DType::F32)] = &pointwise_kernel<Fm, float, Arity>;
+    row[int(DType::F64)] = &pointwise_kernel<Fm, double, Arity>;
+  }
+  if constexpr ((Fm::kinds & fm::I) != 0) {
+    row[int(DType::I32)] = &pointwise_kernel<Fm, int32_t, Arity>;
+    row[int(DType::I64)] = &pointwise_kernel<Fm, int64_t, Arity>;
+    row[int(DType::U8)] = &pointwise_kernel<Fm, uint8_t, Arity>;
+  }
+  if constexpr ((Fm::kinds & fm::B) != 0) {
+    row[int(DType::Bool)] = &pointwise_kernel<Fm, uint8_t, Arity, true>;
+  }
+}
+
+// ---- reductions ------------------------------------------------------------------------
+
+template <ReduceKind K, class E> constexpr E identity() {
+  if constexpr (K == ReduceKind::Sum) return E(0);
+  if constexpr (K == ReduceKind::Prod) return E(1);
+  if constexpr (K == ReduceKind::Max)
+    return kIsFloat<E> ? -std::numeric_limits<E>::infinity() : std::numeric_limits<E>::lowest();
+  if constexpr (K == ReduceKind::Min)
+    return kIsFloat<E> ? std::numeric_limits<E>::infinity() : std::numeric_limits<E>::max();
+}
+template <ReduceKind K, class T> T combine(T a, T b) {
+  if constexpr (K == ReduceKind::Sum) return a + b;
+  if constexpr (K == ReduceKind::Prod) return a * b;
+  if constexpr (K == ReduceKind::Max) return fm::Maximum::f(a, b);
+  if constexpr (K == ReduceKind::Min) return fm::Minimum::f(a, b);
+}
+
+// Reduces a block with four vector accumulators, then across lanes.
+template <ReduceKind K, class E> E reduce_block(int64_t n, const E* x) {
+  constexpr int W = kLanes<E>;
+  using V = Vec<E, W>;
+  V a0(identity<K, E>()), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    a0 = combine<K>(a0, V::load(x + i));
+    a1 = combine<K>(a1, V::load(x + i + W));
+    a2 = combine<K>(a2, V::load(x + i + 2 * W));
+    a3 = combine<K>(a3, V::load(x + i + 3 * W));
+  }
+  for (; i + W <= n; i += W) a0 = combine<K>(a0, V::load(x + i));
+  a0 = combine<K>(combine<K>(a0, a1), combine<K>(a2, a3));
+  using S = Vec<E, 1>;
+  S r(identity<K, E>());
+  for (int l = 0; l < W; ++l) r = combine<K>(r, S(a0.lane(l)));
+  for (; i < n; ++i) r = combine<K>(r, S::load(x + i));
+  return r.lane(0);
+}
+
+template <ReduceKind K, class E> void reduce_row(int64_t n, const void* xv, void* accv) {
+  const E* x = static_cast<const E*>(xv);
+  E* acc = static_cast<E*>(accv);
+  if constexpr (K == ReduceKind::Sum && kIsFloat<E>) {
+    // Float sums add blocks in double, so the error stays near one block's.
+    constexpr int64_t kBlock = 4096;
+    double total = 0;
+    for (int64_t i = 0; i < n; i += kBlock) total += reduce_block<K>(n - i < kBlock ? n - i : kBlock, x + i);
+    *acc = static_cast<E>(*acc + total);
+  } else {
+    using S = Vec<E, 1>;
+    *acc = combine<K>(S(*acc), S(reduce_block<K>(n, x))).lane(0);
+  }
+}
+
+template <ReduceKind K, class E>
+void reduce_cols(int64_t rows, int64_t cols, const void* xv, int64_t row_stride, void* accv) {
+  const E* x = static_cast<const E*>(xv);
+  E* acc = static_cast<E*>(accv);
+  constexpr int W = kLanes<E>;
+  int64_t j = 0;
+  if constexpr (W > 1) {
+    using V = Vec<E, W>;
+    for (; j + W <= cols; j += W) {
+      V a = V::load(acc + j);
+      for (int64_t i = 0; i < rows; ++i) a = combine<K>(a, V::load(x + i * row_stride + j));
+      a.store(acc + j);
+    }
+  }
+  using S = Vec<E, 1>;
+  for (; j < cols; ++j) {
+    S a = S::load(acc + j);
+    for (int64_t i = 0; i < rows; ++i) a = combine<K>(a, S::load(x + i * row_stride + j));
+    a.store(acc + j);
+  }
+}
+
+template <ReduceKind K> void fill_reduce(KernelTable& t) {
+  t.reduce_row[int(K)][int(DType::F32)] = &reduce_row<K, float>;
+  t.reduce_row[int(K)][int(DType::F64)] = &reduce_row<K, double>;
+  t.reduce_row[int(K)][int(DType::I64)] = &reduce_row<K, int64_t>;
+  t.reduce_cols[int(K)][int(DType::F32)] = &reduce_cols<K, float>;
+  t.reduce_cols[int(K)][int(DType::F64)] = &reduce_cols<K, double>;
+  t.reduce_cols[int(K)][int(DType::I64)] = &reduce_cols<K, int64_t>;
+}
+
+}  // namespace
+
+void fill(KernelTable& t) {
+#define OP(Name, name, arity, family) KILN_FILL_##family(Name, arity)
+#define KILN_FILL_Pointwise(Name, arity) fill_pointwise<fm::Name, arity>(t.pointwise[int(OpId::Name)]);
+#define KILN_FILL_Cast(Name, arity)
+#define KILN_FILL_Reduce(Name, arity)
+#define KILN_FILL_View(Name, arity)
+#define KILN_FILL_Copy(Name, arity)
+#define KILN_FILL_Other(Name, arity)
+#include "runtime/ops.def"
+#undef OP
+  fill_reduce<ReduceKind::Sum>(t);
+  fill_reduce<ReduceKind::Prod>(t);
+  fill_reduce<ReduceKind::Max>(t);
+  fill_reduce<ReduceKind::Min>(t);
+}
+
+}  // namespace kiln::simd::KILN_ISA

@@ -1,0 +1,159 @@
+// runtime/tensor.h -- Tensor: a reference-counted handle to shaped, strided, typed memory.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/dims.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/ref.h"
+#include "runtime/scalar.h"
+
+namespace kiln {
+
+/// dtype + shape + device: the one spelling of a tensor's type, printed `f32[2,3]` (a device
+/// other than the CPU follows: `f32[2,3]@cuda:0`) in IR, errors and kernel names.
+struct TensorType {
+  DType dtype = DType::F32;
+  Dims shape;
+  Device device = cpu;
+  std::string str() const;
+  friend bool operator==(const TensorType& a, const TensorType& b) {
+    return a.dtype == b.dtype && a.shape == b.shape && a.device == b.device;
+  }
+};
+std::ostream& operator<<(std::ostream& os, const TensorType& t);
+/// "[2,3]"
+std::string shape_str(const Dims& shape);
+
+/// A block of device memory that tensors view. Views of one tensor share one Storage, and with
+/// it the version counter that in-place ops bump (autograd uses it to detect stale saves).
+class Storage final : public RefCounted {
+ public:
+  /// Allocates `nbytes` from the device's allocator.
+  Storage(size_t nbytes, Device device);
+  /// Wraps memory owned elsewhere; `deleter` runs when the last view goes away.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~Storage();
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  bool owned_ = false;  // true: from the device allocator
+  std::function<void(void*)> deleter_;
+  std::atomic<uint32_t> version_{0};
+};
+
+struct AutogradMeta;  // runtime/autograd_meta.h: grad, grad_fn, requires_grad
+
+/// What a Tensor handle points to. Plain data; invariants are kept by Tensor and apply().
+struct TensorImpl final : RefCounted {
+  Ref<Storage> storage;  // null for a tensor without data (a tracer's tensor)
+  int64_t offset = 0;    // in elements
+  Dims shape;
+  Dims strides;          // in elements
+  DType dtype = DType::F32;
+  Device device = cpu;
+  std::unique_ptr<AutogradMeta> autograd;
+
+  TensorImpl();
+  ~TensorImpl();
+};
+
+/// A tensor. Copying a Tensor copies the handle, not the data (like torch::Tensor); views
+/// (reshape, permute, slice, expand, ...) share storage with their base.
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Ref<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  /// A new contiguous tensor with uninitialized contents.
+  static Tensor empty(const TensorType& type);
+
+  bool defined() const { return static_cast<bool>(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const Dims& shape() const { return impl_->shape; }
+  const Dims& strides() const { return impl_->strides; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  /// Size of dimension `d`; negative `d` counts from the end.
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return impl_->shape.product(); }
+  int64_t offset() const { return impl_->offset; }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->device; }
+  TensorType type() const { return {impl_->dtype, impl_->shape, impl_->device}; }
+  bool is_contiguous() const;
+  bool has_storage() const { return static_cast<bool>(impl_->storage); }
+  /// Address of element [0,...,0]. Throws when the tensor has no data (while tracing).
+  void* data_ptr() const;
+  /// Typed address of element [0,...,0]; T must match dtype().
+  template <class T> T* data() const;
+  /// The single element of a tensor with one element, converted to T.
+  template <class T> T item() const;
+  /// The elements in row-major order, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+
+  // Views: share storage with *this.
+  Tensor view(const Dims& shape) const;     // no copy; throws when the strides don't allow it
+  Tensor reshape(const Dims& shape) const;  // a view when possible, else a copy
+  Tensor permute(const Dims& order) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;  // transpose of a matrix (rank <= 2)
+  Tensor slice(int64_t dim, int64_t start, int64_t stop, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor expand(const Dims& shape) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+
+  Tensor contiguous() const;  // *this when already contiguous
+  Tensor clone() const;
+  Tensor to(DType dtype) const;  // *this when the dtype already matches
+
+  // Reductions and common ops as methods, for LibTorch-style code.
+  Tensor sum() const;
+  Tensor sum(const Dims& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Dims& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor abs() const;
+  Tensor sqrt() const;
+  Tensor pow(const Tensor& e) const;
+  Tensor pow(Scalar e) const;
+
+  std::string str() const;  // the same text as operator<<
+
+ private:
+  Ref<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+/// Normalizes a possibly negative dim against `rank`; throws naming `op` when out of range.
+int64_t wrap_dim(int64_t dim, int64_t rank, const char* op);
+/// Row-major strides of a contiguous tensor of this shape.
+Dims contiguous_strides(const Dims& shape);
+
+}  // namespace kiln
