@@ -194,5 +194,8 @@ void save_npy(const Tensor& t, const std::string& path);
 /// number of cores).
 void set_num_threads(int n);
 int num_threads();
+/// The instruction set of the CPU kernels in use: "avx512", "avx2" or "scalar" (KILN_ISA
+/// lowers it, for testing).
+const char* cpu_kernel_isa();
 
 }  // namespace kiln

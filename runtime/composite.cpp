@@ -3,6 +3,9 @@
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/ops/loops.h"
+#include "runtime/parallel.h"
+#include "runtime/recorder.h"
 #include "runtime/type_rules.h"
 
 namespace kiln {
@@ -37,6 +40,38 @@ Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
 }
 
 namespace {
+
+// Runs a shape-preserving composite `fn` that reduces only over the trailing `trailing` dims of
+// x block by block over the leading rows, in parallel, so each block's temporaries stay in
+// cache: every primitive pass then costs cache bandwidth, not memory bandwidth, and the eager
+// composite reads x and writes its result about once. Only when nothing records the ops.
+template <class F> Tensor by_row_blocks(const Tensor& x, int64_t trailing, F fn) {
+  constexpr int64_t kBlockElems = 64 * 1024;  // elements per block's temporaries
+  int64_t rows = 1;
+  for (int64_t i = 0; i < x.dim() - trailing; ++i) rows *= x.shape()[i];
+  int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
+  if (active_recorder() || in_parallel_region() || x.numel() < 4 * kBlockElems || rows < 2 ||
+      row_elems > kBlockElems)
+    return fn(x);
+  int64_t block = std::max<int64_t>(1, kBlockElems / row_elems);
+  Dims shape2{rows};
+  for (int64_t i = x.dim() - trailing; i < x.dim(); ++i) shape2.push_back(x.shape()[i]);
+  Tensor x2 = x.reshape(shape2);
+  Tensor first = fn(x2.slice(0, 0, block));
+  Tensor out = empty(shape2, first.dtype());
+  copy_into(first, out.slice(0, 0, block));
+  int64_t nblocks = (rows + block - 1) / block;
+  parallel_for(1, nblocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t r0 = b * block, r1 = std::min(rows, r0 + block);
+      copy_into(fn(x2.slice(0, r0, r1)), out.slice(0, r0, r1));
+    }
+  });
+  return out.reshape(x.shape());
+}
+
+bool is_last_dim(const Tensor& x, int64_t dim) { return x.dim() > 0 && wrap_dim(dim, x.dim(), "softmax") == x.dim() - 1; }
+
 // The max over dims with infinities replaced by 0, so x - m stays finite where x is.
 Tensor stable_shift(const Tensor& x, const Dims& dims) {
   Tensor m = amax(x, dims, true);
@@ -55,15 +90,21 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  Tensor xf = x.to(to_float_dtype(x.dtype()));
-  Tensor e = exp(xf - stable_shift(xf, {dim}));
-  return e / sum(e, {dim}, true);
+  auto f = [dim](const Tensor& in) {
+    Tensor xf = in.to(to_float_dtype(in.dtype()));
+    Tensor e = exp(xf - stable_shift(xf, {dim}));
+    return e / sum(e, {dim}, true);
+  };
+  return is_last_dim(x, dim) ? by_row_blocks(x, 1, f) : f(x);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  Tensor xf = x.to(to_float_dtype(x.dtype()));
-  Tensor shifted = xf - stable_shift(xf, {dim});
-  return shifted - log(sum(exp(shifted), {dim}, true));
+  auto f = [dim](const Tensor& in) {
+    Tensor xf = in.to(to_float_dtype(in.dtype()));
+    Tensor shifted = xf - stable_shift(xf, {dim});
+    return shifted - log(sum(exp(shifted), {dim}, true));
+  };
+  return is_last_dim(x, dim) ? by_row_blocks(x, 1, f) : f(x);
 }
 
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
@@ -83,11 +124,16 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
                "layer_norm: weight and bias must have shape {}, got {}", shape_str(normalized_shape),
                p->type().str());
   }
-  Tensor centered = x - mean(x, dims, true);
-  Tensor y = centered * rsqrt(mean(centered * centered, dims, true) + eps);
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  auto f = [&](const Tensor& in) {
+    Dims d;
+    for (int64_t i = 0; i < k; ++i) d.push_back(in.dim() - k + i);
+    Tensor centered = in - mean(in, d, true);
+    Tensor y = centered * rsqrt(mean(centered * centered, d, true) + eps);
+    if (weight.defined()) y = y * weight;
+    if (bias.defined()) y = y + bias;
+    return y;
+  };
+  return by_row_blocks(x, k, f);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -28,21 +28,27 @@ struct DriverCtx {
 void pointwise_row(void* c, char* const* p, const int64_t* st, int64_t n) {
   const auto& x = *static_cast<const DriverCtx*>(c);
   int64_t ke = dtype_size(x.kernel_type), koe = dtype_size(x.kernel_out);
-  bool direct = x.out_type == x.kernel_out && st[0] == koe;
-  for (int k = 0; k < x.arity; ++k) direct = direct && x.in_type[k] == x.kernel_type && st[k + 1] == ke;
-  const void* in[3];
-  if (direct) {
-    for (int k = 0; k < x.arity; ++k) in[k] = p[k + 1];
-    return x.fn(n, p[0], in);
+  // Operands the kernel reads in place: the compute dtype, contiguous or broadcast (stride 0).
+  uint32_t in_place = 0, broadcast = 0;
+  for (int k = 0; k < x.arity; ++k) {
+    if (x.in_type[k] != x.kernel_type) continue;
+    if (st[k + 1] == ke) in_place |= 1u << k;
+    if (st[k + 1] == 0) in_place |= 1u << k, broadcast |= 1u << k;
   }
+  bool out_direct = x.out_type == x.kernel_out && st[0] == koe;
+  const void* in[3];
+  if (out_direct && in_place == (1u << x.arity) - 1) {
+    for (int k = 0; k < x.arity; ++k) in[k] = p[k + 1];
+    return x.fn(n, p[0], in, broadcast);
+  }
+  // Otherwise convert or gather chunks into buffers first.
   alignas(64) char buf[3][kChunk * 8];
   alignas(64) char obuf[kChunk * 8];
-  bool out_direct = x.out_type == x.kernel_out && st[0] == koe;
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     int64_t m = std::min(kChunk, n - c0);
     for (int k = 0; k < x.arity; ++k) {
       const char* src = p[k + 1] + c0 * st[k + 1];
-      if (x.in_type[k] == x.kernel_type && st[k + 1] == ke) {
+      if (in_place >> k & 1) {
         in[k] = src;
       } else {
         convert(src, st[k + 1], x.in_type[k], buf[k], ke, x.kernel_type, m);
@@ -51,9 +57,9 @@ void pointwise_row(void* c, char* const* p, const int64_t* st, int64_t n) {
     }
     char* dst = p[0] + c0 * st[0];
     if (out_direct) {
-      x.fn(m, dst, in);
+      x.fn(m, dst, in, broadcast);
     } else {
-      x.fn(m, obuf, in);
+      x.fn(m, obuf, in, broadcast);
       convert(obuf, koe, x.kernel_out, dst, st[0], x.out_type, m);
     }
   }

@@ -1,6 +1,8 @@
 // runtime/simd/kernels.cpp -- picks the kernel table for this CPU, once.
 #include "runtime/simd/kernels.h"
 
+#include "runtime/api.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -46,3 +48,7 @@ const KernelTable& kernels() {
 }
 
 }  // namespace kiln::simd
+
+namespace kiln {
+const char* cpu_kernel_isa() { return simd::kernels().isa; }
+}  // namespace kiln

@@ -15,8 +15,9 @@
 namespace kiln::simd {
 
 /// out[i] = f(in[0][i], in[1][i], ...) for i < n. `out` has the compute dtype, or bool (one
-/// byte, 0 or 1) for comparisons and logical ops.
-using PointwiseFn = void (*)(int64_t n, void* out, const void* const* in);
+/// byte, 0 or 1) for comparisons and logical ops. Bit k of `broadcast` set: operand k is one
+/// element used for every i (a number, or a dim broadcast along the row).
+using PointwiseFn = void (*)(int64_t n, void* out, const void* const* in, uint32_t broadcast);
 
 enum class ReduceKind : uint8_t { Sum, Prod, Max, Min };
 inline constexpr int kNumReduceKinds = 4;

@@ -56,6 +56,12 @@ template <class E, int W> struct Vec {
     if constexpr (std::is_floating_point_v<E>) return static_cast<E>(c);
     else return static_cast<E>(static_cast<int64_t>(c));
   }
+  // From an element value (not via double: i64 keeps all its bits).
+  static Vec broadcast(E c) {
+    Vec r;
+    r.v = V{} + c;
+    return r;
+  }
   static Vec load(const E* p) {
     Vec r;
     std::memcpy(&r.v, p, sizeof(V));
@@ -181,21 +187,36 @@ template <bool kNormalizeBool, class E, int W> void store_result(void* out, int6
 }
 
 template <class Fm, class E, bool kNormalizeBool, size_t... K>
-void pointwise_loop(int64_t n, void* out, const void* const* in, std::index_sequence<K...>) {
+void pointwise_loop(int64_t n, void* out, const void* const* in, uint32_t broadcast,
+                    std::index_sequence<K...>) {
   constexpr int W = kLanes<E>;
-  const E* p[sizeof...(K)] = {static_cast<const E*>(in[K])...};
+  constexpr size_t N = sizeof...(K);
+  // A broadcast operand reads lanes of a W-wide splat at index (i & 0): branch-free.
+  alignas(64) E splat[N][W];
+  const E* p[N];
+  int64_t mask[N];
+  for (size_t k = 0; k < N; ++k) {
+    p[k] = static_cast<const E*>(in[k]);
+    mask[k] = -1;
+    if (broadcast >> k & 1) {
+      for (int l = 0; l < W; ++l) splat[k][l] = p[k][0];
+      p[k] = splat[k];
+      mask[k] = 0;
+    }
+  }
   int64_t i = 0;
   if constexpr (W > 1) {
     using V = Vec<E, W>;
-    for (; i + W <= n; i += W) store_result<kNormalizeBool>(out, i, Fm::f(V::load(p[K] + i)...));
+    for (; i + W <= n; i += W)
+      store_result<kNormalizeBool>(out, i, Fm::f(V::load(p[K] + (i & mask[K]))...));
   }
   using S = Vec<E, 1>;
-  for (; i < n; ++i) store_result<kNormalizeBool>(out, i, Fm::f(S::load(p[K] + i)...));
+  for (; i < n; ++i) store_result<kNormalizeBool>(out, i, Fm::f(S::load(p[K] + (i & mask[K]))...));
 }
 
 template <class Fm, class E, int Arity, bool kNormalizeBool = false>
-void pointwise_kernel(int64_t n, void* out, const void* const* in) {
-  pointwise_loop<Fm, E, kNormalizeBool>(n, out, in, std::make_index_sequence<Arity>());
+void pointwise_kernel(int64_t n, void* out, const void* const* in, uint32_t broadcast) {
+  pointwise_loop<Fm, E, kNormalizeBool>(n, out, in, broadcast, std::make_index_sequence<Arity>());
 }
 
 template <class Fm, int Arity> void fill_pointwise(PointwiseFn* row) {
@@ -234,7 +255,7 @@ template <ReduceKind K, class T> T combine(T a, T b) {
 template <ReduceKind K, class E> E reduce_block(int64_t n, const E* x) {
   constexpr int W = kLanes<E>;
   using V = Vec<E, W>;
-  V a0(identity<K, E>()), a1 = a0, a2 = a0, a3 = a0;
+  V a0 = V::broadcast(identity<K, E>()), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
   for (; i + 4 * W <= n; i += 4 * W) {
     a0 = combine<K>(a0, V::load(x + i));
@@ -245,8 +266,8 @@ template <ReduceKind K, class E> E reduce_block(int64_t n, const E* x) {
   for (; i + W <= n; i += W) a0 = combine<K>(a0, V::load(x + i));
   a0 = combine<K>(combine<K>(a0, a1), combine<K>(a2, a3));
   using S = Vec<E, 1>;
-  S r(identity<K, E>());
-  for (int l = 0; l < W; ++l) r = combine<K>(r, S(a0.lane(l)));
+  S r = S::broadcast(identity<K, E>());
+  for (int l = 0; l < W; ++l) r = combine<K>(r, S::broadcast(a0.lane(l)));
   for (; i < n; ++i) r = combine<K>(r, S::load(x + i));
   return r.lane(0);
 }
@@ -262,7 +283,7 @@ template <ReduceKind K, class E> void reduce_row(int64_t n, const void* xv, void
     *acc = static_cast<E>(*acc + total);
   } else {
     using S = Vec<E, 1>;
-    *acc = combine<K>(S(*acc), S(reduce_block<K>(n, x))).lane(0);
+    *acc = combine<K>(S::broadcast(*acc), S::broadcast(reduce_block<K>(n, x))).lane(0);
   }
 }
 

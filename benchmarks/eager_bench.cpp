@@ -1,0 +1,99 @@
+// benchmarks/eager_bench.cpp -- the eager path: per-op cost on tiny tensors, bandwidth on
+// large ones beside a plain copy loop, matmul, softmax and layer_norm.
+#include <benchmark/benchmark.h>
+
+#include <kiln/kiln.h>
+
+#include <cstring>
+
+using namespace kiln;
+
+namespace {
+
+constexpr int64_t k16M = 16 << 20;
+
+void BM_AddTiny(benchmark::State& s) {
+  Tensor a = randn({s.range(0)}), b = randn({s.range(0)});
+  benchmark::DoNotOptimize(a + b);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(a + b);
+}
+BENCHMARK(BM_AddTiny)->Name("add_tiny[1]/kiln")->Arg(1);
+BENCHMARK(BM_AddTiny)->Name("add_tiny[64]/kiln")->Arg(64);
+
+void BM_MulScalarTiny(benchmark::State& s) {
+  Tensor a = randn({s.range(0)});
+  benchmark::DoNotOptimize(a * 0.5f);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(a * 0.5f);
+}
+BENCHMARK(BM_MulScalarTiny)->Name("mul_scalar_tiny[1]/kiln")->Arg(1);
+BENCHMARK(BM_MulScalarTiny)->Name("mul_scalar_tiny[64]/kiln")->Arg(64);
+
+// The bandwidth limit: memcpy of 16M floats split over kiln's threads.
+void BM_Copy(benchmark::State& s) {
+  Tensor a = randn({k16M}), b = empty({k16M});
+  const char* src = static_cast<const char*>(a.data_ptr());
+  char* dst = static_cast<char*>(b.data_ptr());
+  std::memcpy(dst, src, k16M * 4);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) {
+    parallel_for(0, k16M * 4, 1 << 20, [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, hi - lo); });
+    benchmark::ClobberMemory();
+  }
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
+}
+BENCHMARK(BM_Copy)->Name("add_16M/copy")->UseRealTime();
+
+void BM_Add16M(benchmark::State& s) {
+  Tensor a = randn({k16M}), b = randn({k16M});
+  benchmark::DoNotOptimize(a + b);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(a + b);
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 3);
+}
+BENCHMARK(BM_Add16M)->Name("add_16M/kiln")->UseRealTime();
+
+void BM_Tanh16M(benchmark::State& s) {
+  Tensor a = randn({k16M});
+  benchmark::DoNotOptimize(tanh(a));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(tanh(a));
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
+}
+BENCHMARK(BM_Tanh16M)->Name("tanh_16M/kiln")->UseRealTime();
+
+// gelu with the tanh approximation, written as 9 primitive ops (one pass over memory each).
+Tensor gelu_9ops(const Tensor& x) {
+  Tensor cube = x * x * x;
+  Tensor inner = (x + cube * 0.044715f) * 0.7978845608f;
+  return x * 0.5f * (tanh(inner) + 1.0f);
+}
+void BM_Gelu9(benchmark::State& s) {
+  Tensor a = randn({k16M});
+  benchmark::DoNotOptimize(gelu_9ops(a));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(gelu_9ops(a));
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);  // what one fused pass would move
+}
+BENCHMARK(BM_Gelu9)->Name("gelu_9ops_16M/kiln")->UseRealTime();
+
+void BM_Matmul(benchmark::State& s) {
+  Tensor a = randn({1024, 1024}), b = randn({1024, 1024});
+  benchmark::DoNotOptimize(matmul(a, b));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(matmul(a, b));
+  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * double(s.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Matmul)->Name("matmul_1024/kiln")->UseRealTime();
+
+void BM_Softmax(benchmark::State& s) {
+  Tensor a = randn({4096, 1024});
+  benchmark::DoNotOptimize(softmax(a, -1));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(softmax(a, -1));
+  s.SetBytesProcessed(s.iterations() * a.numel() * 4 * 2);
+}
+BENCHMARK(BM_Softmax)->Name("softmax_4096x1024/kiln")->UseRealTime();
+
+void BM_LayerNorm(benchmark::State& s) {
+  Tensor a = randn({4096, 1024}), w = randn({1024}), b = randn({1024});
+  benchmark::DoNotOptimize(layer_norm(a, {1024}, w, b));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(layer_norm(a, {1024}, w, b));
+  s.SetBytesProcessed(s.iterations() * a.numel() * 4 * 2);
+}
+BENCHMARK(BM_LayerNorm)->Name("layer_norm_4096x1024/kiln")->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,100 @@
+// benchmarks/torch_bench.cpp -- the same cases as eager_bench.cpp, through LibTorch (built
+// only when Debian's libtorch-dev is installed), on the same number of threads.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <kiln/kiln.h>
+
+namespace {
+
+constexpr int64_t k16M = 16 << 20;
+
+void same_threads() { torch::set_num_threads(kiln::num_threads()); }
+
+void BM_TorchAddTiny(benchmark::State& s) {
+  same_threads();
+  torch::NoGradGuard g;
+  auto a = torch::randn({s.range(0)}), b = torch::randn({s.range(0)});
+  benchmark::DoNotOptimize(a + b);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(a + b);
+}
+BENCHMARK(BM_TorchAddTiny)->Name("add_tiny[1]/torch")->Arg(1);
+BENCHMARK(BM_TorchAddTiny)->Name("add_tiny[64]/torch")->Arg(64);
+
+void BM_TorchMulScalarTiny(benchmark::State& s) {
+  same_threads();
+  torch::NoGradGuard g;
+  auto a = torch::randn({s.range(0)});
+  benchmark::DoNotOptimize(a * 0.5f);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(a * 0.5f);
+}
+BENCHMARK(BM_TorchMulScalarTiny)->Name("mul_scalar_tiny[1]/torch")->Arg(1);
+BENCHMARK(BM_TorchMulScalarTiny)->Name("mul_scalar_tiny[64]/torch")->Arg(64);
+
+void BM_TorchAdd16M(benchmark::State& s) {
+  same_threads();
+  auto a = torch::randn({k16M}), b = torch::randn({k16M});
+  benchmark::DoNotOptimize(a + b);  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(a + b);
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 3);
+}
+BENCHMARK(BM_TorchAdd16M)->Name("add_16M/torch")->UseRealTime();
+
+void BM_TorchTanh16M(benchmark::State& s) {
+  same_threads();
+  auto a = torch::randn({k16M});
+  benchmark::DoNotOptimize(torch::tanh(a));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(torch::tanh(a));
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
+}
+BENCHMARK(BM_TorchTanh16M)->Name("tanh_16M/torch")->UseRealTime();
+
+void BM_TorchGelu9(benchmark::State& s) {
+  same_threads();
+  auto x = torch::randn({k16M});
+  for (auto _ : s) {
+    auto cube = x * x * x;
+    auto inner = (x + cube * 0.044715f) * 0.7978845608f;
+    benchmark::DoNotOptimize(x * 0.5f * (torch::tanh(inner) + 1.0f));
+  }
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
+}
+BENCHMARK(BM_TorchGelu9)->Name("gelu_9ops_16M/torch")->UseRealTime();
+
+void BM_TorchGeluKernel(benchmark::State& s) {  // LibTorch's own single kernel, for reference
+  same_threads();
+  auto x = torch::randn({k16M});
+  benchmark::DoNotOptimize(torch::gelu(x, "tanh"));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(torch::gelu(x, "tanh"));
+  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
+}
+BENCHMARK(BM_TorchGeluKernel)->Name("gelu_at::gelu_16M/torch")->UseRealTime();
+
+void BM_TorchMatmul(benchmark::State& s) {
+  same_threads();
+  auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
+  benchmark::DoNotOptimize(torch::matmul(a, b));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(torch::matmul(a, b));
+  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * double(s.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_TorchMatmul)->Name("matmul_1024/torch")->UseRealTime();
+
+void BM_TorchSoftmax(benchmark::State& s) {
+  same_threads();
+  auto a = torch::randn({4096, 1024});
+  benchmark::DoNotOptimize(torch::softmax(a, -1));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(torch::softmax(a, -1));
+  s.SetBytesProcessed(s.iterations() * a.numel() * 4 * 2);
+}
+BENCHMARK(BM_TorchSoftmax)->Name("softmax_4096x1024/torch")->UseRealTime();
+
+void BM_TorchLayerNorm(benchmark::State& s) {
+  same_threads();
+  auto a = torch::randn({4096, 1024}), w = torch::randn({1024}), b = torch::randn({1024});
+  benchmark::DoNotOptimize(torch::layer_norm(a, {1024}, w, b));  // warm-up: first-touch page faults stay out of the timing
+  for (auto _ : s) benchmark::DoNotOptimize(torch::layer_norm(a, {1024}, w, b));
+  s.SetBytesProcessed(s.iterations() * a.numel() * 4 * 2);
+}
+BENCHMARK(BM_TorchLayerNorm)->Name("layer_norm_4096x1024/torch")->UseRealTime();
+
+}  // namespace

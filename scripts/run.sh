@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# scripts/run.sh -- the README's commands: install what is missing, build, then run.
+#   scripts/run.sh demo    Release build, then the main demo
+#   scripts/run.sh test    RelWithDebInfo build, then the whole test suite (ctest)
+#   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-test}"
+jobs="${KILN_JOBS:-$(nproc)}"
+
+configure_and_build() {  # build_dir build_type [cmake args...]
+  local dir="$1" type="$2"
+  shift 2
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
+  ninja -C "$dir" -j "$jobs"
+}
+
+case "$what" in
+  demo)
+    scripts/deps.sh
+    configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF
+    ./build-release/examples/kmeans
+    ;;
+  test)
+    scripts/deps.sh
+    configure_and_build build RelWithDebInfo
+    ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+    ;;
+  bench)
+    scripts/deps.sh --bench
+    configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF
+    ./build-release/benchmarks/kiln_bench "${@:2}"
+    ;;
+  *)
+    echo "usage: scripts/run.sh demo|test|bench" >&2
+    exit 2
+    ;;
+esac
