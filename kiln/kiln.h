@@ -1,6 +1,7 @@
 // kiln/kiln.h -- everything a kiln program needs: #include <kiln/kiln.h>.
 #pragma once
 
+#include "autograd/autograd.h"
 #include "runtime/allocator.h"
 #include "runtime/api.h"
 #include "runtime/dtype.h"

@@ -13,6 +13,7 @@ namespace {
 constexpr size_t kAlign = 64;
 constexpr int kSubClasses = 4;  // 2^k, 1.25*2^k, 1.5*2^k, 1.75*2^k: at most 25% waste
 constexpr int kNumClasses = 64 * kSubClasses;
+constexpr size_t kMaxBytes = size_t{1} << 62;  // beyond this the size classes overflow
 
 // Size class of a request and the block size that class hands out.
 int size_class(size_t n, size_t* block) {
@@ -36,6 +37,7 @@ class CachingCpuAllocator final : public Allocator {
   ~CachingCpuAllocator() override { empty_cache(); }
 
   void* allocate(size_t nbytes) override {
+    if (nbytes > kMaxBytes) throw std::bad_alloc();
     size_t block;
     int c = size_class(nbytes == 0 ? 1 : nbytes, &block);
     {
@@ -84,7 +86,17 @@ class CachingCpuAllocator final : public Allocator {
 
   AllocatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    AllocatorStats s = stats_;
+    s.cache_limit = cap_;
+    return s;
+  }
+
+  void set_cache_limit(int64_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cap_ = bytes;
+    }
+    empty_cache();
   }
 
   void empty_cache() override {

@@ -14,6 +14,7 @@ struct AllocatorStats {
   int64_t allocations = 0;    // calls to allocate
   int64_t cache_hits = 0;     // allocations served from the cache
   int64_t system_allocs = 0;  // allocations that went to the system
+  int64_t cache_limit = 0;    // most bytes kept for reuse
 };
 
 /// Memory for one device. Blocks are 64-byte aligned. The CUDA allocator implements the same
@@ -26,6 +27,8 @@ class Allocator {
   virtual AllocatorStats stats() const = 0;
   /// Returns every cached block to the system.
   virtual void empty_cache() = 0;
+  /// Caps the bytes kept for reuse (0: keep nothing, every free goes to the system).
+  virtual void set_cache_limit(int64_t bytes) = 0;
 };
 
 /// The CPU allocator: a caching allocator with size classes (a freed block is kept and handed

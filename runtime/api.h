@@ -90,7 +90,11 @@ Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, Scalar b);
+Tensor logical_and(Scalar a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, Scalar b);
+Tensor logical_or(Scalar a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
@@ -172,6 +176,9 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim = 0);
 Tensor stack(std::initializer_list<Tensor> tensors, int64_t dim = 0);
 /// out[i][j] = x[index[i][j]][j] for dim 0, and so on (torch.gather).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// x with src[i][j] added at [index[i][j]][j] for dim 0, and so on (torch.scatter_add);
+/// repeated positions accumulate.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 /// Entries of x along `dim` at the positions in 1-d integer `index`.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// Constant padding: `pads` holds (before, after) pairs starting from the last dim, like

@@ -1,6 +1,7 @@
 // runtime/apply.cpp -- the op table and apply(): the one place where any op runs.
 #include <array>
 
+#include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/formulas.h"
@@ -51,9 +52,22 @@ Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
   }
   TensorType type = op.infer(id, in, attrs);
   if (Recorder* rec = t_recorder) return rec->record(id, in, attrs, type);
-  if (op.view) return op.view(in[0], attrs);
-  Tensor out = Tensor::empty(type);
-  op.cpu(id, in, attrs, out);
+  bool taped = false;
+  if (grad_enabled()) {
+    for (const Tensor& t : in) taped = taped || requires_grad(t.impl());
+  }
+  Tensor out;
+  {
+    // Kernels may run other ops for their own bookkeeping; those are never taped.
+    GradModeGuard no_grad(false);
+    if (op.view) {
+      out = op.view(in[0], attrs);
+    } else {
+      out = Tensor::empty(type);
+      op.cpu(id, in, attrs, out);
+    }
+  }
+  if (taped) record_grad(id, in, attrs, out);
   return out;
 }
 

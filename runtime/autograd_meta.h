@@ -1,12 +1,70 @@
-// runtime/autograd_meta.h -- what a tensor carries for autograd (filled in by autograd/).
+// runtime/autograd_meta.h -- the tape: what apply() records for reverse mode, per tensor and
+// per op. The engine that walks it lives in autograd/engine.cpp.
 #pragma once
 
-#include "runtime/tensor.h"
+#include <vector>
+
+#include "runtime/op.h"
 
 namespace kiln {
 
+struct Node;
+
+/// Where the gradient of one input goes: the node that made it, or the leaf it is.
+struct Edge {
+  Ref<Node> node;
+  Ref<TensorImpl> leaf;
+};
+
+/// One recorded op: enough to run its vjp once the output's gradient is known.
+struct Node final : RefCounted {
+  OpId op{};
+  Attrs attrs;
+  std::vector<Tensor> saved_in;        // the tensor inputs (empty when the rule needs none)
+  Tensor saved_out;                    // the output without its history (when the rule needs it)
+  std::vector<uint32_t> versions;      // storage versions when saved: inputs..., then output
+  std::vector<TensorType> in_types;    // each tensor input's type, to fit its gradient
+  std::vector<Edge> next;              // per tensor input; empty edge: needs no gradient
+  TensorType out_type;
+  uint64_t sequence = 0;               // creation order; the engine runs later nodes first
+  bool released = false;               // saved tensors freed by a backward without retain_graph
+
+  void release() {
+    saved_in.clear();
+    saved_out = Tensor();
+    released = true;
+  }
+};
+
+/// Per-tensor autograd state, allocated only for tensors that take part in autograd.
 struct AutogradMeta {
-  virtual ~AutogradMeta() = default;
+  bool requires_grad = false;  // set on leaves by requires_grad_()
+  Tensor grad;                 // accumulated by backward (leaves)
+  Ref<Node> grad_fn;           // the op that made this tensor; null for leaves
+};
+
+/// True when gradients flow into `t`: a leaf that requires grad, or a result of such.
+inline bool requires_grad(const TensorImpl* t) {
+  return t->autograd && (t->autograd->requires_grad || t->autograd->grad_fn);
+}
+
+/// Records `out = op(in)` on the tape when grad mode is on and an input requires grad.
+void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out);
+
+/// Grad mode: when off (inside a NoGradGuard), ops are not recorded. Per thread.
+bool grad_enabled();
+void set_grad_enabled(bool on);
+
+/// Sets grad mode for a scope; NoGradGuard (autograd/autograd.h) is GradModeGuard(false).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool on) : prev_(grad_enabled()) { set_grad_enabled(on); }
+  ~GradModeGuard() { set_grad_enabled(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
 };
 
 }  // namespace kiln

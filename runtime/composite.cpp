@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "runtime/api.h"
+#include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
@@ -36,6 +37,8 @@ Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
 }
 
 Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  KILN_CHECK(x.defined(), "std: the tensor is undefined");
+  normalize_axes(dims, x.dim(), "std");  // so a bad dim is reported as std's, not var's
   return sqrt(var(x, dims, correction, keepdim));
 }
 
@@ -44,13 +47,17 @@ namespace {
 // Runs a shape-preserving composite `fn` that reduces only over the trailing `trailing` dims of
 // x block by block over the leading rows, in parallel, so each block's temporaries stay in
 // cache: every primitive pass then costs cache bandwidth, not memory bandwidth, and the eager
-// composite reads x and writes its result about once. Only when nothing records the ops.
-template <class F> Tensor by_row_blocks(const Tensor& x, int64_t trailing, F fn) {
+// composite reads x and writes its result about once. Only when nothing records the ops
+// (`params` are the other tensors fn reads, for the autograd check).
+template <class F>
+Tensor by_row_blocks(const Tensor& x, int64_t trailing, F fn, std::initializer_list<Tensor> params = {}) {
+  bool taped = grad_enabled() && x.requires_grad();
+  for (const Tensor& p : params) taped = taped || (grad_enabled() && p.defined() && p.requires_grad());
   constexpr int64_t kBlockElems = 64 * 1024;  // elements per block's temporaries
   int64_t rows = 1;
   for (int64_t i = 0; i < x.dim() - trailing; ++i) rows *= x.shape()[i];
   int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
-  if (active_recorder() || in_parallel_region() || x.numel() < 4 * kBlockElems || rows < 2 ||
+  if (taped || active_recorder() || in_parallel_region() || x.numel() < 4 * kBlockElems || rows < 2 ||
       row_elems > kBlockElems)
     return fn(x);
   int64_t block = std::max<int64_t>(1, kBlockElems / row_elems);
@@ -70,7 +77,10 @@ template <class F> Tensor by_row_blocks(const Tensor& x, int64_t trailing, F fn)
   return out.reshape(x.shape());
 }
 
-bool is_last_dim(const Tensor& x, int64_t dim) { return x.dim() > 0 && wrap_dim(dim, x.dim(), "softmax") == x.dim() - 1; }
+bool is_last_dim(const Tensor& x, int64_t dim, const char* op) {
+  KILN_CHECK(x.defined(), "{}: the tensor is undefined", op);
+  return x.dim() > 0 && wrap_dim(dim, x.dim(), op) == x.dim() - 1;
+}
 
 // The max over dims with infinities replaced by 0, so x - m stays finite where x is.
 Tensor stable_shift(const Tensor& x, const Dims& dims) {
@@ -80,11 +90,12 @@ Tensor stable_shift(const Tensor& x, const Dims& dims) {
 }  // namespace
 
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_CHECK(x.defined(), "logsumexp: the tensor is undefined");
+  Dims axes = normalize_axes(dims, x.dim(), "logsumexp");
   Tensor xf = x.to(to_float_dtype(x.dtype()));
   Tensor m = stable_shift(xf, dims);
   Tensor out = log(sum(exp(xf - m), dims, true)) + m;
   if (keepdim) return out;
-  Dims axes = normalize_axes(dims, x.dim(), "logsumexp");
   for (size_t i = axes.size(); i-- > 0;) out = out.squeeze(axes[i]);
   return out;
 }
@@ -95,7 +106,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
     Tensor e = exp(xf - stable_shift(xf, {dim}));
     return e / sum(e, {dim}, true);
   };
-  return is_last_dim(x, dim) ? by_row_blocks(x, 1, f) : f(x);
+  return is_last_dim(x, dim, "softmax") ? by_row_blocks(x, 1, f) : f(x);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
@@ -104,11 +115,12 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
     Tensor shifted = xf - stable_shift(xf, {dim});
     return shifted - log(sum(exp(shifted), {dim}, true));
   };
-  return is_last_dim(x, dim) ? by_row_blocks(x, 1, f) : f(x);
+  return is_last_dim(x, dim, "log_softmax") ? by_row_blocks(x, 1, f) : f(x);
 }
 
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  KILN_CHECK(x.defined(), "layer_norm: the tensor is undefined");
   int64_t k = static_cast<int64_t>(normalized_shape.size());
   KILN_CHECK(k >= 1 && k <= x.dim(), "layer_norm: normalized_shape {} does not fit input {}",
              shape_str(normalized_shape), x.type().str());
@@ -133,7 +145,7 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
     if (bias.defined()) y = y + bias;
     return y;
   };
-  return by_row_blocks(x, k, f);
+  return by_row_blocks(x, k, f, {weight, bias});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -67,9 +67,11 @@ Tensor linspace(double start, double stop, int64_t steps, DType dtype) {
   Tensor t = empty({steps}, DType::F64);
   double* p = t.data<double>();
   double step = steps > 1 ? (stop - start) / double(steps - 1) : 0;
-  // Fill from both ends, as PyTorch does, so the last value is exactly `stop`.
+  // Fill from both ends, as PyTorch does, so the last value is exactly `stop`; a single step
+  // is `start`.
+  int64_t half = std::max<int64_t>(steps / 2, 1);
   for (int64_t i = 0; i < steps; ++i)
-    p[i] = i < steps / 2 ? start + step * double(i) : stop - step * double(steps - 1 - i);
+    p[i] = i < half ? start + step * double(i) : stop - step * double(steps - 1 - i);
   return t.to(dtype);
 }
 

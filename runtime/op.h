@@ -54,9 +54,31 @@ enum class Promote : uint8_t {
 enum KindMask : uint8_t { kBool = 1, kInt = 2, kFloat = 4, kAllKinds = 7 };
 uint8_t kind_bit(DType t);
 
+/// What a derivative rule sees. Rules use only ordinary Tensor ops (never storage), so the
+/// same rule serves eager backward and, replayed on a tracer's tensors, IR autodiff.
+struct VjpArgs {
+  OpId op;
+  std::span<const Tensor> in;  // the tensor inputs, as given to apply() (when the op saves them)
+  std::span<const TensorType> in_types;  // their types (always)
+  const Tensor& out;           // the output (defined when the op's OpDef saves it)
+  const Tensor& grad;          // gradient of the loss with respect to out
+  const Attrs& attrs;
+  uint32_t needs;              // bit k: operand k needs a gradient (others may be skipped)
+  bool needs_grad(int k) const { return needs >> k & 1; }
+  /// Operand k: a tensor input, or a pointwise immediate as a 0-d tensor of the compute dtype.
+  Tensor operand(int k) const;
+};
+/// One gradient per operand (pointwise: per operand slot, immediates included); an undefined
+/// Tensor means none. The engine sums each back to its input's shape and dtype.
+using Grads = std::vector<Tensor>;
+
 using InferFn = TensorType (*)(OpId, std::span<const Tensor>, const Attrs&);
 using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out);
 using ViewFn = Tensor (*)(const Tensor&, const Attrs&);
+using VjpFn = Grads (*)(const VjpArgs&);
+
+/// What a derivative rule reads, so the tape keeps only that.
+enum SaveMask : uint8_t { kSaveNothing = 0, kSaveInputs = 1, kSaveOutput = 2, kSaveBoth = 3 };
 
 /// One op's behaviour, defined once in its family's file (see DESIGN.md "One op, one list").
 /// Its name, arity and family come from ops.def.
@@ -66,6 +88,9 @@ struct OpDef {
   InferFn infer = nullptr;          // shape/dtype rule: throws kiln::Error on bad input
   KernelFn cpu = nullptr;           // writes the result into a fresh contiguous `out`
   ViewFn view = nullptr;            // views: returns an alias of the input instead
+  VjpFn vjp = nullptr;              // derivative, written with Tensor ops
+  bool differentiable = true;       // false: no gradient flows through it (comparisons, argmax)
+  uint8_t saves = kSaveInputs;      // what vjp reads (SaveMask)
 };
 
 const OpDef& op_def(OpId id);

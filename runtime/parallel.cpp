@@ -159,7 +159,8 @@ void parallel_run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void* c
   int64_t n = end - begin;
   if (t_in_region || n <= grain) return fn(ctx, begin, end);
   auto p = pool();
-  int64_t chunks = std::min<int64_t>(p->size(), (n + grain - 1) / std::max<int64_t>(grain, 1));
+  // Round down, so that every chunk gets at least `grain` items.
+  int64_t chunks = std::min<int64_t>(p->size(), n / std::max<int64_t>(grain, 1));
   if (chunks <= 1 || !p->run(begin, end, chunks, fn, ctx)) fn(ctx, begin, end);
 }
 }  // namespace detail

@@ -11,6 +11,7 @@ namespace {
 
 constexpr int64_t kSummarizeAbove = 1000;  // elements; larger tensors print their edges
 constexpr int64_t kEdgeItems = 3;
+constexpr size_t kLineWidth = 80;  // rows longer than this wrap
 
 struct Style {
   bool is_float = false, all_whole = true, sci = false;
@@ -51,16 +52,33 @@ void print_dim(std::ostream& os, const std::vector<double>& v, const Dims& shape
   for (size_t i = d + 1; i < shape.size(); ++i) stride *= shape[i];
   os << '[';
   auto idx = shown(shape[d], summarize);
+  bool row = d + 1 == shape.size();
+  // A row puts as many values on a line as fit in kLineWidth after its indent (PyTorch's rule).
+  size_t room = kLineWidth - std::min(kLineWidth, indent + d);
+  size_t per_line = std::max<size_t>(1, room / (s.width + 2));
   for (size_t k = 0; k < idx.size(); ++k) {
     if (k > 0) {
       os << ',';
-      if (d + 1 == shape.size()) os << ' ';
-      else os << std::string(shape.size() - d - 1, '\n') << std::string(indent + d + 1, ' ');
+      if (row && k % per_line != 0) os << ' ';
+      else os << std::string(row ? 1 : shape.size() - d - 1, '\n') << std::string(indent + d + 1, ' ');
     }
-    if (idx[k] < 0) os << "...";
+    if (idx[k] < 0) os << (row ? " ..." : "...");
     else print_dim(os, v, shape, d + 1, offset + idx[k] * stride, s, t, summarize, indent);
   }
   os << ']';
+}
+
+// Appends the values the printout shows (all of them unless summarizing) to `out`.
+void collect_shown(const std::vector<double>& v, const Dims& shape, size_t d, int64_t offset,
+                   bool summarize, std::vector<double>* out) {
+  if (d == shape.size()) {
+    out->push_back(v[static_cast<size_t>(offset)]);
+    return;
+  }
+  int64_t stride = 1;
+  for (size_t i = d + 1; i < shape.size(); ++i) stride *= shape[i];
+  for (int64_t i : shown(shape[d], summarize))
+    if (i >= 0) collect_shown(v, shape, d + 1, offset + i * stride, summarize, out);
 }
 
 }  // namespace
@@ -72,8 +90,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   Style s;
   s.is_float = is_float(t.dtype());
   bool summarize = t.numel() > kSummarizeAbove;
+  std::vector<double> seen;  // as in PyTorch, only the values shown decide the format
+  collect_shown(v, t.shape(), 0, 0, summarize, &seen);
   double lo = INFINITY, hi = 0;
-  for (double x : v) {
+  for (double x : seen) {
     if (!std::isfinite(x)) continue;
     s.all_whole = s.all_whole && x == std::floor(x);
     double a = std::abs(x);
@@ -83,12 +103,16 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   // PyTorch's rule: scientific notation when the range is wide or values are extreme.
   if (s.is_float && lo != INFINITY) s.sci = hi / lo > 1000.0 || hi > 1e8 || lo < 1e-4;
   if (s.is_float && s.sci) s.all_whole = false;
-  for (double x : v) s.width = std::max(s.width, format_value(x, s, t.dtype()).size());
+  // Float columns are as wide as the finite nonzero values; "nan", "inf" or "-0." may stick out.
+  for (double x : seen)
+    if (!s.is_float || (std::isfinite(x) && x != 0))
+      s.width = std::max(s.width, format_value(x, s, t.dtype()).size());
   os << "tensor(";
   if (t.dim() == 0) os << format_value(v[0], s, t.dtype());
+  else if (t.numel() == 0) os << "[]";
   else print_dim(os, v, t.shape(), 0, 0, s, t.dtype(), summarize, 7);
   bool default_dtype = t.dtype() == DType::F32 || t.dtype() == DType::I64 || t.dtype() == DType::Bool;
-  if (t.numel() == 0) os << ", size=" << shape_str(t.shape());
+  if (t.numel() == 0 && t.dim() != 1) os << ", size=" << shape_str(t.shape());
   if (!default_dtype) os << ", dtype=" << dtype_name(t.dtype());
   if (!t.device().is_cpu()) os << ", device=" << t.device().str();
   return os << ')';

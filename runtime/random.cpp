@@ -81,7 +81,12 @@ void manual_seed(uint64_t seed) {
 
 Tensor rand(const Dims& shape, DType dtype) {
   KILN_CHECK(is_float(dtype), "rand: dtype must be a float type, got {}", dtype_name(dtype));
-  return draw(shape, dtype, [](const Philox& r) { return uniform53(r); });
+  // Keep only as many bits as the dtype's significand holds: rounding 53 bits to nearest would
+  // turn values just below 1 into 1.
+  int bits = dtype == DType::F64 ? 53 : dtype == DType::F32 ? 24 : dtype == DType::F16 ? 11 : 8;
+  double scale = std::ldexp(1.0, bits);
+  return draw(shape, dtype,
+              [scale](const Philox& r) { return std::floor(uniform53(r) * scale) / scale; });
 }
 
 Tensor randn(const Dims& shape, DType dtype) {

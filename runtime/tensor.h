@@ -4,6 +4,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,7 @@ struct TensorImpl final : RefCounted {
   DType dtype = DType::F32;
   Device device = cpu;
   std::unique_ptr<AutogradMeta> autograd;
+  Ref<TensorImpl> view_base;  // for a view: the tensor whose storage it views (never a view)
 
   TensorImpl();
   ~TensorImpl();
@@ -122,6 +124,41 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+
+  // Autograd (see autograd/autograd.h).
+  bool requires_grad() const;
+  /// Marks a leaf as needing gradients (or not); returns *this.
+  Tensor& requires_grad_(bool on = true);
+  /// The gradient accumulated by backward(); undefined until then.
+  Tensor grad() const;
+  void set_grad(const Tensor& g);
+  /// Drops the accumulated gradient (the next backward starts from nothing).
+  void zero_grad();
+  /// True for tensors not made by a recorded op (what backward accumulates .grad() into).
+  bool is_leaf() const;
+  /// Name of the op that made this tensor ("mul"), or "" for a leaf.
+  std::string grad_fn_name() const;
+  /// Reverse mode from this tensor; `gradient` may be omitted for a single-element tensor.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false,
+                bool create_graph = false) const;
+  /// The same data without autograd history (shares storage).
+  Tensor detach() const;
+
+  // In-place ops: write into this tensor's storage and bump its version. Under autograd they
+  // are recorded; one that would corrupt a saved tensor makes backward throw, not lie.
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi);
+  Tensor& zero_();
+  Tensor& fill_(Scalar value);
+  /// Copies `src` (broadcast and converted) into this tensor.
+  Tensor& copy_(const Tensor& src);
 
   Tensor contiguous() const;  // *this when already contiguous
   Tensor clone() const;

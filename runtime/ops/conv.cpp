@@ -8,6 +8,7 @@
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
+#include "runtime/ops/vjp_util.h"
 #include "runtime/parallel.h"
 
 namespace kiln {
@@ -154,14 +155,158 @@ void pool_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& ou
   copy_into(o, out);
 }
 
+// ---- derivatives, written with conv2d, pad, slice and index_select (so they differentiate
+// again) ---------------------------------------------------------------------------------
+
+// Inserts s - 1 zeros between the entries of dim `dim`.
+Tensor dilate(const Tensor& t, int64_t dim, int64_t s) {
+  if (s == 1) return t;
+  int64_t m = t.shape()[dim];
+  return slice_backward(t, [&] { Dims d = t.shape(); d[dim] = (m - 1) * s + 1; return d; }(), dim, 0, (m - 1) * s + 1, s);
+}
+
+Tensor flip(const Tensor& t, int64_t dim) {
+  int64_t n = t.shape()[dim];
+  return index_select(t, dim, arange(n - 1, -1, -1));
+}
+
+// d conv2d / d x for one group: a transposed convolution, as a convolution of the dilated,
+// padded gradient with the flipped, transposed kernel.
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Dims& in_shape, const Attrs& a) {
+  Tensor gd = g;
+  for (int d = 0; d < 2; ++d) gd = dilate(gd, 2 + d, a.stride[d]);
+  Tensor wt = flip(flip(w, 2), 3).transpose(0, 1);
+  Tensor gp = gd;
+  for (int d = 0; d < 2; ++d) {
+    int64_t k = a.dilation[d] * (w.shape()[2 + d] - 1);
+    gp = pad_dim(gp, 2 + d, k, k);
+  }
+  Attrs c;
+  c.stride = {1, 1};
+  c.padding = {0, 0};
+  c.dilation = a.dilation;
+  c.groups = 1;
+  Tensor full = apply(OpId::Conv2d, {gp, wt}, c);  // covers the padded input's first rows
+  for (int d = 0; d < 2; ++d) {
+    int64_t padded = in_shape[2 + d] + 2 * a.padding[d], covered = full.shape()[2 + d];
+    full = pad_dim(full, 2 + d, -a.padding[d], padded - covered - a.padding[d]);
+  }
+  return full;
+}
+
+// d conv2d / d weight for one group: a convolution of the input with the gradient, batch and
+// channels swapped, stride and dilation swapped.
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, const Dims& w_shape, const Attrs& a) {
+  Attrs c;
+  c.stride = a.dilation;
+  c.dilation = a.stride;
+  c.padding = a.padding;
+  c.groups = 1;
+  Tensor r = apply(OpId::Conv2d, {x.transpose(0, 1), g.transpose(0, 1)}, c);  // [C, O, >=kh, >=kw]
+  return r.slice(2, 0, w_shape[2]).slice(3, 0, w_shape[3]).transpose(0, 1);
+}
+
+Grads conv2d_vjp(const VjpArgs& v) {
+  const Tensor &x = v.in[0], &w = v.in[1];
+  int64_t groups = v.attrs.groups, cg = x.shape()[1] / groups, og = w.shape()[0] / groups;
+  std::vector<Tensor> gx, gw;
+  for (int64_t i = 0; i < groups; ++i) {
+    Tensor xi = x.slice(1, i * cg, (i + 1) * cg), wi = w.slice(0, i * og, (i + 1) * og);
+    Tensor gi = v.grad.slice(1, i * og, (i + 1) * og);
+    if (v.needs_grad(0)) gx.push_back(conv2d_input_grad(gi, wi, xi.shape(), v.attrs));
+    if (v.needs_grad(1)) gw.push_back(conv2d_weight_grad(xi, gi, wi.shape(), v.attrs));
+  }
+  return Grads{gx.empty() ? Tensor() : cat(gx, 1), gw.empty() ? Tensor() : cat(gw, 0)};
+}
+
+// The windows of a pool as k*k strided slices of the (padded) input, each [.., oh, ow].
+struct Windows {
+  Tensor padded;               // input padded by `padding` (and at the end, for ceil_mode)
+  std::vector<Tensor> slices;  // one per kernel position (ky, kx)
+  Dims slice_start;            // per slice: (ky, kx) pairs
+};
+
+Windows windows(const Tensor& x, const Attrs& a, const Dims& out_shape, Scalar fill) {
+  int64_t r = x.dim();
+  Windows w;
+  w.padded = x;
+  for (int d = 0; d < 2; ++d) {
+    int64_t in = x.shape()[r - 2 + d], o = out_shape[r - 2 + d];
+    int64_t need = (o - 1) * a.stride[d] + a.shape[d];
+    int64_t extra = std::max<int64_t>(0, need - (in + 2 * a.padding[d]));
+    Dims pads(static_cast<size_t>(2 * (2 - d)), 0);
+    pads[pads.size() - 2] = a.padding[d];
+    pads[pads.size() - 1] = a.padding[d] + extra;
+    w.padded = pad(w.padded, pads, fill);
+  }
+  int64_t oh = out_shape[r - 2], ow = out_shape[r - 1];
+  for (int64_t ky = 0; ky < a.shape[0]; ++ky)
+    for (int64_t kx = 0; kx < a.shape[1]; ++kx) {
+      w.slices.push_back(w.padded.slice(r - 2, ky, ky + (oh - 1) * a.stride[0] + 1, a.stride[0])
+                             .slice(r - 1, kx, kx + (ow - 1) * a.stride[1] + 1, a.stride[1]));
+      w.slice_start.push_back(ky);
+      w.slice_start.push_back(kx);
+    }
+  return w;
+}
+
+// Scatters per-window gradients back onto the input: the sum of each slice's backward, with
+// the padding cropped.
+Tensor gather_windows(const std::vector<Tensor>& grads, const Windows& w, const Attrs& a, const Dims& in_shape) {
+  int64_t r = static_cast<int64_t>(in_shape.size());
+  Tensor acc;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    int64_t ky = w.slice_start[2 * k], kx = w.slice_start[2 * k + 1];
+    int64_t oh = grads[k].shape()[r - 2], ow = grads[k].shape()[r - 1];
+    Dims rows = w.padded.shape();  // the shape between the two slices: rows taken, all columns
+    rows[r - 2] = oh;
+    Tensor gk = slice_backward(grads[k], rows, r - 1, kx, kx + (ow - 1) * a.stride[1] + 1, a.stride[1]);
+    gk = slice_backward(gk, w.padded.shape(), r - 2, ky, ky + (oh - 1) * a.stride[0] + 1, a.stride[0]);
+    acc = acc.defined() ? acc + gk : gk;
+  }
+  for (int d = 0; d < 2; ++d) {
+    int64_t dim = r - 2 + d;
+    acc = pad_dim(acc, dim, -a.padding[d], in_shape[dim] - acc.shape()[dim] + a.padding[d]);
+  }
+  return acc;
+}
+
+// max_pool2d: the first largest element of each window gets the window's gradient.
+Grads max_pool_vjp(const VjpArgs& v) {
+  const Tensor& x = v.in[0];
+  Windows w = windows(x, v.attrs, v.out.shape(), -std::numeric_limits<double>::infinity());
+  Tensor first = argmax(stack(w.slices, 0), 0);
+  std::vector<Tensor> grads;
+  for (size_t k = 0; k < w.slices.size(); ++k)
+    grads.push_back(where(first == static_cast<int64_t>(k), v.grad, 0.0));
+  return Grads{gather_windows(grads, w, v.attrs, x.shape())};
+}
+
+// avg_pool2d: each element of a window gets the window's gradient over its divisor.
+Grads avg_pool_vjp(const VjpArgs& v) {
+  const Dims& shape = v.in_types[0].shape;
+  // Each window's divisor, as the forward counted it: with count_include_pad every window
+  // spans the full kernel (avg_pool2d has no ceil_mode); otherwise only its input elements.
+  Windows valid = windows(ones(shape, v.grad.dtype()), v.attrs, v.grad.shape(), 0.0);
+  Tensor count;
+  if (v.attrs.flag) {
+    count = full({}, static_cast<double>(v.attrs.shape[0] * v.attrs.shape[1]), v.grad.dtype());
+  } else {
+    for (const Tensor& s : valid.slices) count = count.defined() ? count + s : s;
+  }
+  Tensor share = v.grad / count;
+  std::vector<Tensor> grads(valid.slices.size(), share);
+  return Grads{gather_windows(grads, valid, v.attrs, shape)};
+}
+
 }  // namespace
 
 // conv2d(x, weight): 2-d cross-correlation, NCHW; attrs stride, padding, dilation, groups.
-const OpDef defs::Conv2d{.infer = conv2d_rule, .cpu = conv2d_cpu};
+const OpDef defs::Conv2d{.infer = conv2d_rule, .cpu = conv2d_cpu, .vjp = conv2d_vjp};
 // max_pool2d(x): window max; attrs.shape is the kernel, attrs.flag ceil_mode; NaN wins.
-const OpDef defs::MaxPool2d{.infer = pool_rule, .cpu = pool_cpu<true>};
+const OpDef defs::MaxPool2d{.infer = pool_rule, .cpu = pool_cpu<true>, .vjp = max_pool_vjp, .saves = kSaveBoth};
 // avg_pool2d(x): window mean; attrs.flag is count_include_pad.
-const OpDef defs::AvgPool2d{.infer = pool_rule, .cpu = pool_cpu<false>};
+const OpDef defs::AvgPool2d{.infer = pool_rule, .cpu = pool_cpu<false>, .vjp = avg_pool_vjp, .saves = kSaveNothing};
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride,
               const Dims& padding, const Dims& dilation, int64_t groups) {

@@ -160,7 +160,27 @@ void matmul_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& ou
 
 // matmul(a, b): NumPy matrix product; batch dims broadcast. BLAS reads transposed operands
 // in place (no copy).
-const OpDef defs::Matmul{.infer = matmul_rule, .cpu = matmul_cpu};
+const OpDef defs::Matmul{
+    .infer = matmul_rule,
+    .cpu = matmul_cpu,
+    .vjp = [](const VjpArgs& a) {
+      // Treat 1-d operands as matrices, as the forward did; the engine sums broadcast batches.
+      Tensor x = a.in[0], y = a.in[1], g = a.grad;
+      bool xv = x.dim() == 1, yv = y.dim() == 1;
+      if (xv) x = x.unsqueeze(0), g = g.unsqueeze(std::max<int64_t>(g.dim() - 1, 0));
+      if (yv) y = y.unsqueeze(-1), g = g.unsqueeze(g.dim());
+      Tensor gx, gy;
+      if (a.needs_grad(0)) {
+        gx = matmul(g, y.transpose(-1, -2));
+        if (xv) gx = gx.squeeze(-2);
+      }
+      if (a.needs_grad(1)) {
+        gy = matmul(x.transpose(-1, -2), g);
+        if (yv) gy = gy.squeeze(-1);
+      }
+      return Grads{gx, gy};
+    },
+};
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.defined() && b.defined(), "matmul: an operand is an undefined tensor");

@@ -7,6 +7,7 @@
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
 #include "runtime/ops/pointwise.h"
+#include "runtime/ops/vjp_util.h"
 
 namespace kiln {
 namespace {
@@ -20,6 +21,8 @@ Tensor alias(const Tensor& base, Dims shape, Dims strides, int64_t offset) {
   impl->strides = std::move(strides);
   impl->dtype = base.dtype();
   impl->device = base.device();
+  TensorImpl* b = base.impl();
+  impl->view_base = b->view_base ? b->view_base : Ref<TensorImpl>(b);
   return Tensor(std::move(impl));
 }
 
@@ -159,6 +162,8 @@ const OpDef defs::Reshape{
       Tensor c = apply(OpId::Copy, {x});
       return alias(c, a.shape, contiguous_strides(a.shape), c.offset());
     },
+    .vjp = [](const VjpArgs& a) { return Grads{a.grad.reshape(a.in_types[0].shape)}; },
+    .saves = kSaveNothing,
 };
 
 // permute(x): dims reordered by attrs.axes.
@@ -172,6 +177,12 @@ const OpDef defs::Permute{
       }
       return alias(x, shape, strides, x.offset());
     },
+    .vjp = [](const VjpArgs& a) {
+      Dims inverse(a.attrs.axes.size());
+      for (size_t i = 0; i < inverse.size(); ++i) inverse[a.attrs.axes[i]] = static_cast<int64_t>(i);
+      return Grads{a.grad.permute(inverse)};
+    },
+    .saves = kSaveNothing,
 };
 
 // slice(x): along attrs.dim, indices start, start+step, ... < stop.
@@ -183,6 +194,10 @@ const OpDef defs::Slice{
       strides[a.dim] *= a.step;
       return alias(x, shape, strides, x.offset() + a.start * x.strides()[a.dim]);
     },
+    .vjp = [](const VjpArgs& a) {
+      return Grads{slice_backward(a.grad, a.in_types[0].shape, a.attrs.dim, a.attrs.start, a.attrs.stop, a.attrs.step)};
+    },
+    .saves = kSaveNothing,
 };
 
 // expand(x): size-1 dims (and new leading dims) repeated to attrs.shape, with stride 0.
@@ -195,12 +210,16 @@ const OpDef defs::Expand{
         strides[i] = x.shape()[i - lead] == 1 ? 0 : x.strides()[i - lead];
       return alias(x, a.shape, strides, x.offset());
     },
+    .vjp = [](const VjpArgs& a) { return Grads{a.grad}; },  // the engine sums it back
+    .saves = kSaveNothing,
 };
 
 // copy(x): a contiguous copy.
 const OpDef defs::Copy{
     .infer = same_type_rule,
     .cpu = [](OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_into(in[0], out); },
+    .vjp = [](const VjpArgs& a) { return Grads{a.grad}; },
+    .saves = kSaveNothing,
 };
 
 // cat(xs): concatenation along attrs.dim.
@@ -216,6 +235,17 @@ const OpDef defs::Cat{
         at += n;
       }
     },
+    .vjp = [](const VjpArgs& a) {
+      Grads g;
+      int64_t at = 0;
+      for (const TensorType& t : a.in_types) {
+        int64_t n = t.shape[a.attrs.dim];
+        g.push_back(a.grad.slice(a.attrs.dim, at, at + n));
+        at += n;
+      }
+      return g;
+    },
+    .saves = kSaveNothing,
 };
 
 // pad(x): constant padding; attrs.axes holds (before, after) pairs from the last dim backwards
@@ -239,6 +269,12 @@ const OpDef defs::Pad{
       if (src_shape.product() == 0) return;
       copy_into(alias(x, src_shape, x.strides(), src_off), alias(out, dst_shape, out.strides(), dst_off));
     },
+    .vjp = [](const VjpArgs& a) {  // crop what was padded (and pad what was cropped)
+      Dims back = a.attrs.axes;
+      for (int64_t& v : back) v = -v;
+      return Grads{pad(a.grad, back)};
+    },
+    .saves = kSaveNothing,
 };
 
 // ---- Tensor view methods ----------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include "runtime/ops/pointwise.h"
 
 #include <cstring>
+#include <limits>
 
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
@@ -76,6 +77,8 @@ void store_scalar(Scalar s, DType t, char* dst) {
   });
 }
 
+}  // namespace
+
 void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   const OpDef& op = op_def(id);
   DriverCtx ctx;
@@ -111,36 +114,36 @@ void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Te
   for_each_row(shape, ops, kParallelGrain, pointwise_row, &ctx);
 }
 
-template <class Fm> constexpr OpDef pointwise_def() {
-  return OpDef{.promote = static_cast<Promote>(Fm::promote),
-               .kinds = Fm::kinds,
-               .infer = pointwise_rule,
-               .cpu = pointwise_cpu};
-}
+namespace {
 
 TensorType cast_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(in.size() == 1, "cast: expected one tensor, got {}", in.size());
+  KILN_CHECK(static_cast<int>(a.dtype) < kNumDTypes, "cast: invalid dtype {}", static_cast<int>(a.dtype));
   return {a.dtype, in[0].shape(), in[0].device()};
 }
 
-}  // namespace
+// Whether number s has a value in compute dtype t: an integer number must fit an integer dtype
+// (-3 has no u8 value; storing it as 253 would make `u8_tensor < -3` true everywhere).
+bool fits(Scalar s, DType t) {
+  if (s.kind() != Scalar::Kind::Int || !is_integral(t)) return true;
+  int64_t v = s.to_int();
+  return visit_dtype(t, [&](auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_integral_v<T>)
+      return v >= int64_t{std::numeric_limits<T>::lowest()} && v <= int64_t{std::numeric_limits<T>::max()};
+    else return true;
+  });
+}
 
-// Each pointwise op's rule, kernel and promotion come from its formula (formulas.h).
-#define OP(Name, name, arity, family) KILN_DEF_##family(Name)
-#define KILN_DEF_Pointwise(Name) const OpDef defs::Name = pointwise_def<fm::Name>();
-#define KILN_DEF_Cast(Name)
-#define KILN_DEF_Reduce(Name)
-#define KILN_DEF_View(Name)
-#define KILN_DEF_Copy(Name)
-#define KILN_DEF_Other(Name)
-#include "runtime/ops.def"
-#undef OP
+}  // namespace
 
 // cast(x): elementwise conversion to attrs.dtype (floats to integers truncate toward zero and
 // saturate; NaN gives 0; anything nonzero is true).
 const OpDef defs::Cast{
     .infer = cast_rule,
     .cpu = [](OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_into(in[0], out); },
+    .vjp = [](const VjpArgs& a) { return Grads{a.grad}; },  // the engine casts it back
+    .saves = kSaveNothing,
 };
 
 DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands) {
@@ -192,6 +195,8 @@ Tensor pointwise(OpId id, std::initializer_list<Operand> operands) {
       }());
     } else {
       KILN_CHECK(!(id == OpId::Where && k == 0), "where: condition must be a tensor");
+      KILN_CHECK(fits(o.scalar, a.dtype), "{}: {} is out of range for dtype {}", op_name(id),
+                 o.scalar.to_int(), dtype_name(a.dtype));
       a.imm_mask |= static_cast<uint8_t>(1u << k);
       a.imm[k] = o.scalar;
     }

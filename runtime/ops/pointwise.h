@@ -4,6 +4,8 @@
 #include <initializer_list>
 
 #include "runtime/op.h"
+#include "runtime/ops/formulas.h"
+#include "runtime/type_rules.h"
 
 namespace kiln {
 
@@ -17,6 +19,21 @@ struct Operand {
   const Tensor* tensor;
   Scalar scalar;
 };
+
+/// The CPU kernel of every pointwise op: the strided driver around its vectorized formula.
+void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out);
+
+/// A pointwise op's OpDef: promotion and dtype kinds from its formula Fm, the shared shape
+/// rule and kernel, and its derivative.
+template <class Fm> constexpr OpDef pointwise_def(VjpFn vjp, uint8_t saves = kSaveInputs) {
+  return OpDef{.promote = static_cast<Promote>(Fm::promote),
+               .kinds = Fm::kinds,
+               .infer = pointwise_rule,
+               .cpu = pointwise_cpu,
+               .vjp = vjp,
+               .differentiable = vjp != nullptr,
+               .saves = vjp ? saves : uint8_t{kSaveNothing}};
+}
 
 /// The dtype op `id` computes in for these operands (NumPy promotion, then the op's Promote).
 DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands);

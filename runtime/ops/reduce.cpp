@@ -7,6 +7,7 @@
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
+#include "runtime/ops/vjp_util.h"
 #include "runtime/parallel.h"
 #include "runtime/simd/kernels.h"
 #include "runtime/type_rules.h"
@@ -172,7 +173,11 @@ template <bool kMax> void arg_cpu(OpId id, std::span<const Tensor> in, const Att
     rows = x.reshape({1, x.numel()});
   } else {
     int64_t d = wrap_dim(a.axes[0], x.dim(), op_name(id));
-    rows = x.dim() == 0 ? x.reshape({1, 1}) : x.transpose(d, -1).contiguous();
+    Dims order;  // d last, the other dims in order, so the rows follow the output's layout
+    for (int64_t i = 0; i < x.dim(); ++i)
+      if (i != d) order.push_back(i);
+    order.push_back(d);
+    rows = x.dim() == 0 ? x.reshape({1, 1}) : x.permute(order).contiguous();
     rows = rows.reshape({-1, rows.dim() == 0 ? 1 : rows.shape().back()});
   }
   rows = rows.contiguous();
@@ -199,22 +204,54 @@ template <bool kMax> void arg_cpu(OpId id, std::span<const Tensor> in, const Att
   });
 }
 
-constexpr OpDef reduce_def() { return OpDef{.infer = reduce_rule, .cpu = reduce_cpu}; }
+Dims axes_of(const VjpArgs& a) {
+  return normalize_axes(a.attrs.axes, static_cast<int64_t>(a.in_types[0].shape.size()), op_name(a.op));
+}
+
+// sum: the gradient is spread back over the reduced axes.
+Grads sum_vjp(const VjpArgs& a) {
+  return Grads{unreduce(a.grad, a.in_types[0].shape, axes_of(a), a.attrs.keepdim)};
+}
+
+// prod: d/dx_i = product of the others. Written without dividing by x_i where it is 0: with
+// one zero only that element gets the product of the rest; with two or more, none does.
+Grads prod_vjp(const VjpArgs& a) {
+  const Tensor& x = a.in[0];
+  Dims axes = axes_of(a);
+  const Dims& shape = x.shape();
+  Tensor g = unreduce(a.grad, shape, axes, a.attrs.keepdim);
+  Tensor out = unreduce(a.out, shape, axes, a.attrs.keepdim);
+  Tensor is_zero = x == 0;
+  Tensor zeros = unreduce(sum(is_zero, axes, true), shape, axes, true);
+  Tensor prod_nonzero = unreduce(prod(where(is_zero, 1.0, x), axes, true), shape, axes, true);
+  Tensor general = g * out / where(is_zero, 1.0, x);
+  Tensor lone_zero = where(logical_and(is_zero, zeros == 1), g * prod_nonzero, 0.0);
+  return Grads{where(zeros == 0, general, lone_zero)};
+}
+
+// max/min: the gradient goes to the elements equal to the result, split evenly among ties.
+Grads extremum_vjp(const VjpArgs& a) {
+  const Tensor& x = a.in[0];
+  Dims axes = axes_of(a);
+  Tensor hit = (x == unreduce(a.out, x.shape(), axes, a.attrs.keepdim)).to(a.grad.dtype());
+  Tensor count = sum(hit, axes, true);
+  return Grads{unreduce(a.grad, x.shape(), axes, a.attrs.keepdim) * hit / count};
+}
 
 }  // namespace
 
 // sum(x): over attrs.axes (empty: all), keepdim per attrs.keepdim; integers sum into i64.
-const OpDef defs::Sum = reduce_def();
+const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing};
 // prod(x): as sum, multiplying.
-const OpDef defs::Prod = reduce_def();
+const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth};
 // max_reduce(x): largest element over the axes; NaN wins.
-const OpDef defs::MaxReduce = reduce_def();
+const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth};
 // min_reduce(x): smallest element over the axes; NaN wins.
-const OpDef defs::MinReduce = reduce_def();
+const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth};
 // argmax(x): i64 index of the first largest element over one axis (or all).
-const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>};
+const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false};
 // argmin(x): i64 index of the first smallest element over one axis (or all).
-const OpDef defs::Argmin{.infer = reduce_rule, .cpu = arg_cpu<false>};
+const OpDef defs::Argmin{.infer = reduce_rule, .cpu = arg_cpu<false>, .differentiable = false};
 
 namespace {
 Tensor reduce(OpId id, const Tensor& x, const Dims& dims, bool keepdim) {

@@ -1,0 +1,80 @@
+// autograd/autograd.h -- reverse-mode automatic differentiation over the eager tape.
+//
+// Every op applied to a tensor that requires grad is recorded (runtime/apply.cpp); backward()
+// walks the records from the output, running each op's vjp (written with Tensor ops next to
+// the op, runtime/ops/*.cpp) and summing each gradient back to its input's shape.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+/// Turns off recording for a scope, like torch::NoGradGuard (optimizer updates, evaluation).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+/// Turns recording back on inside a NoGradGuard.
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+bool is_grad_enabled();
+
+namespace autograd {
+
+/// Accumulates d(sum of outputs[i] * grad_outputs[i]) / d(leaf) into every reachable leaf's
+/// grad(). grad_outputs may be empty when every output has one element (then 1 is used).
+/// retain_graph keeps the saved tensors for another backward; create_graph records the
+/// backward pass itself, so its results can be differentiated again.
+void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {},
+              bool retain_graph = false, bool create_graph = false);
+
+/// The gradients of the outputs with respect to `inputs` (leaves or not), returned instead of
+/// accumulated into grad(). An input the outputs do not depend on throws unless allow_unused,
+/// which returns an undefined tensor for it.
+std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,
+                         std::span<const Tensor> grad_outputs = {}, bool retain_graph = false,
+                         bool create_graph = false, bool allow_unused = false);
+std::vector<Tensor> grad(std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> inputs,
+                         std::initializer_list<Tensor> grad_outputs = {}, bool retain_graph = false,
+                         bool create_graph = false, bool allow_unused = false);
+
+/// Options for gradcheck.
+struct GradcheckOptions {
+  double eps = 1e-6;   // finite-difference step
+  double atol = 1e-5;
+  double rtol = 1e-3;
+  uint64_t seed = 0;   // for the random projection of the output
+};
+
+/// Compares the analytical gradient of fn at `inputs` (f64 tensors; those that require grad
+/// are checked) with central finite differences, through a random projection of fn's output.
+/// Returns "" when they agree, else a message naming the input, element and both values.
+std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
+                      std::span<const Tensor> inputs, const GradcheckOptions& options = {});
+
+}  // namespace autograd
+
+/// Sums `g` over the dims that broadcasting added or expanded, so it has `shape`.
+Tensor sum_to(const Tensor& g, const Dims& shape);
+
+}  // namespace kiln

@@ -1,0 +1,225 @@
+// autograd/engine.cpp -- the backward pass over the tape recorded by apply().
+#include <algorithm>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd.h"
+#include "runtime/api.h"
+#include "runtime/autograd_meta.h"
+#include "runtime/check.h"
+
+namespace kiln {
+
+NoGradGuard::NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
+NoGradGuard::~NoGradGuard() { set_grad_enabled(prev_); }
+EnableGradGuard::EnableGradGuard() : prev_(grad_enabled()) { set_grad_enabled(true); }
+EnableGradGuard::~EnableGradGuard() { set_grad_enabled(prev_); }
+bool is_grad_enabled() { return grad_enabled(); }
+
+Tensor sum_to(const Tensor& g, const Dims& shape) {
+  if (g.shape() == shape) return g;
+  int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  KILN_ASSERT(lead >= 0);
+  Dims axes;
+  for (int64_t i = 0; i < g.dim(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)) axes.push_back(i);
+  Tensor s = axes.empty() ? g : sum(g, axes, true);
+  return s.reshape(shape);
+}
+
+namespace autograd {
+namespace {
+
+struct ByLatest {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence < b->sequence; }
+};
+
+Tensor accumulate(const Tensor& a, const Tensor& b) { return a.defined() ? a + b : b; }
+
+// Fits a rule's gradient to the input it belongs to: shape (un-broadcast) and dtype.
+Tensor fit(const Tensor& g, const TensorType& t) {
+  Tensor r = sum_to(g, t.shape);
+  return r.dtype() == t.dtype ? r : r.to(t.dtype);
+}
+
+void check_saved(const Node& n) {
+  KILN_CHECK(!n.released,
+             "backward: trying to run {} backward a second time after its saved tensors were "
+             "freed; pass retain_graph=true to the first backward", op_name(n.op));
+  size_t k = 0;
+  auto check = [&](const Tensor& t, const char* what) {
+    if (!t.defined() || !t.has_storage()) return;
+    uint32_t now = t.impl()->storage->version();
+    KILN_CHECK(now == n.versions[k],
+               "backward: a tensor {} saved by {} ({}) was modified by an in-place op since it "
+               "was saved (version {}, expected {}); use an out-of-place op or clone() it first",
+               t.type().str(), op_name(n.op), what, now, n.versions[k]);
+  };
+  for (const Tensor& t : n.saved_in) check(t, "an input"), ++k;
+  if (n.saved_out.defined()) check(n.saved_out, "its output");
+}
+
+// Runs the backward pass. When `inputs` is non-empty, gradients reaching them are captured
+// into `captured` instead of accumulating into leaves.
+void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph,
+         bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured) {
+  KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
+             "backward: {} gradients given for {} outputs", grad_outputs.size(), outputs.size());
+  GradModeGuard mode(create_graph);
+  std::unordered_map<const Node*, Tensor> buffer;
+  std::unordered_map<const TensorImpl*, Tensor> leaf_grads;  // when capturing
+  std::unordered_map<const Node*, size_t> capture_node;
+  std::unordered_map<const TensorImpl*, size_t> capture_leaf;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].defined(), "grad: input {} is undefined", i);
+    if (inputs[i].is_leaf()) capture_leaf[inputs[i].impl()] = i;
+    else capture_node[inputs[i].impl()->autograd->grad_fn.get()] = i;
+  }
+  bool capturing = captured != nullptr;
+
+  auto deliver_leaf = [&](TensorImpl* leaf, const Tensor& g) {
+    if (capturing) {
+      if (capture_leaf.count(leaf)) leaf_grads[leaf] = accumulate(leaf_grads[leaf], g);
+      return;
+    }
+    AutogradMeta& m = *leaf->autograd;
+    m.grad = accumulate(m.grad, create_graph ? g : g.detach());
+  };
+
+  std::vector<Node*> roots;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    KILN_CHECK(out.defined(), "backward: output {} is undefined", i);
+    KILN_CHECK(out.requires_grad(), "backward: output {} ({}) does not require grad: no input "
+               "of the ops that made it requires grad", i, out.type().str());
+    Tensor g;
+    if (grad_outputs.empty() || !grad_outputs[i].defined()) {
+      KILN_CHECK(out.numel() == 1, "backward: output {} has {} elements; pass a gradient for "
+                 "it (backward works implicitly only on one-element outputs)", out.type().str(), out.numel());
+      g = ones(out.shape(), out.dtype());
+    } else {
+      g = grad_outputs[i];
+      KILN_CHECK(g.shape() == out.shape(), "backward: gradient {} does not match output {}",
+                 g.type().str(), out.type().str());
+    }
+    if (out.is_leaf()) {
+      deliver_leaf(out.impl(), g);
+      continue;
+    }
+    Node* n = out.impl()->autograd->grad_fn.get();
+    buffer[n] = accumulate(buffer[n], g);
+    roots.push_back(n);
+  }
+
+  // Count, for each reachable node, the edges that will deliver a gradient to it.
+  std::unordered_map<const Node*, int> pending;
+  std::vector<Node*> stack(roots.begin(), roots.end());
+  std::unordered_set<const Node*> seen(roots.begin(), roots.end());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      ++pending[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
+  for (Node* r : roots)
+    if (pending[r] == 0 && seen.erase(r)) ready.push(r);  // erase: push each root once
+
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    Ref<Node> keep(n);  // buffers and edges may drop the last other reference
+    Tensor g;
+    if (auto it = buffer.find(n); it != buffer.end()) {
+      g = std::move(it->second);
+      buffer.erase(it);
+    }
+    if (auto it = capture_node.find(n); it != capture_node.end() && g.defined()) {
+      (*captured)[it->second] = accumulate((*captured)[it->second], g);
+    }
+    const OpDef& op = op_def(n->op);
+    KILN_CHECK(op.vjp, "backward: {} has no derivative", op_name(n->op));
+    if (g.defined()) check_saved(*n);
+    uint32_t needs = 0;
+    int arity = static_cast<int>(n->next.size());
+    {  // operand slot k of a pointwise op may be an immediate; map tensor edges to slots
+      int t = 0;
+      for (int k = 0; t < arity; ++k) {
+        if (n->attrs.imm_mask >> k & 1) continue;
+        if (n->next[t].node || n->next[t].leaf) needs |= 1u << k;
+        ++t;
+      }
+    }
+    Grads grads;
+    if (needs && g.defined()) {  // no gradient reached n: it still releases its children
+      VjpArgs args{n->op, n->saved_in, n->in_types, n->saved_out, g, n->attrs, needs};
+      grads = op.vjp(args);
+    }
+    if (!retain_graph) n->release();
+    int t = 0;
+    for (int k = 0; t < arity; ++k) {
+      if (n->attrs.imm_mask >> k & 1) continue;
+      const Edge& e = n->next[t];
+      const TensorType& type = n->in_types[t];
+      ++t;
+      if (!e.node && !e.leaf) continue;
+      Tensor gk = static_cast<size_t>(k) < grads.size() ? grads[k] : Tensor();
+      if (e.node) {
+        if (gk.defined()) buffer[e.node.get()] = accumulate(buffer[e.node.get()], fit(gk, type));
+        if (--pending[e.node.get()] == 0) ready.push(e.node.get());
+      } else if (gk.defined()) {
+        deliver_leaf(e.leaf.get(), fit(gk, type));
+      }
+    }
+  }
+  if (capturing) {
+    for (auto& [leaf, g] : leaf_grads) (*captured)[capture_leaf[leaf]] = g;
+  }
+}
+
+}  // namespace
+
+void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs,
+              bool retain_graph, bool create_graph) {
+  run(outputs, grad_outputs, retain_graph, create_graph, {}, nullptr);
+}
+
+std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,
+                         std::span<const Tensor> grad_outputs, bool retain_graph,
+                         bool create_graph, bool allow_unused) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(),
+               "grad: input {} ({}) does not require grad", i,
+               inputs[i].defined() ? inputs[i].type().str() : "undefined");
+  std::vector<Tensor> out(inputs.size());
+  run(outputs, grad_outputs, retain_graph || create_graph, create_graph, inputs, &out);
+  for (size_t i = 0; i < out.size(); ++i)
+    KILN_CHECK(out[i].defined() || allow_unused,
+               "grad: input {} ({}) was not used to compute the outputs; pass allow_unused=true "
+               "to get an undefined gradient for it", i, inputs[i].type().str());
+  return out;
+}
+
+std::vector<Tensor> grad(std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> inputs,
+                         std::initializer_list<Tensor> grad_outputs, bool retain_graph,
+                         bool create_graph, bool allow_unused) {
+  return grad(std::span<const Tensor>(outputs.begin(), outputs.size()),
+              std::span<const Tensor>(inputs.begin(), inputs.size()),
+              std::span<const Tensor>(grad_outputs.begin(), grad_outputs.size()), retain_graph,
+              create_graph, allow_unused);
+}
+
+}  // namespace autograd
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  Tensor self = *this;
+  autograd::backward(std::span<const Tensor>(&self, 1),
+                     gradient.defined() ? std::span<const Tensor>(&gradient, 1) : std::span<const Tensor>(),
+                     retain_graph, create_graph);
+}
+
+}  // namespace kiln

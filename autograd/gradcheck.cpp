@@ -1,0 +1,63 @@
+// autograd/gradcheck.cpp -- analytical gradients against central finite differences in f64.
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
+
+namespace kiln::autograd {
+
+std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
+                      std::span<const Tensor> inputs, const GradcheckOptions& opt) {
+  std::vector<Tensor> checked;
+  for (const Tensor& x : inputs) {
+    KILN_CHECK(x.defined() && x.dtype() == DType::F64,
+               "gradcheck: inputs must be f64 tensors (finite differences need the precision), got {}",
+               x.defined() ? x.type().str() : "undefined");
+    if (x.requires_grad()) checked.push_back(x);
+  }
+  KILN_CHECK(!checked.empty(), "gradcheck: no input requires grad");
+  Tensor y = fn(inputs);
+  KILN_CHECK(y.defined() && is_float(y.dtype()), "gradcheck: fn must return a float tensor");
+
+  // A fixed random projection, so one backward checks every output element at once.
+  std::vector<double> pv(static_cast<size_t>(y.numel()));
+  uint64_t state = opt.seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (double& v : pv) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<double>(state >> 11) * 0x1p-53 * 2.0 - 1.0;
+  }
+  Tensor proj = from_vector(pv, y.shape());
+  Tensor loss = sum(y.to(DType::F64) * proj);
+  std::vector<Tensor> analytic = grad({&loss, 1}, checked, {}, false, false, true);
+
+  auto projected = [&](std::span<const Tensor> xs) {
+    NoGradGuard no_grad;
+    return sum(fn(xs).to(DType::F64) * proj).item<double>();
+  };
+  for (size_t c = 0; c < checked.size(); ++c) {
+    size_t which = 0;
+    while (inputs[which].impl() != checked[c].impl()) ++which;
+    std::vector<double> a = analytic[c].defined() ? analytic[c].to_vector<double>()
+                                                  : std::vector<double>(static_cast<size_t>(checked[c].numel()), 0.0);
+    std::vector<Tensor> xs(inputs.begin(), inputs.end());
+    Tensor base = inputs[which].detach().clone();
+    for (int64_t j = 0; j < base.numel(); ++j) {
+      Tensor plus = base.clone(), minus = base.clone();
+      plus.data<double>()[j] += opt.eps;
+      minus.data<double>()[j] -= opt.eps;
+      xs[which] = plus.view(inputs[which].shape());
+      double fp = projected(xs);
+      xs[which] = minus.view(inputs[which].shape());
+      double fm = projected(xs);
+      double numeric = (fp - fm) / (2 * opt.eps);
+      if (!(std::abs(a[j] - numeric) <= opt.atol + opt.rtol * std::abs(numeric))) {
+        return fmt::format("gradcheck: input {} ({}), element {}: analytical {:.10g} vs numerical {:.10g}",
+                           which, inputs[which].type().str(), j, a[j], numeric);
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace kiln::autograd

@@ -1,0 +1,174 @@
+// runtime/tape.cpp -- recording ops for reverse mode, grad mode, and the Tensor methods that
+// touch autograd state (requires_grad_, grad, detach, in-place ops).
+#include <atomic>
+
+#include "runtime/api.h"
+#include "runtime/autograd_meta.h"
+#include "runtime/check.h"
+#include "runtime/ops/loops.h"
+#include "runtime/recorder.h"
+
+namespace kiln {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_sequence{0};
+
+uint32_t version_of(const Tensor& t) { return t.has_storage() ? t.impl()->storage->version() : 0; }
+
+AutogradMeta& meta(TensorImpl* t) {
+  if (!t->autograd) t->autograd = std::make_unique<AutogradMeta>();
+  return *t->autograd;
+}
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool on) { t_grad_enabled = on; }
+
+void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
+  const OpDef& op = op_def(id);
+  if (!op.differentiable) return;
+  auto node = make_ref<Node>();
+  node->op = id;
+  node->attrs = attrs;
+  node->sequence = g_sequence.fetch_add(1, std::memory_order_relaxed);
+  node->in_types.reserve(in.size());
+  node->next.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    node->in_types.push_back(in[i].type());
+    TensorImpl* t = in[i].impl();
+    if (!requires_grad(t)) continue;
+    if (t->autograd->grad_fn) node->next[i].node = t->autograd->grad_fn;
+    else node->next[i].leaf = Ref<TensorImpl>(t);
+  }
+  if (op.saves & kSaveInputs) {
+    node->saved_in.assign(in.begin(), in.end());
+    for (const Tensor& t : in) node->versions.push_back(version_of(t));
+  }
+  if (op.saves & kSaveOutput) {
+    node->saved_out = out.detach();
+    node->versions.push_back(version_of(out));
+  }
+  node->out_type = out.type();
+  meta(out.impl()).grad_fn = std::move(node);
+}
+
+Tensor VjpArgs::operand(int k) const {
+  if (!(attrs.imm_mask >> k & 1)) {
+    int t = 0;  // tensor inputs fill the non-immediate slots in order
+    for (int j = 0; j < k; ++j) t += !(attrs.imm_mask >> j & 1);
+    return in[t];
+  }
+  return scalar_tensor(attrs.imm[k], attrs.dtype);
+}
+
+// ---- Tensor's autograd methods ---------------------------------------------------------
+
+bool Tensor::requires_grad() const { return defined() && kiln::requires_grad(impl()); }
+
+Tensor& Tensor::requires_grad_(bool on) {
+  KILN_CHECK(defined(), "requires_grad_: the tensor is undefined");
+  KILN_CHECK(is_leaf() || on, "requires_grad_: {} is the result of {}; only leaves can stop "
+             "requiring grad (use detach())", type().str(), grad_fn_name());
+  KILN_CHECK(!on || is_float(dtype()), "requires_grad_: only float tensors can require "
+             "gradients, got {}", type().str());
+  meta(impl()).requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return defined() && impl()->autograd ? impl()->autograd->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& g) {
+  KILN_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()),
+             "set_grad: gradient {} does not match tensor {}", g.type().str(), type().str());
+  meta(impl()).grad = g;
+}
+
+void Tensor::zero_grad() {
+  if (defined() && impl()->autograd) impl()->autograd->grad = Tensor();
+}
+
+bool Tensor::is_leaf() const { return !defined() || !impl()->autograd || !impl()->autograd->grad_fn; }
+
+std::string Tensor::grad_fn_name() const {
+  return is_leaf() ? std::string() : std::string(op_name(impl()->autograd->grad_fn->op));
+}
+
+Tensor Tensor::detach() const {
+  KILN_CHECK(defined(), "detach: the tensor is undefined");
+  auto t = make_ref<TensorImpl>();
+  t->storage = impl()->storage;
+  t->offset = impl()->offset;
+  t->shape = impl()->shape;
+  t->strides = impl()->strides;
+  t->dtype = impl()->dtype;
+  t->device = impl()->device;
+  t->view_base = impl()->view_base ? impl()->view_base : Ref<TensorImpl>(impl());
+  return Tensor(std::move(t));
+}
+
+// ---- in-place ops ------------------------------------------------------------------------
+
+namespace {
+
+// Writes `value` into `self`, broadcasting it; the one path every in-place op takes.
+Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
+  KILN_CHECK(self.defined() && value.defined(), "{}: undefined tensor", op);
+  KILN_CHECK(broadcast_shapes(value.shape(), self.shape(), op) == self.shape(),
+             "{}: result {} cannot be written into {} in place", op, value.type().str(), self.type().str());
+  // PyTorch's casting rule: anything but float -> integer and non-bool -> bool.
+  bool castable = !(is_float(value.dtype()) && !is_float(self.dtype())) &&
+                  !(value.dtype() != DType::Bool && self.dtype() == DType::Bool);
+  KILN_CHECK(castable, "{}: result dtype {} cannot be written into {} in place", op,
+             dtype_name(value.dtype()), self.type().str());
+  KILN_CHECK(!active_recorder(), "{}: in-place ops on {} inside a traced function are not supported yet",
+             op, self.type().str());
+  TensorImpl* s = self.impl();
+  bool record = grad_enabled() && (requires_grad(s) || requires_grad(value.impl()));
+  if (record) {
+    KILN_CHECK(!(s->autograd && s->autograd->requires_grad),
+               "{}: {} is a leaf that requires grad; in-place changes to it would be lost to "
+               "autograd (update it under NoGradGuard, as optimizers do)", op, self.type().str());
+    TensorImpl* base = s->view_base.get();
+    KILN_CHECK(!base || !requires_grad(base),
+               "{}: {} is a view of a tensor that requires grad; in-place changes through a view "
+               "are not supported under autograd (write the result out of place)", op, self.type().str());
+  }
+  copy_into(value, self);
+  if (s->storage) s->storage->bump_version();
+  if (record) {
+    // The tensor's history is now that of the value written into it.
+    Tensor v = value.dtype() == self.dtype() ? value : value.to(self.dtype());
+    if (v.shape() != self.shape()) v = v.expand(self.shape());
+    if (v.impl() == s) return self;
+    if (!requires_grad(v.impl())) {
+      s->autograd->grad_fn.reset();  // now holds a value without history
+    } else {
+      Tensor linked = v.is_leaf() ? apply(OpId::Copy, {v}) : v;
+      meta(s).grad_fn = linked.impl()->autograd->grad_fn;
+    }
+  } else if (s->autograd && grad_enabled()) {
+    s->autograd->grad_fn.reset();  // overwritten by a value without history
+  }
+  return self;
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& o) { return assign(*this, *this + o, "add_"); }
+Tensor& Tensor::add_(Scalar o) { return assign(*this, *this + o, "add_"); }
+Tensor& Tensor::sub_(const Tensor& o) { return assign(*this, *this - o, "sub_"); }
+Tensor& Tensor::sub_(Scalar o) { return assign(*this, *this - o, "sub_"); }
+Tensor& Tensor::mul_(const Tensor& o) { return assign(*this, *this * o, "mul_"); }
+Tensor& Tensor::mul_(Scalar o) { return assign(*this, *this * o, "mul_"); }
+Tensor& Tensor::div_(const Tensor& o) { return assign(*this, *this / o, "div_"); }
+Tensor& Tensor::div_(Scalar o) { return assign(*this, *this / o, "div_"); }
+Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  return assign(*this, clamp(*this, lo, hi), "clamp_");
+}
+Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& Tensor::fill_(Scalar v) { return assign(*this, full({}, v, dtype()), "fill_"); }
+Tensor& Tensor::copy_(const Tensor& src) { return assign(*this, src, "copy_"); }
+
+}  // namespace kiln
