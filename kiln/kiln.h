@@ -2,6 +2,13 @@
 #pragma once
 
 #include "autograd/autograd.h"
+#include "nn/data.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/optim.h"
+#include "nn/safetensors.h"
 #include "runtime/allocator.h"
 #include "runtime/api.h"
 #include "runtime/dtype.h"

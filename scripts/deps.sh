@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/deps.sh -- installs the Debian 12 packages kiln needs that are missing (run as root).
-# The one list of kiln's dependencies. Pass --bench to add LibTorch for the comparison columns.
+# The one list of kiln's dependencies. --demo adds the demo's data set (scikit-learn's digits),
+# --bench adds LibTorch for the benchmarks' comparison columns.
 set -euo pipefail
 
 packages=(
@@ -10,11 +11,14 @@ packages=(
   libbenchmark-dev       # benchmarks/
   libopenblas-dev        # matmul, conv2d
   libsleef-dev           # vectorized transcendentals
+  nlohmann-json3-dev     # safetensors headers
+  zlib1g-dev             # the demo reads its gzipped CSV
   llvm-19-dev            # the JIT's CPU code generator (codegen/llvm)
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libtorch-dev)  # optional: LibTorch beside kiln in benchmarks/
-fi
+case "${1:-}" in
+  --demo) packages+=(python3-sklearn) ;;  # ships digits.csv.gz, read by examples/train_digits
+  --bench) packages+=(libtorch-dev) ;;    # LibTorch beside kiln in benchmarks/
+esac
 
 missing=()
 for p in "${packages[@]}"; do

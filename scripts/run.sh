@@ -17,9 +17,9 @@ configure_and_build() {  # build_dir build_type [cmake args...]
 
 case "$what" in
   demo)
-    scripts/deps.sh
+    scripts/deps.sh --demo
     configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF
-    ./build-release/examples/kmeans
+    ./build-release/examples/train_digits
     ;;
   test)
     scripts/deps.sh

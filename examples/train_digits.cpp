@@ -1,0 +1,129 @@
+// examples/train_digits.cpp -- trains a small convolutional network on the handwritten digits
+// that scikit-learn ships (1797 8x8 images, python3-sklearn; read as CSV, no Python needed)
+// and reports test accuracy. Eager kiln: autograd, nn layers, Adam, a cosine schedule.
+#include <kiln/kiln.h>
+#include <zlib.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+using namespace kiln;
+
+namespace {
+
+const char* kDefaultData = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+
+// Reads the gzipped CSV: 64 pixel values (0..16) then the label, per line.
+std::pair<Tensor, Tensor> load_digits(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw Error("digits: cannot open " + path + " (install python3-sklearn)");
+  std::string text;
+  char buf[1 << 16];
+  for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  gzclose(f);
+  std::vector<float> pixels;
+  std::vector<int64_t> labels;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    std::vector<float> row;
+    for (std::string v; std::getline(fields, v, ',');) row.push_back(std::stof(v));
+    if (row.size() != 65) throw Error("digits: expected 65 values per line in " + path);
+    pixels.insert(pixels.end(), row.begin(), row.end() - 1);
+    labels.push_back(static_cast<int64_t>(row.back()));
+  }
+  int64_t n = static_cast<int64_t>(labels.size());
+  return {from_vector(pixels, {n, 1, 8, 8}) / 16.0f, from_vector(labels)};
+}
+
+struct Net : nn::Module {
+  nn::Conv2d conv1{1, 16, {3, 3}, {.padding = {1, 1}}};
+  nn::Conv2d conv2{16, 32, {3, 3}, {.padding = {1, 1}}};
+  nn::Linear fc{32 * 2 * 2, 10};
+  Net() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("fc", fc);
+  }
+  Tensor operator()(const Tensor& x) {
+    Tensor h = max_pool2d(relu(conv1(x)), {2, 2});  // [N, 16, 4, 4]
+    h = max_pool2d(relu(conv2(h)), {2, 2});         // [N, 32, 2, 2]
+    return fc(h.flatten(1));
+  }
+};
+
+double accuracy(Net& net, const Tensor& x, const Tensor& y) {
+  NoGradGuard no_grad;
+  net.eval();
+  double correct = sum(argmax(net(x), 1) == y).item<double>();
+  net.train();
+  return correct / static_cast<double>(y.numel());
+}
+
+// A progress bar redrawn in place on a terminal; one line per epoch otherwise (logs, CI).
+void progress(int epoch, int epochs, int64_t step, int64_t steps, double loss, double rate) {
+  static const bool tty = isatty(fileno(stdout));
+  if (!tty && step + 1 < steps) return;
+  constexpr int kWidth = 30;
+  int filled = static_cast<int>(kWidth * (step + 1) / steps);
+  std::printf("\repoch %2d/%d [%-*s] loss %.4f  %7.0f images/s", epoch, epochs, kWidth,
+              std::string(static_cast<size_t>(filled), '#').c_str(), loss, rate);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using clock = std::chrono::steady_clock;
+  auto [images, labels] = load_digits(argc > 1 ? argv[1] : kDefaultData);
+  manual_seed(0);
+  Tensor order = randperm(images.shape()[0]);
+  data::TensorDataset all({index_select(images, 0, order), index_select(labels, 0, order)});
+  int64_t n_test = 360;
+  auto [train, test] = all.split(all.size() - n_test);
+  std::printf("kiln: digits, %lld train / %lld test images, %d threads\n", (long long)train.size(),
+              (long long)test.size(), num_threads());
+
+  Net net;
+  const int epochs = 20;
+  const int64_t batch = 32;
+  optim::Adam opt(net.parameters(), 3e-3);
+  data::DataLoader loader(train, batch, /*shuffle=*/true);
+  optim::CosineAnnealingLR schedule(opt, epochs * loader.num_batches());
+
+  auto t0 = clock::now();
+  int64_t steps = 0;
+  for (int epoch = 1; epoch <= epochs; ++epoch) {
+    auto e0 = clock::now();
+    int64_t step = 0, seen = 0;
+    double loss_sum = 0;
+    for (const auto& b : loader) {
+      Tensor loss = cross_entropy(net(b[0]), b[1]);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      schedule.step();
+      loss_sum += loss.item<double>();
+      seen += b[0].shape()[0];
+      double secs = std::chrono::duration<double>(clock::now() - e0).count();
+      progress(epoch, epochs, step, loader.num_batches(), loss_sum / double(step + 1), double(seen) / secs);
+      ++step;
+      ++steps;
+    }
+    auto test_t = test.get(arange(test.size()));
+    std::printf("  test accuracy %.2f%%\n", 100 * accuracy(net, test_t[0], test_t[1]));
+  }
+  double total = std::chrono::duration<double>(clock::now() - t0).count();
+  auto test_t = test.get(arange(test.size()));
+  double acc = accuracy(net, test_t[0], test_t[1]);
+  std::printf("final test accuracy %.2f%% (%lld images)\n", 100 * acc, (long long)test.size());
+  std::printf("%.2f ms per step (batch %lld), %.2f s total\n", 1000 * total / double(steps), (long long)batch, total);
+  net.save("digits_cnn.safetensors");
+  std::printf("weights saved to digits_cnn.safetensors\n");
+  return acc > 0.95 ? 0 : 1;
+}

@@ -1,0 +1,99 @@
+// nn/loss.cpp -- losses.
+#include "nn/loss.h"
+
+#include "runtime/api.h"
+#include "runtime/check.h"
+
+namespace kiln {
+namespace {
+
+Tensor reduce(const Tensor& per_element, Reduction r) {
+  switch (r) {
+    case Reduction::None: return per_element;
+    case Reduction::Sum: return sum(per_element);
+    case Reduction::Mean: return mean(per_element);
+  }
+  return per_element;
+}
+
+// Moves the class dim (1) last and flattens: [N, C, d...] -> [N*d..., C].
+Tensor classes_last(const Tensor& x) {
+  if (x.dim() == 2) return x;
+  Dims order{0};
+  for (int64_t i = 2; i < x.dim(); ++i) order.push_back(i);
+  order.push_back(1);
+  return x.permute(order).reshape({-1, x.shape()[1]});
+}
+
+void check_targets(const char* op, const Tensor& input, const Tensor& target) {
+  KILN_CHECK(input.defined() && target.defined(), "{}: undefined input or target", op);
+  KILN_CHECK(input.dim() >= 2, "{}: input must be [N, C] or [N, C, d...], got {}", op, input.type().str());
+  KILN_CHECK(is_integral(target.dtype()), "{}: target must hold integer class indices, got {}", op,
+             target.type().str());
+  Dims expect = input.shape();
+  expect.erase(1);
+  KILN_CHECK(target.shape() == expect, "{}: target {} does not match input {} (expected {})", op,
+             target.type().str(), input.type().str(), shape_str(expect));
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction reduction) {
+  KILN_CHECK(pred.defined() && target.defined() && pred.shape() == target.shape(),
+             "mse_loss: prediction {} and target {} must have one shape", pred.type().str(),
+             target.type().str());
+  Tensor d = pred - target;
+  return reduce(d * d, reduction);
+}
+
+Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  check_targets("nll_loss", logp, target);
+  Tensor lp = classes_last(logp);
+  Tensor t = target.reshape({-1}).to(DType::I64);
+  Tensor keep = t != ignore_index;
+  Tensor safe = where(keep, t, 0);
+  // gather rejects a class outside [0, C) (reading values here would not trace).
+  Tensor picked = -gather(lp, 1, safe.unsqueeze(1)).squeeze(1);
+  Tensor losses = where(keep, picked, 0.0);
+  if (reduction == Reduction::Mean) return sum(losses) / sum(keep.to(losses.dtype()));
+  if (reduction == Reduction::None) return losses.reshape(target.shape());
+  return sum(losses);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+                     double label_smoothing, int64_t ignore_index) {
+  check_targets("cross_entropy", logits, target);
+  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+             "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
+  Tensor logp = log_softmax(logits, 1);
+  Tensor nll = nll_loss(logp, target, reduction, ignore_index);
+  if (label_smoothing == 0) return nll;
+  // The smoothing term: mean over classes of -log p, for the targets that count.
+  Tensor lp = classes_last(logp);
+  Tensor keep = (target.reshape({-1}) != ignore_index).to(lp.dtype());
+  Tensor smooth = -mean(lp, {1}) * keep;
+  Tensor s;
+  if (reduction == Reduction::Mean) s = sum(smooth) / sum(keep);
+  else if (reduction == Reduction::Sum) s = sum(smooth);
+  else s = smooth.reshape(target.shape());
+  return nll * (1.0 - label_smoothing) + s * label_smoothing;
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction reduction,
+                                        const Tensor& pos_weight) {
+  KILN_CHECK(x.defined() && y.defined() && x.shape() == y.shape(),
+             "binary_cross_entropy_with_logits: logits {} and target {} must have one shape",
+             x.type().str(), y.type().str());
+  Tensor softplus_neg = log1p(exp(-abs(x))) + maximum(-x, 0.0);  // log(1 + exp(-x)), stable
+  Tensor loss;
+  if (pos_weight.defined()) {
+    // (1 - y) x + (1 + (w - 1) y) log(1 + exp(-x))
+    Tensor lw = (pos_weight - 1.0) * y + 1.0;
+    loss = (1.0 - y) * x + lw * softplus_neg;
+  } else {
+    loss = (1.0 - y) * x + softplus_neg;
+  }
+  return reduce(loss, reduction);
+}
+
+}  // namespace kiln

@@ -1,0 +1,90 @@
+// nn/optim.h -- optimizers (SGD, Adam, AdamW) and learning-rate schedules.
+#pragma once
+
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln::optim {
+
+/// Updates parameters in place from their grad(), without recording gradients.
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  /// Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  const std::vector<Tensor>& params() const { return params_; }
+
+ protected:
+  std::vector<Tensor> params_;
+  double lr_;
+};
+
+struct SgdOptions {
+  double momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+/// torch.optim.SGD: v = momentum v + (1 - dampening) g; p -= lr (nesterov ? g + momentum v : v).
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, double lr, SgdOptions options = {});
+  void step() override;
+
+ private:
+  SgdOptions opt_;
+  std::vector<Tensor> velocity_;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+/// torch.optim.Adam (weight decay added to the gradient).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions options = {});
+  void step() override;
+
+ protected:
+  void update(bool decoupled);
+  AdamOptions opt_;
+  std::vector<Tensor> m_, v_;
+  int64_t t_ = 0;
+};
+
+/// torch.optim.AdamW: weight decay applied to the parameter, decoupled from the gradient.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, double lr = 1e-3, AdamOptions options = {.weight_decay = 1e-2})
+      : Adam(std::move(params), lr, options) {}
+  void step() override { update(true); }
+};
+
+/// Multiplies the learning rate by gamma every step_size calls of step().
+class StepLR {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  void step();
+
+ private:
+  Optimizer& opt_;
+  int64_t step_size_, epoch_ = 0;
+  double gamma_, base_;
+};
+
+/// lr = eta_min + (base - eta_min) (1 + cos(pi t / t_max)) / 2, t counted by step().
+class CosineAnnealingLR {
+ public:
+  CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
+  void step();
+
+ private:
+  Optimizer& opt_;
+  int64_t t_max_, t_ = 0;
+  double eta_min_, base_;
+};
+
+}  // namespace kiln::optim

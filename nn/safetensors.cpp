@@ -1,0 +1,160 @@
+// nn/safetensors.cpp -- the safetensors format: u64 header length, JSON header, raw data.
+#include "nn/safetensors.h"
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/api.h"
+#include "runtime/check.h"
+
+namespace kiln {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxHeader = 100 << 20;  // the format's own limit
+
+struct Code {
+  const char* name;
+  DType dtype;
+};
+constexpr Code kCodes[] = {{"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16},
+                           {"BF16", DType::BF16}, {"I64", DType::I64}, {"I32", DType::I32},
+                           {"U8", DType::U8},   {"BOOL", DType::Bool}};
+
+const char* code_of(DType t) {
+  for (const Code& c : kCodes)
+    if (c.dtype == t) return c.name;
+  return nullptr;
+}
+
+struct Parsed {
+  json header;
+  std::vector<char> data;
+};
+
+Parsed read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  KILN_CHECK(f.good(), "load_safetensors: cannot open {}", path);
+  f.seekg(0, std::ios::end);
+  int64_t size = f.tellg();
+  f.seekg(0);
+  KILN_CHECK(size >= 8, "load_safetensors: {}: file too short ({} bytes) for a header", path, size);
+  unsigned char lb[8];
+  f.read(reinterpret_cast<char*>(lb), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | lb[i];
+  KILN_CHECK(n <= kMaxHeader && n <= static_cast<uint64_t>(size - 8),
+             "load_safetensors: {}: header length {} exceeds the file ({} bytes)", path, n, size);
+  std::string text(n, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(n));
+  Parsed p;
+  try {
+    p.header = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("load_safetensors: {}: header is not valid JSON: {}", path, e.what()));
+  }
+  KILN_CHECK(p.header.is_object(), "load_safetensors: {}: header must be a JSON object", path);
+  p.data.resize(static_cast<size_t>(size - 8 - static_cast<int64_t>(n)));
+  f.read(p.data.data(), static_cast<std::streamsize>(p.data.size()));
+  KILN_CHECK(f.good() || p.data.empty(), "load_safetensors: {}: read failed", path);
+  return p;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> load_safetensors(const std::string& path) {
+  Parsed p = read_file(path);
+  std::map<std::string, Tensor> out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto& [name, entry] : p.header.items()) {
+    if (name == "__metadata__") continue;
+    auto bad = [&](const std::string& why) {
+      return Error(fmt::format("load_safetensors: {}: tensor \"{}\": {}", path, name, why));
+    };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+      throw bad("needs dtype, shape and data_offsets");
+    const json &jd = entry["dtype"], &js = entry["shape"], &jo = entry["data_offsets"];
+    if (!jd.is_string()) throw bad("dtype must be a string");
+    const Code* code = nullptr;
+    for (const Code& c : kCodes)
+      if (jd.get<std::string>() == c.name) code = &c;
+    if (!code) throw bad("unsupported dtype " + jd.dump());
+    if (!js.is_array() || js.size() > 32) throw bad("shape must be an array of at most 32 sizes");
+    Dims shape;
+    uint64_t numel = 1;
+    for (const json& d : js) {
+      if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
+      uint64_t v = d.get<uint64_t>();
+      if (v > (uint64_t{1} << 40) || (v != 0 && numel > (uint64_t{1} << 40) / v)) throw bad("shape is too large");
+      numel *= v;
+      shape.push_back(static_cast<int64_t>(v));
+    }
+    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned())
+      throw bad("data_offsets must be two non-negative integers");
+    uint64_t b = jo[0].get<uint64_t>(), e = jo[1].get<uint64_t>();
+    if (b > e || e > p.data.size()) throw bad(fmt::format("data_offsets [{}, {}] lie outside the {} data bytes", b, e, p.data.size()));
+    if (e - b != numel * static_cast<uint64_t>(dtype_size(code->dtype)))
+      throw bad(fmt::format("data_offsets span {} bytes but shape {} of {} needs {}", e - b, shape_str(shape),
+                            dtype_name(code->dtype), numel * static_cast<uint64_t>(dtype_size(code->dtype))));
+    ranges.emplace_back(b, e);
+    Tensor t = empty(shape, code->dtype);
+    if (e > b) std::memcpy(t.data_ptr(), p.data.data() + b, e - b);
+    if (code->dtype == DType::Bool) {
+      auto* q = static_cast<uint8_t*>(t.data_ptr());
+      for (uint64_t i = 0; i < numel; ++i)
+        if (q[i] > 1) throw bad("bool entries must be 0 or 1");
+    }
+    out[name] = t;
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    KILN_CHECK(ranges[i].first >= ranges[i - 1].second, "load_safetensors: {}: tensors overlap in the data", path);
+  return out;
+}
+
+std::map<std::string, std::string> safetensors_metadata(const std::string& path) {
+  Parsed p = read_file(path);
+  std::map<std::string, std::string> out;
+  if (!p.header.contains("__metadata__")) return out;
+  const json& m = p.header["__metadata__"];
+  KILN_CHECK(m.is_object(), "load_safetensors: {}: __metadata__ must be an object", path);
+  for (auto& [k, v] : m.items()) {
+    KILN_CHECK(v.is_string(), "load_safetensors: {}: metadata \"{}\" must be a string", path, k);
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> data;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    KILN_CHECK(name != "__metadata__", "save_safetensors: \"__metadata__\" is reserved");
+    KILN_CHECK(t.defined(), "save_safetensors: tensor \"{}\" is undefined", name);
+    const char* code = code_of(t.dtype());
+    KILN_CHECK(code, "save_safetensors: tensor \"{}\" has unsupported dtype {}", name, dtype_name(t.dtype()));
+    uint64_t bytes = static_cast<uint64_t>(t.numel() * dtype_size(t.dtype()));
+    header[name] = {{"dtype", code}, {"shape", t.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(t.detach().contiguous());
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  std::ofstream f(path, std::ios::binary);
+  KILN_CHECK(f.good(), "save_safetensors: cannot write {}", path);
+  uint64_t n = text.size();
+  unsigned char lb[8];
+  for (int i = 0; i < 8; ++i) lb[i] = static_cast<unsigned char>(n >> (8 * i));
+  f.write(reinterpret_cast<const char*>(lb), 8);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const Tensor& t : data)
+    f.write(static_cast<const char*>(t.data_ptr()), t.numel() * dtype_size(t.dtype()));
+  KILN_CHECK(f.good(), "save_safetensors: writing {} failed", path);
+}
+
+}  // namespace kiln

@@ -1,0 +1,23 @@
+// nn/safetensors.h -- tensors to and from the safetensors format (Hugging Face's), so weights
+// move between kiln, PyTorch, JAX and others.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+/// Writes `tensors` (any layout; stored contiguous, little-endian) with optional string
+/// metadata. dtypes: f64 f32 f16 bf16 i64 i32 u8 bool.
+void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata = {});
+/// Reads every tensor of a safetensors file. The file is treated as hostile: the header
+/// length, JSON, dtypes, shapes and offsets are all checked, and anything wrong throws
+/// kiln::Error naming the file and the entry.
+std::map<std::string, Tensor> load_safetensors(const std::string& path);
+/// The metadata of a safetensors file ("__metadata__").
+std::map<std::string, std::string> safetensors_metadata(const std::string& path);
+
+}  // namespace kiln
