@@ -156,7 +156,15 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     }
     Grads grads;
     if (needs && g.defined()) {  // no gradient reached n: it still releases its children
-      VjpArgs args{n->op, n->saved_in, n->in_types, n->saved_out, g, n->attrs, needs};
+      Tensor out = n->saved_out;
+      if (create_graph && out.defined()) {
+        // The saved output was stored without history (it would hold its own node alive);
+        // a differentiable backward needs it, so give a temporary alias that history back.
+        out = out.detach();
+        out.impl()->autograd = std::make_unique<AutogradMeta>();
+        out.impl()->autograd->grad_fn = keep;
+      }
+      VjpArgs args{n->op, n->saved_in, n->in_types, out, g, n->attrs, needs};
       grads = op.vjp(args);
     }
     if (!retain_graph) n->release();

@@ -31,10 +31,9 @@ std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
   Tensor loss = sum(y.to(DType::F64) * proj);
   std::vector<Tensor> analytic = grad({&loss, 1}, checked, {}, false, false, true);
 
-  auto projected = [&](std::span<const Tensor> xs) {
-    NoGradGuard no_grad;
-    return sum(fn(xs).to(DType::F64) * proj).item<double>();
-  };
+  // Evaluated with grad mode on and perturbed inputs requiring grad, so fn may itself take
+  // gradients (checking a second derivative).
+  auto projected = [&](std::span<const Tensor> xs) { return sum(fn(xs).to(DType::F64) * proj).item<double>(); };
   for (size_t c = 0; c < checked.size(); ++c) {
     size_t which = 0;
     while (inputs[which].impl() != checked[c].impl()) ++which;
@@ -46,9 +45,9 @@ std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
       Tensor plus = base.clone(), minus = base.clone();
       plus.data<double>()[j] += opt.eps;
       minus.data<double>()[j] -= opt.eps;
-      xs[which] = plus.view(inputs[which].shape());
+      xs[which] = plus.view(inputs[which].shape()).requires_grad_();
       double fp = projected(xs);
-      xs[which] = minus.view(inputs[which].shape());
+      xs[which] = minus.view(inputs[which].shape()).requires_grad_();
       double fm = projected(xs);
       double numeric = (fp - fm) / (2 * opt.eps);
       if (!(std::abs(a[j] - numeric) <= opt.atol + opt.rtol * std::abs(numeric))) {
