@@ -98,3 +98,37 @@ void BM_TorchLayerNorm(benchmark::State& s) {
 BENCHMARK(BM_TorchLayerNorm)->Name("layer_norm_4096x1024/torch")->UseRealTime();
 
 }  // namespace
+
+namespace {
+
+void BM_TorchAddTinyGrad(benchmark::State& s) {
+  same_threads();
+  auto a = torch::randn({s.range(0)}, torch::requires_grad()), b = torch::randn({s.range(0)}, torch::requires_grad());
+  benchmark::DoNotOptimize(a + b);
+  for (auto _ : s) benchmark::DoNotOptimize(a + b);
+}
+BENCHMARK(BM_TorchAddTinyGrad)->Name("add_tiny_taped[1]/torch")->Arg(1);
+BENCHMARK(BM_TorchAddTinyGrad)->Name("add_tiny_taped[64]/torch")->Arg(64);
+
+void BM_TorchMlpStep(benchmark::State& s) {
+  same_threads();
+  int64_t batch = s.range(0);
+  torch::nn::Linear fc1(784, 256), fc2(256, 10);
+  std::vector<torch::Tensor> params = fc1->parameters();
+  for (auto& p : fc2->parameters()) params.push_back(p);
+  torch::optim::SGD opt(params, 0.01);
+  auto x = torch::randn({batch, 784});
+  auto y = torch::randint(0, 10, {batch});
+  auto step = [&] {
+    auto loss = torch::nn::functional::cross_entropy(fc2(torch::relu(fc1(x))), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  step();
+  for (auto _ : s) step();
+}
+BENCHMARK(BM_TorchMlpStep)->Name("mlp_train_step[64]/torch")->Arg(64)->UseRealTime();
+BENCHMARK(BM_TorchMlpStep)->Name("mlp_train_step[256]/torch")->Arg(256)->UseRealTime();
+
+}  // namespace

@@ -29,6 +29,7 @@ struct Node final : RefCounted {
   uint64_t sequence = 0;               // creation order; the engine runs later nodes first
   bool released = false;               // saved tensors freed by a backward without retain_graph
 
+  ~Node();  // frees a long chain of nodes in a loop, not by recursion (runtime/tape.cpp)
   void release() {
     saved_in.clear();
     saved_out = Tensor();

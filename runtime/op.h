@@ -91,6 +91,8 @@ struct OpDef {
   VjpFn vjp = nullptr;              // derivative, written with Tensor ops
   bool differentiable = true;       // false: no gradient flows through it (comparisons, argmax)
   uint8_t saves = kSaveInputs;      // what vjp reads (SaveMask)
+  uint8_t linear_in = 0;            // pointwise: bit k, the op is linear in operand k, so the
+                                    // rule reads its value only for the other operands
 };
 
 const OpDef& op_def(OpId id);

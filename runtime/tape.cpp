@@ -21,6 +21,20 @@ AutogradMeta& meta(TensorImpl* t) {
   return *t->autograd;
 }
 
+// Drops a saved input the rule will not read: one the op is linear in, when no other input
+// needs a gradient. Then y.mul_(2) on a y with history does not look like a stale save.
+void drop_unread_inputs(Node& n, const OpDef& op) {
+  int needing = 0;
+  for (const Edge& e : n.next) needing += e.node || e.leaf;
+  int t = 0;
+  for (int k = 0; t < static_cast<int>(n.saved_in.size()); ++k) {
+    if (n.attrs.imm_mask >> k & 1) continue;
+    bool own = n.next[t].node || n.next[t].leaf;
+    if ((op.linear_in >> k & 1) && needing == static_cast<int>(own)) n.saved_in[t] = Tensor();
+    ++t;
+  }
+}
+
 }  // namespace
 
 bool grad_enabled() { return t_grad_enabled; }
@@ -45,13 +59,50 @@ void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const 
   if (op.saves & kSaveInputs) {
     node->saved_in.assign(in.begin(), in.end());
     for (const Tensor& t : in) node->versions.push_back(version_of(t));
+    if (op.linear_in) drop_unread_inputs(*node, op);
   }
   if (op.saves & kSaveOutput) {
+    // Without its link to `out`: out -> grad_fn -> node -> out would be a cycle, never freed.
     node->saved_out = out.detach();
+    node->saved_out.impl()->view_base.reset();
     node->versions.push_back(version_of(out));
   }
   node->out_type = out.type();
   meta(out.impl()).grad_fn = std::move(node);
+}
+
+namespace {
+// What the outermost ~Node still has to drop: links of the nodes freed inside it.
+struct Graveyard {
+  std::vector<Ref<Node>> nodes;
+  std::vector<Tensor> tensors;
+};
+thread_local Graveyard* t_graveyard = nullptr;
+}  // namespace
+
+// Dropping the last reference to a chain of N nodes would nest N destructors (and overflow
+// the stack for deep graphs); instead every node hands its links (edges and saved tensors,
+// whose history holds earlier nodes) to the outermost ~Node, which drops them one at a
+// time, as PyTorch's deleteNode does.
+Node::~Node() {
+  Graveyard local;
+  bool outermost = t_graveyard == nullptr;
+  if (outermost) t_graveyard = &local;
+  for (Edge& e : next)
+    if (e.node) t_graveyard->nodes.push_back(std::move(e.node));
+  for (Tensor& t : saved_in) t_graveyard->tensors.push_back(std::move(t));
+  if (saved_out.defined()) t_graveyard->tensors.push_back(std::move(saved_out));
+  if (!outermost) return;
+  while (!local.nodes.empty() || !local.tensors.empty()) {
+    if (!local.tensors.empty()) {
+      Tensor t = std::move(local.tensors.back());
+      local.tensors.pop_back();
+    } else {
+      Ref<Node> n = std::move(local.nodes.back());
+      local.nodes.pop_back();
+    }  // the last reference may go here, appending that object's own links to `local`
+  }
+  t_graveyard = nullptr;
 }
 
 Tensor VjpArgs::operand(int k) const {

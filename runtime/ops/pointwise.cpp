@@ -118,7 +118,8 @@ namespace {
 
 TensorType cast_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(in.size() == 1, "cast: expected one tensor, got {}", in.size());
-  KILN_CHECK(static_cast<int>(a.dtype) < kNumDTypes, "cast: invalid dtype {}", static_cast<int>(a.dtype));
+  KILN_CHECK(static_cast<int>(a.dtype) < kNumDTypes, "cast: invalid dtype {}",
+             static_cast<int>(a.dtype));
   return {a.dtype, in[0].shape(), in[0].device()};
 }
 
@@ -130,7 +131,8 @@ bool fits(Scalar s, DType t) {
   return visit_dtype(t, [&](auto x) {
     using T = decltype(x);
     if constexpr (std::is_integral_v<T>)
-      return v >= int64_t{std::numeric_limits<T>::lowest()} && v <= int64_t{std::numeric_limits<T>::max()};
+      return v >= int64_t{std::numeric_limits<T>::lowest()} &&
+             v <= int64_t{std::numeric_limits<T>::max()};
     else return true;
   });
 }
@@ -148,9 +150,15 @@ const OpDef defs::Cast{
 
 DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands) {
   const OpDef& op = op_def(id);
+  size_t k = 0;
+  for (const Operand& o : operands) {  // before anything reads their dtypes
+    KILN_CHECK(!o.tensor || o.tensor->defined(), "{}: operand {} is an undefined tensor",
+               op_name(id), k);
+    ++k;
+  }
   bool have_tensor = false;
   DType ct = DType::Bool;
-  size_t k = 0;
+  k = 0;
   for (const Operand& o : operands) {
     bool is_cond = id == OpId::Where && k++ == 0;
     if (o.tensor && !is_cond) {
@@ -184,7 +192,6 @@ Tensor pointwise(OpId id, std::initializer_list<Operand> operands) {
   size_t n = 0, k = 0;
   for (const Operand& o : operands) {
     if (o.tensor) {
-      KILN_CHECK(o.tensor->defined(), "{}: operand {} is an undefined tensor", op_name(id), k);
       DType want = (id == OpId::Where && k == 0) ? DType::Bool : a.dtype;
       KILN_CHECK(!(id == OpId::Where && k == 0 && o.tensor->dtype() != DType::Bool),
                  "where: condition must be bool, got {}", o.tensor->type().str());

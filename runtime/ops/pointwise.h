@@ -25,14 +25,16 @@ void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& attrs, cons
 
 /// A pointwise op's OpDef: promotion and dtype kinds from its formula Fm, the shared shape
 /// rule and kernel, and its derivative.
-template <class Fm> constexpr OpDef pointwise_def(VjpFn vjp, uint8_t saves = kSaveInputs) {
+template <class Fm>
+constexpr OpDef pointwise_def(VjpFn vjp, uint8_t saves = kSaveInputs, uint8_t linear_in = 0) {
   return OpDef{.promote = static_cast<Promote>(Fm::promote),
                .kinds = Fm::kinds,
                .infer = pointwise_rule,
                .cpu = pointwise_cpu,
                .vjp = vjp,
                .differentiable = vjp != nullptr,
-               .saves = vjp ? saves : uint8_t{kSaveNothing}};
+               .saves = vjp ? saves : uint8_t{kSaveNothing},
+               .linear_in = linear_in};
 }
 
 /// The dtype op `id` computes in for these operands (NumPy promotion, then the op's Promote).

@@ -104,13 +104,13 @@ const OpDef defs::Sub = pointwise_def<fm::Sub>([](const VjpArgs& a) { return Gra
 const OpDef defs::Mul = pointwise_def<fm::Mul>([](const VjpArgs& a) {
   return Grads{a.needs_grad(0) ? a.grad * a.operand(1) : Tensor(),
                a.needs_grad(1) ? a.grad * a.operand(0) : Tensor()};
-});
+}, kSaveInputs, 0b11);
 // a / b; d/db = -a / b^2
 const OpDef defs::Div = pointwise_def<fm::Div>([](const VjpArgs& a) {
   Tensor b = a.operand(1);
   return Grads{a.needs_grad(0) ? a.grad / b : Tensor(),
                a.needs_grad(1) ? -a.grad * a.operand(0) / (b * b) : Tensor()};
-});
+}, kSaveInputs, 0b01);
 // pow(a, b); d/da = b a^(b-1) (0 where b = 0), d/db = a^b log(a) (0 where a = 0 and b >= 0)
 const OpDef defs::Pow = pointwise_def<fm::Pow>([](const VjpArgs& a) {
   Tensor x = a.operand(0), e = a.operand(1);
