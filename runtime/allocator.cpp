@@ -55,10 +55,11 @@ class CachingCpuAllocator final : public Allocator {
       }
       ++stats_.system_allocs;
     }
-    void* p = std::aligned_alloc(kAlign, block);
+    size_t bytes = (block + kAlign - 1) / kAlign * kAlign;  // aligned_alloc wants a multiple
+    void* p = std::aligned_alloc(kAlign, bytes);
     if (!p) {  // free what we hold and try once more before giving up
       empty_cache();
-      p = std::aligned_alloc(kAlign, block);
+      p = std::aligned_alloc(kAlign, bytes);
       if (!p) {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.in_use -= static_cast<int64_t>(block);

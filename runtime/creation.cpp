@@ -96,7 +96,7 @@ template <class T> Tensor from_vector(const std::vector<T>& values, const Dims& 
   if constexpr (std::is_same_v<T, bool>) {
     auto* p = t.data<bool>();
     for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
-  } else {
+  } else if (!values.empty()) {  // an empty vector's data() may be null, which memcpy forbids
     std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(T));
   }
   return t;

@@ -44,7 +44,7 @@ Dims parse_shape(const std::string& v, const std::string& path) {
   KILN_CHECK(v.size() >= 2 && v.front() == '(' && v.back() == ')', "load_npy: {}: bad shape {}", path, v);
   Dims shape;
   size_t i = 1;
-  int64_t total = 1;
+  int64_t total = 1;  // product of the nonzero dims: a zero must not hide huge ones
   while (i + 1 < v.size()) {
     while (i < v.size() && (v[i] == ' ' || v[i] == ',')) ++i;
     if (i + 1 >= v.size()) break;
@@ -55,7 +55,7 @@ Dims parse_shape(const std::string& v, const std::string& path) {
       d = d * 10 + (v[i++] - '0');
     }
     KILN_CHECK(d == 0 || total <= (int64_t{1} << 48) / d, "load_npy: {}: shape {} is too large", path, v);
-    total *= d;
+    total *= std::max<int64_t>(d, 1);
     shape.push_back(d);
     KILN_CHECK(shape.size() <= 32, "load_npy: {}: too many dimensions in {}", path, v);
   }

@@ -101,7 +101,7 @@ Tensor randn(const Dims& shape, DType dtype) {
 
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
   KILN_CHECK(low < high, "randint: low ({}) must be below high ({})", low, high);
-  uint64_t range = static_cast<uint64_t>(high - low);
+  uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);  // may exceed 2^63
   Tensor t = empty(shape, DType::I64);
   int64_t n = t.numel();
   auto [seed, base] = reserve(n);
@@ -109,7 +109,7 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
   for (int64_t i = 0; i < n; ++i) {
     Philox r = philox(base + static_cast<uint64_t>(i), seed);
     uint64_t bits = (uint64_t{r.c[0]} << 32) | r.c[1];
-    p[i] = low + static_cast<int64_t>(bits % range);
+    p[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + bits % range);
   }
   return t.to(dtype);
 }

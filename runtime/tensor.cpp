@@ -49,11 +49,11 @@ Dims contiguous_strides(const Dims& shape) {
 
 Tensor Tensor::empty(const TensorType& type) {
   auto impl = make_ref<TensorImpl>();
-  int64_t n = 1;
+  int64_t n = 1, reach = 1;  // reach: product of the nonzero dims, which the strides multiply
   for (int64_t d : type.shape) {
     KILN_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(type.shape));
-    KILN_CHECK(n == 0 || d <= INT64_MAX / 16 / std::max<int64_t>(n, 1),
-               "empty: shape {} is too large", shape_str(type.shape));
+    KILN_CHECK(d <= INT64_MAX / 16 / reach, "empty: shape {} is too large", shape_str(type.shape));
+    reach *= std::max<int64_t>(d, 1);
     n *= d;
   }
   impl->storage = make_ref<Storage>(static_cast<size_t>(n * dtype_size(type.dtype)), type.device);
@@ -158,8 +158,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int64_t dd = wrap_dim(d, dim(), "narrow");
   int64_t n = shape()[dd];
   if (start < 0) start += n;
-  KILN_CHECK(start >= 0 && start + length <= n,
-             "narrow: range [{}, {}) is out of bounds for dim {} of {}", start, start + length, d,
+  KILN_CHECK(start >= 0 && start <= n && length <= n - start,
+             "narrow: start {} and length {} are out of bounds for dim {} of {}", start, length, d,
              type().str());
   return slice(dd, start, start + length);
 }

@@ -94,7 +94,7 @@ TensorType slice_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
              "slice: range [{}, {}) is out of bounds for dim {} of {}", a.start, a.stop, a.dim,
              x.type().str());
   Dims shape = x.shape();
-  shape[a.dim] = (a.stop - a.start + a.step - 1) / a.step;
+  shape[a.dim] = a.stop > a.start ? (a.stop - a.start - 1) / a.step + 1 : 0;  // no overflow
   return {x.dtype(), shape, x.device()};
 }
 
@@ -190,8 +190,8 @@ const OpDef defs::Slice{
     .infer = slice_rule,
     .view = [](const Tensor& x, const Attrs& a) {
       Dims shape = x.shape(), strides = x.strides();
-      shape[a.dim] = (a.stop - a.start + a.step - 1) / a.step;
-      strides[a.dim] *= a.step;
+      shape[a.dim] = a.stop > a.start ? (a.stop - a.start - 1) / a.step + 1 : 0;
+      if (shape[a.dim] > 1) strides[a.dim] *= a.step;  // a huge step leaves one entry
       return alias(x, shape, strides, x.offset() + a.start * x.strides()[a.dim]);
     },
     .vjp = [](const VjpArgs& a) {
