@@ -44,7 +44,7 @@ namespace autograd {
 /// Accumulates d(sum of outputs[i] * grad_outputs[i]) / d(leaf) into every reachable leaf's
 /// grad(). grad_outputs may be empty when every output has one element (then 1 is used).
 /// retain_graph keeps the saved tensors for another backward; create_graph records the
-/// backward pass itself, so its results can be differentiated again.
+/// backward pass itself, so its results can be differentiated again (it implies retain_graph).
 void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
 

@@ -193,7 +193,8 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
 
 void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs,
               bool retain_graph, bool create_graph) {
-  run(outputs, grad_outputs, retain_graph, create_graph, {}, nullptr);
+  // A differentiable backward refers to the forward graph, so it must outlive this pass.
+  run(outputs, grad_outputs, retain_graph || create_graph, create_graph, {}, nullptr);
 }
 
 std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,

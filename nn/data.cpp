@@ -8,10 +8,11 @@ namespace kiln::data {
 
 TensorDataset::TensorDataset(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {
   KILN_CHECK(!tensors_.empty(), "TensorDataset: needs at least one tensor");
+  auto type_of = [](const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; };
   for (const Tensor& t : tensors_)
     KILN_CHECK(t.defined() && t.dim() >= 1 && t.shape()[0] == tensors_[0].shape()[0],
                "TensorDataset: every tensor needs the same first dim; got {} and {}",
-               tensors_[0].type().str(), t.defined() ? t.type().str() : "undefined");
+               type_of(tensors_[0]), type_of(t));
   size_ = tensors_[0].shape()[0];
 }
 

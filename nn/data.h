@@ -24,7 +24,7 @@ class TensorDataset {
 };
 
 /// Iterates over a dataset in batches; shuffles (with the kiln generator) at each begin().
-///   for (auto& batch : data::DataLoader(ds, 64, true)) { Tensor x = batch[0], y = batch[1]; }
+///   for (auto batch : data::DataLoader(ds, 64, true)) { Tensor x = batch[0], y = batch[1]; }
 class DataLoader {
  public:
   DataLoader(const TensorDataset& dataset, int64_t batch_size, bool shuffle = false, bool drop_last = false);
@@ -48,7 +48,7 @@ class DataLoader {
   int64_t num_batches() const;
 
  private:
-  const TensorDataset& dataset_;
+  TensorDataset dataset_;  // a copy of the handles: the loader may outlive what it was given
   int64_t batch_size_;
   bool shuffle_, drop_last_;
   Tensor order_;

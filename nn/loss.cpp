@@ -51,8 +51,9 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction, i
   Tensor lp = classes_last(logp);
   Tensor t = target.reshape({-1}).to(DType::I64);
   Tensor keep = t != ignore_index;
-  Tensor safe = where(keep, t, 0);
-  // gather rejects a class outside [0, C) (reading values here would not trace).
+  // gather rejects a class outside [0, C) (reading values here would not trace); it would
+  // wrap a negative one, so those are moved past the end first.
+  Tensor safe = where(keep, where(t < 0, lp.shape()[1], t), 0);
   Tensor picked = -gather(lp, 1, safe.unsqueeze(1)).squeeze(1);
   Tensor losses = where(keep, picked, 0.0);
   if (reduction == Reduction::Mean) return sum(losses) / sum(keep.to(losses.dtype()));

@@ -83,12 +83,13 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
     if (!code) throw bad("unsupported dtype " + jd.dump());
     if (!js.is_array() || js.size() > 32) throw bad("shape must be an array of at most 32 sizes");
     Dims shape;
-    uint64_t numel = 1;
+    uint64_t numel = 1, extent = 1;  // extent: the nonzero sizes' product, which bounds strides
     for (const json& d : js) {
       if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
       uint64_t v = d.get<uint64_t>();
-      if (v > (uint64_t{1} << 40) || (v != 0 && numel > (uint64_t{1} << 40) / v)) throw bad("shape is too large");
+      if (v > (uint64_t{1} << 40) || (v != 0 && extent > (uint64_t{1} << 40) / v)) throw bad("shape is too large");
       numel *= v;
+      if (v != 0) extent *= v;
       shape.push_back(static_cast<int64_t>(v));
     }
     if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned())

@@ -64,7 +64,6 @@ void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const 
   if (op.saves & kSaveOutput) {
     // Without its link to `out`: out -> grad_fn -> node -> out would be a cycle, never freed.
     node->saved_out = out.detach();
-    node->saved_out.impl()->view_base.reset();
     node->versions.push_back(version_of(out));
   }
   node->out_type = out.type();
@@ -155,7 +154,7 @@ Tensor Tensor::detach() const {
   t->strides = impl()->strides;
   t->dtype = impl()->dtype;
   t->device = impl()->device;
-  t->view_base = impl()->view_base ? impl()->view_base : Ref<TensorImpl>(impl());
+  // Not a view for autograd: holding a base here would keep the original's graph alive.
   return Tensor(std::move(t));
 }
 
