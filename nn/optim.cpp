@@ -91,7 +91,8 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_m
 }
 void CosineAnnealingLR::step() {
   ++t_;
-  double c = std::cos(M_PI * static_cast<double>(std::min(t_, t_max_)) / static_cast<double>(t_max_));
+  // The closed form PyTorch's schedule follows; past t_max it continues along the cosine.
+  double c = std::cos(M_PI * static_cast<double>(t_) / static_cast<double>(t_max_));
   opt_.set_lr(eta_min_ + (base_ - eta_min_) * (1 + c) / 2);
 }
 

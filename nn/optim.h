@@ -75,7 +75,8 @@ class StepLR {
   double gamma_, base_;
 };
 
-/// lr = eta_min + (base - eta_min) (1 + cos(pi t / t_max)) / 2, t counted by step().
+/// lr = eta_min + (base - eta_min) (1 + cos(pi t / t_max)) / 2, t counted by step() (past
+/// t_max it rises again, as torch.optim.lr_scheduler.CosineAnnealingLR does).
 class CosineAnnealingLR {
  public:
   CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);

@@ -127,7 +127,7 @@ Tensor bernoulli(const Tensor& p) {
 }
 
 Tensor randperm(int64_t n) {
-  KILN_CHECK(n >= 0, "randperm: n must be non-negative, got {}", n);
+  KILN_CHECK(n >= 0 && n <= (int64_t{1} << 40), "randperm: n must be in [0, 2^40], got {}", n);
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
   auto [seed, base] = reserve(n);

@@ -47,15 +47,20 @@ Dims contiguous_strides(const Dims& shape) {
   return s;
 }
 
-Tensor Tensor::empty(const TensorType& type) {
-  auto impl = make_ref<TensorImpl>();
+int64_t check_shape(const Dims& shape, const char* op) {
   int64_t n = 1, reach = 1;  // reach: product of the nonzero dims, which the strides multiply
-  for (int64_t d : type.shape) {
-    KILN_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(type.shape));
-    KILN_CHECK(d <= INT64_MAX / 16 / reach, "empty: shape {} is too large", shape_str(type.shape));
+  for (int64_t d : shape) {
+    KILN_CHECK(d >= 0, "{}: negative dimension in shape {}", op, shape_str(shape));
+    KILN_CHECK(d <= INT64_MAX / 16 / reach, "{}: shape {} is too large", op, shape_str(shape));
     reach *= std::max<int64_t>(d, 1);
     n *= d;
   }
+  return n;
+}
+
+Tensor Tensor::empty(const TensorType& type) {
+  auto impl = make_ref<TensorImpl>();
+  int64_t n = check_shape(type.shape, "empty");
   impl->storage = make_ref<Storage>(static_cast<size_t>(n * dtype_size(type.dtype)), type.device);
   impl->shape = type.shape;
   impl->strides = contiguous_strides(type.shape);
@@ -71,8 +76,15 @@ int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
   return dim < 0 ? dim + r : dim;
 }
 
-int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t wrap_dim(int64_t dim, const Tensor& t, const char* op) {
+  int64_t r = std::max<int64_t>(t.dim(), 1);
+  KILN_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for {} (rank {})", op, dim, t.type().str(),
+             t.dim());
+  return dim < 0 ? dim + r : dim;
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, *this, "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, *this, "stride")]; }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -142,8 +154,8 @@ template BFloat16* Tensor::data<BFloat16>() const;
 // ---- views and conveniences: thin layers over the API in runtime/ops/*.cpp
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   int64_t r = dim();
-  d0 = wrap_dim(d0, r, "transpose");
-  d1 = wrap_dim(d1, r, "transpose");
+  d0 = wrap_dim(d0, *this, "transpose");
+  d1 = wrap_dim(d1, *this, "transpose");
   Dims order(static_cast<size_t>(r));
   for (int64_t i = 0; i < r; ++i) order[i] = i;
   std::swap(order[d0], order[d1]);
@@ -155,7 +167,7 @@ Tensor Tensor::t() const {
 }
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   KILN_CHECK(length >= 0, "narrow: negative length {}", length);
-  int64_t dd = wrap_dim(d, dim(), "narrow");
+  int64_t dd = wrap_dim(d, *this, "narrow");
   int64_t n = shape()[dd];
   if (start < 0) start += n;
   KILN_CHECK(start >= 0 && start <= n && length <= n - start,
@@ -164,7 +176,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   return slice(dd, start, start + length);
 }
 Tensor Tensor::select(int64_t d, int64_t index) const {
-  int64_t dd = wrap_dim(d, dim(), "select");
+  int64_t dd = wrap_dim(d, *this, "select");
   KILN_CHECK(dim() > 0, "select: cannot index a 0-d tensor");
   int64_t n = shape()[dd];
   KILN_CHECK(index >= -n && index < n, "select: index {} is out of range for dim {} of {}", index,
@@ -180,7 +192,7 @@ Tensor Tensor::squeeze() const {
 }
 Tensor Tensor::squeeze(int64_t d) const {
   if (dim() == 0) return *this;
-  int64_t dd = wrap_dim(d, dim(), "squeeze");
+  int64_t dd = wrap_dim(d, *this, "squeeze");
   if (shape()[dd] != 1) return *this;
   Dims s = shape();
   s.erase(static_cast<size_t>(dd));
@@ -194,7 +206,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
   if (dim() == 0) return reshape({1});
-  int64_t s = wrap_dim(start, dim(), "flatten"), e = wrap_dim(end, dim(), "flatten");
+  int64_t s = wrap_dim(start, *this, "flatten"), e = wrap_dim(end, *this, "flatten");
   KILN_CHECK(s <= e, "flatten: start dim {} is after end dim {}", start, end);
   Dims out;
   for (int64_t i = 0; i < s; ++i) out.push_back(shape()[i]);

@@ -190,6 +190,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /// Normalizes a possibly negative dim against `rank`; throws naming `op` when out of range.
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* op);
+/// The same against t's rank; the error names t's type.
+int64_t wrap_dim(int64_t dim, const Tensor& t, const char* op);
+/// The element count of `shape`, after checking that no size is negative and that the count
+/// and every stride fit comfortably in int64 (else a kiln::Error naming `op`).
+int64_t check_shape(const Dims& shape, const char* op);
 /// Row-major strides of a contiguous tensor of this shape.
 Dims contiguous_strides(const Dims& shape);
 

@@ -168,19 +168,19 @@ const OpDef defs::IndexSelect{
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Attrs a;
-  a.dim = wrap_dim(dim, x.dim(), "gather");
+  a.dim = wrap_dim(dim, x, "gather");
   return apply(OpId::Gather, {x, index}, a);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   Attrs a;
-  a.dim = wrap_dim(dim, x.dim(), "scatter_add");
+  a.dim = wrap_dim(dim, x, "scatter_add");
   return apply(OpId::ScatterAdd, {x, index, src.to(x.dtype())}, a);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Attrs a;
-  a.dim = wrap_dim(dim, x.dim(), "index_select");
+  a.dim = wrap_dim(dim, x, "index_select");
   return apply(OpId::IndexSelect, {x, index}, a);
 }
 

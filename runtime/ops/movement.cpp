@@ -62,7 +62,7 @@ bool view_strides(const Tensor& x, const Dims& shape, Dims* out) {
 
 TensorType reshape_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
-  KILN_CHECK(a.shape.product() == x.numel(), "reshape: cannot reshape {} ({} elements) to {}",
+  KILN_CHECK(check_shape(a.shape, "reshape") == x.numel(), "reshape: cannot reshape {} ({} elements) to {}",
              x.type().str(), x.numel(), shape_str(a.shape));
   return {x.dtype(), a.shape, x.device()};
 }
@@ -103,8 +103,8 @@ TensorType expand_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(a.shape.size() >= x.shape().size(), "expand: cannot expand {} to fewer dims {}",
              x.type().str(), shape_str(a.shape));
   size_t lead = a.shape.size() - x.shape().size();
+  check_shape(a.shape, "expand");
   for (size_t i = 0; i < a.shape.size(); ++i) {
-    KILN_CHECK(a.shape[i] >= 0, "expand: negative size in {}", shape_str(a.shape));
     if (i < lead) continue;
     int64_t s = x.shape()[i - lead];
     KILN_CHECK(s == a.shape[i] || s == 1, "expand: cannot expand {} to {} (dim {}: {} vs {})",
@@ -143,10 +143,13 @@ TensorType pad_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   Dims shape = x.shape();
   for (size_t i = 0; i < a.axes.size() / 2; ++i) {
     size_t d = shape.size() - 1 - i;
-    int64_t s = shape[d] + a.axes[2 * i] + a.axes[2 * i + 1];
-    KILN_CHECK(s >= 0, "pad: pads {} make dim {} of {} negative", shape_str(a.axes), d, x.type().str());
+    int64_t s;
+    bool overflow = __builtin_add_overflow(shape[d], a.axes[2 * i], &s) ||
+                    __builtin_add_overflow(s, a.axes[2 * i + 1], &s);
+    KILN_CHECK(!overflow && s >= 0, "pad: pads {} make dim {} of {} negative", shape_str(a.axes), d, x.type().str());
     shape[d] = s;
   }
+  check_shape(shape, "pad");
   return {x.dtype(), shape, x.device()};
 }
 
@@ -290,8 +293,12 @@ Dims infer_size(const Dims& shape, int64_t numel, const char* op, const Tensor& 
       infer_at = static_cast<int64_t>(i);
     } else {
       KILN_CHECK(out[i] >= 0, "{}: invalid size {} in {}", op, out[i], shape_str(shape));
-      known *= out[i];
     }
+  }
+  {
+    Dims known_dims = out;  // the sizes given, checked against overflow
+    if (infer_at >= 0) known_dims[infer_at] = 1;
+    known = check_shape(known_dims, op);
   }
   if (infer_at >= 0) {
     KILN_CHECK(known != 0 && numel % known == 0, "{}: cannot reshape {} to {}", op,
@@ -320,13 +327,13 @@ Tensor Tensor::view(const Dims& shape) const {
 
 Tensor Tensor::permute(const Dims& order) const {
   Attrs a;
-  for (int64_t d : order) a.axes.push_back(wrap_dim(d, dim(), "permute"));
+  for (int64_t d : order) a.axes.push_back(wrap_dim(d, *this, "permute"));
   return apply(OpId::Permute, {*this}, a);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t stop, int64_t step) const {
   Attrs a;
-  a.dim = wrap_dim(d, dim(), "slice");
+  a.dim = wrap_dim(d, *this, "slice");
   KILN_CHECK(dim() > 0, "slice: cannot slice a 0-d tensor");
   int64_t n = shape()[a.dim];
   // Python slicing: negative indices count from the end; out-of-range bounds clamp.
@@ -362,7 +369,7 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
   in.reserve(tensors.size());
   for (const Tensor& x : tensors) in.push_back(x.to(t));
   Attrs a;
-  a.dim = wrap_dim(dim, tensors[0].dim(), "cat");
+  a.dim = wrap_dim(dim, tensors[0], "cat");
   return apply(OpId::Cat, in, a);
 }
 Tensor cat(std::initializer_list<Tensor> tensors, int64_t dim) {
