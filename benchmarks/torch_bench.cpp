@@ -9,10 +9,24 @@ namespace {
 
 constexpr int64_t k16M = 16 << 20;
 
-void same_threads() { torch::set_num_threads(kiln::num_threads()); }
+}  // namespace
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+// LibTorch gets as many threads as kiln, for its own loops and for the OpenBLAS both link
+// (kiln keeps OpenBLAS single-threaded inside its own chunks, so the setting is restored).
+struct SameThreads {
+  SameThreads() {
+    torch::set_num_threads(kiln::num_threads());
+    openblas_set_num_threads(kiln::num_threads());
+  }
+  ~SameThreads() { openblas_set_num_threads(1); }
+};
 
 void BM_TorchAddTiny(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   torch::NoGradGuard g;
   auto a = torch::randn({s.range(0)}), b = torch::randn({s.range(0)});
   benchmark::DoNotOptimize(a + b);  // warm-up: first-touch page faults stay out of the timing
@@ -22,7 +36,7 @@ BENCHMARK(BM_TorchAddTiny)->Name("add_tiny[1]/torch")->Arg(1);
 BENCHMARK(BM_TorchAddTiny)->Name("add_tiny[64]/torch")->Arg(64);
 
 void BM_TorchMulScalarTiny(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   torch::NoGradGuard g;
   auto a = torch::randn({s.range(0)});
   benchmark::DoNotOptimize(a * 0.5f);  // warm-up: first-touch page faults stay out of the timing
@@ -32,7 +46,7 @@ BENCHMARK(BM_TorchMulScalarTiny)->Name("mul_scalar_tiny[1]/torch")->Arg(1);
 BENCHMARK(BM_TorchMulScalarTiny)->Name("mul_scalar_tiny[64]/torch")->Arg(64);
 
 void BM_TorchAdd16M(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto a = torch::randn({k16M}), b = torch::randn({k16M});
   benchmark::DoNotOptimize(a + b);  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(a + b);
@@ -41,7 +55,7 @@ void BM_TorchAdd16M(benchmark::State& s) {
 BENCHMARK(BM_TorchAdd16M)->Name("add_16M/torch")->UseRealTime();
 
 void BM_TorchTanh16M(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto a = torch::randn({k16M});
   benchmark::DoNotOptimize(torch::tanh(a));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(torch::tanh(a));
@@ -50,7 +64,7 @@ void BM_TorchTanh16M(benchmark::State& s) {
 BENCHMARK(BM_TorchTanh16M)->Name("tanh_16M/torch")->UseRealTime();
 
 void BM_TorchGelu9(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto x = torch::randn({k16M});
   for (auto _ : s) {
     auto cube = x * x * x;
@@ -62,7 +76,7 @@ void BM_TorchGelu9(benchmark::State& s) {
 BENCHMARK(BM_TorchGelu9)->Name("gelu_9ops_16M/torch")->UseRealTime();
 
 void BM_TorchGeluKernel(benchmark::State& s) {  // LibTorch's own single kernel, for reference
-  same_threads();
+  SameThreads threads;
   auto x = torch::randn({k16M});
   benchmark::DoNotOptimize(torch::gelu(x, "tanh"));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(torch::gelu(x, "tanh"));
@@ -71,7 +85,7 @@ void BM_TorchGeluKernel(benchmark::State& s) {  // LibTorch's own single kernel,
 BENCHMARK(BM_TorchGeluKernel)->Name("gelu_at::gelu_16M/torch")->UseRealTime();
 
 void BM_TorchMatmul(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
   benchmark::DoNotOptimize(torch::matmul(a, b));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(torch::matmul(a, b));
@@ -80,7 +94,7 @@ void BM_TorchMatmul(benchmark::State& s) {
 BENCHMARK(BM_TorchMatmul)->Name("matmul_1024/torch")->UseRealTime();
 
 void BM_TorchSoftmax(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto a = torch::randn({4096, 1024});
   benchmark::DoNotOptimize(torch::softmax(a, -1));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(torch::softmax(a, -1));
@@ -89,7 +103,7 @@ void BM_TorchSoftmax(benchmark::State& s) {
 BENCHMARK(BM_TorchSoftmax)->Name("softmax_4096x1024/torch")->UseRealTime();
 
 void BM_TorchLayerNorm(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto a = torch::randn({4096, 1024}), w = torch::randn({1024}), b = torch::randn({1024});
   benchmark::DoNotOptimize(torch::layer_norm(a, {1024}, w, b));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(torch::layer_norm(a, {1024}, w, b));
@@ -102,7 +116,7 @@ BENCHMARK(BM_TorchLayerNorm)->Name("layer_norm_4096x1024/torch")->UseRealTime();
 namespace {
 
 void BM_TorchAddTinyGrad(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   auto a = torch::randn({s.range(0)}, torch::requires_grad()), b = torch::randn({s.range(0)}, torch::requires_grad());
   benchmark::DoNotOptimize(a + b);
   for (auto _ : s) benchmark::DoNotOptimize(a + b);
@@ -111,7 +125,7 @@ BENCHMARK(BM_TorchAddTinyGrad)->Name("add_tiny_taped[1]/torch")->Arg(1);
 BENCHMARK(BM_TorchAddTinyGrad)->Name("add_tiny_taped[64]/torch")->Arg(64);
 
 void BM_TorchMlpStep(benchmark::State& s) {
-  same_threads();
+  SameThreads threads;
   int64_t batch = s.range(0);
   torch::nn::Linear fc1(784, 256), fc2(256, 10);
   std::vector<torch::Tensor> params = fc1->parameters();
