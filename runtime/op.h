@@ -24,21 +24,34 @@ enum class OpFamily : uint8_t { Pointwise, Cast, Reduce, View, Copy, Other };
 /// Every attribute any op takes; each op reads the few it documents. A fixed struct (not a map)
 /// keeps the per-op path free of lookups and allocations.
 struct Attrs {
-  Dims axes;      // reductions: axes (empty: all); permute: order; pad: (before, after) per dim
-  Dims shape;     // reshape, expand: target shape; pools: kernel size
+  Dims axes;      // reductions: axes (empty: all); permute: the new order
+  Dims shape;     // reshape, expand: target shape
+  Dims kernel;    // pools: window size
   Dims stride;    // conv2d, pools
   Dims padding;   // conv2d, pools
   Dims dilation;  // conv2d
-  int64_t dim = 0;  // slice, cat, gather, index_select
+  Dims pads;      // pad: (before, after) pairs from the last dim backwards
+  int64_t dim = 0;  // slice, cat, gather, index_select, scatter_add
   int64_t start = 0, stop = 0, step = 1;  // slice
   int64_t groups = 1;                     // conv2d
-  DType dtype = DType::F32;               // cast: target dtype
+  DType dtype = DType::F32;               // cast: target; pointwise: the compute dtype
   bool keepdim = false;                   // reductions
-  bool flag = false;  // avg_pool2d: count_include_pad; max_pool2d: ceil_mode
+  bool ceil_mode = false;                 // max_pool2d
+  bool count_include_pad = true;          // avg_pool2d
+  Scalar value;                           // pad: fill value
   /// Pointwise ops: bit i set means operand i is the number imm[i] rather than a tensor, so
   /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.
   uint8_t imm_mask = 0;
   Scalar imm[3];
+};
+
+/// The Attrs fields an op reads, as a bit set (OpDef::attrs): the IR prints and parses these.
+enum AttrField : uint32_t {
+  kAttrAxes = 1 << 0, kAttrShape = 1 << 1, kAttrKernel = 1 << 2, kAttrStride = 1 << 3,
+  kAttrPadding = 1 << 4, kAttrDilation = 1 << 5, kAttrPads = 1 << 6, kAttrDim = 1 << 7,
+  kAttrSlice = 1 << 8 /* start, stop, step */, kAttrGroups = 1 << 9, kAttrDType = 1 << 10,
+  kAttrKeepdim = 1 << 11, kAttrCeilMode = 1 << 12, kAttrCountIncludePad = 1 << 13,
+  kAttrValue = 1 << 14,
 };
 
 /// How a pointwise op treats dtypes. The API casts inputs to the compute dtype; the op's
@@ -91,6 +104,7 @@ struct OpDef {
   VjpFn vjp = nullptr;              // derivative, written with Tensor ops
   bool differentiable = true;       // false: no gradient flows through it (comparisons, argmax)
   uint8_t saves = kSaveInputs;      // what vjp reads (SaveMask)
+  uint32_t attrs = 0;               // the Attrs fields it reads (AttrField)
   uint8_t linear_in = 0;            // pointwise: bit k, the op is linear in operand k, so the
                                     // rule reads its value only for the other operands
 };

@@ -103,16 +103,16 @@ TensorType pool_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   const char* op = op_name(id);
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, "{}: expected input [N,C,H,W] or [C,H,W], got {}", op, x.type().str());
   KILN_CHECK(is_float(x.dtype()), "{}: expected a float input, got {}", op, x.type().str());
-  check_pair(a.shape, "kernel size", op, 1);
+  check_pair(a.kernel, "kernel size", op, 1);
   check_pair(a.stride, "stride", op, 1);
   check_pair(a.padding, "padding", op, 0);
-  KILN_CHECK(a.padding[0] * 2 <= a.shape[0] && a.padding[1] * 2 <= a.shape[1],
-             "{}: padding {} must be at most half the kernel size {}", op, shape_str(a.padding), shape_str(a.shape));
-  bool ceil_mode = id == OpId::MaxPool2d && a.flag;
+  KILN_CHECK(a.padding[0] * 2 <= a.kernel[0] && a.padding[1] * 2 <= a.kernel[1],
+             "{}: padding {} must be at most half the kernel size {}", op, shape_str(a.padding), shape_str(a.kernel));
+  bool ceil_mode = id == OpId::MaxPool2d && a.ceil_mode;
   int64_t r = x.dim();
-  int64_t oh = out_size(x.shape()[r - 2], a.shape[0], a.stride[0], a.padding[0], 1, ceil_mode);
-  int64_t ow = out_size(x.shape()[r - 1], a.shape[1], a.stride[1], a.padding[1], 1, ceil_mode);
-  KILN_CHECK(oh > 0 && ow > 0, "{}: kernel {} is larger than padded input {}", op, shape_str(a.shape), x.type().str());
+  int64_t oh = out_size(x.shape()[r - 2], a.kernel[0], a.stride[0], a.padding[0], 1, ceil_mode);
+  int64_t ow = out_size(x.shape()[r - 1], a.kernel[1], a.stride[1], a.padding[1], 1, ceil_mode);
+  KILN_CHECK(oh > 0 && ow > 0, "{}: kernel {} is larger than padded input {}", op, shape_str(a.kernel), x.type().str());
   Dims shape = x.shape();
   shape[r - 2] = oh;
   shape[r - 1] = ow;
@@ -128,14 +128,14 @@ void pool_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& ou
   Tensor o = empty(out.shape(), DType::F64);
   const double* px = x.data<double>();
   double* po = o.data<double>();
-  bool include_pad = a.flag;
-  parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(oh * ow * a.shape[0] * a.shape[1], 1)),
+  bool include_pad = a.count_include_pad;
+  parallel_for(0, planes, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(oh * ow * a.kernel[0] * a.kernel[1], 1)),
                [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t oy = 0; oy < oh; ++oy)
         for (int64_t ox = 0; ox < ow; ++ox) {
           int64_t y0 = oy * a.stride[0] - a.padding[0], x0 = ox * a.stride[1] - a.padding[1];
-          int64_t y1 = std::min(y0 + a.shape[0], h + a.padding[0]), x1 = std::min(x0 + a.shape[1], w + a.padding[1]);
+          int64_t y1 = std::min(y0 + a.kernel[0], h + a.padding[0]), x1 = std::min(x0 + a.kernel[1], w + a.padding[1]);
           int64_t pool_size = (y1 - y0) * (x1 - x0);  // window clipped to the padded input
           double acc = kMax ? -std::numeric_limits<double>::infinity() : 0.0;
           for (int64_t y = std::max<int64_t>(y0, 0); y < std::min(y1, h); ++y)
@@ -232,7 +232,7 @@ Windows windows(const Tensor& x, const Attrs& a, const Dims& out_shape, Scalar f
   w.padded = x;
   for (int d = 0; d < 2; ++d) {
     int64_t in = x.shape()[r - 2 + d], o = out_shape[r - 2 + d];
-    int64_t need = (o - 1) * a.stride[d] + a.shape[d];
+    int64_t need = (o - 1) * a.stride[d] + a.kernel[d];
     int64_t extra = std::max<int64_t>(0, need - (in + 2 * a.padding[d]));
     Dims pads(static_cast<size_t>(2 * (2 - d)), 0);
     pads[pads.size() - 2] = a.padding[d];
@@ -240,8 +240,8 @@ Windows windows(const Tensor& x, const Attrs& a, const Dims& out_shape, Scalar f
     w.padded = pad(w.padded, pads, fill);
   }
   int64_t oh = out_shape[r - 2], ow = out_shape[r - 1];
-  for (int64_t ky = 0; ky < a.shape[0]; ++ky)
-    for (int64_t kx = 0; kx < a.shape[1]; ++kx) {
+  for (int64_t ky = 0; ky < a.kernel[0]; ++ky)
+    for (int64_t kx = 0; kx < a.kernel[1]; ++kx) {
       w.slices.push_back(w.padded.slice(r - 2, ky, ky + (oh - 1) * a.stride[0] + 1, a.stride[0])
                              .slice(r - 1, kx, kx + (ow - 1) * a.stride[1] + 1, a.stride[1]));
       w.slice_start.push_back(ky);
@@ -289,8 +289,8 @@ Grads avg_pool_vjp(const VjpArgs& v) {
   // spans the full kernel (avg_pool2d has no ceil_mode); otherwise only its input elements.
   Windows valid = windows(ones(shape, v.grad.dtype()), v.attrs, v.grad.shape(), 0.0);
   Tensor count;
-  if (v.attrs.flag) {
-    count = full({}, static_cast<double>(v.attrs.shape[0] * v.attrs.shape[1]), v.grad.dtype());
+  if (v.attrs.count_include_pad) {
+    count = full({}, static_cast<double>(v.attrs.kernel[0] * v.attrs.kernel[1]), v.grad.dtype());
   } else {
     for (const Tensor& s : valid.slices) count = count.defined() ? count + s : s;
   }
@@ -302,11 +302,14 @@ Grads avg_pool_vjp(const VjpArgs& v) {
 }  // namespace
 
 // conv2d(x, weight): 2-d cross-correlation, NCHW; attrs stride, padding, dilation, groups.
-const OpDef defs::Conv2d{.infer = conv2d_rule, .cpu = conv2d_cpu, .vjp = conv2d_vjp};
-// max_pool2d(x): window max; attrs.shape is the kernel, attrs.flag ceil_mode; NaN wins.
-const OpDef defs::MaxPool2d{.infer = pool_rule, .cpu = pool_cpu<true>, .vjp = max_pool_vjp, .saves = kSaveBoth};
-// avg_pool2d(x): window mean; attrs.flag is count_include_pad.
-const OpDef defs::AvgPool2d{.infer = pool_rule, .cpu = pool_cpu<false>, .vjp = avg_pool_vjp, .saves = kSaveNothing};
+const OpDef defs::Conv2d{.infer = conv2d_rule, .cpu = conv2d_cpu, .vjp = conv2d_vjp,
+                         .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups};
+// max_pool2d(x): window max over attrs.kernel (stride, padding, ceil_mode); NaN wins.
+const OpDef defs::MaxPool2d{.infer = pool_rule, .cpu = pool_cpu<true>, .vjp = max_pool_vjp, .saves = kSaveBoth,
+                            .attrs = kAttrKernel | kAttrStride | kAttrPadding | kAttrCeilMode};
+// avg_pool2d(x): window mean over attrs.kernel (stride, padding, count_include_pad).
+const OpDef defs::AvgPool2d{.infer = pool_rule, .cpu = pool_cpu<false>, .vjp = avg_pool_vjp, .saves = kSaveNothing,
+                            .attrs = kAttrKernel | kAttrStride | kAttrPadding | kAttrCountIncludePad};
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride,
               const Dims& padding, const Dims& dilation, int64_t groups) {
@@ -327,10 +330,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const D
 namespace {
 Tensor pool(OpId id, const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding, bool flag) {
   Attrs a;
-  a.shape = kernel;
+  a.kernel = kernel;
   a.stride = stride.empty() ? kernel : stride;
   a.padding = padding;
-  a.flag = flag;
+  if (id == OpId::MaxPool2d) a.ceil_mode = flag;
+  else a.count_include_pad = flag;
   return apply(id, {x}, a);
 }
 }  // namespace

@@ -129,6 +129,7 @@ const OpDef defs::ScatterAdd{
     .infer = scatter_add_rule,
     .cpu = scatter_add_cpu,
     .vjp = [](const VjpArgs& a) { return Grads{a.grad, Tensor(), gather(a.grad, a.attrs.dim, a.in[1])}; },
+    .attrs = kAttrDim,
 };
 
 // gather(x, index): out[i][j] = x[index[i][j]][j] along attrs.dim (torch.gather); negative
@@ -145,6 +146,7 @@ const OpDef defs::Gather{
       Tensor z = zeros(a.in_types[0].shape, a.grad.dtype());
       return Grads{scatter_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
     },
+    .attrs = kAttrDim,
 };
 
 // index_select(x, index): the entries of x along attrs.dim at the positions in 1-d index.
@@ -164,6 +166,7 @@ const OpDef defs::IndexSelect{
       Tensor z = zeros(a.in_types[0].shape, a.grad.dtype());
       return Grads{scatter_add(z, a.attrs.dim, full_index, a.grad), Tensor()};
     },
+    .attrs = kAttrDim,
 };
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {

@@ -137,16 +137,16 @@ TensorType cat_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 
 TensorType pad_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
-  KILN_CHECK(a.axes.size() % 2 == 0 && static_cast<int64_t>(a.axes.size()) <= 2 * x.dim(),
+  KILN_CHECK(a.pads.size() % 2 == 0 && static_cast<int64_t>(a.pads.size()) <= 2 * x.dim(),
              "pad: expected (before, after) pairs for at most {} dims, got {}", x.dim(),
-             shape_str(a.axes));
+             shape_str(a.pads));
   Dims shape = x.shape();
-  for (size_t i = 0; i < a.axes.size() / 2; ++i) {
+  for (size_t i = 0; i < a.pads.size() / 2; ++i) {
     size_t d = shape.size() - 1 - i;
     int64_t s;
-    bool overflow = __builtin_add_overflow(shape[d], a.axes[2 * i], &s) ||
-                    __builtin_add_overflow(s, a.axes[2 * i + 1], &s);
-    KILN_CHECK(!overflow && s >= 0, "pad: pads {} make dim {} of {} negative", shape_str(a.axes), d, x.type().str());
+    bool overflow = __builtin_add_overflow(shape[d], a.pads[2 * i], &s) ||
+                    __builtin_add_overflow(s, a.pads[2 * i + 1], &s);
+    KILN_CHECK(!overflow && s >= 0, "pad: pads {} make dim {} of {} negative", shape_str(a.pads), d, x.type().str());
     shape[d] = s;
   }
   check_shape(shape, "pad");
@@ -167,6 +167,7 @@ const OpDef defs::Reshape{
     },
     .vjp = [](const VjpArgs& a) { return Grads{a.grad.reshape(a.in_types[0].shape)}; },
     .saves = kSaveNothing,
+    .attrs = kAttrShape,
 };
 
 // permute(x): dims reordered by attrs.axes.
@@ -186,6 +187,7 @@ const OpDef defs::Permute{
       return Grads{a.grad.permute(inverse)};
     },
     .saves = kSaveNothing,
+    .attrs = kAttrAxes,
 };
 
 // slice(x): along attrs.dim, indices start, start+step, ... < stop.
@@ -201,6 +203,7 @@ const OpDef defs::Slice{
       return Grads{slice_backward(a.grad, a.in_types[0].shape, a.attrs.dim, a.attrs.start, a.attrs.stop, a.attrs.step)};
     },
     .saves = kSaveNothing,
+    .attrs = kAttrDim | kAttrSlice,
 };
 
 // expand(x): size-1 dims (and new leading dims) repeated to attrs.shape, with stride 0.
@@ -215,6 +218,7 @@ const OpDef defs::Expand{
     },
     .vjp = [](const VjpArgs& a) { return Grads{a.grad}; },  // the engine sums it back
     .saves = kSaveNothing,
+    .attrs = kAttrShape,
 };
 
 // copy(x): a contiguous copy.
@@ -249,20 +253,21 @@ const OpDef defs::Cat{
       return g;
     },
     .saves = kSaveNothing,
+    .attrs = kAttrDim,
 };
 
-// pad(x): constant padding; attrs.axes holds (before, after) pairs from the last dim backwards
-// (negative entries crop), attrs.imm[0] the fill value.
+// pad(x): constant padding; attrs.pads holds (before, after) pairs from the last dim backwards
+// (negative entries crop), attrs.value the fill value.
 const OpDef defs::Pad{
     .infer = pad_rule,
     .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
       const Tensor& x = in[0];
-      copy_into(full({}, a.imm[0], out.dtype()), out);
+      copy_into(full({}, a.value, out.dtype()), out);
       Dims src_shape = x.shape(), dst_shape = x.shape();
       int64_t src_off = x.offset(), dst_off = out.offset();
-      for (size_t i = 0; i < a.axes.size() / 2; ++i) {
+      for (size_t i = 0; i < a.pads.size() / 2; ++i) {
         size_t d = x.shape().size() - 1 - i;
-        int64_t before = a.axes[2 * i], after = a.axes[2 * i + 1];
+        int64_t before = a.pads[2 * i], after = a.pads[2 * i + 1];
         int64_t crop_b = std::max<int64_t>(0, -before), crop_a = std::max<int64_t>(0, -after);
         int64_t len = std::max<int64_t>(0, x.shape()[d] - crop_b - crop_a);
         src_shape[d] = dst_shape[d] = len;
@@ -273,11 +278,12 @@ const OpDef defs::Pad{
       copy_into(alias(x, src_shape, x.strides(), src_off), alias(out, dst_shape, out.strides(), dst_off));
     },
     .vjp = [](const VjpArgs& a) {  // crop what was padded (and pad what was cropped)
-      Dims back = a.attrs.axes;
+      Dims back = a.attrs.pads;
       for (int64_t& v : back) v = -v;
       return Grads{pad(a.grad, back)};
     },
     .saves = kSaveNothing,
+    .attrs = kAttrPads | kAttrValue,
 };
 
 // ---- Tensor view methods ----------------------------------------------------------------
@@ -394,8 +400,8 @@ Tensor stack(std::initializer_list<Tensor> tensors, int64_t dim) {
 
 Tensor pad(const Tensor& x, const Dims& pads, Scalar value) {
   Attrs a;
-  a.axes = pads;
-  a.imm[0] = value;
+  a.pads = pads;
+  a.value = value;
   return apply(OpId::Pad, {x}, a);
 }
 

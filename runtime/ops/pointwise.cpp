@@ -146,6 +146,7 @@ const OpDef defs::Cast{
     .cpu = [](OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_into(in[0], out); },
     .vjp = [](const VjpArgs& a) { return Grads{a.grad}; },  // the engine casts it back
     .saves = kSaveNothing,
+    .attrs = kAttrDType,
 };
 
 DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands) {

@@ -241,17 +241,17 @@ Grads extremum_vjp(const VjpArgs& a) {
 }  // namespace
 
 // sum(x): over attrs.axes (empty: all), keepdim per attrs.keepdim; integers sum into i64.
-const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing};
+const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing, .attrs = kAttrAxes | kAttrKeepdim};
 // prod(x): as sum, multiplying.
-const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth};
+const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim};
 // max_reduce(x): largest element over the axes; NaN wins.
-const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth};
+const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim};
 // min_reduce(x): smallest element over the axes; NaN wins.
-const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth};
+const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim};
 // argmax(x): i64 index of the first largest element over one axis (or all).
-const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false};
+const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
 // argmin(x): i64 index of the first smallest element over one axis (or all).
-const OpDef defs::Argmin{.infer = reduce_rule, .cpu = arg_cpu<false>, .differentiable = false};
+const OpDef defs::Argmin{.infer = reduce_rule, .cpu = arg_cpu<false>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
 
 namespace {
 Tensor reduce(OpId id, const Tensor& x, const Dims& dims, bool keepdim) {
