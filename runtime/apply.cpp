@@ -51,10 +51,16 @@ Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
                in[0].type().str(), in[i].type().str());
   }
   TensorType type = op.infer(id, in, attrs);
-  if (Recorder* rec = t_recorder) return rec->record(id, in, attrs, type);
   bool taped = false;
   if (grad_enabled()) {
     for (const Tensor& t : in) taped = taped || requires_grad(t.impl());
+  }
+  if (Recorder* rec = t_recorder) {
+    // The tape is kept while tracing too: a backward() inside the traced function then runs
+    // each vjp on the tracer's tensors, which records the backward graph.
+    Tensor out = rec->record(id, in, attrs, type);
+    if (taped) record_grad(id, in, attrs, out);
+    return out;
   }
   Tensor out;
   {

@@ -85,7 +85,7 @@ void collect_shown(const std::vector<double>& v, const Dims& shape, size_t d, in
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  if (!t.has_storage()) return os << "tensor(<traced> " << t.type().str() << ")";
+  if (!t.has_storage()) t.data_ptr();  // throws: a traced tensor has no values to print
   std::vector<double> v = t.to_vector<double>();
   Style s;
   s.is_float = is_float(t.dtype());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 
 #include "runtime/op.h"
 
@@ -14,6 +15,14 @@ class Recorder {
   virtual ~Recorder() = default;
   virtual Tensor record(OpId id, std::span<const Tensor> in, const Attrs& attrs,
                         const TensorType& type) = 0;
+  /// An in-place write of `value` (already of self's type) into `self`.
+  virtual void record_assign(const Tensor& self, const Tensor& value) = 0;
+  /// `to` is a new handle on the data of `from` (detach): the same value in the trace.
+  virtual void alias(const Tensor& from, const Tensor& to) = 0;
+  /// Storage allocated while tracing: tensors on it are literals of the trace.
+  virtual void on_new_storage(const Storage* s) = 0;
+  /// What `t` is in the trace, for error messages ("the result of sum at train.cpp:12").
+  virtual std::string describe(const TensorImpl* t) = 0;
 };
 
 Recorder* active_recorder();

@@ -155,7 +155,10 @@ Tensor Tensor::detach() const {
   t->dtype = impl()->dtype;
   t->device = impl()->device;
   // Not a view for autograd: holding a base here would keep the original's graph alive.
-  return Tensor(std::move(t));
+  Tensor out(std::move(t));
+  if (!has_storage())
+    if (Recorder* r = active_recorder()) r->alias(*this, out);
+  return out;
 }
 
 // ---- in-place ops ------------------------------------------------------------------------
@@ -172,8 +175,6 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
                   !(value.dtype() != DType::Bool && self.dtype() == DType::Bool);
   KILN_CHECK(castable, "{}: result dtype {} cannot be written into {} in place", op,
              dtype_name(value.dtype()), self.type().str());
-  KILN_CHECK(!active_recorder(), "{}: in-place ops on {} inside a traced function are not supported yet",
-             op, self.type().str());
   TensorImpl* s = self.impl();
   bool record = grad_enabled() && (requires_grad(s) || requires_grad(value.impl()));
   if (record) {
@@ -185,12 +186,16 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
                "{}: {} is a view of a tensor that requires grad; in-place changes through a view "
                "are not supported under autograd (write the result out of place)", op, self.type().str());
   }
-  copy_into(value, self);
-  if (s->storage) s->storage->bump_version();
+  Tensor v = value.dtype() == self.dtype() ? value : value.to(self.dtype());
+  if (v.shape() != self.shape()) v = v.expand(self.shape());
+  if (Recorder* rec = active_recorder()) {
+    rec->record_assign(self, v);  // the trace writes it when the compiled function runs
+  } else {
+    copy_into(value, self);
+    if (s->storage) s->storage->bump_version();
+  }
   if (record) {
     // The tensor's history is now that of the value written into it.
-    Tensor v = value.dtype() == self.dtype() ? value : value.to(self.dtype());
-    if (v.shape() != self.shape()) v = v.expand(self.shape());
     if (v.impl() == s) return self;
     if (!requires_grad(v.impl())) {
       s->autograd->grad_fn.reset();  // now holds a value without history

@@ -9,10 +9,19 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/op.h"
+#include "runtime/recorder.h"
 
 namespace kiln {
 
-std::string shape_str(const Dims& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+std::string shape_str(const Dims& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    if (is_symbol(shape[i])) s += dim_symbol_name(shape[i]);
+    else s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
 
 std::string TensorType::str() const {
   std::string s = fmt::format("{}{}", dtype_name(dtype), shape_str(shape));
@@ -24,10 +33,13 @@ std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
   KILN_CHECK(device.is_cpu(), "empty: device {} is not available in this build", device.str());
   data_ = cpu_allocator().allocate(nbytes);
+  if (Recorder* r = active_recorder()) r->on_new_storage(this);
 }
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
-    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {
+  if (Recorder* r = active_recorder()) r->on_new_storage(this);
+}
 
 Storage::~Storage() {
   if (owned_) cpu_allocator().deallocate(data_, nbytes_);
@@ -69,6 +81,15 @@ Tensor Tensor::empty(const TensorType& type) {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::placeholder(const TensorType& type) {
+  auto impl = make_ref<TensorImpl>();
+  impl->shape = type.shape;
+  impl->strides = contiguous_strides(type.shape);
+  impl->dtype = type.dtype;
+  impl->device = type.device;
+  return Tensor(std::move(impl));
+}
+
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
   int64_t r = std::max<int64_t>(rank, 1);  // a 0-d tensor accepts dim 0 and -1, like PyTorch
   KILN_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for a tensor of rank {}", op, dim,
@@ -98,9 +119,14 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   KILN_CHECK(defined(), "data_ptr: the tensor is undefined");
-  KILN_CHECK(has_storage(),
-             "data_ptr: tensor {} has no data (it is being traced); its values exist only when "
-             "the traced function runs", type().str());
+  if (!has_storage()) {
+    Recorder* r = active_recorder();
+    throw Error(fmt::format(
+        "reading values: tensor {} {} has no data while it is traced; its values exist only when "
+        "the compiled function runs. Return it as an output instead, and branch with where() "
+        "rather than on a value read with item()", type().str(),
+        r ? r->describe(impl()) : std::string("(a placeholder)")));
+  }
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/device.h"
@@ -29,8 +30,12 @@ struct TensorType {
   }
 };
 std::ostream& operator<<(std::ostream& os, const TensorType& t);
-/// "[2,3]"
+/// "[2,3]"; a symbolic dim prints as its name: "[B,784]".
 std::string shape_str(const Dims& shape);
+/// Symbolic dims (the IR's `f32[B,784]`): a negative size naming an interned symbol.
+int64_t dim_symbol(std::string_view name);
+std::string_view dim_symbol_name(int64_t dim);
+inline bool is_symbol(int64_t dim) { return dim < 0; }
 
 /// A block of device memory that tensors view. Views of one tensor share one Storage, and with
 /// it the version counter that in-place ops bump (autograd uses it to detect stale saves).
@@ -83,6 +88,9 @@ class Tensor {
 
   /// A new contiguous tensor with uninitialized contents.
   static Tensor empty(const TensorType& type);
+  /// A tensor with a type but no data: what a tracer hands to the traced function, and what
+  /// the IR verifier runs shape rules on. Reading its values throws.
+  static Tensor placeholder(const TensorType& type);
 
   bool defined() const { return static_cast<bool>(impl_); }
   TensorImpl* impl() const { return impl_.get(); }

@@ -1,0 +1,94 @@
+// ir/graph.h -- the IR: one straight-line SSA graph per traced function.
+//
+// Semantics, stated once: every node defines at most one tensor value; nodes are in
+// topological order (a value is defined before it is used); an op node applies a runtime op
+// (runtime/ops.def) with the same meaning, attributes and shape rule as in eager mode:
+// pointwise ops broadcast NumPy-style, their inputs share the compute dtype (casts are explicit
+// nodes), and numbers appear as immediate operands. Floats are IEEE, no fast-math.
+// A type is dtype + shape (+ device): `f32[64,784]`, `f32[B,784]` with a symbolic dim.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/op.h"
+
+namespace kiln::ir {
+
+inline constexpr uint32_t kNoValue = UINT32_MAX;
+
+/// Where in the user's C++ a traced op was called. A tracer captures the return address
+/// (module + offset) cheaply; file and line are filled in when someone asks to print them.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  std::string module;    // unresolved: the executable or library holding the call
+  uintptr_t offset = 0;  // and the call's offset in it
+  bool known() const { return !file.empty(); }
+};
+
+enum class NodeKind : uint8_t {
+  Op,      // %r = <op> operands {attrs} : type
+  Const,   // %r = const [values] : type
+  Assign,  // assign %param, %value: writes value into a parameter when the graph runs
+};
+
+struct Node {
+  NodeKind kind = NodeKind::Op;
+  OpId op{};
+  Attrs attrs;
+  std::vector<uint32_t> inputs;  // tensor operands (Assign: the parameter, then the value)
+  uint32_t result = kNoValue;    // the value it defines (Op, Const)
+  Tensor constant;               // Const: the data (contiguous, on the CPU)
+  SourceLoc loc;
+  bool grad = true;  // recorded with grad mode on: eager replay tapes it (not part of the text)
+};
+
+/// A function: arguments and captured parameters in, nodes, outputs out. Values are dense ids
+/// into `types`; the printer renumbers them, so printed text is stable.
+struct Graph {
+  std::string name = "main";
+  std::vector<TensorType> types;          // type of each value id
+  std::vector<uint32_t> inputs;           // arguments, bound at each call
+  std::vector<uint32_t> params;           // tensors the function captured (live state)
+  std::vector<std::string> param_names;   // one per param; "" when unnamed
+  std::vector<Node> nodes;                // topological order
+  std::vector<uint32_t> outputs;
+
+  uint32_t add_value(const TensorType& t) {
+    types.push_back(t);
+    return static_cast<uint32_t>(types.size() - 1);
+  }
+  const TensorType& type(uint32_t v) const { return types.at(v); }
+};
+
+struct PrintOptions {
+  bool locations = true;  // print loc("file":line) on nodes that have one
+};
+
+/// The text form; parse(print(g)) == g, and equal graphs print equal text.
+std::string print(const Graph& g, const PrintOptions& options = {});
+std::ostream& operator<<(std::ostream& os, const Graph& g);
+/// Parses the text form; errors read "file:line:col: message".
+Graph parse(std::string_view text, std::string_view filename = "<input>");
+/// Checks SSA order, arity, attributes and that every node's type is what its op's shape rule
+/// gives; throws kiln::Error "verify: @name: line N: %3 = add ...: <what>".
+void verify(const Graph& g);
+
+/// The text of one node as print() writes it, with raw value ids (for error messages).
+std::string print_node(const Graph& g, const Node& n);
+/// What an op node computes, as text: op, operands (raw ids, immediates) and attributes.
+/// Two op nodes with equal keys compute the same value.
+std::string node_key(const Graph& g, const Node& n);
+
+/// The compute dtype of a pointwise node (its attrs.dtype), derived from its operands' types:
+/// the result dtype, except for comparisons and logical ops (the first non-condition operand's).
+DType pointwise_compute_dtype(const Graph& g, const Node& n);
+
+/// Attribute names for the text form, one per AttrField bit.
+std::string_view attr_name(AttrField f);
+
+}  // namespace kiln::ir

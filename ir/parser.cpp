@@ -1,0 +1,498 @@
+// ir/parser.cpp -- reads the text form written by printer.cpp. Hostile input is expected (the
+// fuzz target feeds it garbage): every error is a kiln::Error "file:line:col: message".
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "ir/graph.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
+
+namespace kiln::ir {
+namespace {
+
+enum class Tok { End, Value, Global, Ident, Int, Float, String, Punct };
+
+struct Token {
+  Tok kind = Tok::End;
+  std::string text;  // identifier / punctuation / string contents / number text / value name
+  int line = 1, col = 1;
+};
+
+class Lexer {
+ public:
+  Lexer(std::string_view src, std::string_view file) : src_(src), file_(file) {}
+
+  [[noreturn]] void fail(int line, int col, const std::string& msg) const {
+    throw Error(fmt::format("{}:{}:{}: {}", file_, line, col, msg));
+  }
+
+  Token next() {
+    skip_space();
+    Token t;
+    t.line = line_;
+    t.col = col_;
+    if (pos_ >= src_.size()) return t;
+    char c = src_[pos_];
+    if (c == '%' || c == '@') {
+      get();
+      t.kind = c == '%' ? Tok::Value : Tok::Global;
+      t.text = word();
+      if (t.text.empty()) fail(t.line, t.col, fmt::format("expected a name after '{}'", c));
+      return t;
+    }
+    if (c == '"') {
+      get();
+      t.kind = Tok::String;
+      while (pos_ < src_.size() && src_[pos_] != '"') {
+        if (src_[pos_] == '\n') fail(t.line, t.col, "unterminated string");
+        t.text += get();
+      }
+      if (pos_ >= src_.size()) fail(t.line, t.col, "unterminated string");
+      get();
+      return t;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
+                                                        (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) ||
+                                                         src_.substr(pos_ + 1, 3) == "inf"))) {
+      return number(t);
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      t.kind = Tok::Ident;
+      t.text = word();
+      return t;
+    }
+    if (c == '-' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '>') {
+      get(), get();
+      t.kind = Tok::Punct;
+      t.text = "->";
+      return t;
+    }
+    if (std::string_view("()[]{},:=").find(c) != std::string_view::npos) {
+      t.kind = Tok::Punct;
+      t.text = std::string(1, get());
+      return t;
+    }
+    fail(t.line, t.col, fmt::format("unexpected character '{}'", c));
+  }
+
+ private:
+  char get() {
+    char c = src_[pos_++];
+    if (c == '\n') ++line_, col_ = 1;
+    else ++col_;
+    return c;
+  }
+  void skip_space() {
+    while (pos_ < src_.size()) {
+      char c = src_[pos_];
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+        get();
+      } else if (c == '/' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '/') {  // comment
+        while (pos_ < src_.size() && src_[pos_] != '\n') get();
+      } else {
+        break;
+      }
+    }
+  }
+  std::string word() {
+    std::string w;
+    while (pos_ < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_' ||
+                                  src_[pos_] == '.')) {
+      w += get();
+    }
+    return w;
+  }
+  Token number(Token t) {
+    std::string s;
+    if (src_[pos_] == '-' || src_[pos_] == '+') s += get();
+    if (src_.substr(pos_, 3) == "inf") {
+      get(), get(), get();
+      t.kind = Tok::Float;
+      t.text = s + "inf";
+      return t;
+    }
+    bool is_float = false;
+    while (pos_ < src_.size()) {
+      char c = src_[pos_];
+      if (std::isdigit(static_cast<unsigned char>(c))) {
+        s += get();
+      } else if (c == '.' || c == 'e' || c == 'E') {
+        is_float = true;
+        s += get();
+        if ((c == 'e' || c == 'E') && pos_ < src_.size() && (src_[pos_] == '-' || src_[pos_] == '+')) s += get();
+      } else {
+        break;
+      }
+    }
+    t.kind = is_float ? Tok::Float : Tok::Int;
+    t.text = s;
+    return t;
+  }
+
+  std::string_view src_, file_;
+  size_t pos_ = 0;
+  int line_ = 1, col_ = 1;
+};
+
+class Parser {
+ public:
+  Parser(std::string_view src, std::string_view file) : lex_(src, file) { advance(); }
+
+  Graph graph() {
+    expect_ident("graph");
+    if (tok_.kind != Tok::Global) fail("expected the graph's name, like @main");
+    g_.name = tok_.text;
+    advance();
+    expect("(");
+    if (!is(")")) {
+      do {
+        g_.inputs.push_back(binding(nullptr));
+      } while (accept(","));
+    }
+    expect(")");
+    if (tok_.kind == Tok::Ident && tok_.text == "params") {
+      advance();
+      expect("(");
+      if (!is(")")) {
+        do {
+          std::string label;
+          g_.params.push_back(binding(&label));
+          g_.param_names.push_back(label);
+        } while (accept(","));
+      }
+      expect(")");
+    }
+    expect("->");
+    expect("(");
+    std::vector<TensorType> out_types;
+    if (!is(")")) {
+      do {
+        out_types.push_back(type());
+      } while (accept(","));
+    }
+    expect(")");
+    expect("{");
+    for (;;) {
+      if (tok_.kind == Tok::End) fail("expected 'return' before the end of the input");
+      if (tok_.kind == Tok::Ident && tok_.text == "return") {
+        ret_line_ = tok_.line;
+        ret_col_ = tok_.col;
+        advance();
+        if (!is("}")) {
+          do {
+            g_.outputs.push_back(use());
+          } while (accept(","));
+        }
+        break;
+      }
+      statement();
+    }
+    expect("}");
+    if (tok_.kind != Tok::End) fail("unexpected text after the graph");
+    if (out_types.size() != g_.outputs.size())
+      fail_at(ret_line_, ret_col_, fmt::format("the signature declares {} results but return gives {}", out_types.size(), g_.outputs.size()));
+    for (size_t i = 0; i < out_types.size(); ++i)
+      if (!(out_types[i] == g_.type(g_.outputs[i])))
+        fail_at(ret_line_, ret_col_, fmt::format("result {} is declared {} but returns {}", i, out_types[i].str(),
+                                                 g_.type(g_.outputs[i]).str()));
+    return std::move(g_);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const { lex_.fail(tok_.line, tok_.col, msg); }
+  [[noreturn]] void fail_at(int line, int col, const std::string& msg) const { lex_.fail(line, col, msg); }
+  void advance() { tok_ = lex_.next(); }
+  bool is(const char* p) const { return tok_.kind == Tok::Punct && tok_.text == p; }
+  bool accept(const char* p) {
+    if (!is(p)) return false;
+    advance();
+    return true;
+  }
+  void expect(const char* p) {
+    if (!accept(p)) fail(fmt::format("expected '{}', found {}", p, describe()));
+  }
+  void expect_ident(const char* w) {
+    if (tok_.kind != Tok::Ident || tok_.text != w) fail(fmt::format("expected '{}', found {}", w, describe()));
+    advance();
+  }
+  std::string describe() const {
+    switch (tok_.kind) {
+      case Tok::End: return "the end of the input";
+      case Tok::Value: return "'%" + tok_.text + "'";
+      case Tok::Global: return "'@" + tok_.text + "'";
+      case Tok::String: return "a string";
+      default: return "'" + tok_.text + "'";
+    }
+  }
+
+  // %name: type ["label"] -- defines a new value.
+  uint32_t binding(std::string* label) {
+    if (tok_.kind != Tok::Value) fail(fmt::format("expected a value like %0, found {}", describe()));
+    Token name = tok_;
+    advance();
+    expect(":");
+    uint32_t v = define(name, type());
+    if (label && tok_.kind == Tok::String) {
+      *label = tok_.text;
+      advance();
+    }
+    return v;
+  }
+
+  uint32_t define(const Token& name, const TensorType& t) {
+    if (values_.count(name.text)) fail_at(name.line, name.col, fmt::format("%{} is defined twice", name.text));
+    uint32_t v = g_.add_value(t);
+    values_[name.text] = v;
+    return v;
+  }
+
+  uint32_t use() {
+    if (tok_.kind != Tok::Value) fail(fmt::format("expected a value like %0, found {}", describe()));
+    auto it = values_.find(tok_.text);
+    if (it == values_.end()) fail(fmt::format("use of undefined value %{}", tok_.text));
+    advance();
+    return it->second;
+  }
+
+  int64_t integer() {
+    if (tok_.kind != Tok::Int) fail(fmt::format("expected an integer, found {}", describe()));
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(tok_.text.data() + (tok_.text[0] == '+'), tok_.text.data() + tok_.text.size(), v);
+    if (ec != std::errc() || p != tok_.text.data() + tok_.text.size()) fail(fmt::format("integer {} is out of range", tok_.text));
+    advance();
+    return v;
+  }
+
+  // [d, d, ...] where a d is an integer or (in types) a symbol name.
+  Dims dims(bool symbols) {
+    expect("[");
+    Dims d;
+    if (!is("]")) {
+      do {
+        if (symbols && tok_.kind == Tok::Ident) {
+          d.push_back(dim_symbol(tok_.text));
+          advance();
+        } else {
+          int64_t v = integer();
+          if (symbols && v < 0) fail("a dimension cannot be negative");
+          d.push_back(v);
+        }
+        if (d.size() > 64) fail("too many dimensions");
+      } while (accept(","));
+    }
+    expect("]");
+    return d;
+  }
+
+  TensorType type() {
+    if (tok_.kind != Tok::Ident) fail(fmt::format("expected a type like f32[2,3], found {}", describe()));
+    TensorType t;
+    if (!parse_dtype(tok_.text, &t.dtype)) fail(fmt::format("unknown dtype '{}'", tok_.text));
+    advance();
+    t.shape = dims(true);
+    return t;
+  }
+
+  Scalar literal() {
+    if (tok_.kind == Tok::Ident && (tok_.text == "true" || tok_.text == "false")) {
+      bool b = tok_.text == "true";
+      advance();
+      return Scalar(b);
+    }
+    if (tok_.kind == Tok::Ident && (tok_.text == "inf" || tok_.text == "nan")) {
+      double v = tok_.text == "inf" ? std::numeric_limits<double>::infinity() : std::nan("");
+      advance();
+      return Scalar(v);
+    }
+    if (tok_.kind == Tok::Int) return Scalar(integer());
+    if (tok_.kind == Tok::Float) {
+      double v;
+      if (tok_.text == "-inf" || tok_.text == "+inf" || tok_.text == "inf") {
+        v = tok_.text[0] == '-' ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+      } else {
+        const char* b = tok_.text.data() + (tok_.text[0] == '+');
+        auto [p, ec] = std::from_chars(b, tok_.text.data() + tok_.text.size(), v);
+        if (ec != std::errc() || p != tok_.text.data() + tok_.text.size()) fail(fmt::format("bad number {}", tok_.text));
+      }
+      advance();
+      return Scalar(v);
+    }
+    fail(fmt::format("expected a number, found {}", describe()));
+  }
+
+  bool boolean() {
+    Scalar s = literal();
+    if (s.kind() != Scalar::Kind::Bool) fail("expected true or false");
+    return s.to<bool>();
+  }
+
+  void attrs(Node& n) {
+    uint32_t mask = op_def(n.op).attrs;
+    uint32_t seen = 0;
+    if (!accept("{")) {
+      if (mask) fail(fmt::format("{} needs attributes {{...}}", op_name(n.op)));
+      return;
+    }
+    Attrs& a = n.attrs;
+    do {
+      if (tok_.kind != Tok::Ident) fail(fmt::format("expected an attribute name, found {}", describe()));
+      std::string key = tok_.text;
+      int kl = tok_.line, kc = tok_.col;
+      advance();
+      expect("=");
+      uint32_t field = 0;
+      if (key == "axes") field = kAttrAxes, a.axes = dims(false);
+      else if (key == "shape") field = kAttrShape, a.shape = dims(false);
+      else if (key == "kernel") field = kAttrKernel, a.kernel = dims(false);
+      else if (key == "stride") field = kAttrStride, a.stride = dims(false);
+      else if (key == "padding") field = kAttrPadding, a.padding = dims(false);
+      else if (key == "dilation") field = kAttrDilation, a.dilation = dims(false);
+      else if (key == "pads") field = kAttrPads, a.pads = dims(false);
+      else if (key == "dim") field = kAttrDim, a.dim = integer();
+      else if (key == "start") field = kAttrSlice, a.start = integer();
+      else if (key == "stop") field = kAttrSlice, a.stop = integer();
+      else if (key == "step") field = kAttrSlice, a.step = integer();
+      else if (key == "groups") field = kAttrGroups, a.groups = integer();
+      else if (key == "keepdim") field = kAttrKeepdim, a.keepdim = boolean();
+      else if (key == "ceil_mode") field = kAttrCeilMode, a.ceil_mode = boolean();
+      else if (key == "count_include_pad") field = kAttrCountIncludePad, a.count_include_pad = boolean();
+      else if (key == "value") field = kAttrValue, a.value = literal();
+      else if (key == "dtype") {
+        field = kAttrDType;
+        if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &a.dtype)) fail(fmt::format("expected a dtype, found {}", describe()));
+        advance();
+      } else {
+        fail_at(kl, kc, fmt::format("unknown attribute '{}'", key));
+      }
+      if (!(mask & field)) fail_at(kl, kc, fmt::format("{} takes no attribute '{}'", op_name(n.op), key));
+      seen |= field;
+    } while (accept(","));
+    expect("}");
+    if (seen != mask) fail(fmt::format("{} is missing attributes", op_name(n.op)));
+  }
+
+  // Integers stay exact (no round trip through double).
+  static Tensor constant_tensor(const std::vector<Scalar>& vals, const TensorType& t) {
+    Tensor c = empty(t.shape, t.dtype);
+    visit_dtype(t.dtype, [&](auto v) {
+      using T = decltype(v);
+      T* p = static_cast<T*>(c.data_ptr());
+      for (size_t i = 0; i < vals.size(); ++i) {
+        if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) p[i] = T(vals[i].to<float>());
+        else p[i] = vals[i].to<T>();
+      }
+    });
+    return c;
+  }
+
+  void statement() {
+    Node n;
+    if (tok_.kind == Tok::Ident && tok_.text == "assign") {
+      advance();
+      n.kind = NodeKind::Assign;
+      n.inputs.push_back(use());
+      expect(",");
+      n.inputs.push_back(use());
+      location(n);
+      g_.nodes.push_back(std::move(n));
+      return;
+    }
+    if (tok_.kind != Tok::Value) fail(fmt::format("expected a statement, found {}", describe()));
+    Token name = tok_;
+    advance();
+    expect("=");
+    if (tok_.kind != Tok::Ident) fail(fmt::format("expected an op name, found {}", describe()));
+    std::string op = tok_.text;
+    int ol = tok_.line, oc = tok_.col;
+    advance();
+    if (op == "const") {
+      n.kind = NodeKind::Const;
+      int cl = tok_.line, cc = tok_.col;
+      std::vector<Scalar> vals;  // the values come before the type that shapes them
+      bool bracket = accept("[");
+      if (!bracket) {
+        vals.push_back(literal());
+      } else if (!is("]")) {
+        do {
+          vals.push_back(literal());
+          if (vals.size() > (1u << 26)) fail("constant is too large");
+        } while (accept(","));
+      }
+      if (bracket) expect("]");
+      expect(":");
+      TensorType t = type();
+      if (static_cast<int64_t>(vals.size()) != check_shape(t.shape, "const"))
+        fail_at(cl, cc, fmt::format("constant has {} values but its type {} holds {}", vals.size(), t.str(), t.shape.product()));
+      for (int64_t d : t.shape)
+        if (is_symbol(d)) fail_at(cl, cc, "a constant cannot have a symbolic shape");
+      n.constant = constant_tensor(vals, t);
+      n.result = define(name, t);
+      location(n);
+      g_.nodes.push_back(std::move(n));
+      return;
+    }
+    bool found = false;
+    for (int i = 0; i < kNumOps; ++i)
+      if (op == op_name(static_cast<OpId>(i))) n.op = static_cast<OpId>(i), found = true;
+    if (!found) fail_at(ol, oc, fmt::format("unknown op '{}'", op));
+    bool pointwise = op_family(n.op) == OpFamily::Pointwise;
+    int slot = 0;
+    if (!is("{") && !is(":")) {
+      do {
+        if (tok_.kind == Tok::Value) {
+          n.inputs.push_back(use());
+        } else if (pointwise && slot < 3) {
+          n.attrs.imm_mask |= static_cast<uint8_t>(1u << slot);
+          n.attrs.imm[slot] = literal();
+        } else {
+          fail(fmt::format("expected an operand like %0, found {}", describe()));
+        }
+        ++slot;
+        if (slot > 4096) fail("too many operands");
+      } while (accept(","));
+    }
+    int arity = op_arity(n.op);
+    if (arity >= 0 && slot != arity)
+      fail_at(ol, oc, fmt::format("{} takes {} operands, got {}", op, arity, slot));
+    attrs(n);
+    expect(":");
+    TensorType t = type();
+    n.result = define(name, t);
+    if (pointwise) n.attrs.dtype = pointwise_compute_dtype(g_, n);
+    location(n);
+    g_.nodes.push_back(std::move(n));
+  }
+
+  void location(Node& n) {
+    if (!(tok_.kind == Tok::Ident && tok_.text == "loc")) return;
+    advance();
+    expect("(");
+    if (tok_.kind != Tok::String) fail("expected a file name string in loc(...)");
+    n.loc.file = tok_.text;
+    advance();
+    expect(":");
+    int64_t line = integer();
+    if (line < 0 || line > INT32_MAX) fail("line number out of range");
+    n.loc.line = static_cast<int>(line);
+    expect(")");
+  }
+
+  Lexer lex_;
+  Token tok_;
+  Graph g_;
+  std::map<std::string, uint32_t> values_;
+  int ret_line_ = 0, ret_col_ = 0;
+};
+
+}  // namespace
+
+Graph parse(std::string_view text, std::string_view filename) {
+  Parser p(text, filename);
+  return p.graph();
+}
+
+}  // namespace kiln::ir

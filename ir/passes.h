@@ -1,0 +1,41 @@
+// ir/passes.h -- graph-to-graph passes and the flat pipeline that runs them.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::ir {
+
+/// Merges nodes that apply the same op with the same attributes to the same values.
+Graph cse(const Graph& g);
+/// Drops nodes whose values reach no output and no assign.
+Graph dce(const Graph& g);
+
+using PassFn = Graph (*)(const Graph&);
+struct PassInfo {
+  const char* name;
+  PassFn fn;
+  const char* description;
+};
+/// Every registered pass (ir/passes.def), in its order there.
+std::span<const PassInfo> all_passes();
+/// The pass named `name`; throws kiln::Error listing the known names otherwise.
+const PassInfo& find_pass(std::string_view name);
+/// What jit::Function runs on every traced graph.
+std::vector<std::string> default_pipeline();
+
+struct PipelineOptions {
+  bool verify = true;  // verify after every pass
+  /// Called with the pass name and the graph after each pass (KILN_LOG=jit prints it).
+  std::function<void(const std::string& pass, const Graph&)> after_pass;
+};
+/// Runs the named passes in order. When a pass or the verifier fails, the graph that went
+/// into the failing pass is written to a reproducer file, and the kiln::Error names it and the
+/// kiln-ir command that replays the failure.
+Graph run_passes(Graph g, std::span<const std::string> names, const PipelineOptions& options = {});
+
+}  // namespace kiln::ir

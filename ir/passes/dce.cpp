@@ -1,0 +1,23 @@
+// ir/passes/dce.cpp -- drop nodes whose values reach no output and no assign.
+#include "ir/passes.h"
+
+namespace kiln::ir {
+
+Graph dce(const Graph& in) {
+  std::vector<bool> live(in.types.size(), false);
+  for (uint32_t v : in.outputs) live[v] = true;
+  std::vector<bool> keep(in.nodes.size(), false);
+  for (size_t i = in.nodes.size(); i-- > 0;) {
+    const Node& n = in.nodes[i];
+    keep[i] = n.kind == NodeKind::Assign || (n.result != kNoValue && live[n.result]);  // assigns are effects
+    if (keep[i])
+      for (uint32_t v : n.inputs) live[v] = true;
+  }
+  Graph out = in;
+  out.nodes.clear();
+  for (size_t i = 0; i < in.nodes.size(); ++i)
+    if (keep[i]) out.nodes.push_back(in.nodes[i]);
+  return out;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,212 @@
+// ir/printer.cpp -- the IR's text form. Deterministic: values are renumbered densely in
+// definition order, attributes print in one fixed order, numbers in their shortest exact form.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ostream>
+
+#include "ir/graph.h"
+#include "runtime/check.h"
+
+namespace kiln::ir {
+namespace {
+
+// A float literal that reads back as the same value and always looks like a float.
+template <class T> std::string float_literal(T v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string scalar_literal(const Scalar& s) {
+  switch (s.kind()) {
+    case Scalar::Kind::Bool: return s.to<bool>() ? "true" : "false";
+    case Scalar::Kind::Int: return std::to_string(s.to_int());
+    case Scalar::Kind::Float: return float_literal(s.to_double());
+  }
+  return "?";
+}
+
+// Attribute lists are plain integers (axes may be negative; -1 means "the last").
+std::string dims_literal(const Dims& d) { return fmt::format("[{}]", fmt::join(d, ",")); }
+
+struct Printer {
+  const Graph& g;
+  PrintOptions opt;
+  std::vector<int64_t> number;  // value id -> printed number
+  int64_t next = 0;
+  std::string out;
+
+  std::string name(uint32_t v) const {
+    KILN_ASSERT(v < number.size());
+    return number[v] >= 0 ? fmt::format("%{}", number[v]) : fmt::format("%<undefined {}>", v);
+  }
+  void define(uint32_t v) {
+    if (v < number.size() && number[v] < 0) number[v] = next++;
+  }
+
+  std::string operands(const Node& n) const {
+    std::vector<std::string> parts;
+    if (op_family(n.op) == OpFamily::Pointwise) {
+      size_t t = 0;
+      for (int k = 0; k < op_arity(n.op); ++k) {
+        if (n.attrs.imm_mask >> k & 1) parts.push_back(scalar_literal(n.attrs.imm[k]));
+        else if (t < n.inputs.size()) parts.push_back(name(n.inputs[t++]));
+      }
+    } else {
+      for (uint32_t v : n.inputs) parts.push_back(name(v));
+    }
+    return fmt::format("{}", fmt::join(parts, ", "));
+  }
+
+  std::string attrs(const Node& n) const {
+    const Attrs& a = n.attrs;
+    uint32_t mask = op_def(n.op).attrs;
+    std::vector<std::string> parts;
+    auto add = [&](AttrField f, const std::string& v) {
+      if (mask & f) parts.push_back(fmt::format("{}={}", attr_name(f), v));
+    };
+    add(kAttrAxes, dims_literal(a.axes));
+    add(kAttrShape, dims_literal(a.shape));
+    add(kAttrKernel, dims_literal(a.kernel));
+    add(kAttrStride, dims_literal(a.stride));
+    add(kAttrPadding, dims_literal(a.padding));
+    add(kAttrDilation, dims_literal(a.dilation));
+    add(kAttrPads, dims_literal(a.pads));
+    add(kAttrDim, std::to_string(a.dim));
+    if (mask & kAttrSlice) {
+      parts.push_back(fmt::format("start={}", a.start));
+      parts.push_back(fmt::format("stop={}", a.stop));
+      parts.push_back(fmt::format("step={}", a.step));
+    }
+    add(kAttrGroups, std::to_string(a.groups));
+    add(kAttrDType, std::string(dtype_name(a.dtype)));
+    add(kAttrKeepdim, a.keepdim ? "true" : "false");
+    add(kAttrCeilMode, a.ceil_mode ? "true" : "false");
+    add(kAttrCountIncludePad, a.count_include_pad ? "true" : "false");
+    add(kAttrValue, scalar_literal(a.value));
+    return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
+  }
+
+  std::string constant(const Tensor& t) const {
+    std::vector<std::string> vals;
+    if (is_float(t.dtype())) {
+      if (t.dtype() == DType::F64) {
+        for (double v : t.to_vector<double>()) vals.push_back(float_literal(v));
+      } else {
+        for (float v : t.to_vector<float>()) vals.push_back(float_literal(v));
+      }
+    } else if (t.dtype() == DType::Bool) {
+      for (bool v : t.to_vector<bool>()) vals.push_back(v ? "true" : "false");
+    } else {
+      for (int64_t v : t.to_vector<int64_t>()) vals.push_back(std::to_string(v));
+    }
+    if (t.dim() == 0) return vals.at(0);
+    return fmt::format("[{}]", fmt::join(vals, ", "));
+  }
+
+  std::string location(const Node& n) const {
+    if (!opt.locations || !n.loc.known()) return "";
+    return fmt::format(" loc(\"{}\":{})", n.loc.file, n.loc.line);
+  }
+
+  std::string node(const Node& n) const {
+    switch (n.kind) {
+      case NodeKind::Assign:
+        return fmt::format("assign {}, {}{}", name(n.inputs.at(0)), name(n.inputs.at(1)), location(n));
+      case NodeKind::Const:
+        return fmt::format("{} = const {} : {}{}", name(n.result), constant(n.constant), g.type(n.result).str(), location(n));
+      case NodeKind::Op:
+        return fmt::format("{} = {} {}{} : {}{}", name(n.result), op_name(n.op), operands(n), attrs(n),
+                           g.type(n.result).str(), location(n));
+    }
+    return "";
+  }
+
+  void run() {
+    number.assign(g.types.size(), -1);
+    std::vector<std::string> ins, params, outs;
+    for (uint32_t v : g.inputs) {
+      define(v);
+      ins.push_back(fmt::format("{}: {}", name(v), g.type(v).str()));
+    }
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      define(g.params[i]);
+      std::string label = i < g.param_names.size() && !g.param_names[i].empty()
+                              ? fmt::format(" \"{}\"", g.param_names[i]) : "";
+      params.push_back(fmt::format("{}: {}{}", name(g.params[i]), g.type(g.params[i]).str(), label));
+    }
+    for (uint32_t v : g.outputs) outs.push_back(g.type(v).str());
+    out += fmt::format("graph @{}({})", g.name, fmt::join(ins, ", "));
+    if (!params.empty()) out += fmt::format(" params({})", fmt::join(params, ", "));
+    out += fmt::format(" -> ({}) {{\n", fmt::join(outs, ", "));
+    for (const Node& n : g.nodes) {
+      if (n.result != kNoValue) define(n.result);
+      out += "  " + node(n) + "\n";
+    }
+    std::vector<std::string> rets;
+    for (uint32_t v : g.outputs) rets.push_back(name(v));
+    out += fmt::format("  return {}\n}}\n", fmt::join(rets, ", "));
+  }
+};
+
+}  // namespace
+
+std::string_view attr_name(AttrField f) {
+  switch (f) {
+    case kAttrAxes: return "axes";
+    case kAttrShape: return "shape";
+    case kAttrKernel: return "kernel";
+    case kAttrStride: return "stride";
+    case kAttrPadding: return "padding";
+    case kAttrDilation: return "dilation";
+    case kAttrPads: return "pads";
+    case kAttrDim: return "dim";
+    case kAttrSlice: return "start";
+    case kAttrGroups: return "groups";
+    case kAttrDType: return "dtype";
+    case kAttrKeepdim: return "keepdim";
+    case kAttrCeilMode: return "ceil_mode";
+    case kAttrCountIncludePad: return "count_include_pad";
+    case kAttrValue: return "value";
+  }
+  return "?";
+}
+
+std::string print(const Graph& g, const PrintOptions& options) {
+  Printer p{g, options, {}, 0, {}};
+  p.run();
+  return p.out;
+}
+
+std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << print(g); }
+
+std::string print_node(const Graph& g, const Node& n) {
+  Printer p{g, {}, {}, 0, {}};
+  p.number.assign(g.types.size(), -1);
+  for (size_t v = 0; v < g.types.size(); ++v) p.number[v] = static_cast<int64_t>(v);  // raw ids
+  return p.node(n);
+}
+
+std::string node_key(const Graph& g, const Node& n) {
+  Printer p{g, {}, {}, 0, {}};
+  p.number.resize(g.types.size());
+  for (size_t v = 0; v < g.types.size(); ++v) p.number[v] = static_cast<int64_t>(v);
+  return fmt::format("{} {}{}", op_name(n.op), p.operands(n), p.attrs(n));
+}
+
+DType pointwise_compute_dtype(const Graph& g, const Node& n) {
+  Promote p = op_def(n.op).promote;
+  if (p != Promote::Compare && p != Promote::Logical) return g.type(n.result).dtype;
+  size_t t = 0;
+  for (int k = 0; k < op_arity(n.op); ++k) {
+    if (n.attrs.imm_mask >> k & 1) continue;
+    uint32_t v = n.inputs.at(t++);
+    if (!(n.op == OpId::Where && k == 0)) return g.type(v).dtype;
+  }
+  return g.type(n.result).dtype;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,111 @@
+// ir/verify.cpp -- checks a graph against the IR's rules (ir/graph.h). The type check re-runs
+// each op's shape rule on data-less tensors, so the IR and eager mode cannot disagree.
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "ir/graph.h"
+#include "runtime/check.h"
+
+namespace kiln::ir {
+namespace {
+
+// Symbolic dims become distinct large sizes so shape rules can run on them; results map back.
+struct Symbols {
+  std::unordered_map<int64_t, int64_t> to_size, to_symbol;
+  int64_t next = 1000003;
+  Dims concrete(const Dims& d) {
+    Dims out = d;
+    for (int64_t& v : out) {
+      if (!is_symbol(v)) continue;
+      auto [it, fresh] = to_size.try_emplace(v, next);
+      if (fresh) {
+        to_symbol[next] = v;
+        next += 2;
+      }
+      v = it->second;
+    }
+    return out;
+  }
+  Dims symbolic(const Dims& d) const {
+    Dims out = d;
+    for (int64_t& v : out)
+      if (auto it = to_symbol.find(v); it != to_symbol.end()) v = it->second;
+    return out;
+  }
+};
+
+}  // namespace
+
+void verify(const Graph& g) {
+  std::vector<bool> defined(g.types.size(), false);
+  auto fail_node = [&](size_t i, const std::string& what) {
+    throw Error(fmt::format("verify: @{}: node {} ({}): {}", g.name, i, print_node(g, g.nodes[i]), what));
+  };
+  auto fail = [&](const std::string& what) { throw Error(fmt::format("verify: @{}: {}", g.name, what)); };
+  auto bind = [&](uint32_t v, const char* what) {
+    if (v >= g.types.size()) fail(fmt::format("{} refers to value {} of {}", what, v, g.types.size()));
+    if (defined[v]) fail(fmt::format("value {} is defined twice", v));
+    defined[v] = true;
+  };
+  for (uint32_t v : g.inputs) bind(v, "an input");
+  for (uint32_t v : g.params) bind(v, "a parameter");
+  if (!g.param_names.empty() && g.param_names.size() != g.params.size())
+    fail(fmt::format("{} parameter names for {} parameters", g.param_names.size(), g.params.size()));
+
+  Symbols sym;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    for (uint32_t v : n.inputs) {
+      if (v >= g.types.size()) fail(fmt::format("node {} uses value {} of {}", i, v, g.types.size()));
+      if (!defined[v]) fail_node(i, fmt::format("uses %{} before it is defined", v));
+    }
+    switch (n.kind) {
+      case NodeKind::Assign: {
+        if (n.inputs.size() != 2) fail_node(i, "assign takes a parameter and a value");
+        bool is_param = false;
+        for (uint32_t p : g.params) is_param = is_param || p == n.inputs[0];
+        if (!is_param) fail_node(i, "assign writes only to parameters");
+        if (!(g.type(n.inputs[0]) == g.type(n.inputs[1])))
+          fail_node(i, fmt::format("assigns {} to a parameter of type {}", g.type(n.inputs[1]).str(), g.type(n.inputs[0]).str()));
+        continue;
+      }
+      case NodeKind::Const: {
+        bind(n.result, "a constant");
+        const Tensor& c = n.constant;
+        if (!c.defined() || !c.has_storage() || !(c.type() == g.type(n.result)) || !c.is_contiguous())
+          fail_node(i, fmt::format("constant data {} does not match its type {}", c.defined() ? c.type().str() : "missing",
+                                   g.type(n.result).str()));
+        continue;
+      }
+      case NodeKind::Op: break;
+    }
+    int arity = op_arity(n.op);
+    int imms = __builtin_popcount(n.attrs.imm_mask);
+    if (op_family(n.op) != OpFamily::Pointwise && n.attrs.imm_mask) fail_node(i, "only pointwise ops take numbers as operands");
+    if (arity >= 0 && static_cast<int>(n.inputs.size()) + imms != arity)
+      fail_node(i, fmt::format("{} takes {} operands, has {}", op_name(n.op), arity, n.inputs.size() + imms));
+    if (arity < 0 && n.inputs.empty()) fail_node(i, fmt::format("{} needs at least one operand", op_name(n.op)));
+    std::vector<Tensor> args;
+    for (uint32_t v : n.inputs) {
+      TensorType t = g.type(v);
+      t.shape = sym.concrete(t.shape);
+      args.push_back(Tensor::placeholder(t));
+    }
+    TensorType want;
+    try {
+      want = op_def(n.op).infer(n.op, args, n.attrs);
+    } catch (const Error& e) {
+      fail_node(i, e.what());
+    }
+    want.shape = sym.symbolic(want.shape);
+    if (!(want == g.type(n.result)))
+      fail_node(i, fmt::format("its type is {} but {} gives {}", g.type(n.result).str(), op_name(n.op), want.str()));
+    bind(n.result, "a node");
+  }
+  for (uint32_t v : g.outputs) {
+    if (v >= g.types.size() || !defined[v]) fail(fmt::format("returns value {}, which is not defined", v));
+  }
+}
+
+}  // namespace kiln::ir

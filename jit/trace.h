@@ -1,0 +1,109 @@
+// jit/trace.h -- jit::trace: turn a function of tensors into a graph, run it from a cache.
+//
+//   auto fast = jit::trace([&](Tensor x, Tensor y) { return cross_entropy(net(x), y); }, {x, y});
+//   Tensor loss = fast(x, y);     // traced on the first call for this input signature
+//   std::cout << fast.graph();    // the optimized IR
+//
+// What a trace keeps, and what it doesn't:
+// - Tensors the function reads that existed before the trace (module parameters, optimizer
+//   state) become parameters of the graph: they stay live, so updating them (in place or by
+//   load_state_dict) needs no retrace. In-place updates the function makes to them (an
+//   optimizer step) are part of the graph and happen on every call; so are the gradients a
+//   backward() inside the function leaves in their grad().
+// - Tensors the function creates from nothing (zeros, arange, a tensor from a vector) are
+//   constants of the trace, as are plain C++ numbers it uses: a learning rate held in a double
+//   is baked in. Pass a value that changes between calls as a 0-d tensor argument, or keep it
+//   in a 0-d tensor the function reads (the optimizers here do).
+// - Reading a value while tracing (item(), to_vector(), printing, branching on data) throws:
+//   values exist only when the compiled function runs.
+// - A new input signature (dtypes, shapes, devices, requires-grad, grad mode) is traced anew.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace kiln::ir {
+struct Graph;
+}
+
+namespace kiln::jit {
+
+struct Stats {
+  int64_t traces = 0;  // calls that traced (a new signature)
+  int64_t hits = 0;    // calls that found their plan
+  int64_t misses = 0;  // calls that did not (equals traces)
+};
+
+/// The type-erased function a trace runs: tensors in, tensors out.
+using TensorFn = std::function<std::vector<Tensor>(std::span<const Tensor>)>;
+
+/// A traced function. Copies share one plan cache; calls are thread-safe.
+class Function {
+ public:
+  Function(TensorFn fn, std::string name);
+
+  /// Runs on `inputs`, tracing first when their signature is new; returns every output.
+  std::vector<Tensor> call(std::span<const Tensor> inputs) const;
+  /// Runs and returns the first output.
+  template <class... T> Tensor operator()(const T&... inputs) const {
+    Tensor args[] = {Tensor(inputs)...};
+    std::vector<Tensor> out = call(std::span<const Tensor>(args, sizeof...(T)));
+    return out.empty() ? Tensor() : out[0];
+  }
+
+  /// The optimized graph of the most recently used signature (traces `inputs` if none yet).
+  const ir::Graph& graph() const;
+  Stats stats() const;
+  /// Bound on cached signatures; past it the least recently used plan is dropped.
+  void set_cache_limit(size_t plans);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+namespace detail {
+std::string fmt_arity_error(size_t arity);
+template <class R> std::vector<Tensor> outputs_of(R&& r) {
+  using T = std::decay_t<R>;
+  if constexpr (std::is_same_v<T, Tensor>) return {std::forward<R>(r)};
+  else if constexpr (std::is_same_v<T, std::vector<Tensor>>) return std::forward<R>(r);
+  else return std::apply([](auto&&... t) { return std::vector<Tensor>{Tensor(t)...}; }, std::forward<R>(r));
+}
+template <class F, size_t... I> TensorFn erase(F fn, std::index_sequence<I...>) {
+  return [fn](std::span<const Tensor> in) mutable { return outputs_of(fn(in[I]...)); };
+}
+template <size_t> using AsTensor = Tensor;
+template <class F, size_t... I> constexpr bool takes_tensors(std::index_sequence<I...>) {
+  return std::is_invocable_v<F&, AsTensor<I>...>;
+}
+template <class F, size_t N = 0> TensorFn erase_any(F fn, size_t arity) {
+  if constexpr (N > 8) {
+    throw Error(fmt_arity_error(arity));
+  } else {
+    if constexpr (takes_tensors<F>(std::make_index_sequence<N>()))
+      if (arity == N) return erase(std::move(fn), std::make_index_sequence<N>());
+    return erase_any<F, N + 1>(std::move(fn), arity);
+  }
+}
+}  // namespace detail
+
+/// Traces `fn` (callable with as many Tensors as example_inputs has) on example_inputs and
+/// returns the callable Function. fn may return a Tensor, a std::vector<Tensor> or a tuple.
+template <class F> Function trace(F fn, std::vector<Tensor> example_inputs, std::string name = "fn") {
+  Function f(detail::erase_any(std::move(fn), example_inputs.size()), std::move(name));
+  f.call(example_inputs);
+  return f;
+}
+/// trace() for a function already in the erased form.
+Function trace_tensors(TensorFn fn, std::span<const Tensor> example_inputs, std::string name = "fn");
+
+}  // namespace kiln::jit

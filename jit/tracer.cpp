@@ -1,0 +1,254 @@
+// jit/tracer.cpp -- the Recorder that turns ops on placeholders into an ir::Graph.
+#include "jit/tracer.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd.h"
+#include "runtime/api.h"
+#include "runtime/autograd_meta.h"
+#include "runtime/check.h"
+#include "runtime/recorder.h"
+
+namespace kiln::jit {
+namespace {
+
+// The first return address on the stack outside libkiln: the user's call.
+ir::SourceLoc call_site() {
+  static const std::string self = [] {
+    Dl_info info;
+    return dladdr(reinterpret_cast<void*>(&trace_function), &info) && info.dli_fname ? std::string(info.dli_fname) : std::string();
+  }();
+  void* frames[24];
+  int n = backtrace(frames, 24);
+  ir::SourceLoc loc;
+  for (int i = 1; i < n; ++i) {
+    Dl_info info;
+    if (!dladdr(frames[i], &info) || !info.dli_fname) continue;
+    std::string_view mod = info.dli_fname;
+    if (mod == self || mod.find("libstdc++") != std::string_view::npos || mod.find("libc.so") != std::string_view::npos) continue;
+    loc.module = info.dli_fname;
+    // A return address points after the call; step back into it for the line.
+    loc.offset = reinterpret_cast<uintptr_t>(frames[i]) - reinterpret_cast<uintptr_t>(info.dli_fbase) - 1;
+    break;
+  }
+  return loc;
+}
+
+class Tracer final : public Recorder {
+ public:
+  explicit Tracer(std::string name) { t_.graph.name = std::move(name); }
+
+  Trace finish(std::vector<Tensor> results) {
+    ir::Graph& g = t_.graph;
+    for (const Tensor& r : results) {
+      KILN_CHECK(r.defined(), "jit::trace: the function returned an undefined tensor");
+      g.outputs.push_back(value_for(r));
+    }
+    t_.num_results = results.size();
+    // Gradients the function left on captured tensors are outputs, written back per call;
+    // the tensors get their pre-trace gradients back now.
+    for (size_t i = 0; i < t_.params.size(); ++i) {
+      Tensor& p = t_.params[i];
+      Tensor now = p.grad();
+      if (now.defined() && !now.has_storage()) {
+        t_.grad_outputs.emplace_back(i, g.outputs.size());
+        g.outputs.push_back(value_for(now));
+      }
+      if (!(now.impl() == grad_before_[i].impl())) p.set_grad(grad_before_[i]);
+    }
+    return std::move(t_);
+  }
+
+  Tensor record(OpId id, std::span<const Tensor> in, const Attrs& attrs, const TensorType& type) override {
+    ir::Node n;
+    n.op = id;
+    n.attrs = attrs;
+    for (const Tensor& t : in) n.inputs.push_back(value_for(t));
+    n.result = t_.graph.add_value(type);
+    n.loc = call_site();
+    n.grad = grad_enabled();
+    return define(std::move(n), type);
+  }
+
+  void record_assign(const Tensor& self, const Tensor& value) override {
+    uint32_t v = value_for(value);
+    const TensorImpl* s = self.impl();
+    if (self.has_storage() && !literal_.count(s->storage.get())) {
+      value_for(self);  // captures it as a parameter if it is new
+      auto it = param_value_.find(s);
+      KILN_ASSERT(it != param_value_.end());
+      ir::Node n;
+      n.kind = ir::NodeKind::Assign;
+      n.inputs = {it->second, v};
+      n.loc = call_site();
+      t_.graph.nodes.push_back(std::move(n));
+    } else if (!self.has_storage()) {
+      KILN_CHECK(!args_.count(s), "jit::trace: an in-place write into an argument ({}) of the traced "
+                 "function is not supported; return the new value instead", self.type().str());
+      auto it = value_.find(s);
+      KILN_CHECK(it != value_.end(), "jit::trace: in-place write into a tensor from another trace");
+      const ir::Node* def = producer(it->second);
+      KILN_CHECK(!def || def->kind != ir::NodeKind::Op || op_family(def->op) != OpFamily::View,
+                 "jit::trace: in-place write through a view ({}) inside a traced function is not "
+                 "supported; compute the new value out of place", describe(s));
+    }
+    value_[s] = v;  // later reads see the new value
+  }
+
+  void alias(const Tensor& from, const Tensor& to) override {
+    value_[to.impl()] = value_for(from);
+    keep_.push_back(to);
+  }
+
+  void on_new_storage(const Storage* s) override { literal_.insert(s); }
+
+  std::string describe(const TensorImpl* t) override {
+    auto it = value_.find(t);
+    if (it == value_.end()) return "(not part of this trace)";
+    uint32_t v = it->second;
+    for (size_t i = 0; i < t_.graph.inputs.size(); ++i)
+      if (t_.graph.inputs[i] == v) return fmt::format("(argument {} of the traced function)", i);
+    if (const ir::Node* n = producer(v)) {
+      ir::SourceLoc loc = n->loc;
+      ir::Graph one;
+      one.nodes.push_back(*n);
+      resolve_locations(one);
+      std::string where = one.nodes[0].loc.known() ? fmt::format(" at {}:{}", one.nodes[0].loc.file, one.nodes[0].loc.line) : "";
+      return fmt::format("(the result of {}{})", n->kind == ir::NodeKind::Op ? op_name(n->op) : "const", where);
+    }
+    return "(a captured tensor)";
+  }
+
+  // Placeholders for the arguments: same types and requires-grad as the real inputs.
+  std::vector<Tensor> arguments(std::span<const Tensor> inputs) {
+    std::vector<Tensor> args;
+    for (const Tensor& x : inputs) {
+      KILN_CHECK(x.defined(), "jit::trace: argument {} is undefined", args.size());
+      Tensor p = Tensor::placeholder(x.type());
+      if (x.requires_grad()) p.requires_grad_();
+      uint32_t v = t_.graph.add_value(x.type());
+      t_.graph.inputs.push_back(v);
+      value_[p.impl()] = v;
+      args_.insert(p.impl());
+      keep_.push_back(p);
+      args.push_back(p);
+    }
+    t_.num_args = args.size();
+    return args;
+  }
+
+ private:
+  Tensor define(ir::Node n, const TensorType& type) {
+    Tensor out = Tensor::placeholder(type);
+    value_[out.impl()] = n.result;
+    producer_[n.result] = t_.graph.nodes.size();
+    t_.graph.nodes.push_back(std::move(n));
+    keep_.push_back(out);
+    return out;
+  }
+
+  const ir::Node* producer(uint32_t v) const {
+    auto it = producer_.find(v);
+    return it == producer_.end() ? nullptr : &t_.graph.nodes[it->second];
+  }
+
+  // The value of a tensor the function used: a known one, a literal (constant), or a captured
+  // tensor (parameter, live).
+  uint32_t value_for(const Tensor& t) {
+    if (auto it = value_.find(t.impl()); it != value_.end()) return it->second;
+    KILN_CHECK(t.has_storage(), "jit::trace: a traced tensor {} from outside this trace was used", t.type().str());
+    ir::Graph& g = t_.graph;
+    uint32_t v = g.add_value(t.type());
+    if (literal_.count(t.impl()->storage.get())) {
+      ir::Node n;
+      n.kind = ir::NodeKind::Const;
+      {
+        RecorderGuard off(nullptr);  // a snapshot, made eagerly: the literal may change later
+        n.constant = t.detach().clone();
+      }
+      n.result = v;
+      n.loc = call_site();
+      producer_[v] = g.nodes.size();
+      g.nodes.push_back(std::move(n));
+    } else {
+      g.params.push_back(v);
+      g.param_names.emplace_back();
+      t_.params.push_back(t);
+      param_value_[t.impl()] = v;
+      Tensor grad = t.grad();
+      grad_before_.push_back(grad);
+      t_.grad_defined.push_back(grad.defined());
+      if (grad.defined() && grad.has_storage()) {  // the gradient is state the function may read
+        uint32_t gv = g.add_value(grad.type());
+        t_.grad_inputs.emplace_back(t_.params.size() - 1, g.inputs.size());
+        g.inputs.push_back(gv);
+        value_[grad.impl()] = gv;
+      }
+    }
+    value_[t.impl()] = v;
+    keep_.push_back(t);
+    return v;
+  }
+
+  Trace t_;
+  std::unordered_map<const TensorImpl*, uint32_t> value_;        // handle -> current value
+  std::unordered_map<const TensorImpl*, uint32_t> param_value_;  // captured tensor -> its param
+  std::unordered_map<uint32_t, size_t> producer_;                // value -> defining node
+  std::unordered_set<const Storage*> literal_;                   // storage made during the trace
+  std::vector<Tensor> grad_before_;                              // per param
+  std::unordered_set<const TensorImpl*> args_;                   // the arguments' placeholders
+  std::vector<Tensor> keep_;  // every handle seen, so no TensorImpl address is reused meanwhile
+};
+
+}  // namespace
+
+std::string detail::fmt_arity_error(size_t arity) {
+  return fmt::format("jit::trace: the function cannot be called with {} tensors (0 to 8 are supported)", arity);
+}
+
+Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name) {
+  Tracer tracer(name);
+  std::vector<Tensor> results;
+  {
+    std::vector<Tensor> args = tracer.arguments(inputs);
+    RecorderGuard guard(&tracer);
+    results = fn(args);
+  }
+  return tracer.finish(std::move(results));
+}
+
+void resolve_locations(ir::Graph& g) {
+  // One addr2line run per module resolves every pending address.
+  std::unordered_map<std::string, std::vector<ir::SourceLoc*>> pending;
+  for (ir::Node& n : g.nodes)
+    if (!n.loc.known() && !n.loc.module.empty()) pending[n.loc.module].push_back(&n.loc);
+  for (auto& [module, locs] : pending) {
+    std::string cmd = fmt::format("addr2line -e '{}'", module);
+    for (ir::SourceLoc* l : locs) cmd += fmt::format(" {:#x}", l->offset);
+    cmd += " 2>/dev/null";
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) continue;
+    char line[4096];
+    for (ir::SourceLoc* l : locs) {
+      if (!fgets(line, sizeof line, f)) break;
+      std::string s(line);
+      while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+      size_t colon = s.rfind(':');
+      if (colon == std::string::npos || s.compare(0, 2, "??") == 0) continue;
+      std::string file = s.substr(0, colon);
+      int ln = std::atoi(s.c_str() + colon + 1);
+      if (ln <= 0) continue;
+      size_t slash = file.rfind('/');
+      l->file = slash == std::string::npos ? file : file.substr(slash + 1);
+      l->line = ln;
+    }
+    pclose(f);
+  }
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,33 @@
+// jit/tracer.h -- running a function on data-less tensors to record its graph.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "jit/trace.h"
+
+namespace kiln::jit {
+
+/// What one trace produced: the graph and how to bind it when it runs.
+struct Trace {
+  ir::Graph graph;
+  size_t num_args = 0;                  // graph.inputs[0..num_args) are the function's arguments
+  std::vector<Tensor> params;           // live tensors bound to graph.params, in order
+  /// (param index, position in graph.inputs): a gradient read by the function, bound from
+  /// params[i].grad() at each call.
+  std::vector<std::pair<size_t, size_t>> grad_inputs;
+  /// (param index, position in graph.outputs): a gradient the function left in grad(), written
+  /// back after each call.
+  std::vector<std::pair<size_t, size_t>> grad_outputs;
+  size_t num_results = 0;               // graph.outputs[0..num_results) are the function's
+  std::vector<bool> grad_defined;       // per param: grad() defined when traced (a guard)
+};
+
+/// Traces fn on placeholders shaped like `inputs` (same dtypes, shapes, requires-grad).
+Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name);
+
+/// Fills in file:line of the nodes' source locations (addr2line over the captured addresses).
+void resolve_locations(ir::Graph& g);
+
+}  // namespace kiln::jit
