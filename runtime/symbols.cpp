@@ -36,9 +36,8 @@ int64_t dim_symbol(std::string_view name) {
 std::string_view dim_symbol_name(int64_t dim) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
-  size_t i = static_cast<size_t>(-dim - 1);
-  KILN_ASSERT(dim < 0 && i < t.names.size());
-  return t.names[i];
+  if (dim >= 0 || static_cast<uint64_t>(-(dim + 1)) >= t.names.size()) return {};
+  return t.names[static_cast<size_t>(-(dim + 1))];
 }
 
 }  // namespace kiln

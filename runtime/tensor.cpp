@@ -17,8 +17,8 @@ std::string shape_str(const Dims& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ',';
-    if (is_symbol(shape[i])) s += dim_symbol_name(shape[i]);
-    else s += std::to_string(shape[i]);
+    std::string_view name = is_symbol(shape[i]) ? dim_symbol_name(shape[i]) : std::string_view();
+    s += name.empty() ? std::to_string(shape[i]) : std::string(name);  // lists in errors may be negative
   }
   return s + "]";
 }

@@ -34,6 +34,7 @@ std::ostream& operator<<(std::ostream& os, const TensorType& t);
 std::string shape_str(const Dims& shape);
 /// Symbolic dims (the IR's `f32[B,784]`): a negative size naming an interned symbol.
 int64_t dim_symbol(std::string_view name);
+/// The name of symbolic dim `dim`; empty when `dim` names no symbol.
 std::string_view dim_symbol_name(int64_t dim);
 inline bool is_symbol(int64_t dim) { return dim < 0; }
 
