@@ -2,6 +2,7 @@
 // interpreter that runs a plan's optimized graph with the eager kernels.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <list>
 #include <mutex>
 #include <ostream>
@@ -10,6 +11,7 @@
 #include "autograd/autograd.h"
 #include "ir/graph.h"
 #include "ir/passes.h"
+#include "jit/run.h"
 #include "jit/tracer.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
@@ -31,48 +33,21 @@ std::string signature(std::span<const Tensor> inputs) {
 
 using Plan = Trace;
 
+// Binds the arguments and the gradients the function reads, runs the graph, writes the
+// gradients it leaves back into the params' grad().
 std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
   const ir::Graph& g = plan.graph;
   KILN_CHECK(inputs.size() == plan.num_args, "jit::Function: expected {} arguments, got {}", plan.num_args, inputs.size());
-  std::vector<Tensor> vals(g.types.size());
-  for (size_t i = 0; i < plan.num_args; ++i) vals[g.inputs[i]] = inputs[i];
-  for (auto [p, pos] : plan.grad_inputs) vals[g.inputs[pos]] = plan.params[p].grad();
-  for (size_t i = 0; i < g.params.size(); ++i) vals[g.params[i]] = plan.params[i];
-  std::vector<std::pair<size_t, uint32_t>> assigns;  // (param index, value), applied at the end
-  bool caller_grad = grad_enabled();
-  for (const ir::Node& n : g.nodes) {
-    switch (n.kind) {
-      case ir::NodeKind::Const: vals[n.result] = n.constant; break;
-      case ir::NodeKind::Assign: {
-        size_t p = 0;
-        while (g.params[p] != n.inputs[0]) ++p;
-        assigns.emplace_back(p, n.inputs[1]);
-        break;
-      }
-      case ir::NodeKind::Op: {
-        std::vector<Tensor> in;
-        in.reserve(n.inputs.size());
-        for (uint32_t v : n.inputs) in.push_back(vals[v]);
-        GradModeGuard mode(caller_grad && n.grad);
-        vals[n.result] = apply(n.op, in, n.attrs);
-        break;
-      }
-    }
-  }
-  {
-    NoGradGuard no_grad;
-    for (auto [p, v] : assigns) {
-      Tensor target = plan.params[p];
-      target.copy_(vals[v]);
-    }
-  }
+  std::vector<Tensor> bound(g.inputs.size());
+  std::copy(inputs.begin(), inputs.end(), bound.begin());
+  for (auto [p, pos] : plan.grad_inputs) bound[pos] = plan.params[p].grad();
+  std::vector<Tensor> outs = run_graph(g, bound, plan.params);
   for (auto [p, pos] : plan.grad_outputs) {
-    Tensor gp = vals[g.outputs[pos]], target = plan.params[p];
+    Tensor gp = outs[pos], target = plan.params[p];
     target.set_grad(gp.requires_grad() ? gp : gp.detach());
   }
-  std::vector<Tensor> out;
-  for (size_t i = 0; i < plan.num_results; ++i) out.push_back(vals[g.outputs[i]]);
-  return out;
+  outs.resize(plan.num_results);
+  return outs;
 }
 
 bool guards_hold(const Plan& plan) {
@@ -86,6 +61,7 @@ bool guards_hold(const Plan& plan) {
 struct Function::State {
   TensorFn fn;
   std::string name;
+  ParamNames names;
   std::mutex mu;
   std::list<std::pair<std::string, std::shared_ptr<Plan>>> lru;  // most recent first
   std::unordered_map<std::string, decltype(lru)::iterator> index;
@@ -95,7 +71,7 @@ struct Function::State {
 
   std::shared_ptr<Plan> compile(std::span<const Tensor> inputs, const std::string& key, const char* why) {
     log(LogTopic::Cache, fmt::format("jit @{}: miss ({}): tracing for {}", name, why, key));
-    auto plan = std::make_shared<Plan>(trace_function(fn, inputs, name));
+    auto plan = std::make_shared<Plan>(trace_function(fn, inputs, name, names));
     plan->graph = ir::run_passes(std::move(plan->graph), ir::default_pipeline());
     std::lock_guard<std::mutex> lock(mu);
     ++stats.traces;
@@ -111,9 +87,10 @@ struct Function::State {
   }
 };
 
-Function::Function(TensorFn fn, std::string name) : state_(std::make_shared<State>()) {
+Function::Function(TensorFn fn, std::string name, ParamNames names) : state_(std::make_shared<State>()) {
   state_->fn = std::move(fn);
   state_->name = std::move(name);
+  state_->names = std::move(names);
 }
 
 std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {

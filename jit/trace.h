@@ -43,11 +43,14 @@ struct Stats {
 
 /// The type-erased function a trace runs: tensors in, tensors out.
 using TensorFn = std::function<std::vector<Tensor>(std::span<const Tensor>)>;
+/// Names for tensors a trace may capture (a module's named parameters and buffers): the graph's
+/// parameters print with them.
+using ParamNames = std::vector<std::pair<std::string, Tensor>>;
 
 /// A traced function. Copies share one plan cache; calls are thread-safe.
 class Function {
  public:
-  Function(TensorFn fn, std::string name);
+  Function(TensorFn fn, std::string name, ParamNames names = {});
 
   /// Runs on `inputs`, tracing first when their signature is new; returns every output.
   std::vector<Tensor> call(std::span<const Tensor> inputs) const;
@@ -103,6 +106,20 @@ template <class F> Function trace(F fn, std::vector<Tensor> example_inputs, std:
   f.call(example_inputs);
   return f;
 }
+/// Traces a module: m(x) with one tensor argument (an nn::UnaryModule, or anything with
+/// operator() and named_parameters()/named_buffers()); the graph names its parameters after
+/// the module's state_dict keys ("fc1.weight").
+template <class M> Function trace_module(M& m, const Tensor& example_input, std::string name = "forward") {
+  ParamNames names;
+  for (auto& [n, t] : m.named_parameters()) names.emplace_back(n, t);
+  for (auto& [n, t] : m.named_buffers()) names.emplace_back(n, t);
+  Function f([&m](std::span<const Tensor> in) { return std::vector<Tensor>{m(in[0])}; }, std::move(name),
+             std::move(names));
+  Tensor args[] = {example_input};
+  f.call(args);
+  return f;
+}
+
 /// trace() for a function already in the erased form.
 Function trace_tensors(TensorFn fn, std::span<const Tensor> example_inputs, std::string name = "fn");
 

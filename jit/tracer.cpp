@@ -41,7 +41,11 @@ ir::SourceLoc call_site() {
 
 class Tracer final : public Recorder {
  public:
-  explicit Tracer(std::string name) { t_.graph.name = std::move(name); }
+  Tracer(std::string name, const ParamNames& names) {
+    t_.graph.name = std::move(name);
+    for (const auto& [n, t] : names)
+      if (t.defined()) names_[t.impl()] = n;
+  }
 
   Trace finish(std::vector<Tensor> results) {
     ir::Graph& g = t_.graph;
@@ -177,7 +181,8 @@ class Tracer final : public Recorder {
       g.nodes.push_back(std::move(n));
     } else {
       g.params.push_back(v);
-      g.param_names.emplace_back();
+      auto named = names_.find(t.impl());
+      g.param_names.push_back(named == names_.end() ? std::string() : named->second);
       t_.params.push_back(t);
       param_value_[t.impl()] = v;
       Tensor grad = t.grad();
@@ -202,6 +207,7 @@ class Tracer final : public Recorder {
   std::unordered_set<const Storage*> literal_;                   // storage made during the trace
   std::vector<Tensor> grad_before_;                              // per param
   std::unordered_set<const TensorImpl*> args_;                   // the arguments' placeholders
+  std::unordered_map<const TensorImpl*, std::string> names_;     // names for captured tensors
   std::vector<Tensor> keep_;  // every handle seen, so no TensorImpl address is reused meanwhile
 };
 
@@ -211,8 +217,9 @@ std::string detail::fmt_arity_error(size_t arity) {
   return fmt::format("jit::trace: the function cannot be called with {} tensors (0 to 8 are supported)", arity);
 }
 
-Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name) {
-  Tracer tracer(name);
+Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,
+                     const ParamNames& names) {
+  Tracer tracer(name, names);
   std::vector<Tensor> results;
   {
     std::vector<Tensor> args = tracer.arguments(inputs);

@@ -25,7 +25,8 @@ struct Trace {
 };
 
 /// Traces fn on placeholders shaped like `inputs` (same dtypes, shapes, requires-grad).
-Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name);
+Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,
+                     const ParamNames& names = {});
 
 /// Fills in file:line of the nodes' source locations (addr2line over the captured addresses).
 void resolve_locations(ir::Graph& g);

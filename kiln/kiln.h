@@ -2,6 +2,8 @@
 #pragma once
 
 #include "autograd/autograd.h"
+#include "ir/graph.h"
+#include "jit/trace.h"
 #include "nn/data.h"
 #include "nn/init.h"
 #include "nn/layers.h"

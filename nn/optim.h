@@ -8,6 +8,10 @@
 namespace kiln::optim {
 
 /// Updates parameters in place from their grad(), without recording gradients.
+///
+/// Traceable: the learning rate and step counts live in 0-d tensors and all state is created
+/// up front, so a jit::trace of a training step that calls step() reads the current learning
+/// rate (set_lr, schedules) and state on every call instead of baking them in.
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Tensor> params, double lr);
@@ -16,12 +20,15 @@ class Optimizer {
   /// Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  void set_lr(double lr);
   const std::vector<Tensor>& params() const { return params_; }
 
  protected:
+  /// The learning rate as a 0-d tensor of `dtype`, for the update arithmetic.
+  Tensor lr_as(DType dtype) const;
   std::vector<Tensor> params_;
   double lr_;
+  Tensor lr_tensor_;  // f64[], updated in place by set_lr
 };
 
 struct SgdOptions {
@@ -37,6 +44,7 @@ class SGD : public Optimizer {
  private:
   SgdOptions opt_;
   std::vector<Tensor> velocity_;
+  Tensor steps_;  // f64[]: PyTorch's first momentum step takes the gradient undamped
 };
 
 struct AdamOptions {
@@ -52,7 +60,7 @@ class Adam : public Optimizer {
   void update(bool decoupled);
   AdamOptions opt_;
   std::vector<Tensor> m_, v_;
-  int64_t t_ = 0;
+  Tensor steps_;  // f64[]: the bias corrections' step count
 };
 
 /// torch.optim.AdamW: weight decay applied to the parameter, decoupled from the gradient.
