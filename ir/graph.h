@@ -85,7 +85,8 @@ std::string print_node(const Graph& g, const Node& n);
 std::string node_key(const Graph& g, const Node& n);
 
 /// The compute dtype of a pointwise node (its attrs.dtype), derived from its operands' types:
-/// the result dtype, except for comparisons and logical ops (the first non-condition operand's).
+/// the first tensor operand's (where's condition aside); with numbers only, the numbers'
+/// common dtype for comparisons and logical ops, else the result dtype.
 DType pointwise_compute_dtype(const Graph& g, const Node& n);
 
 /// Attribute names for the text form, one per AttrField bit.

@@ -2,6 +2,7 @@
 // fuzz target feeds it garbage): every error is a kiln::Error "file:line:col: message".
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -76,7 +77,9 @@ class Lexer {
       t.text = std::string(1, get());
       return t;
     }
-    fail(t.line, t.col, fmt::format("unexpected character '{}'", c));
+    unsigned char u = static_cast<unsigned char>(c);  // bytes that don't print are shown as hex
+    fail(t.line, t.col, std::isprint(u) ? fmt::format("unexpected character '{}'", c)
+                                        : fmt::format("unexpected byte 0x{:02x}", u));
   }
 
  private:
@@ -138,6 +141,23 @@ class Lexer {
   int line_ = 1, col_ = 1;
 };
 
+// Whether a constant of dtype `d` holds `s` exactly: integer and bool constants take only
+// integral literals in their range (casting inf or 1e30 to an integer is undefined).
+bool fits(const Scalar& s, DType d) {
+  if (is_float(d) || s.kind() == Scalar::Kind::Bool) return true;
+  double lo = 0, hi = 1;  // bool: 0 and 1
+  if (d == DType::U8) lo = 0, hi = 255;
+  if (d == DType::I32) lo = INT32_MIN, hi = INT32_MAX;
+  if (d == DType::I64) lo = -0x1p63, hi = 0x1p63;  // hi excluded below
+  if (s.kind() == Scalar::Kind::Int) {
+    int64_t v = s.to_int();
+    return d == DType::I64 || (v >= static_cast<int64_t>(lo) && v <= static_cast<int64_t>(hi));
+  }
+  double v = s.to_double();
+  return std::isfinite(v) && std::trunc(v) == v && v >= lo &&
+         (d == DType::I64 ? v < hi : v <= hi);
+}
+
 class Parser {
  public:
   Parser(std::string_view src, std::string_view file) : lex_(src, file) { advance(); }
@@ -178,6 +198,7 @@ class Parser {
     expect("{");
     for (;;) {
       if (tok_.kind == Tok::End) fail("expected 'return' before the end of the input");
+      if (is("}")) fail("expected 'return' before '}'");
       if (tok_.kind == Tok::Ident && tok_.text == "return") {
         ret_line_ = tok_.line;
         ret_col_ = tok_.col;
@@ -277,8 +298,9 @@ class Parser {
           d.push_back(dim_symbol(tok_.text));
           advance();
         } else {
+          int line = tok_.line, col = tok_.col;
           int64_t v = integer();
-          if (symbols && v < 0) fail("a dimension cannot be negative");
+          if (symbols && v < 0) fail_at(line, col, "a dimension cannot be negative");
           d.push_back(v);
         }
         if (d.size() > 64) fail("too many dimensions");
@@ -292,8 +314,14 @@ class Parser {
     if (tok_.kind != Tok::Ident) fail(fmt::format("expected a type like f32[2,3], found {}", describe()));
     TensorType t;
     if (!parse_dtype(tok_.text, &t.dtype)) fail(fmt::format("unknown dtype '{}'", tok_.text));
+    int line = tok_.line, col = tok_.col;
     advance();
     t.shape = dims(true);
+    int64_t reach = 1;  // as check_shape() counts; a symbol counts as 1 here
+    for (int64_t d : t.shape) {
+      if (d > 0 && reach > INT64_MAX / 16 / d) fail_at(line, col, fmt::format("type {} is too large", t.str()));
+      reach *= std::max<int64_t>(d, 1);
+    }
     return t;
   }
 
@@ -429,6 +457,10 @@ class Parser {
         fail_at(cl, cc, fmt::format("constant has {} values but its type {} holds {}", vals.size(), t.str(), t.shape.product()));
       for (int64_t d : t.shape)
         if (is_symbol(d)) fail_at(cl, cc, "a constant cannot have a symbolic shape");
+      for (const Scalar& v : vals)
+        if (!fits(v, t.dtype))
+          fail_at(cl, cc, fmt::format("constant value {} does not fit {}", v.to_double(),
+                                      dtype_name(t.dtype)));
       n.constant = constant_tensor(vals, t);
       n.result = define(name, t);
       location(n);

@@ -10,6 +10,12 @@
 
 namespace kiln::ir {
 
+/// Spells attributes one way and drops work that changes no bit of a result (x * 1, neg(neg(x))).
+Graph canonicalize(const Graph& g);
+/// Recomputes every op node's result type from its op's shape rule.
+Graph infer_shapes(const Graph& g);
+/// Replaces ops whose operands are all constants by their value, computed by the eager kernels.
+Graph fold(const Graph& g);
 /// Merges nodes that apply the same op with the same attributes to the same values.
 Graph cse(const Graph& g);
 /// Drops nodes whose values reach no output and no assign.

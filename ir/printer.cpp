@@ -148,7 +148,7 @@ struct Printer {
     }
     std::vector<std::string> rets;
     for (uint32_t v : g.outputs) rets.push_back(name(v));
-    out += fmt::format("  return {}\n}}\n", fmt::join(rets, ", "));
+    out += fmt::format("  return{}{}\n}}\n", rets.empty() ? "" : " ", fmt::join(rets, ", "));
   }
 };
 
@@ -198,15 +198,19 @@ std::string node_key(const Graph& g, const Node& n) {
 }
 
 DType pointwise_compute_dtype(const Graph& g, const Node& n) {
-  Promote p = op_def(n.op).promote;
-  if (p != Promote::Compare && p != Promote::Logical) return g.type(n.result).dtype;
   size_t t = 0;
   for (int k = 0; k < op_arity(n.op); ++k) {
     if (n.attrs.imm_mask >> k & 1) continue;
     uint32_t v = n.inputs.at(t++);
     if (!(n.op == OpId::Where && k == 0)) return g.type(v).dtype;
   }
-  return g.type(n.result).dtype;
+  // Numbers only: a comparison computes in their common dtype, other ops in their result's.
+  Promote p = op_def(n.op).promote;
+  if (p != Promote::Compare && p != Promote::Logical) return g.type(n.result).dtype;
+  DType d = DType::Bool;
+  for (int k = 0; k < op_arity(n.op); ++k)
+    if (n.attrs.imm_mask >> k & 1) d = promote(d, n.attrs.imm[k].default_dtype());
+  return d;
 }
 
 }  // namespace kiln::ir

@@ -2,41 +2,11 @@
 // each op's shape rule on data-less tensors, so the IR and eager mode cannot disagree.
 #include <fmt/format.h>
 
-#include <unordered_map>
-
 #include "ir/graph.h"
+#include "ir/shape_inference.h"
 #include "runtime/check.h"
 
 namespace kiln::ir {
-namespace {
-
-// Symbolic dims become distinct large sizes so shape rules can run on them; results map back.
-struct Symbols {
-  std::unordered_map<int64_t, int64_t> to_size, to_symbol;
-  int64_t next = 1000003;
-  Dims concrete(const Dims& d) {
-    Dims out = d;
-    for (int64_t& v : out) {
-      if (!is_symbol(v)) continue;
-      auto [it, fresh] = to_size.try_emplace(v, next);
-      if (fresh) {
-        to_symbol[next] = v;
-        next += 2;
-      }
-      v = it->second;
-    }
-    return out;
-  }
-  Dims symbolic(const Dims& d) const {
-    Dims out = d;
-    for (int64_t& v : out)
-      if (auto it = to_symbol.find(v); it != to_symbol.end()) v = it->second;
-    return out;
-  }
-};
-
-}  // namespace
-
 void verify(const Graph& g) {
   std::vector<bool> defined(g.types.size(), false);
   auto fail_node = [&](size_t i, const std::string& what) {
@@ -53,7 +23,7 @@ void verify(const Graph& g) {
   if (!g.param_names.empty() && g.param_names.size() != g.params.size())
     fail(fmt::format("{} parameter names for {} parameters", g.param_names.size(), g.params.size()));
 
-  Symbols sym;
+  ShapeInference shapes;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     for (uint32_t v : n.inputs) {
@@ -86,19 +56,12 @@ void verify(const Graph& g) {
     if (arity >= 0 && static_cast<int>(n.inputs.size()) + imms != arity)
       fail_node(i, fmt::format("{} takes {} operands, has {}", op_name(n.op), arity, n.inputs.size() + imms));
     if (arity < 0 && n.inputs.empty()) fail_node(i, fmt::format("{} needs at least one operand", op_name(n.op)));
-    std::vector<Tensor> args;
-    for (uint32_t v : n.inputs) {
-      TensorType t = g.type(v);
-      t.shape = sym.concrete(t.shape);
-      args.push_back(Tensor::placeholder(t));
-    }
     TensorType want;
     try {
-      want = op_def(n.op).infer(n.op, args, n.attrs);
+      want = shapes.infer(g, n);
     } catch (const Error& e) {
       fail_node(i, e.what());
     }
-    want.shape = sym.symbolic(want.shape);
     if (!(want == g.type(n.result)))
       fail_node(i, fmt::format("its type is {} but {} gives {}", g.type(n.result).str(), op_name(n.op), want.str()));
     bind(n.result, "a node");

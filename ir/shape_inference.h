@@ -1,0 +1,28 @@
+// ir/shape_inference.h -- runs an op node's shape rule on IR types, symbolic dims included.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "ir/graph.h"
+
+namespace kiln::ir {
+
+/// Runs ops' shape rules on a graph's types. The rules need sizes, so each symbolic dim stands
+/// for a distinct large size while a rule runs, and sizes that come back map to symbols again.
+/// One instance per graph keeps a symbol's stand-in the same across nodes.
+class ShapeInference {
+ public:
+  /// The type op node `n` gets from its op's rule, given its operands' types in `g`; the rule's
+  /// kiln::Error propagates.
+  TensorType infer(const Graph& g, const Node& n);
+
+ private:
+  Dims concrete(const Dims& d);
+  Dims symbolic(const Dims& d) const;
+
+  std::unordered_map<int64_t, int64_t> to_size_, to_symbol_;
+  int64_t next_ = 1000003;
+};
+
+}  // namespace kiln::ir

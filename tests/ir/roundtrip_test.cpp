@@ -1,0 +1,216 @@
+// tests/ir/roundtrip_test.cpp -- print(parse(text)) == text for every op family, literal kind
+// and graph feature; parse errors name file:line:col.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::ir {
+namespace {
+
+const char* const kUnary = R"(
+graph @unary(%0: f32[2,3], %1: bool[2,3]) -> (f32[2,3], bool[2,3]) {
+  %2 = neg %0 : f32[2,3]
+  %3 = abs %2 : f32[2,3]
+  %4 = sign %3 : f32[2,3]
+  %5 = exp %4 : f32[2,3]
+  %6 = log %5 : f32[2,3]
+  %7 = log1p %6 : f32[2,3]
+  %8 = expm1 %7 : f32[2,3]
+  %9 = sqrt %8 : f32[2,3]
+  %10 = rsqrt %9 : f32[2,3]
+  %11 = reciprocal %10 : f32[2,3]
+  %12 = sin %11 : f32[2,3]
+  %13 = cos %12 : f32[2,3]
+  %14 = tanh %13 : f32[2,3]
+  %15 = erf %14 : f32[2,3]
+  %16 = sigmoid %15 : f32[2,3]
+  %17 = relu %16 : f32[2,3]
+  %18 = gelu %17 : f32[2,3]
+  %19 = gelu_tanh %18 : f32[2,3]
+  %20 = silu %19 : f32[2,3]
+  %21 = floor %20 : f32[2,3]
+  %22 = ceil %21 : f32[2,3]
+  %23 = round %22 : f32[2,3]
+  %24 = logical_not %1 : bool[2,3]
+  return %23, %24
+}
+)";
+
+// Immediates of every kind: int, float (with -0.0, inf, -inf, nan, exponents), bool.
+const char* const kBinary = R"(
+graph @binary(%0: f32[4], %1: f32[4], %2: i64[4], %3: bool[4]) -> (f32[4], i64[4], bool[4]) {
+  %4 = add %0, %1 : f32[4]
+  %5 = sub %4, 2.5 : f32[4]
+  %6 = mul -0.0, %5 : f32[4]
+  %7 = div %6, inf : f32[4]
+  %8 = pow %7, 2 : f32[4]
+  %9 = maximum %8, -inf : f32[4]
+  %10 = minimum %9, nan : f32[4]
+  %11 = eq %10, %1 : bool[4]
+  %12 = ne %2, -9223372036854775807 : bool[4]
+  %13 = lt %0, 1e-07 : bool[4]
+  %14 = le %0, 1e+20 : bool[4]
+  %15 = gt %2, 3 : bool[4]
+  %16 = ge %0, %1 : bool[4]
+  %17 = logical_and %11, true : bool[4]
+  %18 = logical_or false, %12 : bool[4]
+  %19 = where %3, %0, 0.5 : f32[4]
+  %20 = clamp %2, -1, 1 : i64[4]
+  return %19, %20, %18
+}
+)";
+
+const char* const kReduce = R"(
+graph @reduce(%0: f32[2,3,4]) -> (f32[3], i64[], f16[2,3,4]) {
+  %1 = sum %0 {axes=[0,2], keepdim=false} : f32[3]
+  %2 = prod %0 {axes=[-2], keepdim=true} : f32[2,1,4]
+  %3 = max_reduce %0 {axes=[], keepdim=false} : f32[]
+  %4 = min_reduce %0 {axes=[2], keepdim=false} : f32[2,3]
+  %5 = argmax %0 {axes=[1], keepdim=false} : i64[2,4]
+  %6 = argmin %0 {axes=[], keepdim=false} : i64[]
+  %7 = cast %0 {dtype=f16} : f16[2,3,4]
+  return %1, %6, %7
+}
+)";
+
+const char* const kMovement = R"(
+graph @movement(%0: f32[2,3], %1: i64[2,3], %2: i64[2]) -> (f32[4,2,2], f32[2,6]) {
+  %3 = reshape %0 {shape=[3,2]} : f32[3,2]
+  %4 = permute %3 {axes=[1,0]} : f32[2,3]
+  %5 = slice %4 {dim=1, start=0, stop=3, step=2} : f32[2,2]
+  %6 = expand %5 {shape=[4,2,2]} : f32[4,2,2]
+  %7 = copy %6 : f32[4,2,2]
+  %8 = cat %0, %4 {dim=0} : f32[4,3]
+  %9 = gather %0, %1 {dim=1} : f32[2,3]
+  %10 = index_select %0, %2 {dim=0} : f32[2,3]
+  %11 = scatter_add %0, %1, %9 {dim=1} : f32[2,3]
+  %12 = pad %0 {pads=[1,2], value=-1.5} : f32[2,6]
+  return %7, %12
+}
+)";
+
+const char* const kLoops = R"(
+graph @loops(%0: f32[1,2,5,5], %1: f32[4,2,3,3], %2: f32[5,7], %3: f32[7,2]) -> (f32[5,2]) {
+  %4 = conv2d %0, %1 {stride=[1,1], padding=[1,1], dilation=[1,1], groups=1} : f32[1,4,5,5]
+  %5 = max_pool2d %4 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=false} : f32[1,4,2,2]
+  %6 = avg_pool2d %5 {kernel=[2,2], stride=[1,1], padding=[1,1], count_include_pad=true} : f32[1,4,3,3]
+  %7 = matmul %2, %3 : f32[5,2]
+  return %7
+}
+)";
+
+const char* const kConstants = R"(
+graph @constants() -> (f32[2], f64[2], f16[2], bf16[2], i32[2], i64[2], u8[2], bool[2]) {
+  %0 = const [1.5, -0.0] : f32[2]
+  %1 = const [0.1, 1e+300] : f64[2]
+  %2 = const [0.5, -2.0] : f16[2]
+  %3 = const [inf, -inf] : bf16[2]
+  %4 = const [-2147483648, 7] : i32[2]
+  %5 = const [-9223372036854775808, 9223372036854775807] : i64[2]
+  %6 = const [0, 255] : u8[2]
+  %7 = const [true, false] : bool[2]
+  %8 = const nan : f32[]
+  %9 = const [] : f32[0]
+  return %0, %1, %2, %3, %4, %5, %6, %7
+}
+)";
+
+// Symbolic dims, named and unnamed params, assigns, locations. (Several results: above.)
+const char* const kStep = R"(
+graph @step(%0: f32[B,784]) params(%1: f32[784,10] "fc.w", %2: f32[10], %3: f32[]) -> (f32[]) {
+  %4 = matmul %0, %1 : f32[B,10] loc("train.cpp":12)
+  %5 = add %4, %2 : f32[B,10] loc("train.cpp":12)
+  %6 = max_reduce %5 {axes=[1], keepdim=true} : f32[B,1] loc("nn/loss.cpp":40)
+  %7 = sub %5, %6 : f32[B,10]
+  %8 = sum %7 {axes=[], keepdim=false} : f32[]
+  %9 = mul %8, 0.001 : f32[]
+  %10 = sub %3, %9 : f32[]
+  assign %3, %10 loc("train.cpp":20)
+  return %9
+}
+)";
+
+const char* const kEmpty = "\ngraph @empty() -> () {\n  return\n}\n";
+
+// Each text starts after its raw string's first newline.
+const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kMovement + 1,
+                                          kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1};
+
+TEST(RoundTrip, PrintsBackTheTextItParsed) {
+  for (const char* text : kGraphs) {
+    Graph g = parse(text, "roundtrip.ir");
+    EXPECT_EQ(print(g), text);
+    EXPECT_NO_THROW(verify(g)) << text;
+  }
+}
+
+TEST(RoundTrip, CoversEveryOp) {
+  for (int i = 0; i < kNumOps; ++i) {
+    std::string use = std::string(" = ") + op_name(static_cast<OpId>(i)) + " ";
+    bool found = false;
+    for (const char* text : kGraphs)
+      found = found || std::string(text).find(use) != std::string::npos;
+    EXPECT_TRUE(found) << op_name(static_cast<OpId>(i)) << " appears in no round-trip graph";
+  }
+}
+
+TEST(RoundTrip, KeepsLiteralBits) {
+  Graph g = parse(kConstants);
+  EXPECT_TRUE(std::signbit(g.nodes[0].constant.to_vector<float>()[1]));
+  EXPECT_EQ(g.nodes[5].constant.to_vector<int64_t>()[0], INT64_MIN);
+  EXPECT_TRUE(std::isnan(g.nodes[8].constant.to_vector<float>()[0]));
+  Graph b = parse(kBinary);
+  EXPECT_TRUE(std::signbit(b.nodes[2].attrs.imm[0].to_double()));
+  EXPECT_EQ(b.nodes[2].attrs.imm[0].kind(), Scalar::Kind::Float);
+  EXPECT_EQ(b.nodes[4].attrs.imm[1].kind(), Scalar::Kind::Int);
+  EXPECT_EQ(b.nodes[13].attrs.imm[1].kind(), Scalar::Kind::Bool);
+}
+
+TEST(RoundTrip, DropsLocationsWhenAsked) {
+  std::string text = print(parse(kStep), {.locations = false});
+  EXPECT_EQ(text.find("loc("), std::string::npos);
+  EXPECT_EQ(print(parse(text), {.locations = false}), text);
+}
+
+TEST(RoundTrip, RenumbersValuesDensely) {
+  Graph g = parse("graph @f(%x: f32[2]) -> (f32[2]) {\n  %y = exp %x : f32[2]\n  return %y\n}\n");
+  EXPECT_EQ(print(g),
+            "graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2]\n  return %1\n}\n");
+}
+
+// The whole message, so the position is checked exactly.
+std::string parse_error(const std::string& text) {
+  try {
+    parse(text, "net.ir");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ParseErrors, NameFileLineAndColumn) {
+  EXPECT_EQ(
+      parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = sine %0 : f32[2]\n  return %1\n}\n"),
+      "net.ir:2:8: unknown op 'sine'");
+  EXPECT_EQ(
+      parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : g32[2]\n  return %1\n}\n"),
+      "net.ir:2:17: unknown dtype 'g32'");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  return %3\n}\n"),
+            "net.ir:2:10: use of undefined value %3");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2]\n"),
+            "net.ir:3:1: expected 'return' before the end of the input");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2] loc(\"a.cpp\n"),
+            "net.ir:2:28: unterminated string");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 # f32[2]\n"),
+            "net.ir:2:15: unexpected character '#'");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2], %0: f32[2]) -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:22: %0 is defined twice");
+}
+
+}  // namespace
+}  // namespace kiln::ir
