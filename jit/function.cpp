@@ -46,13 +46,15 @@ std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
     Tensor gp = outs[pos], target = plan.params[p];
     target.set_grad(gp.requires_grad() ? gp : gp.detach());
   }
+  for (size_t p : plan.grad_cleared) Tensor(plan.params[p]).zero_grad();
   outs.resize(plan.num_results);
   return outs;
 }
 
 bool guards_hold(const Plan& plan) {
   for (size_t i = 0; i < plan.params.size(); ++i)
-    if (plan.params[i].grad().defined() != plan.grad_defined[i]) return false;
+    if (plan.grad_guard[i] >= 0 && plan.params[i].grad().defined() != (plan.grad_guard[i] == 1))
+      return false;
   return true;
 }
 
@@ -133,6 +135,10 @@ void Function::set_cache_limit(size_t plans) {
   KILN_CHECK(plans > 0, "jit::Function: the cache must hold at least one plan");
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->limit = plans;
+  while (state_->lru.size() > plans) {
+    state_->index.erase(state_->lru.back().first);
+    state_->lru.pop_back();
+  }
 }
 
 Function trace_tensors(TensorFn fn, std::span<const Tensor> example_inputs, std::string name) {

@@ -1,6 +1,8 @@
 // jit/run.cpp -- run_graph: one eager apply() per op node, assigns applied at the end.
 #include "jit/run.h"
 
+#include <unordered_set>
+
 #include "autograd/autograd.h"
 #include "ir/graph.h"
 #include "runtime/autograd_meta.h"
@@ -18,10 +20,14 @@ std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs
   for (size_t i = 0; i < inputs.size(); ++i) vals[g.inputs[i]] = inputs[i];
   for (size_t i = 0; i < params.size(); ++i) vals[g.params[i]] = params[i];
   std::vector<std::pair<size_t, uint32_t>> assigns;  // (param index, value), applied at the end
+  std::unordered_set<const Storage*> constants;
   bool caller_grad = grad_enabled();
   for (const ir::Node& n : g.nodes) {
     switch (n.kind) {
-      case ir::NodeKind::Const: vals[n.result] = n.constant; break;
+      case ir::NodeKind::Const:
+        vals[n.result] = n.constant;
+        constants.insert(n.constant.impl()->storage.get());
+        break;
       case ir::NodeKind::Assign: {
         size_t p = 0;
         while (p < g.params.size() && g.params[p] != n.inputs[0]) ++p;
@@ -49,7 +55,12 @@ std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs
   }
   std::vector<Tensor> out;
   out.reserve(g.outputs.size());
-  for (uint32_t v : g.outputs) out.push_back(vals[v]);
+  for (uint32_t v : g.outputs) {
+    // A copy of a constant (or of a view of one): the caller may write into what it gets.
+    const Tensor& t = vals[v];
+    bool constant = t.has_storage() && constants.count(t.impl()->storage.get());
+    out.push_back(constant ? t.clone() : t);
+  }
   return out;
 }
 

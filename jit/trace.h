@@ -9,11 +9,17 @@
 //   state) become parameters of the graph: they stay live, so updating them (in place or by
 //   load_state_dict) needs no retrace. In-place updates the function makes to them (an
 //   optimizer step) are part of the graph and happen on every call; so are the gradients a
-//   backward() inside the function leaves in their grad().
+//   backward() inside the function leaves in their grad(), and the ones it drops (zero_grad).
+//   A function that sets or drops a gradient before it uses the tensor never reads the one a
+//   call starts with; otherwise whether grad() is defined is part of the signature.
+// - In-place writes into tensors the function computed are traced too. Writing into an
+//   argument or through a view throws, as does reading a view or detach() of a tensor after
+//   an in-place write to it (eagerly it would see the write; the graph cannot).
 // - Tensors the function creates from nothing (zeros, arange, a tensor from a vector) are
 //   constants of the trace, as are plain C++ numbers it uses: a learning rate held in a double
 //   is baked in. Pass a value that changes between calls as a 0-d tensor argument, or keep it
-//   in a 0-d tensor the function reads (the optimizers here do).
+//   in a 0-d tensor the function reads (the optimizers here do). For now random draws (randn,
+//   bernoulli: a dropout mask) are such constants too, the same on every call.
 // - Reading a value while tracing (item(), to_vector(), printing, branching on data) throws:
 //   values exist only when the compiled function runs.
 // - A new input signature (dtypes, shapes, devices, requires-grad, grad mode) is traced anew.
@@ -75,6 +81,8 @@ class Function {
 
 namespace detail {
 std::string fmt_arity_error(size_t arity);
+/// Throws kiln::Error unless a function of `arity` tensors is called with `given` of them.
+void check_call_arity(size_t arity, size_t given);
 template <class R> std::vector<Tensor> outputs_of(R&& r) {
   using T = std::decay_t<R>;
   if constexpr (std::is_same_v<T, Tensor>) return {std::forward<R>(r)};
@@ -82,7 +90,10 @@ template <class R> std::vector<Tensor> outputs_of(R&& r) {
   else return std::apply([](auto&&... t) { return std::vector<Tensor>{Tensor(t)...}; }, std::forward<R>(r));
 }
 template <class F, size_t... I> TensorFn erase(F fn, std::index_sequence<I...>) {
-  return [fn](std::span<const Tensor> in) mutable { return outputs_of(fn(in[I]...)); };
+  return [fn](std::span<const Tensor> in) mutable {
+    check_call_arity(sizeof...(I), in.size());
+    return outputs_of(fn(in[I]...));
+  };
 }
 template <size_t> using AsTensor = Tensor;
 template <class F, size_t... I> constexpr bool takes_tensors(std::index_sequence<I...>) {
@@ -113,8 +124,12 @@ template <class M> Function trace_module(M& m, const Tensor& example_input, std:
   ParamNames names;
   for (auto& [n, t] : m.named_parameters()) names.emplace_back(n, t);
   for (auto& [n, t] : m.named_buffers()) names.emplace_back(n, t);
-  Function f([&m](std::span<const Tensor> in) { return std::vector<Tensor>{m(in[0])}; }, std::move(name),
-             std::move(names));
+  Function f(
+      [&m](std::span<const Tensor> in) {
+        detail::check_call_arity(1, in.size());
+        return std::vector<Tensor>{m(in[0])};
+      },
+      std::move(name), std::move(names));
   Tensor args[] = {example_input};
   f.call(args);
   return f;

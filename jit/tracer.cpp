@@ -5,6 +5,7 @@
 #include <execinfo.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -54,18 +55,33 @@ class Tracer final : public Recorder {
       g.outputs.push_back(value_for(r));
     }
     t_.num_results = results.size();
-    // Gradients the function left on captured tensors are outputs, written back per call;
-    // the tensors get their pre-trace gradients back now.
+    // A tensor whose gradient the function set or dropped without using the tensor: captured,
+    // so that every call does it.
+    for (const auto& [t, start] : grad_at_start_)
+      if (!param_value_.count(t.impl())) value_for(t);
+    // Gradients the function left on captured tensors are outputs, written back per call (or
+    // cleared, when the function dropped them); the tensors get their pre-trace gradients back.
     for (size_t i = 0; i < t_.params.size(); ++i) {
-      Tensor& p = t_.params[i];
+      Tensor p = t_.params[i];
       Tensor now = p.grad();
-      if (now.defined() && !now.has_storage()) {
+      if (now.impl() == grad_before_[i].impl() && !grad_written_.count(p.impl())) continue;
+      if (now.defined()) {
+        uint32_t v = value_for(now);
         t_.grad_outputs.emplace_back(i, g.outputs.size());
-        g.outputs.push_back(value_for(now));
+        g.outputs.push_back(v);
+      } else {
+        t_.grad_cleared.push_back(i);
       }
-      if (!(now.impl() == grad_before_[i].impl())) p.set_grad(grad_before_[i]);
+      p.set_grad(grad_before_[i]);
     }
     return std::move(t_);
+  }
+
+  void on_grad_change(const Tensor& t) override {
+    const TensorImpl* s = t.impl();
+    if (!t.has_storage() || literal_.count(s->storage.get())) return;
+    if (!grad_written_.insert(s).second || param_value_.count(s)) return;
+    grad_at_start_.emplace_back(t, t.grad());
   }
 
   Tensor record(OpId id, std::span<const Tensor> in, const Attrs& attrs, const TensorType& type) override {
@@ -98,9 +114,11 @@ class Tracer final : public Recorder {
       KILN_CHECK(it != value_.end(), "jit::trace: in-place write into a tensor from another trace");
       const ir::Node* def = producer(it->second);
       KILN_CHECK(!def || def->kind != ir::NodeKind::Op || op_family(def->op) != OpFamily::View,
-                 "jit::trace: in-place write through a view ({}) inside a traced function is not "
+                 "jit::trace: in-place write through a view {} inside a traced function is not "
                  "supported; compute the new value out of place", describe(s));
     }
+    if (auto it = value_.find(s); it != value_.end()) mark_stale(it->second);
+    stale_.erase(v);
     value_[s] = v;  // later reads see the new value
   }
 
@@ -156,6 +174,16 @@ class Tracer final : public Recorder {
     return out;
   }
 
+  // Eagerly, views and aliases (detach) of a tensor written in place see the new values; in
+  // the graph they still hold the old value. So they may not be read after the write.
+  void mark_stale(uint32_t old) {
+    stale_.insert(old);
+    for (const ir::Node& n : t_.graph.nodes) {
+      bool view = n.kind == ir::NodeKind::Op && op_family(n.op) == OpFamily::View;
+      if (view && stale_.count(n.inputs[0])) stale_.insert(n.result);
+    }
+  }
+
   const ir::Node* producer(uint32_t v) const {
     auto it = producer_.find(v);
     return it == producer_.end() ? nullptr : &t_.graph.nodes[it->second];
@@ -164,7 +192,12 @@ class Tracer final : public Recorder {
   // The value of a tensor the function used: a known one, a literal (constant), or a captured
   // tensor (parameter, live).
   uint32_t value_for(const Tensor& t) {
-    if (auto it = value_.find(t.impl()); it != value_.end()) return it->second;
+    if (auto it = value_.find(t.impl()); it != value_.end()) {
+      KILN_CHECK(!stale_.count(it->second), "jit::trace: {} {} is read after an in-place write to "
+                 "the tensor it views or aliases; in a trace it would not see the write: take the "
+                 "view (or detach) again after the write", t.type().str(), describe(t.impl()));
+      return it->second;
+    }
     KILN_CHECK(t.has_storage(), "jit::trace: a traced tensor {} from outside this trace was used", t.type().str());
     ir::Graph& g = t_.graph;
     uint32_t v = g.add_value(t.type());
@@ -186,9 +219,19 @@ class Tracer final : public Recorder {
       t_.params.push_back(t);
       param_value_[t.impl()] = v;
       Tensor grad = t.grad();
-      grad_before_.push_back(grad);
-      t_.grad_defined.push_back(grad.defined());
-      if (grad.defined() && grad.has_storage()) {  // the gradient is state the function may read
+      auto replaced = std::find_if(grad_at_start_.begin(), grad_at_start_.end(),
+                                   [&](const auto& e) { return e.first.impl() == t.impl(); });
+      if (replaced != grad_at_start_.end()) {
+        // The function replaced the gradient before using the tensor: it never reads the
+        // gradient a call starts with, whatever that is.
+        grad_before_.push_back(replaced->second);
+        t_.grad_guard.push_back(-1);
+      } else {
+        grad_before_.push_back(grad);
+        t_.grad_guard.push_back(grad.defined() ? 1 : 0);
+      }
+      if (replaced == grad_at_start_.end() && grad.defined() && grad.has_storage()) {
+        // The gradient is state the function may read.
         uint32_t gv = g.add_value(grad.type());
         t_.grad_inputs.emplace_back(t_.params.size() - 1, g.inputs.size());
         g.inputs.push_back(gv);
@@ -206,7 +249,11 @@ class Tracer final : public Recorder {
   std::unordered_map<uint32_t, size_t> producer_;                // value -> defining node
   std::unordered_set<const Storage*> literal_;                   // storage made during the trace
   std::vector<Tensor> grad_before_;                              // per param
+  // Tensors whose grad() the function replaced before it used them, with their gradient then.
+  std::vector<std::pair<Tensor, Tensor>> grad_at_start_;
+  std::unordered_set<const TensorImpl*> grad_written_;  // tensors whose grad() the function set
   std::unordered_set<const TensorImpl*> args_;                   // the arguments' placeholders
+  std::unordered_set<uint32_t> stale_;  // views and aliases of values since written in place
   std::unordered_map<const TensorImpl*, std::string> names_;     // names for captured tensors
   std::vector<Tensor> keep_;  // every handle seen, so no TensorImpl address is reused meanwhile
 };
@@ -215,6 +262,11 @@ class Tracer final : public Recorder {
 
 std::string detail::fmt_arity_error(size_t arity) {
   return fmt::format("jit::trace: the function cannot be called with {} tensors (0 to 8 are supported)", arity);
+}
+
+void detail::check_call_arity(size_t arity, size_t given) {
+  KILN_CHECK(arity == given, "jit::Function: the function takes {} arguments, got {}", arity,
+             given);
 }
 
 Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,

@@ -20,8 +20,12 @@ struct Trace {
   /// (param index, position in graph.outputs): a gradient the function left in grad(), written
   /// back after each call.
   std::vector<std::pair<size_t, size_t>> grad_outputs;
+  /// Param indices whose grad() the function dropped (zero_grad): cleared after each call.
+  std::vector<size_t> grad_cleared;
   size_t num_results = 0;               // graph.outputs[0..num_results) are the function's
-  std::vector<bool> grad_defined;       // per param: grad() defined when traced (a guard)
+  /// Per param, a guard on grad() when a call starts: 1 defined, 0 undefined (as traced), -1
+  /// either (the function replaced the gradient before reading it).
+  std::vector<int8_t> grad_guard;
 };
 
 /// Traces fn on placeholders shaped like `inputs` (same dtypes, shapes, requires-grad).

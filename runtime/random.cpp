@@ -64,7 +64,8 @@ inline double uniform53(const Philox& r) {  // [0, 1) with 53 random bits
 template <class F> Tensor draw(const Dims& shape, DType dtype, F fn) {
   Tensor t = empty(shape, DType::F64);
   int64_t n = t.numel();
-  auto [seed, base] = reserve(n);
+  auto reserved = reserve(n);  // not a structured binding: clang 14 can't capture those
+  uint64_t seed = reserved.first, base = reserved.second;
   double* p = t.data<double>();
   parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) p[i] = fn(philox(base + static_cast<uint64_t>(i), seed));

@@ -21,6 +21,9 @@ class Recorder {
   virtual void alias(const Tensor& from, const Tensor& to) = 0;
   /// Storage allocated while tracing: tensors on it are literals of the trace.
   virtual void on_new_storage(const Storage* s) = 0;
+  /// `t`'s grad() is about to be replaced (set_grad, zero_grad): a tracer notes the gradient
+  /// it had before the traced function touched it.
+  virtual void on_grad_change(const Tensor& t) {}
   /// What `t` is in the trace, for error messages ("the result of sum at train.cpp:12").
   virtual std::string describe(const TensorImpl* t) = 0;
 };

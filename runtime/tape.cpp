@@ -132,11 +132,14 @@ Tensor Tensor::grad() const { return defined() && impl()->autograd ? impl()->aut
 void Tensor::set_grad(const Tensor& g) {
   KILN_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()),
              "set_grad: gradient {} does not match tensor {}", g.type().str(), type().str());
+  if (Recorder* r = active_recorder()) r->on_grad_change(*this);
   meta(impl()).grad = g;
 }
 
 void Tensor::zero_grad() {
-  if (defined() && impl()->autograd) impl()->autograd->grad = Tensor();
+  if (!defined()) return;
+  if (Recorder* r = active_recorder()) r->on_grad_change(*this);
+  if (impl()->autograd) impl()->autograd->grad = Tensor();
 }
 
 bool Tensor::is_leaf() const { return !defined() || !impl()->autograd || !impl()->autograd->grad_fn; }

@@ -82,6 +82,7 @@ Tensor Tensor::empty(const TensorType& type) {
 }
 
 Tensor Tensor::placeholder(const TensorType& type) {
+  check_shape(type.shape, "placeholder");  // its strides must fit, as for empty()
   auto impl = make_ref<TensorImpl>();
   impl->shape = type.shape;
   impl->strides = contiguous_strides(type.shape);

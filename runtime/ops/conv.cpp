@@ -14,12 +14,15 @@
 namespace kiln {
 namespace {
 
+// In 128 bits: attributes read from IR text can be anything; a result past int64 is clamped
+// (the shape check of the output rejects it).
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  int64_t span = in + 2 * p - d * (k - 1) - 1;
+  using Wide = __int128;
+  Wide span = Wide{in} + 2 * Wide{p} - Wide{d} * (Wide{k} - 1) - 1;
   if (span < 0) return 0;
-  int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + p) --o;  // the last window must start inside the input
-  return o;
+  Wide o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (o - 1) * s >= Wide{in} + p) --o;  // the last window must start inside the input
+  return o > INT64_MAX ? INT64_MAX : static_cast<int64_t>(o);
 }
 
 void check_pair(const Dims& v, const char* what, const char* op, int64_t min) {
@@ -39,8 +42,8 @@ TensorType conv2d_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   int64_t g = a.groups;
   KILN_CHECK(g >= 1 && x.shape()[1] % g == 0 && w.shape()[0] % g == 0,
              "conv2d: groups {} must divide input channels {} and output channels {}", g, x.shape()[1], w.shape()[0]);
-  KILN_CHECK(w.shape()[1] * g == x.shape()[1], "conv2d: weight {} expects {} input channels, input {} has {}",
-             w.type().str(), w.shape()[1] * g, x.type().str(), x.shape()[1]);
+  KILN_CHECK(w.shape()[1] == x.shape()[1] / g, "conv2d: weight {} expects {} input channels per group, input {} has {} ({} groups)",
+             w.type().str(), w.shape()[1], x.type().str(), x.shape()[1] / g, g);
   int64_t oh = out_size(x.shape()[2], w.shape()[2], a.stride[0], a.padding[0], a.dilation[0], false);
   int64_t ow = out_size(x.shape()[3], w.shape()[3], a.stride[1], a.padding[1], a.dilation[1], false);
   KILN_CHECK(oh > 0 && ow > 0, "conv2d: kernel {} (dilation {}) is larger than padded input {}",
@@ -106,7 +109,7 @@ TensorType pool_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   check_pair(a.kernel, "kernel size", op, 1);
   check_pair(a.stride, "stride", op, 1);
   check_pair(a.padding, "padding", op, 0);
-  KILN_CHECK(a.padding[0] * 2 <= a.kernel[0] && a.padding[1] * 2 <= a.kernel[1],
+  KILN_CHECK(a.padding[0] <= a.kernel[0] / 2 && a.padding[1] <= a.kernel[1] / 2,
              "{}: padding {} must be at most half the kernel size {}", op, shape_str(a.padding), shape_str(a.kernel));
   bool ceil_mode = id == OpId::MaxPool2d && a.ceil_mode;
   int64_t r = x.dim();

@@ -130,6 +130,8 @@ TensorType cat_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
     bool ok = t.dim() == f.dim();
     for (int64_t d = 0; ok && d < f.dim(); ++d) ok = d == a.dim || t.shape()[d] == f.shape()[d];
     KILN_CHECK(ok, "cat: shapes {} and {} differ outside dim {}", f.type().str(), t.type().str(), a.dim);
+    KILN_CHECK(t.shape()[a.dim] <= INT64_MAX / 16 - shape[a.dim], "cat: the result of {} along dim {} is too large",
+               f.type().str(), a.dim);
     shape[a.dim] += t.shape()[a.dim];
   }
   return {f.dtype(), shape, f.device()};

@@ -1,0 +1,115 @@
+// tests/jit/golden_test.cpp -- the exact text of traced graphs (tests/jit/golden/*.ir), as the
+// tracer records them, before any pass: softmax and layer_norm from primitive ops, an MLP
+// training step, and the digits demo's CNN forward. UPDATE_GOLDEN=1 rewrites the files
+// (UPDATE_GOLDEN=1 ./kiln_jit_tests --gtest_filter='Golden.*'); review their diff.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "jit/tracer.h"
+#include "jit_test_util.h"
+
+namespace kiln {
+namespace {
+
+void expect_golden(const std::string& name, const jit::TensorFn& fn, std::vector<Tensor> args,
+                   const jit::ParamNames& names = {}) {
+  ir::Graph g = jit::trace_function(fn, args, name, names).graph;
+  std::string text = test::text_of(g);
+  std::string path = std::string(KILN_JIT_GOLDEN_DIR) + "/" + name + ".ir";
+  const char* update = std::getenv("UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    std::ofstream(path) << text;
+  } else {
+    std::ifstream in(path);
+    ASSERT_TRUE(in.good()) << path << " is missing; UPDATE_GOLDEN=1 writes it";
+    std::stringstream want;
+    want << in.rdbuf();
+    EXPECT_EQ(text, want.str()) << "the trace of " << name << " changed; if that is intended, "
+                                << "rerun with UPDATE_GOLDEN=1 and review the diff of " << path;
+  }
+  EXPECT_NO_THROW(ir::verify(g));
+  test::expect_round_trip(g);
+}
+
+template <class M>
+jit::ParamNames names_of(const M& m) {
+  jit::ParamNames names;
+  for (auto& [n, t] : m.named_parameters()) names.emplace_back(n, t);
+  return names;
+}
+
+TEST(Golden, SoftmaxFromPrimitives) {
+  expect_golden("softmax",
+                [](std::span<const Tensor> in) {
+                  Tensor e = exp(in[0] - amax(in[0], {-1}, true));
+                  return std::vector<Tensor>{e / sum(e, {-1}, true)};
+                },
+                {randn({4, 8})});
+}
+
+TEST(Golden, LayerNormFromPrimitives) {
+  Tensor weight = ones({8}), bias = zeros({8});
+  expect_golden("layer_norm",
+                [&](std::span<const Tensor> in) {
+                  const Tensor& x = in[0];
+                  Tensor centered = x - sum(x, {-1}, true) / 8.0;
+                  Tensor variance = sum(centered * centered, {-1}, true) / 8.0;
+                  return std::vector<Tensor>{centered * rsqrt(variance + 1e-5) * weight + bias};
+                },
+                {randn({4, 8})}, {{"weight", weight}, {"bias", bias}});
+}
+
+struct Mlp : nn::Module {
+  nn::Linear fc1{8, 16}, fc2{16, 4};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor operator()(const Tensor& x) { return fc2(relu(fc1(x))); }
+};
+
+TEST(Golden, MlpTrainingStep) {
+  Mlp net;
+  optim::SGD opt(net.parameters(), 0.1);
+  expect_golden(
+      "mlp_train_step",
+      [&](std::span<const Tensor> in) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(net(in[0]), in[1]);
+        loss.backward();
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      {randn({4, 8}), randint(0, 4, {4})}, names_of(net));
+}
+
+// The digits demo's network (examples/train_digits.cpp).
+struct DigitsNet : nn::Module {
+  nn::Conv2d conv1{1, 16, {3, 3}, {.padding = {1, 1}}};
+  nn::Conv2d conv2{16, 32, {3, 3}, {.padding = {1, 1}}};
+  nn::Linear fc{32 * 2 * 2, 10};
+  DigitsNet() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("fc", fc);
+  }
+  Tensor operator()(const Tensor& x) {
+    Tensor h = max_pool2d(relu(conv1(x)), {2, 2});
+    h = max_pool2d(relu(conv2(h)), {2, 2});
+    return fc(h.flatten(1));
+  }
+};
+
+TEST(Golden, DigitsCnnForward) {
+  DigitsNet net;
+  Tensor x = randn({3, 1, 8, 8});
+  jit::Function fast = jit::trace_module(net, x);
+  test::expect_bitwise(fast(x), net(x));
+  expect_golden(
+      "digits_forward", [&](std::span<const Tensor> in) { return std::vector<Tensor>{net(in[0])}; },
+      {randn({2, 1, 8, 8})}, names_of(net));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,186 @@
+// tests/jit/train_step_test.cpp -- traced training steps: backward() and optimizer updates
+// inside a traced function do on every call what the eager step does.
+#include <functional>
+#include <memory>
+
+#include "jit_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_bitwise;
+
+struct Mlp : nn::Module {
+  nn::Linear fc1{4, 8}, fc2{8, 3};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor operator()(const Tensor& x) { return fc2(relu(fc1(x))); }
+};
+
+// Two models with the same weights: one trained eagerly, one by a traced step.
+struct Twins {
+  Mlp eager, traced;
+  Twins() { traced.load_state_dict(eager.state_dict()); }
+  void expect_same() {
+    auto a = eager.named_parameters(), b = traced.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE(a[i].first);
+      expect_bitwise(b[i].second, a[i].second);
+      expect_bitwise(b[i].second.grad(), a[i].second.grad());
+    }
+  }
+};
+
+struct Batch {
+  Tensor x, y;
+};
+std::vector<Batch> batches(int n) {
+  std::vector<Batch> out;
+  for (int i = 0; i < n; ++i) out.push_back({randn({5, 4}), randint(0, 3, {5})});
+  return out;
+}
+
+using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+
+// zero_grad_first: PyTorch's order (zero_grad, forward, backward, step); else the demo's
+// (forward, zero_grad, backward, step), where the forward sees last call's gradients. Between
+// steps the learning rate changes when `decay` is set (as a schedule would).
+void check_steps(const MakeOptimizer& make, bool zero_grad_first = true, bool decay = false) {
+  manual_seed(7);
+  Twins t;
+  auto eager_opt = make(t.eager.parameters()), traced_opt = make(t.traced.parameters());
+  auto step = [zero_grad_first](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    if (zero_grad_first) opt.zero_grad();
+    Tensor loss = cross_entropy(net(x), y);
+    if (!zero_grad_first) opt.zero_grad();
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  std::vector<Batch> data = batches(6);
+  auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, *traced_opt, x, y); },
+                         {data[0].x, data[0].y});  // the trace runs the first step too
+  Tensor loss = step(t.eager, *eager_opt, data[0].x, data[0].y);
+  t.expect_same();
+  for (size_t i = 1; i < data.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "step " << i);
+    if (decay) {
+      eager_opt->set_lr(eager_opt->lr() * 0.5);
+      traced_opt->set_lr(traced_opt->lr() * 0.5);
+    }
+    Tensor traced_loss = fast(data[i].x, data[i].y);
+    loss = step(t.eager, *eager_opt, data[i].x, data[i].y);
+    expect_bitwise(traced_loss, loss);
+    t.expect_same();
+  }
+  // Zeroing first, the step never reads the gradients a call starts with: one trace serves
+  // every call. Otherwise the first call (no gradients yet) and the rest differ.
+  EXPECT_EQ(fast.stats().traces, zero_grad_first ? 1 : 2);
+}
+
+MakeOptimizer sgd(optim::SgdOptions options) {
+  return [options](std::vector<Tensor> params) {
+    return std::make_unique<optim::SGD>(std::move(params), 0.1, options);
+  };
+}
+
+TEST(TrainStep, SgdStepsMatchEagerSteps) { check_steps(sgd({})); }
+
+TEST(TrainStep, SgdWithMomentumStepsMatchEagerSteps) { check_steps(sgd({.momentum = 0.9})); }
+
+TEST(TrainStep, SgdWithNesterovAndWeightDecayMatchesEagerSteps) {
+  check_steps(sgd({.momentum = 0.8, .weight_decay = 0.01, .nesterov = true}));
+}
+
+TEST(TrainStep, SgdWithDampeningAndADecayingLearningRateMatchesEagerSteps) {
+  check_steps(sgd({.momentum = 0.9, .dampening = 0.3}), true, true);
+}
+
+TEST(TrainStep, ZeroGradAfterTheForwardMatchesEagerSteps) {
+  check_steps(sgd({.momentum = 0.5}), false);
+}
+
+TEST(TrainStep, AdamWithADecayingLearningRateMatchesEagerSteps) {
+  check_steps(
+      [](std::vector<Tensor> params) {
+        return std::make_unique<optim::Adam>(std::move(params), 0.01);
+      },
+      false, true);
+}
+
+TEST(TrainStep, AdamWStepsMatchEagerSteps) {
+  check_steps([](std::vector<Tensor> params) {
+    return std::make_unique<optim::AdamW>(std::move(params), 0.01);
+  });
+}
+
+TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
+  manual_seed(8);
+  Twins t;
+  auto step = [](Mlp& net, const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy(net(x), y);
+    loss.backward();
+    return loss;
+  };
+  std::vector<Batch> data = batches(4);
+  auto fast =
+      jit::trace([&](Tensor x, Tensor y) { return step(t.traced, x, y); }, {data[0].x, data[0].y});
+  step(t.eager, data[0].x, data[0].y);
+  t.expect_same();
+  for (size_t i = 1; i < data.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "call " << i);
+    expect_bitwise(fast(data[i].x, data[i].y), step(t.eager, data[i].x, data[i].y));
+    t.expect_same();
+  }
+  EXPECT_EQ(fast.stats().traces, 2);  // the first call had no gradients to add to
+}
+
+TEST(TrainStep, ManualUpdateUnderNoGradHappensOnEveryCall) {
+  manual_seed(9);
+  Tensor w = randn({3}).requires_grad_();
+  auto step = [&](Tensor x) {
+    w.zero_grad();
+    Tensor loss = (w * x).pow(2.0).sum();
+    loss.backward();
+    NoGradGuard no_grad;
+    w.sub_(w.grad() * 0.05);
+    return loss;
+  };
+  Tensor w0 = w.detach().clone();
+  Tensor x = randn({3});
+  auto fast = jit::trace(step, {x});
+  for (int i = 0; i < 3; ++i) fast(x);
+  // Four updates, each from the gradient at the current weights.
+  Tensor want = w0;
+  for (int i = 0; i < 4; ++i) want = want - (2.0 * want * x * x) * 0.05;
+  EXPECT_TRUE(allclose(w.detach(), want, 1e-5, 1e-6)) << w << "\n" << want;
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_TRUE(w.grad().has_storage());
+}
+
+TEST(TrainStep, GradientsTheFunctionDropsAreDroppedOnEveryCall) {
+  Tensor used = randn({2}).requires_grad_(), unused = randn({2}).requires_grad_();
+  auto step = [&](Tensor x) {
+    used.zero_grad();
+    unused.zero_grad();  // never used otherwise: its gradient still goes on every call
+    Tensor loss = (used * x).sum();
+    loss.backward();
+    return loss;
+  };
+  Tensor x = randn({2});
+  auto fast = jit::trace(step, {x});
+  for (int i = 0; i < 3; ++i) {
+    unused.set_grad(ones({2}));
+    used.set_grad(ones({2}));
+    fast(x);
+    EXPECT_FALSE(unused.grad().defined());
+    expect_bitwise(used.grad(), x);
+  }
+  EXPECT_EQ(fast.stats().traces, 1);
+}
+
+}  // namespace
+}  // namespace kiln
