@@ -46,6 +46,13 @@ std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs
       }
     }
   }
+  // An output that is an argument or a parameter itself (a pass may have removed the op that
+  // copied it, `w * 1`) is copied before the assigns run: it holds the value from before them.
+  std::unordered_set<uint32_t> bound(g.inputs.begin(), g.inputs.end());
+  bound.insert(g.params.begin(), g.params.end());
+  std::vector<Tensor> early(g.outputs.size());
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    if (bound.count(g.outputs[i])) early[i] = vals[g.outputs[i]].detach().clone();
   {
     NoGradGuard no_grad;
     for (auto [p, v] : assigns) {
@@ -55,9 +62,13 @@ std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs
   }
   std::vector<Tensor> out;
   out.reserve(g.outputs.size());
-  for (uint32_t v : g.outputs) {
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    if (early[i].defined()) {
+      out.push_back(early[i]);
+      continue;
+    }
     // A copy of a constant (or of a view of one): the caller may write into what it gets.
-    const Tensor& t = vals[v];
+    const Tensor& t = vals[g.outputs[i]];
     bool constant = t.has_storage() && constants.count(t.impl()->storage.get());
     out.push_back(constant ? t.clone() : t);
   }
