@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,10 @@ enum class NodeKind : uint8_t {
   Op,      // %r = <op> operands {attrs} : type
   Const,   // %r = const [values] : type
   Assign,  // assign %param, %value: writes value into a parameter when the graph runs
+  Fused,   // %r = fused operands : type { body; yield %v }: a group that runs as one kernel
 };
+
+struct Graph;
 
 struct Node {
   NodeKind kind = NodeKind::Op;
@@ -43,6 +47,9 @@ struct Node {
   std::vector<uint32_t> inputs;  // tensor operands (Assign: the parameter, then the value)
   uint32_t result = kNoValue;    // the value it defines (Op, Const)
   Tensor constant;               // Const: the data (contiguous, on the CPU)
+  /// Fused: the group's own graph. Its inputs are the node's operands (printed $0, $1, ...),
+  /// its one output is the node's result; it holds only op and const nodes (no nesting).
+  std::shared_ptr<const Graph> body;
   SourceLoc loc;
   bool grad = true;  // recorded with grad mode on: eager replay tapes it (not part of the text)
 };

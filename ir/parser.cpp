@@ -38,6 +38,13 @@ class Lexer {
     t.col = col_;
     if (pos_ >= src_.size()) return t;
     char c = src_[pos_];
+    if (c == '$') {  // an operand of a fused group's body: $0, $1, ...
+      get();
+      t.kind = Tok::Value;
+      t.text = "$" + word();
+      if (t.text.size() == 1) fail(t.line, t.col, "expected an operand number after '$'");
+      return t;
+    }
     if (c == '%' || c == '@') {
       get();
       t.kind = c == '%' ? Tok::Value : Tok::Global;
@@ -243,7 +250,7 @@ class Parser {
   std::string describe() const {
     switch (tok_.kind) {
       case Tok::End: return "the end of the input";
-      case Tok::Value: return "'%" + tok_.text + "'";
+      case Tok::Value: return tok_.text[0] == '$' ? "'" + tok_.text + "'" : "'%" + tok_.text + "'";
       case Tok::Global: return "'@" + tok_.text + "'";
       case Tok::String: return "a string";
       default: return "'" + tok_.text + "'";
@@ -274,7 +281,8 @@ class Parser {
   uint32_t use() {
     if (tok_.kind != Tok::Value) fail(fmt::format("expected a value like %0, found {}", describe()));
     auto it = values_.find(tok_.text);
-    if (it == values_.end()) fail(fmt::format("use of undefined value %{}", tok_.text));
+    if (it == values_.end())
+      fail(fmt::format("use of undefined value {}{}", tok_.text[0] == '$' ? "" : "%", tok_.text));
     advance();
     return it->second;
   }
@@ -420,6 +428,7 @@ class Parser {
   void statement() {
     Node n;
     if (tok_.kind == Tok::Ident && tok_.text == "assign") {
+      if (in_body_) fail("a fused group cannot assign");
       advance();
       n.kind = NodeKind::Assign;
       n.inputs.push_back(use());
@@ -437,6 +446,10 @@ class Parser {
     std::string op = tok_.text;
     int ol = tok_.line, oc = tok_.col;
     advance();
+    if (op == "fused") {
+      fused(std::move(n), name, ol, oc);
+      return;
+    }
     if (op == "const") {
       n.kind = NodeKind::Const;
       int cl = tok_.line, cc = tok_.col;
@@ -499,6 +512,46 @@ class Parser {
     g_.nodes.push_back(std::move(n));
   }
 
+  // %r = fused %a, %b : type { <body> yield %v }: the body is a graph of its own scope, whose
+  // inputs ($0, $1, ...) take the operands' types.
+  void fused(Node n, const Token& name, int line, int col) {
+    if (in_body_) fail_at(line, col, "fused groups do not nest");
+    n.kind = NodeKind::Fused;
+    if (!is(":")) {
+      do {
+        n.inputs.push_back(use());
+      } while (accept(","));
+    }
+    expect(":");
+    TensorType t = type();
+    location(n);
+    expect("{");
+    Graph outer = std::move(g_);
+    std::map<std::string, uint32_t> outer_values = std::move(values_);
+    g_ = Graph();
+    g_.name = outer.name + ".fused";
+    values_.clear();
+    in_body_ = true;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      uint32_t v = g_.add_value(outer.type(n.inputs[k]));
+      g_.inputs.push_back(v);
+      values_["$" + std::to_string(k)] = v;
+    }
+    while (!(tok_.kind == Tok::Ident && tok_.text == "yield")) {
+      if (tok_.kind == Tok::End) fail("expected 'yield' before the end of the input");
+      statement();
+    }
+    advance();
+    g_.outputs.push_back(use());
+    expect("}");
+    n.body = std::make_shared<Graph>(std::move(g_));
+    g_ = std::move(outer);
+    values_ = std::move(outer_values);
+    in_body_ = false;
+    n.result = define(name, t);
+    g_.nodes.push_back(std::move(n));
+  }
+
   void location(Node& n) {
     if (!(tok_.kind == Tok::Ident && tok_.text == "loc")) return;
     advance();
@@ -517,6 +570,7 @@ class Parser {
   Token tok_;
   Graph g_;
   std::map<std::string, uint32_t> values_;
+  bool in_body_ = false;  // parsing a fused group's body
   int ret_line_ = 0, ret_col_ = 0;
 };
 

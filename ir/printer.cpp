@@ -39,8 +39,13 @@ struct Printer {
   int64_t next = 0;
   std::string out;
 
+  bool dollar_inputs = false;  // a fused body: its inputs print as $0, $1, ...
+
   std::string name(uint32_t v) const {
     KILN_ASSERT(v < number.size());
+    if (dollar_inputs)
+      for (size_t k = 0; k < g.inputs.size(); ++k)
+        if (g.inputs[k] == v) return fmt::format("${}", k);
     return number[v] >= 0 ? fmt::format("%{}", number[v]) : fmt::format("%<undefined {}>", v);
   }
   void define(uint32_t v) {
@@ -121,9 +126,34 @@ struct Printer {
       case NodeKind::Op:
         return fmt::format("{} = {} {}{} : {}{}", name(n.result), op_name(n.op), operands(n), attrs(n),
                            g.type(n.result).str(), location(n));
+      case NodeKind::Fused: {
+        std::vector<std::string> ins;
+        for (uint32_t v : n.inputs) ins.push_back(name(v));
+        std::string head = fmt::format("{} = fused {} : {}{}", name(n.result), fmt::join(ins, ", "),
+                                       g.type(n.result).str(), location(n));
+        if (!n.body) return head + " {<no body>}";
+        return head + " {\n" + body(*n.body) + indent + "}";
+      }
     }
     return "";
   }
+
+  // A fused group's nodes, one level deeper, numbered in their own scope.
+  std::string body(const Graph& b) const {
+    Printer p{b, opt, {}, 0, {}};
+    p.dollar_inputs = true;
+    p.indent = indent + "  ";
+    p.number.assign(b.types.size(), -1);
+    std::string text;
+    for (const Node& n : b.nodes) {
+      if (n.result != kNoValue) p.define(n.result);
+      text += p.indent + p.node(n) + "\n";
+    }
+    std::vector<std::string> ys;
+    for (uint32_t v : b.outputs) ys.push_back(p.name(v));
+    return text + p.indent + fmt::format("yield {}\n", fmt::join(ys, ", "));
+  }
+  std::string indent = "  ";  // of the line this printer's nodes start on
 
   void run() {
     number.assign(g.types.size(), -1);

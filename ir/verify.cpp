@@ -48,6 +48,30 @@ void verify(const Graph& g) {
                                    g.type(n.result).str()));
         continue;
       }
+      case NodeKind::Fused: {
+        if (!n.body) fail_node(i, "a fused group needs a body");
+        const Graph& b = *n.body;
+        if (b.inputs.size() != n.inputs.size() || !b.params.empty() || b.outputs.size() != 1)
+          fail_node(i, fmt::format("its body takes {} operands and yields {} values; expected {} and 1",
+                                   b.inputs.size(), b.outputs.size(), n.inputs.size()));
+        for (size_t k = 0; k < n.inputs.size(); ++k)
+          if (!(b.type(b.inputs[k]) == g.type(n.inputs[k])))
+            fail_node(i, fmt::format("body operand ${} is {} but the operand is {}", k, b.type(b.inputs[k]).str(),
+                                     g.type(n.inputs[k]).str()));
+        for (const Node& bn : b.nodes)
+          if (bn.kind != NodeKind::Op && bn.kind != NodeKind::Const)
+            fail_node(i, "a fused body holds only op and const nodes (no assign, no nested group)");
+        try {
+          verify(b);
+        } catch (const Error& e) {
+          fail_node(i, e.what());
+        }
+        if (!(b.type(b.outputs[0]) == g.type(n.result)))
+          fail_node(i, fmt::format("its type is {} but its body yields {}", g.type(n.result).str(),
+                                   b.type(b.outputs[0]).str()));
+        bind(n.result, "a fused group");
+        continue;
+      }
       case NodeKind::Op: break;
     }
     int arity = op_arity(n.op);
