@@ -14,6 +14,8 @@ packages=(
   nlohmann-json3-dev     # safetensors headers
   zlib1g-dev             # the demo reads its gzipped CSV
   llvm-19-dev            # the JIT's CPU code generator (codegen/llvm)
+  libcli11-dev           # kiln-ir's command line (tools/)
+  clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizers for scripts/fuzz.sh (tools/fuzz)
 )
 case "${1:-}" in
   --demo) packages+=(python3-sklearn) ;;  # ships digits.csv.gz, read by examples/train_digits

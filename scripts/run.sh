@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/run.sh -- the README's commands: install what is missing, build, then run.
 #   scripts/run.sh demo    Release build, then the main demo
-#   scripts/run.sh test    RelWithDebInfo build, then the whole test suite (ctest)
+#   scripts/run.sh test    RelWithDebInfo build, then the whole test suite (ctest), then each
+#                          fuzz target for KILN_FUZZ_SECONDS (default 20; 0 skips fuzzing)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,8 @@ case "$what" in
     scripts/deps.sh
     configure_and_build build RelWithDebInfo
     ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+    fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
+    if [[ "$fuzz_seconds" != 0 ]]; then scripts/fuzz.sh "$fuzz_seconds"; fi
     ;;
   bench)
     scripts/deps.sh --bench

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh -- builds the libFuzzer targets (tools/fuzz) with clang++-14 in build-fuzz and
+# runs each for a while, starting from the seeds in tools/fuzz/corpus and the tests/ir graphs.
+#   scripts/fuzz.sh [SECONDS]     seconds per target (default 20)
+#   KILN_FUZZ_SEED=N              libFuzzer's seed (default 1, so CI runs repeat)
+# A crash leaves its input in build-fuzz/artifacts/ and fails the script; replay it with
+#   build-fuzz/tools/fuzz/<target> build-fuzz/artifacts/<file>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-20}"
+jobs="${KILN_JOBS:-$(nproc)}"
+dir=build-fuzz
+targets=(parse_fuzz verify_fuzz)
+
+cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
+  -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null
+ninja -C "$dir" -j "$jobs" "${targets[@]}"
+
+mkdir -p "$dir/artifacts" "$dir/repro" "$dir/seeds-golden"
+# The golden IR tests make good seeds too: their input graphs, without the EXPECT blocks.
+for f in tests/ir/*/*.ir; do
+  [[ -e "$f" ]] || continue
+  name="${f#tests/ir/}"
+  awk '/^\/\/ EXPECT/ { exit } { print }' "$f" >"$dir/seeds-golden/${name//\//_}"
+done
+for t in "${targets[@]}"; do
+  mkdir -p "$dir/corpus-$t"  # what the runs found, kept between runs; the seeds stay read-only
+  echo "fuzz: $t for ${seconds}s"
+  KILN_REPRO_DIR="$dir/repro" "$dir/tools/fuzz/$t" "$dir/corpus-$t" tools/fuzz/corpus \
+    "$dir/seeds-golden" \
+    -dict=tools/fuzz/ir.dict -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -max_total_time="$seconds" -seed="${KILN_FUZZ_SEED:-1}" -print_final_stats=1 \
+    -artifact_prefix="$dir/artifacts/$t-" 2>"$dir/$t.log" || {
+    tail -n 60 "$dir/$t.log"
+    echo "fuzz: $t failed; the input is in $dir/artifacts/" >&2
+    exit 1
+  }
+  grep -E '^stat::number_of_executed_units|^Done ' "$dir/$t.log" || true
+done
+echo "fuzz: ${#targets[@]} passed, 0 failed"

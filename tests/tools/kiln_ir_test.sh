@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# tests/tools/kiln_ir_test.sh -- runs every kiln-ir command on the .ir files here and checks
+# outputs and exit codes, bad input included. Usage: kiln_ir_test.sh path/to/kiln-ir tests/tools
+set -uo pipefail
+KILN_IR="$1"
+DATA="$2"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+
+fail() {
+  echo "FAIL: $*"
+  echo "  stdout: $(head -c 600 "$TMP/out")"
+  echo "  stderr: $(head -c 600 "$TMP/err")"
+  failed=$((failed + 1))
+}
+# ok NAME ARGS...: exit 0 and no stderr.
+ok() {
+  local name="$1"
+  shift
+  "$KILN_IR" "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [[ $rc -ne 0 || -s "$TMP/err" ]]; then fail "$name: exit $rc"; return 1; fi
+  passed=$((passed + 1))
+}
+# bad NAME RC PATTERN ARGS...: exit RC with exactly one line on stderr matching PATTERN.
+bad() {
+  local name="$1" want="$2" pattern="$3"
+  shift 3
+  "$KILN_IR" "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [[ $rc -ne $want ]]; then fail "$name: exit $rc, want $want"; return 1; fi
+  if [[ $(wc -l <"$TMP/err") -ne 1 ]]; then fail "$name: stderr is not one line"; return 1; fi
+  if ! grep -qE -- "$pattern" "$TMP/err"; then fail "$name: stderr lacks /$pattern/"; return 1; fi
+  passed=$((passed + 1))
+}
+# has NAME PATTERN: the last command's stdout matches PATTERN; lacks: it doesn't.
+has() {
+  if grep -qE -- "$2" "$TMP/out"; then passed=$((passed + 1)); else fail "$1: stdout lacks /$2/"; fi
+}
+lacks() {
+  if grep -qE -- "$2" "$TMP/out"; then fail "$1: stdout has /$2/"; else passed=$((passed + 1)); fi
+}
+
+# A .npy (format 1.0) of little-endian f32 values: npy FILE SHAPE BYTES, BYTES as printf escapes.
+npy() {
+  local header="{'descr': '<f4', 'fortran_order': False, 'shape': $2, }"
+  while (((10 + ${#header} + 1) % 64)); do header+=" "; done
+  header+=$'\n'
+  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((${#header} % 256)))\\x00"
+    printf '%s' "$header"; printf "$3"; } >"$1"
+}
+ONE='\x00\x00\x80\x3f' TWO='\x00\x00\x00\x40' HALF='\x00\x00\x00\x3f' MINUS_ONE='\x00\x00\x80\xbf'
+
+# dump: the printer's text, which reads back to itself.
+ok dump dump "$DATA/mlp.ir" && has dump '^graph @mlp\(%0: f32\[4,8\], %1: i64\[4\]\) params'
+cp "$TMP/out" "$TMP/dumped.ir"
+ok "dump of stdin" dump - <"$TMP/dumped.ir"
+if cmp -s "$TMP/out" "$TMP/dumped.ir"; then passed=$((passed + 1)); else fail "dump is not a fixed point"; fi
+
+# verify
+ok verify verify "$DATA/mlp.ir" && has verify '^ok$'
+bad "verify of a mistyped node" 1 'bad_type.ir: verify: @bad: .*add gives f32\[4\]' verify "$DATA/bad_type.ir"
+bad "parse error" 1 'bad_parse.ir:3:8: unknown op .sine.' verify "$DATA/bad_parse.ir"
+
+# opt
+ok "opt cse,dce" opt "$DATA/mlp.ir" --passes=cse,dce
+has "opt merges the duplicate mul" 'add %8, %8 : f32\[4,16\]'
+lacks "opt drops the dead constant" 'const \[1.0, 2.0\]'
+ok "opt -o" opt "$DATA/mlp.ir" --passes cse -o "$TMP/opt.ir"
+ok "opt output verifies" verify "$TMP/opt.ir"
+ok "opt --print-after-all" opt "$DATA/mlp.ir" --passes=cse,dce --print-after-all
+has "print-after-all cse" '^// after cse$'
+has "print-after-all dce" '^// after dce$'
+if [[ $(grep -c '^graph @mlp' "$TMP/out") -eq 2 ]]; then passed=$((passed + 1)); else fail "print-after-all prints one graph per pass"; fi
+ok "opt default pipeline" opt "$DATA/mlp.ir"
+bad "opt to an unwritable path" 1 "cannot write '$TMP/no/such/dir.ir'" opt "$DATA/mlp.ir" -o "$TMP/no/such/dir.ir"
+bad "opt unknown pass" 1 "unknown pass 'frob' \(known: .*cse" opt "$DATA/mlp.ir" --passes=cse,frob
+bad "opt on a graph that fails verify" 1 'verify:' opt "$DATA/bad_type.ir" --passes=cse
+
+# dot
+ok dot dot "$DATA/mlp.ir"
+has "dot header" '^digraph "mlp" \{'
+has "dot input" 'in0 \[label="input %0\\nf32\[4,8\]", shape=invhouse'
+has "dot param" 'p0 \[label="param %2 fc.weight\\nf32\[16,8\]", shape=cylinder'
+has "dot op with attrs" 'label="%4 = permute %2\\n\{axes=\[1,0\]\}", shape=box'
+has "dot edge type" 'n0 -> n1 \[label="f32\[8,16\]"\]'
+has "dot const" 'label="%15 = const 0.25\\nf32\[\]", shape=box, style="rounded,filled"'
+has "dot output" 'n7 -> out0 \[label="f32\[4,16\]"\]'
+has "dot assign" 'n14 -> p1 \[style=dashed'
+if command -v dot >/dev/null; then  # Graphviz reads it (when installed; not a dependency)
+  if dot -Tsvg "$TMP/out" >/dev/null 2>"$TMP/err"; then passed=$((passed + 1)); else fail "dot rejects it"; fi
+fi
+
+# run: random inputs and params, seeded
+ok "run random" run "$DATA/mlp.ir" --repeat 3
+has "run output 0" '^output 0: f32\[4,16\]  min [0-9.e+-]+ max [0-9.e+-]+ mean [0-9.e+-]+ first \['
+has "run output 1" '^output 1: f32\[\]  min '
+has "run time" '^time: [0-9.e+-]+ ms per call \(mean of 3 runs, min '
+grep '^output' "$TMP/out" >"$TMP/seed0"
+ok "run same seed" run "$DATA/mlp.ir" --seed 0
+grep '^output' "$TMP/out" >"$TMP/seed0b"
+if cmp -s "$TMP/seed0" "$TMP/seed0b"; then passed=$((passed + 1)); else fail "the same seed gives other values"; fi
+ok "run other seed" run "$DATA/mlp.ir" --seed 7
+grep '^output' "$TMP/out" >"$TMP/seed7"
+if cmp -s "$TMP/seed0" "$TMP/seed7"; then fail "another seed gives the same values"; else passed=$((passed + 1)); fi
+
+# run: inputs from .npy files, exact values; outputs saved and fed back
+npy "$TMP/x.npy" "(2, 2)" "$ONE$TWO$HALF$MINUS_ONE"
+ok "run --input" run "$DATA/affine.ir" --input "$TMP/x.npy" --save "$TMP/saved"
+has "run --input values" '^output 0: f32\[2,2\]  min -1 max 5 mean 2.25 first \[3, 5, 2, -1\]$'
+ok "run saved output as input" run "$DATA/affine.ir" --input "$TMP/saved/out0.npy"
+has "run saved values" 'min -1 max 11 mean 5.5 first \[7, 11, 5, -1\]$'
+npy "$TMP/b3.npy" "(2, 3)" "$ONE$ONE$ONE$TWO$TWO$TWO"
+ok "run symbolic with --input" run "$DATA/symbolic.ir" --input "$TMP/b3.npy"
+has "run symbolic values" '^output 0: f32\[2,3\]  min 3 max 6 mean 4.5'
+
+# run: bad inputs
+bad "run symbolic without input" 1 'input 0 \(f32\[B,3\]\) has symbolic dim B' run "$DATA/symbolic.ir"
+bad "run too few inputs" 1 '@mlp takes 2 inputs, got 1 --input' run "$DATA/mlp.ir" --input "$TMP/x.npy"
+npy "$TMP/v4.npy" "(4,)" "$ONE$TWO$HALF$MINUS_ONE"
+bad "run wrong input type" 1 'v4.npy holds f32\[4\], but input 0 of @affine is f32\[2,2\]' \
+  run "$DATA/affine.ir" --input "$TMP/v4.npy"
+bad "run missing npy" 1 'nothere.npy' run "$DATA/affine.ir" --input "$TMP/nothere.npy"
+printf 'not an npy file' >"$TMP/junk.npy"
+bad "run corrupt npy" 1 'load_npy' run "$DATA/affine.ir" --input "$TMP/junk.npy"
+bad "run on a graph that fails verify" 1 'verify:' run "$DATA/bad_type.ir"
+
+# bad files and flags
+bad "missing file" 1 "cannot read '$TMP/nothere.ir'" dump "$TMP/nothere.ir"
+bad "a directory" 1 "it is a directory" dump "$TMP"
+head -c 256 /dev/urandom >"$TMP/garbage.ir"
+printf '\x01' | cat - "$TMP/garbage.ir" >"$TMP/garbage2.ir"
+bad "binary garbage" 1 'garbage2.ir:1:1: unexpected byte 0x01' dump "$TMP/garbage2.ir"
+printf 'graph @g(%%0: f32[2]) -> (f32[2]) {\n  return %%0\n' >"$TMP/truncated.ir"
+bad "truncated file" 1 'truncated.ir:3:1: expected' verify "$TMP/truncated.ir"
+bad "no command" 2 'subcommand is required'
+bad "unknown command" 2 "unknown command 'frob'" frob "$DATA/mlp.ir"
+bad "missing file argument" 2 'file is required' dump
+bad "unknown flag" 2 '--frob' dump "$DATA/mlp.ir" --frob
+bad "bad --repeat" 2 'repeat' run "$DATA/mlp.ir" --repeat 0
+bad "bad --seed" 2 'seed' run "$DATA/mlp.ir" --seed -1
+ok help --help && has help 'Subcommands:'
+
+# The traced demo model (the digits CNN forward, tests/jit/golden) and a traced training step:
+# every command works on what the tracer writes.
+GOLDEN="$DATA/../jit/golden"
+for model in digits_forward mlp_train_step; do
+  ok "$model dump" dump "$GOLDEN/$model.ir" && has "$model dump" "^graph @"
+  ok "$model verify" verify "$GOLDEN/$model.ir" && has "$model verify" "ok"
+  ok "$model opt" opt "$GOLDEN/$model.ir" --passes=canonicalize,fold,cse,dce --print-after-all
+  has "$model opt" "after dce"
+  ok "$model dot" dot "$GOLDEN/$model.ir" && has "$model dot" "digraph"
+  ok "$model run" run "$GOLDEN/$model.ir" --seed 3 --repeat 2 && has "$model run" "per call"
+done
+
+echo "kiln_ir_test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
