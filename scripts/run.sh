@@ -24,10 +24,11 @@ case "$what" in
     ;;
   test)
     scripts/deps.sh
-    configure_and_build build RelWithDebInfo
-    ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+    # The fuzzers first (a brief run), so ctest's summary of the whole suite is the last line.
     fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
     if [[ "$fuzz_seconds" != 0 ]]; then scripts/fuzz.sh "$fuzz_seconds"; fi
+    configure_and_build build RelWithDebInfo
+    ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
     ;;
   bench)
     scripts/deps.sh --bench
