@@ -18,8 +18,9 @@
 // - Tensors the function creates from nothing (zeros, arange, a tensor from a vector) are
 //   constants of the trace, as are plain C++ numbers it uses: a learning rate held in a double
 //   is baked in. Pass a value that changes between calls as a 0-d tensor argument, or keep it
-//   in a 0-d tensor the function reads (the optimizers here do). For now random draws (randn,
-//   bernoulli: a dropout mask) are such constants too, the same on every call.
+//   in a 0-d tensor the function reads (the optimizers here do). Random draws (randn,
+//   bernoulli: a dropout mask) inside the function throw for now, rather than becoming a
+//   constant replayed on every call: draw outside and pass the tensor in.
 // - Reading a value while tracing (item(), to_vector(), printing, branching on data) throws:
 //   values exist only when the compiled function runs.
 // - A new input signature (dtypes, shapes, devices, requires-grad, grad mode) is traced anew.

@@ -8,6 +8,7 @@
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/parallel.h"
+#include "runtime/recorder.h"
 
 namespace kiln {
 namespace {
@@ -52,6 +53,12 @@ Generator& gen() {
 
 // Reserves n counters; returns (seed, first counter).
 std::pair<uint64_t, uint64_t> reserve(int64_t n) {
+  // A draw while tracing would become a constant, replayed on every call: refuse it rather
+  // than silently repeat the same "random" numbers.
+  KILN_CHECK(!active_recorder(),
+             "random: drawing random numbers inside a traced function is not supported yet (the "
+             "trace would replay one draw on every call); draw outside and pass the tensor in, "
+             "e.g. a dropout mask");
   return {gen().seed.load(), gen().offset.fetch_add(static_cast<uint64_t>(n))};
 }
 
