@@ -1,0 +1,74 @@
+// ir/builder.cpp -- building graphs with types from the ops' shape rules.
+#include "ir/builder.h"
+
+#include "runtime/check.h"
+
+namespace kiln::ir {
+
+Builder::Builder(std::string name) { g_.name = std::move(name); }
+
+uint32_t Builder::input(const TensorType& type) {
+  uint32_t v = g_.add_value(type);
+  g_.inputs.push_back(v);
+  return v;
+}
+
+uint32_t Builder::param(const TensorType& type, std::string name) {
+  uint32_t v = g_.add_value(type);
+  g_.params.push_back(v);
+  g_.param_names.push_back(std::move(name));
+  return v;
+}
+
+uint32_t Builder::constant(const Tensor& value) {
+  KILN_CHECK(value.defined() && value.has_storage(), "Builder::constant: needs a tensor with data");
+  Node n;
+  n.kind = NodeKind::Const;
+  n.constant = value.contiguous().clone();
+  n.result = g_.add_value(value.type());
+  g_.nodes.push_back(std::move(n));
+  return g_.nodes.back().result;
+}
+
+uint32_t Builder::op(OpId id, std::vector<uint32_t> in, Attrs attrs) {
+  for (uint32_t v : in)
+    KILN_CHECK(v < g_.types.size(), "Builder::op: {} uses value {}, which does not exist", op_name(id), v);
+  if (op_family(id) == OpFamily::Pointwise) {
+    // The compute dtype: the first operand's that is not where's condition, else the numbers'.
+    size_t t = 0;
+    bool found = false;
+    for (int k = 0; k < op_arity(id) && !found; ++k) {
+      if (attrs.imm_mask >> k & 1) continue;
+      uint32_t v = in.at(t++);
+      if (id == OpId::Where && k == 0) continue;
+      attrs.dtype = g_.type(v).dtype;
+      found = true;
+    }
+    for (int k = 0; k < op_arity(id) && !found; ++k)
+      if (attrs.imm_mask >> k & 1) attrs.dtype = attrs.imm[k].default_dtype(), found = true;
+  }
+  Node n;
+  n.op = id;
+  n.attrs = std::move(attrs);
+  n.inputs = std::move(in);
+  TensorType type = shapes_.infer(g_, n);  // throws naming the op when the operands don't fit
+  n.result = g_.add_value(type);
+  g_.nodes.push_back(std::move(n));
+  return g_.nodes.back().result;
+}
+
+void Builder::assign(uint32_t param, uint32_t value) {
+  Node n;
+  n.kind = NodeKind::Assign;
+  n.inputs = {param, value};
+  g_.nodes.push_back(std::move(n));
+}
+
+void Builder::output(uint32_t value) { g_.outputs.push_back(value); }
+
+Graph Builder::finish() {
+  verify(g_);
+  return std::move(g_);
+}
+
+}  // namespace kiln::ir
