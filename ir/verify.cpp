@@ -2,6 +2,8 @@
 // each op's shape rule on data-less tensors, so the IR and eager mode cannot disagree.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
 #include "runtime/check.h"
@@ -10,7 +12,14 @@ namespace kiln::ir {
 void verify(const Graph& g) {
   std::vector<bool> defined(g.types.size(), false);
   auto fail_node = [&](size_t i, const std::string& what) {
-    throw Error(fmt::format("verify: @{}: node {} ({}): {}", g.name, i, print_node(g, g.nodes[i]), what));
+    // The line the node has in print(g): the header, then every earlier node's lines.
+    size_t line = 2;
+    for (size_t j = 0; j < i; ++j) {
+      std::string t = print_node(g, g.nodes[j]);
+      line += 1 + static_cast<size_t>(std::count(t.begin(), t.end(), '\n'));
+    }
+    throw Error(fmt::format("verify: @{}: node {} ({}): {} [line {} of the printed graph]", g.name, i,
+                            print_node(g, g.nodes[i]), what, line));
   };
   auto fail = [&](const std::string& what) { throw Error(fmt::format("verify: @{}: {}", g.name, what)); };
   auto bind = [&](uint32_t v, const char* what) {

@@ -28,7 +28,8 @@ TEST(Verify, RejectsAUseBeforeTheDefinition) {
   Graph g = two_exps();
   std::swap(g.nodes[0], g.nodes[1]);
   EXPECT_EQ(verify_error(g),
-            "verify: @f: node 0 (%2 = exp %1 : f32[2]): uses %1 before it is defined");
+            "verify: @f: node 0 (%2 = exp %1 : f32[2]): uses %1 before it is defined [line 2 of the "
+            "printed graph]");
 }
 
 TEST(Verify, RejectsAnOutputNothingDefines) {
@@ -41,7 +42,8 @@ TEST(Verify, RejectsTheWrongNumberOfOperands) {
   Graph g = two_exps();
   g.nodes[1].inputs.push_back(0);
   EXPECT_EQ(verify_error(g),
-            "verify: @f: node 1 (%2 = exp %1 : f32[2]): exp takes 1 operands, has 2");
+            "verify: @f: node 1 (%2 = exp %1 : f32[2]): exp takes 1 operands, has 2 [line 3 of the "
+            "printed graph]");
 }
 
 TEST(Verify, RejectsAValueDefinedTwice) {
