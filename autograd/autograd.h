@@ -9,32 +9,19 @@
 #include <span>
 #include <vector>
 
+#include "runtime/autograd_meta.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
 
 /// Turns off recording for a scope, like torch::NoGradGuard (optimizer updates, evaluation).
-class NoGradGuard {
- public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
+struct NoGradGuard : GradModeGuard {
+  NoGradGuard() : GradModeGuard(false) {}
 };
 
 /// Turns recording back on inside a NoGradGuard.
-class EnableGradGuard {
- public:
-  EnableGradGuard();
-  ~EnableGradGuard();
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
- private:
-  bool prev_;
+struct EnableGradGuard : GradModeGuard {
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 bool is_grad_enabled();

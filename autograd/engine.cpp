@@ -11,10 +11,6 @@
 
 namespace kiln {
 
-NoGradGuard::NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
-NoGradGuard::~NoGradGuard() { set_grad_enabled(prev_); }
-EnableGradGuard::EnableGradGuard() : prev_(grad_enabled()) { set_grad_enabled(true); }
-EnableGradGuard::~EnableGradGuard() { set_grad_enabled(prev_); }
 bool is_grad_enabled() { return grad_enabled(); }
 
 Tensor sum_to(const Tensor& g, const Dims& shape) {

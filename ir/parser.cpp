@@ -418,7 +418,7 @@ class Parser {
       using T = decltype(v);
       T* p = static_cast<T*>(c.data_ptr());
       for (size_t i = 0; i < vals.size(); ++i) {
-        if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) p[i] = T(vals[i].to<float>());
+        if constexpr (kIsHalf<T>) p[i] = T(vals[i].to<float>());
         else p[i] = vals[i].to<T>();
       }
     });

@@ -22,7 +22,7 @@ Tensor full(const Dims& shape, Scalar value, DType dtype, Device device) {
   visit_dtype(dtype, [&](auto v) {
     using T = decltype(v);
     T x;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) x = T(value.to<float>());
+    if constexpr (kIsHalf<T>) x = T(value.to<float>());
     else x = value.to<T>();
     std::memcpy(one, &x, sizeof(T));
   });

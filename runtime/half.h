@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 
 namespace kiln {
 
@@ -55,5 +56,8 @@ struct BFloat16 {
   }
   static float to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 };
+
+/// True for the 16-bit float storage types, which compute through float.
+template <class T> inline constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 }  // namespace kiln

@@ -144,7 +144,7 @@ template <class T> T Tensor::item() const {
   return visit_dtype(dtype(), [&](auto v) -> T {
     using S = decltype(v);
     S s = *static_cast<const S*>(data_ptr());
-    if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) return static_cast<T>(static_cast<float>(s));
+    if constexpr (kIsHalf<S>) return static_cast<T>(static_cast<float>(s));
     else return static_cast<T>(s);
   });
 }
@@ -157,7 +157,7 @@ template <class T> std::vector<T> Tensor::to_vector() const {
     using S = decltype(v);
     const S* p = static_cast<const S*>(c.data_ptr());
     for (size_t i = 0; i < out.size(); ++i) {
-      if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) out[i] = static_cast<T>(static_cast<float>(p[i]));
+      if constexpr (kIsHalf<S>) out[i] = static_cast<T>(static_cast<float>(p[i]));
       else out[i] = static_cast<T>(p[i]);
     }
   });

@@ -111,11 +111,11 @@ template <class S, class D> void convert_typed(const char* src, int64_t ss, char
     std::memcpy(&v, s, sizeof(S));
     D out;
     if constexpr (std::is_same_v<D, bool>) {
-      if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) out = static_cast<float>(v) != 0.0f;
+      if constexpr (kIsHalf<S>) out = static_cast<float>(v) != 0.0f;
       else out = v != S(0);
-    } else if constexpr ((std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) && !std::is_integral_v<D>) {
+    } else if constexpr ((kIsHalf<S>) && !std::is_integral_v<D>) {
       out = static_cast<D>(static_cast<float>(v));
-    } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+    } else if constexpr (kIsHalf<D>) {
       out = D(static_cast<float>(v));
     } else if constexpr (!std::is_integral_v<S> && std::is_integral_v<D>) {
       // Out-of-range float (f16 and bf16 too) to int is undefined in C++; saturate (NaN gives 0).

@@ -71,7 +71,7 @@ void store_scalar(Scalar s, DType t, char* dst) {
   visit_dtype(t, [&](auto v) {
     using T = decltype(v);
     T value;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) value = T(s.to<float>());
+    if constexpr (kIsHalf<T>) value = T(s.to<float>());
     else value = s.to<T>();
     std::memcpy(dst, &value, sizeof(T));
   });

@@ -190,9 +190,9 @@ template <bool kMax> void arg_cpu(OpId id, std::span<const Tensor> in, const Att
       for (int64_t r = b; r < e; ++r) {
         const T* row = p + r * n;
         int64_t best = 0;
-        double bv = static_cast<double>(static_cast<std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(row[0]));
+        double bv = static_cast<double>(static_cast<std::conditional_t<kIsHalf<T>, float, T>>(row[0]));
         for (int64_t i = 1; i < n && bv == bv; ++i) {
-          double cv = static_cast<double>(static_cast<std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>(row[i]));
+          double cv = static_cast<double>(static_cast<std::conditional_t<kIsHalf<T>, float, T>>(row[i]));
           if (cv != cv || (kMax ? cv > bv : cv < bv)) {
             best = i;
             bv = cv;
