@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,7 +36,8 @@ enum class NodeKind : uint8_t {
   Op,      // %r = <op> operands {attrs} : type
   Const,   // %r = const [values] : type
   Assign,  // assign %param, %value: writes value into a parameter when the graph runs
-  Fused,   // %r = fused operands : type { body; yield %v }: a group that runs as one kernel
+  Fused,   // %r, %s = fused operands : types { body; yield %v, %w }: a group that runs as one
+           // kernel and defines one value per yielded value
 };
 
 struct Graph;
@@ -45,14 +47,22 @@ struct Node {
   OpId op{};
   Attrs attrs;
   std::vector<uint32_t> inputs;  // tensor operands (Assign: the parameter, then the value)
-  uint32_t result = kNoValue;    // the value it defines (Op, Const)
+  uint32_t result = kNoValue;    // the value it defines (Op, Const; Fused: its first)
+  std::vector<uint32_t> results; // Fused: every value it defines, in yield order
   Tensor constant;               // Const: the data (contiguous, on the CPU)
   /// Fused: the group's own graph. Its inputs are the node's operands (printed $0, $1, ...),
-  /// its one output is the node's result; it holds only op and const nodes (no nesting).
+  /// its outputs are the node's results; it holds only op and const nodes (no nesting).
   std::shared_ptr<const Graph> body;
   SourceLoc loc;
   bool grad = true;  // recorded with grad mode on: eager replay tapes it (not part of the text)
 };
+
+/// The values a node defines: none (Assign), one (Op, Const) or one per output (Fused).
+inline std::span<const uint32_t> defined_values(const Node& n) {
+  if (n.kind == NodeKind::Fused) return n.results;
+  if (n.result == kNoValue) return {};
+  return {&n.result, 1};
+}
 
 /// A function: arguments and captured parameters in, nodes, outputs out. Values are dense ids
 /// into `types`; the printer renumbers them, so printed text is stable.

@@ -441,15 +441,23 @@ class Parser {
     if (tok_.kind != Tok::Value) fail(fmt::format("expected a statement, found {}", describe()));
     Token name = tok_;
     advance();
+    std::vector<Token> more;  // only a fused group defines several values
+    while (accept(",")) {
+      if (tok_.kind != Tok::Value) fail(fmt::format("expected a value name, found {}", describe()));
+      more.push_back(tok_);
+      advance();
+    }
     expect("=");
     if (tok_.kind != Tok::Ident) fail(fmt::format("expected an op name, found {}", describe()));
     std::string op = tok_.text;
     int ol = tok_.line, oc = tok_.col;
     advance();
     if (op == "fused") {
-      fused(std::move(n), name, ol, oc);
+      more.insert(more.begin(), name);
+      fused(std::move(n), more, ol, oc);
       return;
     }
+    if (!more.empty()) fail_at(ol, oc, fmt::format("{} defines one value, not {}", op, more.size() + 1));
     if (op == "const") {
       n.kind = NodeKind::Const;
       int cl = tok_.line, cc = tok_.col;
@@ -512,9 +520,9 @@ class Parser {
     g_.nodes.push_back(std::move(n));
   }
 
-  // %r = fused %a, %b : type { <body> yield %v }: the body is a graph of its own scope, whose
-  // inputs ($0, $1, ...) take the operands' types.
-  void fused(Node n, const Token& name, int line, int col) {
+  // %r, %s = fused %a, %b : type, type { <body> yield %v, %w }: the body is a graph of its own
+  // scope, whose inputs ($0, $1, ...) take the operands' types; one result per yielded value.
+  void fused(Node n, const std::vector<Token>& names, int line, int col) {
     if (in_body_) fail_at(line, col, "fused groups do not nest");
     n.kind = NodeKind::Fused;
     if (!is(":")) {
@@ -523,7 +531,13 @@ class Parser {
       } while (accept(","));
     }
     expect(":");
-    TensorType t = type();
+    std::vector<TensorType> types;
+    int tl = tok_.line, tc = tok_.col;
+    do {
+      types.push_back(type());
+    } while (accept(","));
+    if (types.size() != names.size())
+      fail_at(tl, tc, fmt::format("fused defines {} values but lists {} types", names.size(), types.size()));
     location(n);
     expect("{");
     Graph outer = std::move(g_);
@@ -541,14 +555,20 @@ class Parser {
       if (tok_.kind == Tok::End) fail("expected 'yield' before the end of the input");
       statement();
     }
+    int yl = tok_.line, yc = tok_.col;
     advance();
-    g_.outputs.push_back(use());
+    do {
+      g_.outputs.push_back(use());
+    } while (accept(","));
+    if (g_.outputs.size() != names.size())
+      fail_at(yl, yc, fmt::format("fused defines {} values but yields {}", names.size(), g_.outputs.size()));
     expect("}");
     n.body = std::make_shared<Graph>(std::move(g_));
     g_ = std::move(outer);
     values_ = std::move(outer_values);
     in_body_ = false;
-    n.result = define(name, t);
+    for (size_t k = 0; k < names.size(); ++k) n.results.push_back(define(names[k], types[k]));
+    n.result = n.results[0];
     g_.nodes.push_back(std::move(n));
   }
 

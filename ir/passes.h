@@ -21,6 +21,14 @@ Graph cse(const Graph& g);
 /// Drops nodes whose values reach no output and no assign.
 Graph dce(const Graph& g);
 
+struct FuseOptions {
+  /// Nodes that must stay ops (jit keeps the ones it tapes for autograd out of kernels).
+  std::function<bool(const Node&)> keep_out;
+};
+/// Forms fused groups of pointwise ops, casts, broadcasts and reductions (ir/fusion.h).
+Graph fuse(const Graph& g);
+Graph fuse(const Graph& g, const FuseOptions& options);
+
 using PassFn = Graph (*)(const Graph&);
 struct PassInfo {
   const char* name;

@@ -129,8 +129,13 @@ struct Printer {
       case NodeKind::Fused: {
         std::vector<std::string> ins;
         for (uint32_t v : n.inputs) ins.push_back(name(v));
-        std::string head = fmt::format("{} = fused {} : {}{}", name(n.result), fmt::join(ins, ", "),
-                                       g.type(n.result).str(), location(n));
+        std::vector<std::string> rs, ts;
+        for (uint32_t v : n.results) {
+          rs.push_back(name(v));
+          ts.push_back(g.type(v).str());
+        }
+        std::string head = fmt::format("{} = fused {} : {}{}", fmt::join(rs, ", "), fmt::join(ins, ", "),
+                                       fmt::join(ts, ", "), location(n));
         if (!n.body) return head + " {<no body>}";
         return head + " {\n" + body(*n.body) + indent + "}";
       }
@@ -173,7 +178,7 @@ struct Printer {
     if (!params.empty()) out += fmt::format(" params({})", fmt::join(params, ", "));
     out += fmt::format(" -> ({}) {{\n", fmt::join(outs, ", "));
     for (const Node& n : g.nodes) {
-      if (n.result != kNoValue) define(n.result);
+      for (uint32_t v : defined_values(n)) define(v);
       out += "  " + node(n) + "\n";
     }
     std::vector<std::string> rets;

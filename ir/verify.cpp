@@ -60,9 +60,11 @@ void verify(const Graph& g) {
       case NodeKind::Fused: {
         if (!n.body) fail_node(i, "a fused group needs a body");
         const Graph& b = *n.body;
-        if (b.inputs.size() != n.inputs.size() || !b.params.empty() || b.outputs.size() != 1)
-          fail_node(i, fmt::format("its body takes {} operands and yields {} values; expected {} and 1",
-                                   b.inputs.size(), b.outputs.size(), n.inputs.size()));
+        if (n.results.empty() || n.result != n.results[0])
+          fail_node(i, "a fused group defines at least one value, the first as its result");
+        if (b.inputs.size() != n.inputs.size() || !b.params.empty() || b.outputs.size() != n.results.size())
+          fail_node(i, fmt::format("its body takes {} operands and yields {} values; expected {} and {}",
+                                   b.inputs.size(), b.outputs.size(), n.inputs.size(), n.results.size()));
         for (size_t k = 0; k < n.inputs.size(); ++k)
           if (!(b.type(b.inputs[k]) == g.type(n.inputs[k])))
             fail_node(i, fmt::format("body operand ${} is {} but the operand is {}", k, b.type(b.inputs[k]).str(),
@@ -75,10 +77,13 @@ void verify(const Graph& g) {
         } catch (const Error& e) {
           fail_node(i, e.what());
         }
-        if (!(b.type(b.outputs[0]) == g.type(n.result)))
-          fail_node(i, fmt::format("its type is {} but its body yields {}", g.type(n.result).str(),
-                                   b.type(b.outputs[0]).str()));
-        bind(n.result, "a fused group");
+        for (size_t k = 0; k < n.results.size(); ++k) {
+          if (n.results[k] >= g.types.size()) fail_node(i, "defines a value out of range");
+          if (!(b.type(b.outputs[k]) == g.type(n.results[k])))
+            fail_node(i, fmt::format("its result {} is {} but its body yields {}", k, g.type(n.results[k]).str(),
+                                     b.type(b.outputs[k]).str()));
+          bind(n.results[k], "a fused group");
+        }
         continue;
       }
       case NodeKind::Op: break;

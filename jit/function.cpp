@@ -1,8 +1,10 @@
-// jit/function.cpp -- jit::Function: a plan cache keyed by input signature, and the
-// interpreter that runs a plan's optimized graph with the eager kernels.
+// jit/function.cpp -- jit::Function: a plan cache keyed by input signature; a plan is the
+// trace, optimized and fused, as an Executable.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <list>
 #include <mutex>
 #include <ostream>
@@ -11,7 +13,7 @@
 #include "autograd/autograd.h"
 #include "ir/graph.h"
 #include "ir/passes.h"
-#include "jit/run.h"
+#include "jit/executable.h"
 #include "jit/tracer.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
@@ -21,60 +23,167 @@ namespace kiln::jit {
 
 namespace {
 
-// dtypes, shapes, devices and requires-grad of the arguments, and grad mode.
-std::string signature(std::span<const Tensor> inputs) {
-  std::string s = grad_enabled() ? "grad" : "nograd";
+std::atomic<int> g_fusion{-1};  // -1: not read from KILN_FUSION yet
+
+// What a plan depends on, as words: grad mode and fusion, then per argument its dtype, device,
+// requires-grad, rank and sizes (and strides when it is not contiguous).
+using Signature = std::vector<int64_t>;
+struct SignatureHash {
+  size_t operator()(const Signature& s) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t w : s) h = (h ^ static_cast<uint64_t>(w)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+void signature(std::span<const Tensor> inputs, Signature& s) {
+  s.clear();
+  s.push_back(int64_t{grad_enabled()} | int64_t{fusion_enabled()} << 1);
   for (const Tensor& x : inputs) {
     KILN_CHECK(x.defined(), "jit::Function: argument {} is undefined", &x - inputs.data());
-    s += fmt::format(";{}{}", x.type().str(), x.requires_grad() ? "+g" : "");
+    bool contiguous = x.is_contiguous();
+    Device d = x.device();
+    s.push_back(int64_t(x.dtype()) | int64_t(d.type) << 8 | int64_t(d.index & 0xffff) << 16 |
+                int64_t{x.requires_grad()} << 32 | int64_t{contiguous} << 33 | x.dim() << 40);
+    for (int64_t n : x.shape()) s.push_back(n);
+    if (!contiguous)
+      for (int64_t n : x.strides()) s.push_back(n);
   }
-  return s;
 }
 
-using Plan = Trace;
+// The signature in words a person reads: "grad; f32[8,16]+g; f32[8]".
+std::vector<std::string> describe(std::span<const Tensor> inputs) {
+  std::vector<std::string> d{fmt::format("{}{}", grad_enabled() ? "grad mode" : "no grad mode",
+                                         fusion_enabled() ? "" : ", fusion off")};
+  for (const Tensor& x : inputs)
+    d.push_back(fmt::format("{}{}{}", x.type().str(), x.requires_grad() ? " requiring grad" : "",
+                            x.is_contiguous() ? "" : fmt::format(" with strides {}", shape_str(x.strides()))));
+  return d;
+}
 
-// Binds the arguments and the gradients the function reads, runs the graph, writes the
+// Why a call missed, against the signature of the plan used last.
+std::string miss_reason(const std::vector<std::string>& before, const std::vector<std::string>& now) {
+  if (before.empty()) return "first call";
+  if (before.size() != now.size()) return fmt::format("{} arguments, was {}", now.size() - 1, before.size() - 1);
+  std::vector<std::string> changes;
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (before[i] == now[i]) continue;
+    changes.push_back(i == 0 ? fmt::format("{} (was {})", now[0], before[0])
+                             : fmt::format("argument {} is {} (was {})", i - 1, now[i], before[i]));
+  }
+  return changes.empty() ? "signature seen before but evicted" : fmt::format("{}", fmt::join(changes, "; "));
+}
+
+struct Plan {
+  Trace trace;
+  std::unique_ptr<Executable> exec;
+  std::vector<std::string> described;
+  std::vector<char> param_requires_grad;  // as planned: which ops are taped depends on it
+};
+
+// Which op nodes must be taped when the graph runs: recorded with grad mode on, in a call with
+// grad mode on, with an operand that requires grad. Rewrites each node's `grad` to that, so the
+// executor tapes exactly these and fusion leaves them out.
+void mark_taped(ir::Graph& g, const Trace& t, std::span<const Tensor> bound) {
+  std::vector<char> rg(g.types.size(), 0);
+  bool on = grad_enabled();
+  for (size_t i = 0; i < g.inputs.size() && i < bound.size(); ++i)
+    rg[g.inputs[i]] = bound[i].defined() && bound[i].requires_grad();
+  for (size_t i = 0; i < g.params.size(); ++i) rg[g.params[i]] = t.params[i].requires_grad();
+  for (ir::Node& n : g.nodes) {
+    if (n.kind != ir::NodeKind::Op) continue;
+    bool any = false;
+    for (uint32_t v : n.inputs) any = any || rg[v];
+    n.grad = on && n.grad && any;
+    rg[n.result] = n.grad && op_def(n.op).differentiable;
+  }
+}
+
+// Binds the arguments and the gradients the function reads, runs the plan, writes the
 // gradients it leaves back into the params' grad().
 std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
-  const ir::Graph& g = plan.graph;
-  KILN_CHECK(inputs.size() == plan.num_args, "jit::Function: expected {} arguments, got {}", plan.num_args, inputs.size());
-  std::vector<Tensor> bound(g.inputs.size());
-  std::copy(inputs.begin(), inputs.end(), bound.begin());
-  for (auto [p, pos] : plan.grad_inputs) bound[pos] = plan.params[p].grad();
-  std::vector<Tensor> outs = run_graph(g, bound, plan.params);
-  for (auto [p, pos] : plan.grad_outputs) {
-    Tensor gp = outs[pos], target = plan.params[p];
+  const Trace& t = plan.trace;
+  KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
+  std::vector<Tensor> outs;
+  if (t.grad_inputs.empty()) {
+    outs = plan.exec->run(inputs, t.params);
+  } else {
+    std::vector<Tensor> bound(plan.exec->graph().inputs.size());
+    std::copy(inputs.begin(), inputs.end(), bound.begin());
+    for (auto [p, pos] : t.grad_inputs) bound[pos] = t.params[p].grad();
+    outs = plan.exec->run(bound, t.params);
+  }
+  for (auto [p, pos] : t.grad_outputs) {
+    Tensor gp = outs[pos], target = t.params[p];
     target.set_grad(gp.requires_grad() ? gp : gp.detach());
   }
-  for (size_t p : plan.grad_cleared) Tensor(plan.params[p]).zero_grad();
-  outs.resize(plan.num_results);
+  for (size_t p : t.grad_cleared) Tensor(t.params[p]).zero_grad();
+  outs.resize(t.num_results);
   return outs;
 }
 
 bool guards_hold(const Plan& plan) {
-  for (size_t i = 0; i < plan.params.size(); ++i)
-    if (plan.grad_guard[i] >= 0 && plan.params[i].grad().defined() != (plan.grad_guard[i] == 1))
-      return false;
+  const Trace& t = plan.trace;
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    if (t.grad_guard[i] >= 0 && t.params[i].grad().defined() != (t.grad_guard[i] == 1)) return false;
+    if (t.params[i].requires_grad() != static_cast<bool>(plan.param_requires_grad[i])) return false;
+  }
   return true;
 }
 
 }  // namespace
+
+bool fusion_enabled() {
+  int f = g_fusion.load(std::memory_order_relaxed);
+  if (f < 0) {
+    const char* e = std::getenv("KILN_FUSION");
+    f = e && std::string(e) == "0" ? 0 : 1;
+    g_fusion.store(f, std::memory_order_relaxed);
+  }
+  return f == 1;
+}
+
+void set_fusion_enabled(bool on) { g_fusion.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 struct Function::State {
   TensorFn fn;
   std::string name;
   ParamNames names;
   std::mutex mu;
-  std::list<std::pair<std::string, std::shared_ptr<Plan>>> lru;  // most recent first
-  std::unordered_map<std::string, decltype(lru)::iterator> index;
+  std::list<std::pair<Signature, std::shared_ptr<Plan>>> lru;  // most recent first
+  std::unordered_map<Signature, decltype(lru)::iterator, SignatureHash> index;
   size_t limit = 64;
   Stats stats;
   std::shared_ptr<Plan> last;
 
-  std::shared_ptr<Plan> compile(std::span<const Tensor> inputs, const std::string& key, const char* why) {
-    log(LogTopic::Cache, fmt::format("jit @{}: miss ({}): tracing for {}", name, why, key));
-    auto plan = std::make_shared<Plan>(trace_function(fn, inputs, name, names));
-    plan->graph = ir::run_passes(std::move(plan->graph), ir::default_pipeline());
+  std::shared_ptr<Plan> compile(std::span<const Tensor> inputs, const Signature& key, const std::string& why) {
+    std::vector<std::string> now = describe(inputs);
+    if (log_enabled(LogTopic::Cache)) {
+      std::vector<std::string> before;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (last) before = last->described;
+      }
+      log(LogTopic::Cache, fmt::format("jit @{}: miss ({}): tracing for {}", name,
+                                       why.empty() ? miss_reason(before, now) : why, fmt::join(now, ", ")));
+    }
+    auto plan = std::make_shared<Plan>();
+    plan->trace = trace_function(fn, inputs, name, names);
+    plan->described = std::move(now);
+    ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
+    std::vector<Tensor> bound(g.inputs.size());
+    std::copy(inputs.begin(), inputs.end(), bound.begin());
+    for (auto [p, pos] : plan->trace.grad_inputs) bound[pos] = plan->trace.params[p].grad();
+    mark_taped(g, plan->trace, bound);
+    for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
+    if (fusion_enabled()) {
+      ir::FuseOptions fo;
+      fo.keep_out = [](const ir::Node& n) { return n.grad; };
+      g = ir::fuse(g, fo);
+      ir::verify(g);
+      if (log_enabled(LogTopic::Jit)) log(LogTopic::Jit, fmt::format("@{} after fuse:\n{}", name, ir::print(g)));
+    }
+    plan->exec = std::make_unique<Executable>(std::move(g));
     std::lock_guard<std::mutex> lock(mu);
     ++stats.traces;
     if (auto it = index.find(key); it != index.end()) lru.erase(it->second);
@@ -97,33 +206,42 @@ Function::Function(TensorFn fn, std::string name, ParamNames names) : state_(std
 
 std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
   State& s = *state_;
-  std::string key = signature(inputs);
+  thread_local Signature key;
+  signature(inputs, key);
   std::shared_ptr<Plan> plan;
-  const char* why = "new signature";
+  std::string why;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (auto it = s.index.find(key); it != s.index.end()) {
+    if (!s.lru.empty() && s.lru.front().first == key) {
+      plan = s.lru.front().second;  // the common case: the same signature as the call before
+    } else if (auto it = s.index.find(key); it != s.index.end()) {
       plan = it->second->second;
       s.lru.splice(s.lru.begin(), s.lru, it->second);
-      if (guards_hold(*plan)) {
-        ++s.stats.hits;
-        s.last = plan;
-      } else {
-        plan.reset();
-        why = "a captured tensor's grad() changed between defined and undefined";
-      }
     }
-    if (!plan) ++s.stats.misses;
+    if (plan && !guards_hold(*plan)) {
+      plan.reset();
+      why = "a captured tensor's grad() or requires_grad changed";
+    }
+    if (plan) {
+      ++s.stats.hits;
+      s.last = plan;
+    } else {
+      ++s.stats.misses;
+    }
   }
-  if (!plan) plan = s.compile(inputs, key, why);
+  if (!plan) {
+    Signature copy = key;  // compile may trace a function that calls this one
+    plan = s.compile(inputs, copy, why);
+  }
   return run(*plan, inputs);
 }
 
 const ir::Graph& Function::graph() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   KILN_CHECK(state_->last != nullptr, "jit::Function::graph: the function has not been called yet");
-  resolve_locations(state_->last->graph);
-  return state_->last->graph;
+  ir::Graph& g = state_->last->exec->mutable_graph();
+  resolve_locations(g);
+  return g;
 }
 
 Stats Function::stats() const {

@@ -36,10 +36,11 @@ std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs
         assigns.emplace_back(p, n.inputs[1]);
         break;
       }
-      case ir::NodeKind::Fused: {  // until codegen compiles groups, run the body op by op
+      case ir::NodeKind::Fused: {  // the reference semantics of a group: its body, op by op
         std::vector<Tensor> in;
         for (uint32_t v : n.inputs) in.push_back(vals[v]);
-        vals[n.result] = run_graph(*n.body, in, {}).at(0);
+        std::vector<Tensor> outs = run_graph(*n.body, in, {});
+        for (size_t k = 0; k < n.results.size(); ++k) vals[n.results[k]] = outs.at(k);
         break;
       }
       case ir::NodeKind::Op: {

@@ -48,6 +48,12 @@ struct Stats {
   int64_t misses = 0;  // calls that did not (equals traces)
 };
 
+/// Whether traced functions run fused kernels (default on). Off (or KILN_FUSION=0), the
+/// optimized graph runs op by op on the eager kernels, bit-identical to eager mode; a plan
+/// remembers the setting it was made with.
+bool fusion_enabled();
+void set_fusion_enabled(bool on);
+
 /// The type-erased function a trace runs: tensors in, tensors out.
 using TensorFn = std::function<std::vector<Tensor>(std::span<const Tensor>)>;
 /// Names for tensors a trace may capture (a module's named parameters and buffers): the graph's

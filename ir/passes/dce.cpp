@@ -9,7 +9,8 @@ Graph dce(const Graph& in) {
   std::vector<bool> keep(in.nodes.size(), false);
   for (size_t i = in.nodes.size(); i-- > 0;) {
     const Node& n = in.nodes[i];
-    keep[i] = n.kind == NodeKind::Assign || (n.result != kNoValue && live[n.result]);  // assigns are effects
+    keep[i] = n.kind == NodeKind::Assign;  // assigns are effects
+    for (uint32_t v : defined_values(n)) keep[i] = keep[i] || live[v];
     if (keep[i])
       for (uint32_t v : n.inputs) live[v] = true;
   }

@@ -44,6 +44,11 @@ std::vector<Tensor> evaluate(const Graph& g, const std::vector<Tensor>& args) {
       vals[n.result] = n.constant;
     } else if (n.kind == NodeKind::Assign) {
       out.push_back(vals[n.inputs[1]]);
+    } else if (n.kind == NodeKind::Fused) {  // a group means its body
+      std::vector<Tensor> in;
+      for (uint32_t v : n.inputs) in.push_back(vals[v]);
+      std::vector<Tensor> r = evaluate(*n.body, in);
+      for (size_t k = 0; k < n.results.size(); ++k) vals[n.results[k]] = r[k];
     } else {
       std::vector<Tensor> in;
       for (uint32_t v : n.inputs) in.push_back(vals[v]);

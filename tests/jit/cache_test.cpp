@@ -8,7 +8,7 @@
 namespace kiln {
 namespace {
 
-using test::expect_bitwise;
+using test::expect_same;
 
 void expect_stats(const jit::Function& f, int64_t traces, int64_t hits) {
   jit::Stats s = f.stats();
@@ -33,7 +33,7 @@ TEST(Cache, CountsTracesHitsAndMisses) {
 TEST(Cache, NewShapeRetracesAndOldShapeStillHits) {
   jit::Function f = square_plus_one(randn({3}));
   Tensor big = randn({2, 5});
-  expect_bitwise(f(big), big * big + 1);
+  expect_same(f(big), big * big + 1);
   expect_stats(f, 2, 0);
   EXPECT_EQ(f.graph().type(f.graph().inputs[0]).str(), "f32[2,5]");
   f(randn({3}));
@@ -47,8 +47,8 @@ TEST(Cache, NewDtypeRetraces) {
   jit::Function f = square_plus_one(randn({3}));
   Tensor d = randn({3}, f64);
   Tensor i = from_vector<int32_t>({1, 2, 3});
-  expect_bitwise(f(d), d * d + 1);
-  expect_bitwise(f(i), i * i + 1);
+  expect_same(f(d), d * d + 1);
+  expect_same(f(i), i * i + 1);
   expect_stats(f, 3, 0);
   f(d);
   f(i);
@@ -66,7 +66,7 @@ TEST(Cache, RequiresGradRetraces) {
   EXPECT_FALSE(f(x).requires_grad());
   expect_stats(f, 2, 1);
   y.sum().backward();  // the plan's ops were taped: eager backward through a traced call
-  expect_bitwise(xg.grad(), 2 * x);
+  expect_same(xg.grad(), 2 * x);
 }
 
 TEST(Cache, GradModeIsPartOfTheSignature) {
@@ -94,7 +94,7 @@ TEST(Cache, LimitEvictsTheLeastRecentlyUsedPlan) {
   expect_stats(f, 3, 1);
   f(a);
   expect_stats(f, 3, 2);
-  expect_bitwise(f(b), b * b + 1);  // retraced, and evicts c
+  expect_same(f(b), b * b + 1);  // retraced, and evicts c
   expect_stats(f, 4, 2);
   f(c);
   expect_stats(f, 5, 2);
@@ -130,7 +130,7 @@ TEST(Cache, ConcurrentCallsWithTwoSignaturesAreCorrect) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCalls; ++i) {
         size_t k = static_cast<size_t>((t + i) % 8);
-        if (!test::bitwise_equal(f(inputs[k]), want[k])) ++wrong;
+        if (!test::same_result(f(inputs[k]), want[k])) ++wrong;
       }
     });
   }

@@ -1,8 +1,11 @@
 // tests/jit/differential_test.cpp -- random programs run eagerly, traced, and from the traced
-// graph's text: every run must give the same bits.
+// graph's text: the same bits op by op, and within rounding through fused kernels.
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include "ir/passes.h"
+#include "jit/kernels.h"
 #include "jit/run.h"
 #include "jit/tracer.h"
 #include "jit_test_util.h"
@@ -13,22 +16,24 @@ namespace {
 
 constexpr uint64_t kPrograms = 250;
 
-void expect_all_bitwise(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+void expect_all_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                         const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(fmt::format("{}: output {}", what, i));
-    test::expect_bitwise(got[i], want[i]);
+    test::expect_same(got[i], want[i]);
   }
 }
+
+int fused_groups = 0;  // formed across the programs: the fused path is really exercised
 
 void check_runs(const test::Program& p, uint64_t seed) {
   std::vector<Tensor> want = p.run(p.args);
   jit::Function f([&p](std::span<const Tensor> a) { return p.run(a); }, "prog", p.captured);
-  expect_all_bitwise(f.call(p.args), want, "traced");
+  expect_all_same(f.call(p.args), want, "traced");
   std::vector<Tensor> args = p.fresh_args();
   want = p.run(args);
-  expect_all_bitwise(f.call(args), want, "traced, new data");
+  expect_all_same(f.call(args), want, "traced, new data");
   EXPECT_EQ(f.stats().traces, 1);
 
   // The graph f runs, made the way f makes it (f.graph() would also resolve source lines,
@@ -40,7 +45,19 @@ void check_runs(const test::Program& p, uint64_t seed) {
   ir::Graph back = ir::parse(text, fmt::format("seed{}.ir", seed));
   ASSERT_NO_THROW(ir::verify(back));
   EXPECT_EQ(test::text_of(back), text);
-  expect_all_bitwise(jit::run_graph(back, args, t.params), want, "parsed graph");
+  expect_all_same(jit::run_graph(back, args, t.params), want, "parsed graph");
+
+  // The fuse pass keeps the meaning: its groups, run op by op, give the same bits, and the
+  // fused graph's text round-trips.
+  ir::Graph fused = ir::fuse(back);
+  ASSERT_NO_THROW(ir::verify(fused));
+  test::expect_round_trip(fused);
+  std::vector<Tensor> interpreted = jit::run_graph(fused, args, t.params);
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(fmt::format("fused graph, op by op: output {}", i));
+    EXPECT_TRUE(test::bitwise_equal(interpreted[i], want[i])) << interpreted[i] << want[i];
+  }
+  for (const ir::Node& n : fused.nodes) fused_groups += n.kind == ir::NodeKind::Fused;
 }
 
 void check_program(uint64_t seed) {
@@ -58,11 +75,20 @@ void check_program(uint64_t seed) {
   }
 }
 
-TEST(Differential, RandomProgramsGiveTheSameBitsEagerTracedAndReparsed) {
+TEST(Differential, RandomProgramsAgreeEagerTracedFusedAndReparsed) {
+  jit::KernelCacheStats before = jit::kernel_cache_stats();
   for (uint64_t seed = 0; seed < kPrograms; ++seed) {
     check_program(seed);
     if (testing::Test::HasFailure()) break;  // one program's report is enough to read
   }
+  jit::KernelCacheStats after = jit::kernel_cache_stats();
+  EXPECT_GT(fused_groups, static_cast<int>(kPrograms) / 4);
+  if (jit::fusion_enabled()) {
+    EXPECT_GT(after.hits + after.misses - before.hits - before.misses, kPrograms / 4);
+  }
+  std::printf("%d fused groups in %d programs; %lld kernel lookups, %lld compiled\n", fused_groups,
+              static_cast<int>(kPrograms), static_cast<long long>(after.hits + after.misses - before.hits - before.misses),
+              static_cast<long long>(after.compiles - before.compiles));
 }
 
 TEST(Differential, GeneratorIsDeterministic) {

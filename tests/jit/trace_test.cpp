@@ -10,7 +10,7 @@
 namespace kiln {
 namespace {
 
-using test::expect_bitwise;
+using test::expect_same;
 using test::expect_error;
 
 struct ManyOps {
@@ -33,10 +33,10 @@ TEST(Trace, TracedMatchesEagerBitwiseForManyOps) {
   ManyOps f;
   Tensor x = randn({4, 5}), y = randn({4, 6});
   auto fast = jit::trace([&](Tensor a, Tensor c) { return f(a, c); }, {x, y});
-  expect_bitwise(fast(x, y), f(x, y));
+  expect_same(fast(x, y), f(x, y));
   for (int i = 0; i < 3; ++i) {  // new data, same signature: no retrace
     Tensor x2 = randn({4, 5}), y2 = randn({4, 6});
-    expect_bitwise(fast(x2, y2), f(x2, y2));
+    expect_same(fast(x2, y2), f(x2, y2));
   }
   EXPECT_EQ(fast.stats().traces, 1);
   EXPECT_EQ(fast.stats().hits, 4);
@@ -58,10 +58,10 @@ TEST(Trace, TracedMatchesEagerForIntegerOpsAndCasts) {
   std::vector<Tensor> got = fast.call(std::vector<Tensor>{idx, v});
   auto [a, b, c, d] = f(idx, v);
   ASSERT_EQ(got.size(), 4u);
-  expect_bitwise(got[0], a);
-  expect_bitwise(got[1], b);
-  expect_bitwise(got[2], c);
-  expect_bitwise(got[3], d);
+  expect_same(got[0], a);
+  expect_same(got[1], b);
+  expect_same(got[2], c);
+  expect_same(got[3], d);
 }
 
 TEST(Trace, ParametersStayLive) {
@@ -76,10 +76,10 @@ TEST(Trace, ParametersStayLive) {
     lin.bias.copy_(randn({2}));  // copy_ under NoGradGuard
     scale.fill_(0.25);           // a 0-d tensor the function reads
   }
-  expect_bitwise(fast(x), lin(x) * scale);
+  expect_same(fast(x), lin(x) * scale);
   std::map<std::string, Tensor> state{{"weight", randn({2, 3})}, {"bias", randn({2})}};
   lin.load_state_dict(state);
-  expect_bitwise(fast(x), lin(x) * scale);
+  expect_same(fast(x), lin(x) * scale);
   EXPECT_EQ(fast.stats().traces, 1);
   EXPECT_EQ(fast.graph().params.size(), 3u);
 }
@@ -95,7 +95,7 @@ TEST(Trace, LiteralTensorsBecomeConstants) {
       has_arange = has_arange || n.constant.to_vector<double>() == std::vector<double>{0, 1, 2, 3};
   EXPECT_TRUE(has_arange) << test::text_of(g);
   Tensor x = randn({3, 4});
-  expect_bitwise(fast(x), x * arange(4).to(f32) + zeros({4}) + 1.5);
+  expect_same(fast(x), x * arange(4).to(f32) + zeros({4}) + 1.5);
 }
 
 TEST(Trace, ConstantsAreSnapshotsOfLiterals) {
@@ -110,7 +110,7 @@ TEST(Trace, ConstantsAreSnapshotsOfLiterals) {
       {x});
   Tensor lit = arange(4).to(f32);
   Tensor want = (x + lit) * (lit + 100);
-  expect_bitwise(fast(x), want);
+  expect_same(fast(x), want);
 }
 
 TEST(Trace, PlainNumbersAreBakedIn) {
@@ -118,7 +118,7 @@ TEST(Trace, PlainNumbersAreBakedIn) {
   auto fast = jit::trace([&](Tensor x) { return x * factor; }, {ones({2})});
   factor = 5.0;
   Tensor x = from_vector<float>({1, 2});
-  expect_bitwise(fast(x), x * 2.0);  // the trace keeps the value it saw
+  expect_same(fast(x), x * 2.0);  // the trace keeps the value it saw
   EXPECT_EQ(fast.stats().traces, 1);
 }
 
@@ -127,10 +127,10 @@ TEST(Trace, FunctionsReturnTuplesAndVectors) {
   auto tup = jit::trace([](Tensor a) { return std::make_tuple(a + 1, a.sum(), a.t()); }, {x});
   std::vector<Tensor> got = tup.call(std::vector<Tensor>{x});
   ASSERT_EQ(got.size(), 3u);
-  expect_bitwise(got[0], x + 1);
-  expect_bitwise(got[1], x.sum());
-  expect_bitwise(got[2], x.t());
-  expect_bitwise(tup(x), x + 1);  // operator() returns the first output
+  expect_same(got[0], x + 1);
+  expect_same(got[1], x.sum());
+  expect_same(got[2], x.t());
+  expect_same(tup(x), x + 1);  // operator() returns the first output
   auto vec = jit::trace(
       [](Tensor a, Tensor b) {
         return std::vector<Tensor>{a * b, a - b};
@@ -139,8 +139,8 @@ TEST(Trace, FunctionsReturnTuplesAndVectors) {
   Tensor y = randn({2, 3});
   got = vec.call(std::vector<Tensor>{x, y});
   ASSERT_EQ(got.size(), 2u);
-  expect_bitwise(got[0], x * y);
-  expect_bitwise(got[1], x - y);
+  expect_same(got[0], x * y);
+  expect_same(got[1], x - y);
 }
 
 TEST(Trace, ReadingValuesThrowsNamingTheOp) {

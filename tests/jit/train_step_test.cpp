@@ -8,7 +8,7 @@
 namespace kiln {
 namespace {
 
-using test::expect_bitwise;
+using test::expect_same;
 
 struct Mlp : nn::Module {
   nn::Linear fc1{4, 8}, fc2{8, 3};
@@ -28,8 +28,8 @@ struct Twins {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
       SCOPED_TRACE(a[i].first);
-      expect_bitwise(b[i].second, a[i].second);
-      expect_bitwise(b[i].second.grad(), a[i].second.grad());
+      test::expect_same(b[i].second, a[i].second);
+      test::expect_same(b[i].second.grad(), a[i].second.grad());
     }
   }
 };
@@ -73,7 +73,7 @@ void check_steps(const MakeOptimizer& make, bool zero_grad_first = true, bool de
     }
     Tensor traced_loss = fast(data[i].x, data[i].y);
     loss = step(t.eager, *eager_opt, data[i].x, data[i].y);
-    expect_bitwise(traced_loss, loss);
+    expect_same(traced_loss, loss);
     t.expect_same();
   }
   // Zeroing first, the step never reads the gradients a call starts with: one trace serves
@@ -132,7 +132,7 @@ TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
   t.expect_same();
   for (size_t i = 1; i < data.size(); ++i) {
     SCOPED_TRACE(testing::Message() << "call " << i);
-    expect_bitwise(fast(data[i].x, data[i].y), step(t.eager, data[i].x, data[i].y));
+    expect_same(fast(data[i].x, data[i].y), step(t.eager, data[i].x, data[i].y));
     t.expect_same();
   }
   EXPECT_EQ(fast.stats().traces, 2);  // the first call had no gradients to add to
@@ -177,7 +177,7 @@ TEST(TrainStep, GradientsTheFunctionDropsAreDroppedOnEveryCall) {
     used.set_grad(ones({2}));
     fast(x);
     EXPECT_FALSE(unused.grad().defined());
-    expect_bitwise(used.grad(), x);
+    expect_same(used.grad(), x);
   }
   EXPECT_EQ(fast.stats().traces, 1);
 }

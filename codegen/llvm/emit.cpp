@@ -1,0 +1,606 @@
+// codegen/llvm/emit.cpp -- lowers a fused group to LLVM IR text.
+//
+// The code is written plainly (loop counters and accumulators in allocas, scalar math calls);
+// the O3 pipeline in compile.cpp promotes them to registers, hoists what is invariant and
+// vectorizes the inner loops. Each scalar SLEEF call carries the vector variants the host can
+// run ("vector-function-abi-variant"), so the loop vectorizer widens transcendentals too.
+// Reductions combine with `reassoc` adds/multiplies so that they vectorize: their order differs
+// from the eager kernels', within float rounding.
+//
+// Loop structure, for a layout of rank r:
+// - no reduction: one loop nest over all dims, storing every output per element;
+// - reductions over trailing dims: for each kept index, one pass over the reduced dims per
+//   reduction level (softmax: max, then sum), then a last pass that stores the full outputs;
+//   reduced outputs are stored after the pass that completes them;
+// - reductions over other dims: outputs start at the identity, then one loop nest over all dims
+//   combines each element into its output (these groups have no ops after the reductions).
+#include "codegen/llvm/emit.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "ir/fusion.h"
+#include "ir/graph.h"
+#include "runtime/check.h"
+#include "runtime/ops/formulas.h"
+
+namespace kiln::codegen {
+namespace {
+
+enum class Ty : uint8_t { F32, F64, I8, I32, I64 };
+const char* ll(Ty t) {
+  switch (t) {
+    case Ty::F32: return "float";
+    case Ty::F64: return "double";
+    case Ty::I8: return "i8";
+    case Ty::I32: return "i32";
+    case Ty::I64: return "i64";
+  }
+  return "?";
+}
+bool is_fp(Ty t) { return t == Ty::F32 || t == Ty::F64; }
+// Registers hold bool and u8 as i8 (bool as 0 or 1); both convert as unsigned.
+Ty ty_of(DType d) {
+  switch (d) {
+    case DType::F32: return Ty::F32;
+    case DType::F64: return Ty::F64;
+    case DType::I32: return Ty::I32;
+    case DType::I64: return Ty::I64;
+    case DType::U8: case DType::Bool: return Ty::I8;
+    default: break;
+  }
+  throw Error(fmt::format("codegen: fused kernels do not handle {}", dtype_name(d)));
+}
+
+// An exact literal: floats as the hex of their double value (rounded to float first).
+std::string literal(double v, Ty t) {
+  if (is_fp(t)) {
+    double d = t == Ty::F32 ? static_cast<double>(static_cast<float>(v)) : v;
+    uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    return fmt::format("0x{:016X}", bits);
+  }
+  if (std::isnan(v)) return "0";
+  return std::to_string(static_cast<int64_t>(v));
+}
+
+struct Emitter;
+
+// The scalar algebra the formulas run on: a register (or literal) of type ty, or a number not
+// yet typed (formula constants: T(0.5)), typed by the operand it meets.
+struct Val {
+  Emitter* e = nullptr;
+  std::string r;
+  Ty ty = Ty::F64;
+  bool number = false;
+  double c = 0;
+  Val() = default;
+  Val(double v) : number(true), c(v) {}  // NOLINT: formulas write T(1)
+  Val(Emitter* em, std::string reg, Ty t) : e(em), r(std::move(reg)), ty(t) {}
+  std::string as(Ty t) const { return number ? literal(c, t) : r; }
+};
+struct Mask {
+  Emitter* e = nullptr;
+  std::string r;
+};
+
+struct MathFn {
+  const char* name;  // SLEEF's base name: exp -> Sleef_expf1_u10purecfma
+  bool two_args = false;
+};
+
+struct Emitter {
+  const MathTarget& target;
+  std::string text;
+  int next = 0;
+  std::set<std::string> decls;
+  std::vector<std::string> attr_groups;  // "#k = { ... }"
+  std::map<std::string, int> attr_index;
+
+  explicit Emitter(const MathTarget& t) : target(t) {}
+
+  std::string allocas;  // all in the entry block, where mem2reg promotes them
+
+  std::string reg() { return fmt::format("%r{}", next++); }
+  std::string alloca_of(Ty t, const char* name) {
+    std::string r = fmt::format("%{}{}", name, next++);
+    allocas += fmt::format("  {} = alloca {}\n", r, ll(t));
+    return r;
+  }
+  std::string label() { return fmt::format("b{}", next++); }
+  void line(const std::string& s) { text += "  " + s + "\n"; }
+  void block(const std::string& l) { text += l + ":\n"; }
+  Val inst(Ty t, const std::string& rhs) {
+    std::string r = reg();
+    line(r + " = " + rhs);
+    return Val(this, r, t);
+  }
+
+  Val convert(const Val& v, Ty from, Ty to, bool from_unsigned) {
+    if (v.number) return Val(v.c);
+    if (from == to) return v;
+    const char* a = ll(from);
+    const char* b = ll(to);
+    if (is_fp(from) && is_fp(to))
+      return inst(to, fmt::format("{} {} {} to {}", from == Ty::F32 ? "fpext" : "fptrunc", a, v.r, b));
+    if (!is_fp(from) && is_fp(to))
+      return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "uitofp" : "sitofp", a, v.r, b));
+    if (is_fp(from)) {  // to an integer: truncate toward zero, wrapping like a C cast via i64
+      Val w = inst(Ty::I64, fmt::format("fptosi {} {} to i64", a, v.r));
+      return to == Ty::I64 ? w : inst(to, fmt::format("trunc i64 {} to {}", w.r, b));
+    }
+    auto bits = [](Ty t) { return t == Ty::I8 ? 8 : t == Ty::I32 ? 32 : 64; };
+    if (bits(from) < bits(to))
+      return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "zext" : "sext", a, v.r, b));
+    return inst(to, fmt::format("trunc {} {} to {}", a, v.r, b));
+  }
+  // Any dtype to any dtype, as the eager cast does; to bool means "is nonzero".
+  Val cast(const Val& v, DType from, DType to) {
+    if (to == DType::Bool && from != DType::Bool) {
+      Ty f = ty_of(from);
+      std::string c = is_fp(f) ? fmt::format("fcmp une {} {}, {}", ll(f), v.as(f), literal(0, f))
+                               : fmt::format("icmp ne {} {}, 0", ll(f), v.as(f));
+      Val m = inst(Ty::I8, c);
+      return bool_of(Mask{this, m.r});
+    }
+    bool uns = from == DType::U8 || from == DType::Bool;
+    return convert(v, ty_of(from), ty_of(to), uns);
+  }
+  Val bool_of(const Mask& m) { return inst(Ty::I8, fmt::format("zext i1 {} to i8", m.r)); }
+
+  // A call to a SLEEF scalar function with the host's vector variants attached.
+  Val math(const MathFn& f, const Val& x, const Val* y = nullptr) {
+    Ty t = x.number && y ? y->ty : x.ty;
+    KILN_CHECK(is_fp(t), "codegen: {} needs a float operand", f.name);
+    bool d = t == Ty::F64;
+    std::string suffix = target.fma ? "purecfma" : "purec";
+    std::string scalar = fmt::format("Sleef_{}{}1_u10{}", f.name, d ? "d" : "f", suffix);
+    std::string params = f.two_args ? fmt::format("{0}, {0}", ll(t)) : ll(t);
+    decls.insert(fmt::format("declare {} @{}({}) #0", ll(t), scalar, params));
+    std::vector<std::string> variants;
+    std::string vparams = f.two_args ? "vv" : "v";
+    auto add_variant = [&](int lanes, const char* isa) {
+      std::string vec = fmt::format("Sleef_{}{}{}_u10{}", f.name, d ? "d" : "f", lanes, isa);
+      std::string vt = fmt::format("<{} x {}>", lanes, ll(t));
+      decls.insert(fmt::format("declare {} @{}({}) #0", vt, vec, f.two_args ? vt + ", " + vt : vt));
+      variants.push_back(fmt::format("_ZGV_LLVM_N{}{}_{}({})", lanes, vparams, scalar, vec));
+    };
+    if (target.avx2) add_variant(d ? 4 : 8, "avx2");
+    if (target.avx512f) add_variant(d ? 8 : 16, "avx512f");
+    std::string attr = fmt::format("nounwind memory(none) \"vector-function-abi-variant\"=\"{}\"",
+                                   fmt::join(variants, ","));
+    auto [it, fresh] = attr_index.try_emplace(attr, static_cast<int>(attr_groups.size()) + 1);
+    if (fresh) attr_groups.push_back(fmt::format("attributes #{} = {{ {} }}", it->second, attr));
+    std::string args = fmt::format("{} {}", ll(t), x.as(t));
+    if (y) args += fmt::format(", {} {}", ll(t), y->as(t));
+    return inst(t, fmt::format("call {} @{}({}) #{}", ll(t), scalar, args, it->second));
+  }
+  Val intrinsic(const char* name, const Val& x) {
+    std::string fn = fmt::format("llvm.{}.{}", name, x.ty == Ty::F32 ? "f32" : "f64");
+    decls.insert(fmt::format("declare {} @{}({})", ll(x.ty), fn, ll(x.ty)));
+    return inst(x.ty, fmt::format("call {} @{}({} {})", ll(x.ty), fn, ll(x.ty), x.r));
+  }
+};
+
+// The type two operands meet at, and the emitter (one of them is a register).
+std::pair<Emitter*, Ty> meet(const Val& a, const Val& b) {
+  if (!a.number) return {a.e, a.ty};
+  return {b.e, b.ty};
+}
+
+Val arith(const Val& a, const Val& b, const char* fop, const char* iop, double folded) {
+  if (a.number && b.number) return Val(folded);
+  auto [e, t] = meet(a, b);
+  return e->inst(t, fmt::format("{} {} {}, {}", is_fp(t) ? fop : iop, ll(t), a.as(t), b.as(t)));
+}
+Val operator+(const Val& a, const Val& b) { return arith(a, b, "fadd", "add", a.c + b.c); }
+Val operator-(const Val& a, const Val& b) { return arith(a, b, "fsub", "sub", a.c - b.c); }
+Val operator*(const Val& a, const Val& b) { return arith(a, b, "fmul", "mul", a.c * b.c); }
+Val operator/(const Val& a, const Val& b) {
+  if (a.number && b.number) return Val(a.c / b.c);
+  auto [e, t] = meet(a, b);
+  KILN_CHECK(is_fp(t), "codegen: integer division is not a pointwise op");
+  return e->inst(t, fmt::format("fdiv {} {}, {}", ll(t), a.as(t), b.as(t)));
+}
+Val operator-(const Val& a) {
+  if (a.number) return Val(-a.c);
+  if (is_fp(a.ty)) return a.e->inst(a.ty, fmt::format("fneg {} {}", ll(a.ty), a.r));
+  return a.e->inst(a.ty, fmt::format("sub {} 0, {}", ll(a.ty), a.r));
+}
+
+Mask compare(const Val& a, const Val& b, const char* f, const char* s, const char* u) {
+  KILN_CHECK(!(a.number && b.number), "codegen: a comparison of two numbers");
+  auto [e, t] = meet(a, b);
+  const char* op = is_fp(t) ? f : t == Ty::I8 ? u : s;
+  std::string r = e->reg();
+  e->line(fmt::format("{} = {} {} {} {}, {}", r, is_fp(t) ? "fcmp" : "icmp", op, ll(t), a.as(t), b.as(t)));
+  return Mask{e, r};
+}
+Mask operator==(const Val& a, const Val& b) { return compare(a, b, "oeq", "eq", "eq"); }
+Mask operator!=(const Val& a, const Val& b) { return compare(a, b, "une", "ne", "ne"); }
+Mask operator<(const Val& a, const Val& b) { return compare(a, b, "olt", "slt", "ult"); }
+Mask operator<=(const Val& a, const Val& b) { return compare(a, b, "ole", "sle", "ule"); }
+Mask operator>(const Val& a, const Val& b) { return compare(a, b, "ogt", "sgt", "ugt"); }
+Mask operator>=(const Val& a, const Val& b) { return compare(a, b, "oge", "sge", "uge"); }
+Mask operator&(const Mask& a, const Mask& b) {
+  std::string r = a.e->reg();
+  a.e->line(fmt::format("{} = and i1 {}, {}", r, a.r, b.r));
+  return Mask{a.e, r};
+}
+Mask operator|(const Mask& a, const Mask& b) {
+  std::string r = a.e->reg();
+  a.e->line(fmt::format("{} = or i1 {}, {}", r, a.r, b.r));
+  return Mask{a.e, r};
+}
+Val select(const Mask& m, const Val& a, const Val& b) {
+  KILN_CHECK(!(a.number && b.number), "codegen: a select between two numbers");
+  auto [e, t] = meet(a, b);
+  return e->inst(t, fmt::format("select i1 {}, {} {}, {} {}", m.r, ll(t), a.as(t), ll(t), b.as(t)));
+}
+
+#define KILN_SLEEF_MATH(X) X(exp) X(log) X(log1p) X(expm1) X(sin) X(cos) X(tanh) X(erf)
+#define KILN_DEFINE(fn) \
+  Val fn(const Val& x) { return x.e->math(MathFn{#fn}, x); }
+KILN_SLEEF_MATH(KILN_DEFINE)
+#undef KILN_DEFINE
+#undef KILN_SLEEF_MATH
+Val pow(const Val& x, const Val& y) {
+  Emitter* e = x.number ? y.e : x.e;
+  return e->math(MathFn{"pow", true}, x, &y);
+}
+Val sqrt(const Val& x) { return x.e->intrinsic("sqrt", x); }
+// Integers are already whole numbers.
+Val floor(const Val& x) { return is_fp(x.ty) ? x.e->intrinsic("floor", x) : x; }
+Val ceil(const Val& x) { return is_fp(x.ty) ? x.e->intrinsic("ceil", x) : x; }
+Val rint(const Val& x) { return is_fp(x.ty) ? x.e->intrinsic("rint", x) : x; }
+Val fabs(const Val& x) {
+  if (is_fp(x.ty)) return x.e->intrinsic("fabs", x);
+  if (x.ty == Ty::I8) return x;  // unsigned
+  return select(x < Val(0), -x, x);
+}
+
+// A formula's result as a value of the op's result dtype.
+Val result(Emitter& e, const Val& v, DType) { return v; }
+Val result(Emitter& e, const Mask& m, DType) { return e.bool_of(m); }
+
+template <class Fm, size_t... K>
+Val apply_formula(Emitter& e, const std::vector<Val>& a, DType out, std::index_sequence<K...>) {
+  return result(e, Fm::f(a[K]...), out);
+}
+
+Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a, DType out) {
+  switch (op) {
+#define KILN_CASE_Pointwise(Name, arity) \
+  case OpId::Name: return apply_formula<fm::Name>(e, a, out, std::make_index_sequence<arity>());
+#define KILN_CASE_Cast(Name, arity)
+#define KILN_CASE_Reduce(Name, arity)
+#define KILN_CASE_View(Name, arity)
+#define KILN_CASE_Copy(Name, arity)
+#define KILN_CASE_Other(Name, arity)
+#define OP(Name, name, arity, family) KILN_CASE_##family(Name, arity)
+#include "runtime/ops.def"
+#undef OP
+#undef KILN_CASE_Pointwise
+#undef KILN_CASE_Cast
+#undef KILN_CASE_Reduce
+#undef KILN_CASE_View
+#undef KILN_CASE_Copy
+#undef KILN_CASE_Other
+    default: break;
+  }
+  throw Error(fmt::format("codegen: {} is not a pointwise op", op_name(op)));
+}
+
+// What a reduction accumulates in (as the eager kernels): f32/f64 as is, the rest in i64.
+DType acc_dtype(DType t) { return is_float(t) ? t : DType::I64; }
+
+struct KernelEmitter {
+  const ir::Graph& body;
+  const KernelLayout& L;
+  Emitter e;
+  size_t n_in, n_out;
+  std::vector<int> producer;    // body value -> node index, -1 for inputs
+  std::vector<int> input_index; // body value -> input slot, -1 otherwise
+  std::vector<int> level;       // reductions on the value's longest path
+  std::vector<std::string> sizes;
+  std::vector<std::vector<std::string>> strides;  // per operand, per dim ("" when known)
+  std::vector<std::string> ptrs;
+  std::map<uint32_t, std::string> acc;  // reduction node result -> its accumulator alloca
+
+  KernelEmitter(const ir::Graph& b, const KernelLayout& l, const MathTarget& t)
+      : body(b), L(l), e(t), n_in(b.inputs.size()), n_out(b.outputs.size()) {
+    KILN_CHECK(L.inputs.size() == n_in && L.outputs.size() == n_out && L.rank >= 1 && L.rank <= 16,
+               "codegen: layout does not fit the group ({} inputs, {} outputs)", n_in, n_out);
+    producer.assign(b.types.size(), -1);
+    input_index.assign(b.types.size(), -1);
+    level.assign(b.types.size(), 0);
+    for (size_t k = 0; k < n_in; ++k) input_index[b.inputs[k]] = static_cast<int>(k);
+    for (size_t i = 0; i < b.nodes.size(); ++i) {
+      const ir::Node& n = b.nodes[i];
+      KILN_CHECK(n.kind == ir::NodeKind::Op || n.kind == ir::NodeKind::Const,
+                 "codegen: a fused body holds only op and const nodes");
+      producer[n.result] = static_cast<int>(i);
+      int lv = 0;
+      for (uint32_t v : n.inputs) lv = std::max(lv, level[v]);
+      level[n.result] = lv + (n.kind == ir::NodeKind::Op && ir::fusible_reduction(n.op) ? 1 : 0);
+    }
+  }
+
+  bool is_reduction(uint32_t v) const {
+    int p = producer[v];
+    return p >= 0 && body.nodes[p].kind == ir::NodeKind::Op && ir::fusible_reduction(body.nodes[p].op);
+  }
+  const OperandLayout& operand(size_t k) const { return k < n_in ? L.inputs[k] : L.outputs[k - n_in]; }
+  DType operand_dtype(size_t k) const {
+    return body.type(k < n_in ? body.inputs[k] : body.outputs[k - n_in]).dtype;
+  }
+
+  // The address of operand k's element at loop index `idx`.
+  std::string address(size_t k, const std::vector<std::string>& idx) {
+    const OperandLayout& o = operand(k);
+    std::string off;
+    for (int d = 0; d < L.rank; ++d) {
+      if (o.broadcast >> d & 1 || idx[d] == "0") continue;
+      std::string term = idx[d];
+      if (!strides[k][d].empty()) term = e.inst(Ty::I64, fmt::format("mul i64 {}, {}", idx[d], strides[k][d])).r;
+      off = off.empty() ? term : e.inst(Ty::I64, fmt::format("add i64 {}, {}", off, term)).r;
+    }
+    if (off.empty()) off = "0";
+    Ty t = ty_of(operand_dtype(k));
+    return e.inst(Ty::I64, fmt::format("getelementptr {}, ptr {}, i64 {}", ll(t), ptrs[k], off)).r;
+  }
+
+  // Value v at loop index idx; memo holds what this loop body has computed already.
+  Val value(uint32_t v, const std::vector<std::string>& idx, std::map<uint32_t, Val>& memo) {
+    if (auto it = memo.find(v); it != memo.end()) return it->second;
+    Val r;
+    DType dt = body.type(v).dtype;
+    if (input_index[v] >= 0) {
+      Ty t = ty_of(dt);
+      std::string p = address(static_cast<size_t>(input_index[v]), idx);
+      r = e.inst(t, fmt::format("load {}, ptr {}", ll(t), p));
+    } else {
+      const ir::Node& n = body.nodes.at(producer.at(v));
+      if (n.kind == ir::NodeKind::Const) {
+        Tensor c = n.constant.to(DType::F64);
+        r = Val(&e, literal(c.item<double>(), ty_of(dt)), ty_of(dt));
+      } else if (ir::fusible_reduction(n.op)) {
+        auto a = acc.find(v);
+        KILN_CHECK(a != acc.end(), "codegen: reduction %{} used before its pass", v);
+        Ty at = ty_of(acc_dtype(body.type(n.inputs[0]).dtype));
+        Val x = e.inst(at, fmt::format("load {}, ptr {}", ll(at), a->second));
+        r = e.cast(x, acc_dtype(body.type(n.inputs[0]).dtype), dt);
+      } else if (op_family(n.op) == OpFamily::Cast) {
+        r = e.cast(value(n.inputs[0], idx, memo), body.type(n.inputs[0]).dtype, dt);
+      } else if (n.op == OpId::Reshape || n.op == OpId::Expand) {
+        r = value(n.inputs[0], idx, memo);  // same element, by the group's construction
+      } else if (op_family(n.op) == OpFamily::Pointwise) {
+        DType cd = n.attrs.dtype;
+        std::vector<Val> args;
+        size_t t = 0;
+        for (int k = 0; k < op_arity(n.op); ++k) {
+          if (n.attrs.imm_mask >> k & 1) {
+            args.push_back(Val(&e, literal(n.attrs.imm[k].to<double>(), ty_of(cd)), ty_of(cd)));
+          } else {
+            uint32_t u = n.inputs.at(t++);
+            args.push_back(e.cast(value(u, idx, memo), body.type(u).dtype, cd));
+          }
+        }
+        r = pointwise(e, n.op, args, dt);
+        DType produced = op_def(n.op).promote == Promote::Compare || op_def(n.op).promote == Promote::Logical
+                             ? DType::Bool : cd;
+        if (produced != dt) r = e.cast(r, produced, dt);
+      } else {
+        throw Error(fmt::format("codegen: {} cannot be part of a fused kernel", op_name(n.op)));
+      }
+    }
+    memo[v] = r;
+    return r;
+  }
+
+  void store(size_t out, const Val& v, const std::vector<std::string>& idx) {
+    DType dt = body.type(body.outputs[out]).dtype;
+    Ty t = ty_of(dt);
+    std::string p = address(n_in + out, idx);
+    e.line(fmt::format("store {} {}, ptr {}", ll(t), v.as(t), p));
+  }
+
+  // Emits nested loops over `dims` (in order) around body(idx).
+  void loops(const std::vector<int>& dims, size_t at, std::vector<std::string>& idx,
+             const std::function<void(std::vector<std::string>&)>& fn) {
+    if (at == dims.size()) {
+      fn(idx);
+      return;
+    }
+    int d = dims[at];
+    std::string counter = e.alloca_of(Ty::I64, "i");
+    std::string lo = d == L.parallel_dim ? "%begin" : "0";
+    std::string hi = d == L.parallel_dim ? "%end" : sizes[d];
+    e.line(fmt::format("store i64 {}, ptr {}", lo, counter));
+    std::string head = e.label(), loop = e.label(), done = e.label();
+    e.line("br label %" + head);
+    e.block(head);
+    Val i = e.inst(Ty::I64, fmt::format("load i64, ptr {}", counter));
+    Val c = e.inst(Ty::I8, fmt::format("icmp slt i64 {}, {}", i.r, hi));
+    e.line(fmt::format("br i1 {}, label %{}, label %{}", c.r, loop, done));
+    e.block(loop);
+    std::string saved = idx[d];
+    idx[d] = i.r;
+    loops(dims, at + 1, idx, fn);
+    idx[d] = saved;
+    Val n = e.inst(Ty::I64, fmt::format("add nsw i64 {}, 1", i.r));
+    e.line(fmt::format("store i64 {}, ptr {}", n.r, counter));
+    e.line("br label %" + head);
+    e.block(done);
+  }
+
+  struct Reduction {
+    uint32_t value;
+    OpId op;
+    DType acc;
+  };
+  std::string identity(OpId op, DType t) {
+    double inf = std::numeric_limits<double>::infinity();
+    bool f = is_float(t);
+    switch (op) {
+      case OpId::Sum: return literal(0, ty_of(t));
+      case OpId::Prod: return literal(1, ty_of(t));
+      case OpId::MaxReduce: return f ? literal(-inf, ty_of(t)) : std::to_string(std::numeric_limits<int64_t>::lowest());
+      default: return f ? literal(inf, ty_of(t)) : std::to_string(std::numeric_limits<int64_t>::max());
+    }
+  }
+  // acc op x, vectorizable: reassociation allowed for float sums and products.
+  Val combine(OpId op, DType t, const Val& a, const Val& x) {
+    Ty ty = ty_of(t);
+    bool f = is_fp(ty);
+    switch (op) {
+      case OpId::Sum: return e.inst(ty, fmt::format("{} {} {}, {}", f ? "fadd reassoc" : "add", ll(ty), a.r, x.r));
+      case OpId::Prod: return e.inst(ty, fmt::format("{} {} {}, {}", f ? "fmul reassoc" : "mul", ll(ty), a.r, x.r));
+      default: break;
+    }
+    bool max = op == OpId::MaxReduce;
+    std::string fn = f ? fmt::format("llvm.{}.{}", max ? "maximum" : "minimum", ty == Ty::F32 ? "f32" : "f64")
+                       : fmt::format("llvm.{}.i64", max ? "smax" : "smin");
+    e.decls.insert(fmt::format("declare {0} @{1}({0}, {0})", ll(ty), fn));
+    return e.inst(ty, fmt::format("call {0} @{1}({0} {2}, {0} {3})", ll(ty), fn, a.r, x.r));
+  }
+
+  std::string run(const std::string& symbol) {
+    // Entry: sizes, strides and pointers.
+    for (int d = 0; d < L.rank; ++d)
+      sizes.push_back(e.inst(Ty::I64, fmt::format("load i64, ptr {}", d == 0 ? "%sizes"
+          : e.inst(Ty::I64, fmt::format("getelementptr i64, ptr %sizes, i64 {}", d)).r)).r);
+    size_t n_ops = n_in + n_out;
+    strides.resize(n_ops);
+    for (size_t k = 0; k < n_ops; ++k) {
+      const OperandLayout& o = operand(k);
+      for (int d = 0; d < L.rank; ++d) {
+        if (o.broadcast >> d & 1 || (d == L.rank - 1 && o.unit_inner)) {
+          strides[k].push_back("");
+          continue;
+        }
+        Val p = e.inst(Ty::I64, fmt::format("getelementptr i64, ptr %strides, i64 {}", k * L.rank + d));
+        strides[k].push_back(e.inst(Ty::I64, fmt::format("load i64, ptr {}", p.r)).r);
+      }
+      Val pp = e.inst(Ty::I64, fmt::format("getelementptr ptr, ptr %data, i64 {}", k));
+      ptrs.push_back(e.inst(Ty::I64, fmt::format("load ptr, ptr {}", pp.r)).r);
+    }
+
+    std::vector<Reduction> reds;
+    int max_level = 0;
+    for (const ir::Node& n : body.nodes) {
+      if (n.kind != ir::NodeKind::Op || !ir::fusible_reduction(n.op)) continue;
+      reds.push_back({n.result, n.op, acc_dtype(body.type(n.inputs[0]).dtype)});
+      max_level = std::max(max_level, level[n.result]);
+    }
+    std::vector<int> kept, reduced, all;
+    for (int d = 0; d < L.rank; ++d) {
+      (L.reduced >> d & 1 ? reduced : kept).push_back(d);
+      all.push_back(d);
+    }
+    std::vector<std::string> idx(L.rank, "0");
+    bool trailing = true;
+    for (size_t k = 0; k + 1 < all.size(); ++k)
+      if ((L.reduced >> k & 1) && !(L.reduced >> (k + 1) & 1)) trailing = false;
+
+    auto full_output = [&](size_t o) { return operand(n_in + o).broadcast == 0 || L.reduced == 0; };
+    if (reds.empty()) {
+      loops(all, 0, idx, [&](std::vector<std::string>& ix) {
+        std::map<uint32_t, Val> memo;
+        for (size_t o = 0; o < n_out; ++o) store(o, value(body.outputs[o], ix, memo), ix);
+      });
+    } else if (trailing) {
+      loops(kept, 0, idx, [&](std::vector<std::string>& ix) {
+        for (int lv = 1; lv <= max_level; ++lv) {
+          for (const Reduction& r : reds) {
+            if (level[r.value] != lv) continue;
+            std::string a = acc[r.value] = e.alloca_of(ty_of(r.acc), "acc");
+            e.line(fmt::format("store {} {}, ptr {}", ll(ty_of(r.acc)), identity(r.op, r.acc), a));
+          }
+          loops(reduced, 0, ix, [&](std::vector<std::string>& jx) {
+            std::map<uint32_t, Val> memo;
+            for (const Reduction& r : reds) {
+              if (level[r.value] != lv) continue;
+              const ir::Node& n = body.nodes[producer[r.value]];
+              Val x = e.cast(value(n.inputs[0], jx, memo), body.type(n.inputs[0]).dtype, r.acc);
+              Ty at = ty_of(r.acc);
+              Val cur = e.inst(at, fmt::format("load {}, ptr {}", ll(at), acc[r.value]));
+              e.line(fmt::format("store {} {}, ptr {}", ll(at), combine(r.op, r.acc, cur, x).r, acc[r.value]));
+            }
+          });
+          std::map<uint32_t, Val> memo;  // reduced outputs this pass completed, at reduced index 0
+          for (size_t o = 0; o < n_out; ++o)
+            if (!full_output(o) && level[body.outputs[o]] == lv) store(o, value(body.outputs[o], ix, memo), ix);
+        }
+        bool any_full = false;
+        for (size_t o = 0; o < n_out; ++o) any_full = any_full || full_output(o);
+        if (any_full)
+          loops(reduced, 0, ix, [&](std::vector<std::string>& jx) {
+            std::map<uint32_t, Val> memo;
+            for (size_t o = 0; o < n_out; ++o)
+              if (full_output(o)) store(o, value(body.outputs[o], jx, memo), jx);
+          });
+      });
+    } else {
+      // Outputs start at the identity; then every element is combined into its output.
+      loops(kept, 0, idx, [&](std::vector<std::string>& ix) {
+        for (size_t o = 0; o < n_out; ++o) {
+          if (full_output(o)) continue;
+          const ir::Node& n = body.nodes.at(producer.at(body.outputs[o]));
+          DType dt = body.type(body.outputs[o]).dtype;
+          Val id(&e, identity(n.op, acc_dtype(dt)), ty_of(acc_dtype(dt)));
+          store(o, e.cast(id, acc_dtype(dt), dt), ix);
+        }
+      });
+      loops(all, 0, idx, [&](std::vector<std::string>& ix) {
+        std::map<uint32_t, Val> memo;
+        for (size_t o = 0; o < n_out; ++o) {
+          uint32_t v = body.outputs[o];
+          if (full_output(o)) {
+            store(o, value(v, ix, memo), ix);
+            continue;
+          }
+          KILN_CHECK(is_reduction(v), "codegen: after a reduction over leading dims only its result can leave");
+          const ir::Node& n = body.nodes[producer[v]];
+          DType dt = body.type(v).dtype;
+          Ty t = ty_of(dt);
+          Val x = e.cast(value(n.inputs[0], ix, memo), body.type(n.inputs[0]).dtype, dt);
+          std::string p = address(n_in + o, ix);
+          Val cur = e.inst(t, fmt::format("load {}, ptr {}", ll(t), p));
+          e.line(fmt::format("store {} {}, ptr {}", ll(t), combine(n.op, dt, cur, x).r, p));
+        }
+      });
+    }
+
+    std::string out = fmt::format(
+        "; kiln fused kernel: {} inputs, {} outputs, rank {}, reduced dims {:#x}, parallel dim {}\n",
+        n_in, n_out, L.rank, L.reduced, L.parallel_dim);
+    out += fmt::format(
+        "define void @{}(ptr noalias nocapture readonly %sizes, ptr noalias nocapture readonly %strides, "
+        "ptr noalias nocapture readonly %data, i64 %begin, i64 %end) #0 {{\nentry:\n",
+        symbol);
+    out += e.allocas + e.text;
+    out += "  ret void\n}\n\n";
+    for (const std::string& d : e.decls) out += d + "\n";
+    out += "\nattributes #0 = { nounwind }\n";
+    for (const std::string& a : e.attr_groups) out += a + "\n";
+    return out;
+  }
+};
+
+}  // namespace
+
+std::string emit_llvm_ir(const ir::Graph& body, const KernelLayout& layout, const std::string& symbol,
+                         const MathTarget& target) {
+  KernelEmitter k(body, layout, target);
+  return k.run(symbol);
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,372 @@
+// ir/passes/fuse.cpp -- form fused groups (ir/fusion.h): pointwise ops and casts, the
+// broadcasts between them, and reductions, grouped so each group runs as one kernel.
+//
+// Greedy, in topological order: a node joins the group of one of its operands when it fits
+// that group's domain (full size, or the reduced size after a trailing reduction) and joining
+// makes no cycle between groups; otherwise a pointwise op or reduction starts a group of its
+// own. Views of values from outside stay outside (a kernel reads any strided view in place);
+// matmul, conv and data movement stay ops. A group that ends up with fewer than two compute ops
+// is dissolved: one op runs as fast eagerly. Groups become Fused nodes, one result per value
+// used outside the group, placed so every value is defined before its uses.
+#include <algorithm>
+#include <functional>
+
+#include "ir/fusion.h"
+#include "ir/passes.h"
+#include "runtime/check.h"
+#include "runtime/type_rules.h"
+
+namespace kiln::ir {
+
+bool fusible_dtype(DType t) { return t != DType::F16 && t != DType::BF16; }
+
+bool fusible_reduction(OpId op) {
+  return op == OpId::Sum || op == OpId::Prod || op == OpId::MaxReduce || op == OpId::MinReduce;
+}
+
+namespace {
+
+Dims keepdim_shape(const Dims& domain, const Dims& axes) {
+  Dims s = domain;
+  for (int64_t a : axes) s[a] = 1;
+  return s;
+}
+
+bool is_suffix(const Dims& axes, size_t rank) {
+  for (size_t k = 0; k < axes.size(); ++k)
+    if (axes[k] != static_cast<int64_t>(rank - axes.size() + k)) return false;
+  return true;
+}
+
+Dims reduce_axes(const Graph& g, const Node& n) {
+  const Dims& in = g.type(n.inputs[0]).shape;
+  Dims axes = normalize_axes(n.attrs.axes, static_cast<int64_t>(in.size()), op_name(n.op));
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+enum class Space : uint8_t { Outside, Full, Reduced };
+
+struct Group {
+  std::vector<size_t> members;  // node indices, in order
+  Dims domain;
+  bool has_reduction = false;
+  Dims axes;
+  bool trailing = true;
+  int compute = 0;  // pointwise ops, casts and reductions
+};
+
+struct Fuser {
+  const Graph& g;
+  const FuseOptions& opt;
+  std::vector<int> group_of_node;      // -1: stays an op
+  std::vector<int> group_of_value;     // -1: defined outside any group
+  std::vector<Space> space;            // per value
+  std::vector<Group> groups;
+  std::vector<int> producer;           // value -> node index, -1 for inputs and params
+
+  Fuser(const Graph& graph, const FuseOptions& o) : g(graph), opt(o) {
+    group_of_node.assign(g.nodes.size(), -1);
+    group_of_value.assign(g.types.size(), -1);
+    space.assign(g.types.size(), Space::Outside);
+    producer.assign(g.types.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (uint32_t v : defined_values(g.nodes[i])) producer[v] = static_cast<int>(i);
+  }
+
+  bool fusible(const Node& n) const {
+    if (n.kind != NodeKind::Op || (opt.keep_out && opt.keep_out(n))) return false;
+    if (!fusible_dtype(g.type(n.result).dtype)) return false;
+    for (uint32_t v : n.inputs)
+      if (!fusible_dtype(g.type(v).dtype)) return false;
+    for (int64_t d : g.type(n.result).shape)
+      if (is_symbol(d)) return false;
+    OpFamily f = op_family(n.op);
+    if (f == OpFamily::Pointwise) return fusible_dtype(n.attrs.dtype);
+    return f == OpFamily::Cast || fusible_reduction(n.op) || n.op == OpId::Reshape || n.op == OpId::Expand;
+  }
+
+  // Whether some value reachable backwards from `v` (through ops and other groups, not through
+  // group `target` itself) belongs to group `target`: then `v` depends on it.
+  bool depends_on(uint32_t v, int target) const {
+    std::vector<char> seen_node(g.nodes.size(), 0), seen_group(groups.size(), 0);
+    std::vector<uint32_t> stack{v};
+    while (!stack.empty()) {
+      uint32_t u = stack.back();
+      stack.pop_back();
+      int p = producer[u];
+      if (p < 0) continue;
+      int gu = group_of_node[p];
+      if (gu == target) return true;
+      if (gu >= 0) {
+        if (seen_group[gu]) continue;
+        seen_group[gu] = 1;
+        for (size_t m : groups[gu].members)
+          for (uint32_t w : g.nodes[m].inputs) stack.push_back(w);
+      } else {
+        if (seen_node[p]) continue;
+        seen_node[p] = 1;
+        for (uint32_t w : g.nodes[p].inputs) stack.push_back(w);
+      }
+    }
+    return false;
+  }
+
+  // The space node `n` would have in group `gi`, or Outside when it cannot join.
+  Space fit(const Node& n, int gi) const {
+    const Group& G = groups[gi];
+    const Dims& shape = g.type(n.result).shape;
+    Dims reduced = G.has_reduction ? keepdim_shape(G.domain, G.axes) : Dims{};
+    auto inside = [&](uint32_t v) { return group_of_value[v] == gi; };
+    // A reduced operand is usable only after a trailing reduction, in its keepdim form.
+    auto operand_ok = [&](uint32_t v) {
+      if (!inside(v) || space[v] == Space::Full) return true;
+      return G.trailing && g.type(v).shape == reduced;
+    };
+    OpFamily f = op_family(n.op);
+    if (f == OpFamily::Pointwise || f == OpFamily::Cast || n.op == OpId::Expand) {
+      for (uint32_t v : n.inputs)
+        if (!operand_ok(v)) return Space::Outside;
+      if (n.op == OpId::Expand && !inside(n.inputs[0])) return Space::Outside;  // a view: stays out
+      if (shape == G.domain) return Space::Full;
+      if (G.has_reduction && G.trailing && shape == reduced) {
+        for (uint32_t v : n.inputs)
+          if (inside(v) && space[v] != Space::Reduced) return Space::Outside;
+        return Space::Reduced;
+      }
+      return Space::Outside;
+    }
+    if (n.op == OpId::Reshape) {  // only the keepdim form of a reduced value
+      uint32_t v = n.inputs[0];
+      if (!inside(v) || space[v] != Space::Reduced || !G.trailing || shape != reduced) return Space::Outside;
+      return Space::Reduced;
+    }
+    if (fusible_reduction(n.op)) {
+      uint32_t v = n.inputs[0];
+      if (!inside(v) || space[v] != Space::Full || g.type(v).shape != G.domain) return Space::Outside;
+      Dims axes = reduce_axes(g, n);
+      if (G.has_reduction && axes != G.axes) return Space::Outside;
+      return Space::Reduced;
+    }
+    return Space::Outside;
+  }
+
+  void join(size_t i, int gi, Space s) {
+    const Node& n = g.nodes[i];
+    Group& G = groups[gi];
+    G.members.push_back(i);
+    group_of_node[i] = gi;
+    group_of_value[n.result] = gi;
+    space[n.result] = s;
+    OpFamily f = op_family(n.op);
+    if (f == OpFamily::Pointwise || f == OpFamily::Cast || fusible_reduction(n.op)) ++G.compute;
+    if (fusible_reduction(n.op) && !G.has_reduction) {
+      G.has_reduction = true;
+      G.axes = reduce_axes(g, n);
+      G.trailing = is_suffix(G.axes, G.domain.size());
+    }
+  }
+
+  // Merges group h into group gi when both are pointwise over the same domain and neither
+  // reaches the other through outside nodes (gelu: 0.5 * x and the tanh chain of x).
+  void merge(int gi, int h) {
+    if (h < 0 || h == gi) return;
+    Group& G = groups[gi];
+    Group& H = groups[h];
+    if (G.has_reduction || H.has_reduction || G.domain != H.domain || H.members.empty()) return;
+    auto reaches = [&](const Group& from, int from_id, int to) {
+      for (size_t m : from.members)
+        for (uint32_t w : g.nodes[m].inputs) {
+          int gw = group_of_value[w];
+          if (gw != from_id && gw != to && depends_on(w, to)) return true;
+        }
+      return false;
+    };
+    if (reaches(H, h, gi) || reaches(G, gi, h)) return;
+    for (size_t m : H.members) {
+      group_of_node[m] = gi;
+      group_of_value[g.nodes[m].result] = gi;
+    }
+    G.members.insert(G.members.end(), H.members.begin(), H.members.end());
+    std::sort(G.members.begin(), G.members.end());
+    G.compute += H.compute;
+    H.members.clear();
+    H.compute = 0;
+  }
+
+  void start(size_t i) {
+    const Node& n = g.nodes[i];
+    OpFamily f = op_family(n.op);
+    Group G;
+    if (fusible_reduction(n.op)) {
+      G.domain = g.type(n.inputs[0]).shape;
+    } else if (f == OpFamily::Pointwise || f == OpFamily::Cast) {
+      G.domain = g.type(n.result).shape;
+    } else {
+      return;  // a view of an outside value stays a view
+    }
+    groups.push_back(std::move(G));
+    join(i, static_cast<int>(groups.size() - 1), fusible_reduction(n.op) ? Space::Reduced : Space::Full);
+  }
+
+  void form() {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (!fusible(n)) continue;
+      bool joined = false;
+      for (uint32_t v : n.inputs) {
+        int gi = group_of_value[v];
+        if (gi < 0) continue;
+        // After a reduction over leading axes, the reduced values are complete only at the end.
+        if (groups[gi].has_reduction && !groups[gi].trailing && space[v] == Space::Reduced) continue;
+        Space s = fit(n, gi);
+        if (s == Space::Outside) continue;
+        bool cycle = false;
+        for (uint32_t w : n.inputs)
+          if (group_of_value[w] != gi && depends_on(w, gi)) cycle = true;
+        if (cycle) continue;
+        join(i, gi, s);
+        joined = true;
+        for (uint32_t w : n.inputs) merge(gi, group_of_value[w]);
+        break;
+      }
+      if (!joined) start(i);
+    }
+    for (Group& G : groups) {
+      if (G.compute >= 2) continue;
+      for (size_t m : G.members) {
+        group_of_node[m] = -1;
+        group_of_value[g.nodes[m].result] = -1;
+      }
+      G.members.clear();
+    }
+  }
+
+  // The group as a Fused node; `used_outside` marks values needed after it.
+  Node fused_node(const Group& G, const std::vector<char>& used_outside) const {
+    Node f;
+    f.kind = NodeKind::Fused;
+    f.grad = false;
+    auto body = std::make_shared<Graph>();
+    body->name = g.name + ".fused";
+    std::vector<uint32_t> inner(g.types.size(), kNoValue);
+    auto operand = [&](uint32_t v) {
+      if (inner[v] != kNoValue) return inner[v];
+      int p = producer[v];
+      const Node* c = p >= 0 ? &g.nodes[p] : nullptr;
+      if (c && c->kind == NodeKind::Const && c->constant.numel() == 1) {  // a scalar: copied in
+        Node k = *c;
+        k.result = inner[v] = body->add_value(g.type(v));
+        body->nodes.push_back(std::move(k));
+        return inner[v];
+      }
+      inner[v] = body->add_value(g.type(v));
+      body->inputs.push_back(inner[v]);
+      f.inputs.push_back(v);
+      return inner[v];
+    };
+    for (size_t m : G.members) {
+      Node k = g.nodes[m];
+      for (uint32_t& v : k.inputs) v = operand(v);
+      k.result = inner[g.nodes[m].result] = body->add_value(g.type(g.nodes[m].result));
+      k.loc = {};
+      if (f.loc.module.empty() && !f.loc.known()) f.loc = g.nodes[m].loc;
+      body->nodes.push_back(std::move(k));
+    }
+    for (size_t m : G.members) {
+      uint32_t v = g.nodes[m].result;
+      if (!used_outside[v]) continue;
+      body->outputs.push_back(inner[v]);
+      f.results.push_back(v);
+    }
+    f.result = f.results.at(0);
+    f.body = std::move(body);
+    return f;
+  }
+
+  Graph build() const {
+    std::vector<char> used_outside(g.types.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      int gi = group_of_node[i];
+      for (uint32_t v : n.inputs)
+        if (group_of_value[v] >= 0 && group_of_value[v] != gi) used_outside[v] = 1;
+    }
+    for (uint32_t v : g.outputs) used_outside[v] = 1;
+
+    // Units in a new order: each op outside groups, and each group, after every unit it reads.
+    // Kahn's algorithm over units, taking the unit whose first node comes first.
+    size_t units = g.nodes.size();  // node i is unit i; group k is the unit of its first member
+    std::vector<int> unit_of(g.nodes.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      int gi = group_of_node[i];
+      unit_of[i] = gi >= 0 ? static_cast<int>(groups[gi].members.front()) : static_cast<int>(i);
+    }
+    std::vector<std::vector<int>> next(units);
+    std::vector<int> waiting(units, 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (uint32_t v : g.nodes[i].inputs) {
+        int p = producer[v];
+        if (p < 0 || unit_of[p] == unit_of[i]) continue;
+        next[unit_of[p]].push_back(unit_of[i]);
+        ++waiting[unit_of[i]];
+      }
+    std::vector<int> ready;  // a min-heap by first node index keeps the original order
+    for (size_t u = 0; u < units; ++u)
+      if (unit_of[u] == static_cast<int>(u) && waiting[u] == 0) ready.push_back(static_cast<int>(u));
+    std::make_heap(ready.begin(), ready.end(), std::greater<>());
+    Graph out = g;
+    out.nodes.clear();
+    while (!ready.empty()) {
+      std::pop_heap(ready.begin(), ready.end(), std::greater<>());
+      int u = ready.back();
+      ready.pop_back();
+      int gi = group_of_node[u];
+      if (gi >= 0) out.nodes.push_back(fused_node(groups[gi], used_outside));
+      else out.nodes.push_back(g.nodes[u]);
+      for (int w : next[u])
+        if (--waiting[w] == 0) {
+          ready.push_back(w);
+          std::push_heap(ready.begin(), ready.end(), std::greater<>());
+        }
+    }
+    size_t expected = 0;
+    for (size_t u = 0; u < units; ++u) expected += unit_of[u] == static_cast<int>(u);
+    KILN_CHECK(out.nodes.size() == expected, "fuse: @{}: internal error: groups form a cycle", g.name);
+    return out;
+  }
+};
+
+}  // namespace
+
+GroupShape group_shape(const Graph& body) {
+  GroupShape s;
+  bool found = false;
+  for (const Node& n : body.nodes) {
+    if (n.kind != NodeKind::Op || !fusible_reduction(n.op)) continue;
+    const Dims& in = body.type(n.inputs[0]).shape;
+    Dims axes = reduce_axes(body, n);
+    if (found && (in != s.domain || axes != s.reduce_axes))
+      throw Error(fmt::format("fused group: reductions over {} of {} and {} of {} cannot share a kernel",
+                              shape_str(s.reduce_axes), shape_str(s.domain), shape_str(axes), shape_str(in)));
+    s.domain = in;
+    s.reduce_axes = axes;
+    found = true;
+  }
+  if (!found) {
+    KILN_CHECK(!body.outputs.empty(), "fused group: no outputs");
+    s.domain = body.type(body.outputs[0]).shape;
+  }
+  s.trailing = is_suffix(s.reduce_axes, s.domain.size());
+  return s;
+}
+
+Graph fuse(const Graph& g) { return fuse(g, FuseOptions{}); }
+
+Graph fuse(const Graph& g, const FuseOptions& options) {
+  Fuser f(g, options);
+  f.form();
+  return f.build();
+}
+
+}  // namespace kiln::ir

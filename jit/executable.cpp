@@ -1,0 +1,386 @@
+// jit/executable.cpp -- runs a fused graph: kernels for groups, eager apply() for the rest.
+//
+// A group's kernel is prepared on the first call that reaches it, from the strides its operands
+// really have (views included): the domain's dims are merged where every operand allows it and
+// size-1 dims dropped, which gives the kernel's structure (and so the kernel cache's key); the
+// sizes and strides are passed as arguments. Later calls check the strides are the same; when
+// they are not (a parameter replaced by a differently laid-out tensor) the group runs op by op.
+//
+// Memory plan: values that only kernels write and that no output, assign or tape keeps are
+// placed in one workspace by liveness (a buffer is reused once its last reader ran); each call
+// takes a workspace from a small pool, so a cached call allocates only what it returns.
+#include "jit/executable.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <unordered_set>
+
+#include "ir/fusion.h"
+#include "jit/kernels.h"
+#include "jit/run.h"
+#include "runtime/autograd_meta.h"
+#include "runtime/check.h"
+#include "runtime/log.h"
+#include "runtime/parallel.h"
+#include "runtime/recorder.h"
+
+namespace kiln::jit {
+namespace {
+
+constexpr int64_t kParallelWork = 32768;  // elements per chunk worth a thread
+constexpr size_t kAlign = 64;
+
+struct KernelStep {
+  std::once_flag once;
+  bool ready = false;
+  std::string refused;  // why codegen could not take the group: it runs op by op
+  Kernel kernel;
+  codegen::KernelLayout layout;
+  std::vector<int64_t> sizes, strides;
+  std::vector<Dims> input_strides;  // as prepared
+  int64_t range = 0, grain = 1;
+};
+
+// The strides of `t` read over `domain` (NumPy broadcasting from the right; 0 where it
+// broadcasts or the dim has size 1).
+std::vector<int64_t> strides_over(const Tensor& t, const Dims& domain) {
+  size_t r = domain.size();
+  std::vector<int64_t> s(r, 0);
+  int64_t lead = static_cast<int64_t>(r) - t.dim();
+  KILN_CHECK(lead >= 0, "fused group: operand {} has more dims than its domain {}", t.type().str(), shape_str(domain));
+  for (size_t j = 0; j < r; ++j) {
+    int64_t jd = static_cast<int64_t>(j) - lead;
+    if (jd < 0 || domain[j] == 1 || t.shape()[jd] == 1) continue;
+    KILN_CHECK(t.shape()[jd] == domain[j], "fused group: operand {} does not broadcast to {}", t.type().str(),
+               shape_str(domain));
+    s[j] = t.strides()[jd];
+  }
+  return s;
+}
+
+// Contiguous strides over the domain's dims that are not in `reduced` (0 on those).
+std::vector<int64_t> output_strides(const Dims& domain, uint64_t reduced) {
+  std::vector<int64_t> s(domain.size(), 0);
+  int64_t acc = 1;
+  for (size_t j = domain.size(); j-- > 0;) {
+    if (reduced >> j & 1) continue;
+    s[j] = acc;
+    acc *= domain[j];
+  }
+  return s;
+}
+
+void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
+  const ir::Graph& body = *n.body;
+  ir::GroupShape gs = ir::group_shape(body);
+  const Dims& S = gs.domain;
+  uint64_t red = 0;
+  for (int64_t a : gs.reduce_axes) red |= uint64_t{1} << a;
+  size_t n_in = ins.size(), n_ops = n_in + body.outputs.size();
+  std::vector<std::vector<int64_t>> st;
+  for (const Tensor& t : ins) st.push_back(strides_over(t, S));
+  for (uint32_t o : body.outputs)
+    st.push_back(body.type(o).shape == S ? output_strides(S, 0) : output_strides(S, red));
+
+  // Merge dim j into the previous kept one when every operand steps through both as one.
+  struct Dim {
+    int64_t size;
+    bool reduced;
+    std::vector<int64_t> strides;
+  };
+  std::vector<Dim> dims;
+  for (size_t j = 0; j < S.size(); ++j) {
+    if (S[j] == 1) continue;
+    bool r = red >> j & 1;
+    std::vector<int64_t> s(n_ops);
+    for (size_t k2 = 0; k2 < n_ops; ++k2) s[k2] = st[k2][j];
+    if (!dims.empty() && dims.back().reduced == r) {
+      Dim& last = dims.back();
+      bool mergeable = true;
+      for (size_t k2 = 0; k2 < n_ops && mergeable; ++k2) mergeable = last.strides[k2] == s[k2] * S[j];
+      if (mergeable) {
+        last.size *= S[j];
+        last.strides = s;
+        continue;
+      }
+    }
+    dims.push_back({S[j], r, s});
+  }
+  if (dims.empty()) dims.push_back({1, false, std::vector<int64_t>(n_ops, 0)});
+  KILN_CHECK(dims.size() <= 16, "fused group: {} loop dims is more than a kernel takes", dims.size());
+
+  codegen::KernelLayout& L = k.layout;
+  L.rank = static_cast<int>(dims.size());
+  k.sizes.clear();
+  for (int d = 0; d < L.rank; ++d) {
+    k.sizes.push_back(dims[d].size);
+    if (dims[d].reduced) L.reduced |= 1u << d;
+  }
+  k.strides.assign(n_ops * L.rank, 0);
+  for (size_t k2 = 0; k2 < n_ops; ++k2) {
+    codegen::OperandLayout o;
+    o.dtype = body.type(k2 < n_in ? body.inputs[k2] : body.outputs[k2 - n_in]).dtype;
+    for (int d = 0; d < L.rank; ++d) {
+      int64_t s = dims[d].strides[k2];
+      k.strides[k2 * L.rank + d] = s;
+      if (s == 0) o.broadcast |= 1u << d;
+    }
+    o.unit_inner = dims.back().strides[k2] == 1;
+    (k2 < n_in ? L.inputs : L.outputs).push_back(o);
+  }
+  // Threads split the outermost dim that is kept (outputs there are disjoint).
+  L.parallel_dim = -1;
+  for (int d = 0; d < L.rank; ++d)
+    if (!dims[d].reduced) {
+      L.parallel_dim = d;
+      break;
+    }
+  int64_t total = 1;
+  for (const Dim& d : dims) total *= std::max<int64_t>(d.size, 1);
+  k.range = L.parallel_dim >= 0 ? dims[L.parallel_dim].size : 0;
+  int64_t per_index = k.range > 0 ? std::max<int64_t>(total / k.range, 1) : total;
+  k.grain = std::max<int64_t>(1, kParallelWork / per_index);
+  for (const Tensor& t : ins) k.input_strides.push_back(t.strides());
+  k.kernel = kernel_for(body, L);
+  k.ready = true;
+}
+
+}  // namespace
+
+struct Executable::Impl {
+  ir::Graph g;
+  std::vector<std::unique_ptr<KernelStep>> steps;  // per node; set for fused nodes
+  std::vector<std::pair<size_t, uint32_t>> assigns;  // (param index, value)
+  std::vector<char> bound_output;                    // per output: an input or param itself
+  std::vector<const ir::Node*> consts;
+  // Memory plan: byte offset in the workspace per value, -1 when allocated on its own.
+  std::vector<int64_t> offset;
+  size_t workspace = 0;
+  size_t kernels = 0, ops = 0;
+  mutable std::mutex pool_mu;
+  mutable std::vector<Ref<Storage>> pool;
+
+  void plan_memory() {
+    offset.assign(g.types.size(), -1);
+    bool taped = false;
+    for (const ir::Node& n : g.nodes) taped = taped || (n.kind == ir::NodeKind::Op && n.grad);
+    if (taped) return;  // a tape may keep any value alive past the call
+    // The value whose storage each value shares (views), and who may not be planned.
+    std::vector<uint32_t> base(g.types.size());
+    for (uint32_t v = 0; v < base.size(); ++v) base[v] = v;
+    std::vector<char> pinned(g.types.size(), 0);
+    std::vector<int64_t> last(g.types.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& n = g.nodes[i];
+      if (n.kind == ir::NodeKind::Op && op_def(n.op).view) base[n.result] = base[n.inputs[0]];
+      for (uint32_t v : n.inputs) last[base[v]] = static_cast<int64_t>(i);
+      if (n.kind == ir::NodeKind::Assign) pinned[base[n.inputs[1]]] = 1;
+    }
+    for (uint32_t v : g.outputs) pinned[base[v]] = 1;
+    std::multimap<size_t, size_t> free_blocks;  // size -> offset
+    std::vector<std::pair<int64_t, std::pair<size_t, size_t>>> live;  // (last use, (size, offset))
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      // Blocks whose last reader ran before this node are free again.
+      for (auto it = live.begin(); it != live.end();) {
+        if (it->first < static_cast<int64_t>(i)) {
+          free_blocks.emplace(it->second.first, it->second.second);
+          it = live.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      const ir::Node& n = g.nodes[i];
+      if (n.kind != ir::NodeKind::Fused) continue;
+      for (uint32_t v : n.results) {
+        if (pinned[v] || last[v] < 0) continue;
+        const TensorType& t = g.type(v);
+        size_t bytes = (static_cast<size_t>(t.shape.product()) * dtype_size(t.dtype) + kAlign - 1) / kAlign * kAlign;
+        if (bytes == 0) continue;
+        size_t off;
+        if (auto it = free_blocks.lower_bound(bytes); it != free_blocks.end()) {
+          off = it->second;
+          bytes = it->first;
+          free_blocks.erase(it);
+        } else {
+          off = workspace;
+          workspace += bytes;
+        }
+        offset[v] = static_cast<int64_t>(off);
+        live.push_back({last[v], {bytes, off}});
+      }
+    }
+  }
+
+  Ref<Storage> acquire() const {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (!pool.empty()) {
+        Ref<Storage> s = std::move(pool.back());
+        pool.pop_back();
+        return s;
+      }
+    }
+    return make_ref<Storage>(workspace, cpu);
+  }
+  void release(Ref<Storage> s) const {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    if (pool.size() < 4) pool.push_back(std::move(s));
+  }
+
+  Tensor output_tensor(uint32_t v, const Ref<Storage>& ws) const {
+    const TensorType& t = g.type(v);
+    if (offset[v] < 0) return Tensor::empty(t);
+    auto impl = make_ref<TensorImpl>();
+    impl->storage = ws;
+    impl->offset = offset[v] / static_cast<int64_t>(dtype_size(t.dtype));
+    impl->shape = t.shape;
+    impl->strides = contiguous_strides(t.shape);
+    impl->dtype = t.dtype;
+    return Tensor(std::move(impl));
+  }
+
+  void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws) const {
+    const ir::Node& n = g.nodes[i];
+    KernelStep& k = *steps[i];
+    std::vector<Tensor> ins;
+    ins.reserve(n.inputs.size());
+    for (uint32_t v : n.inputs) ins.push_back(vals[v]);
+    std::call_once(k.once, [&] {
+      try {
+        prepare(k, n, ins);
+      } catch (const Error& e) {
+        k.refused = e.what();
+        log(LogTopic::Codegen, fmt::format("@{}: a fused group runs op by op: {}", g.name, k.refused));
+      }
+    });
+    bool same = k.ready;
+    for (size_t j = 0; same && j < ins.size(); ++j) same = ins[j].strides() == k.input_strides[j];
+    if (!same) {
+      std::vector<Tensor> outs = run_graph(*n.body, ins, {});
+      for (size_t j = 0; j < n.results.size(); ++j) vals[n.results[j]] = outs[j];
+      return;
+    }
+    void* data[64];
+    std::vector<void*> spill;
+    size_t n_ops = ins.size() + n.results.size();
+    void** ptrs = data;
+    if (n_ops > 64) {
+      spill.resize(n_ops);
+      ptrs = spill.data();
+    }
+    for (size_t j = 0; j < ins.size(); ++j) ptrs[j] = ins[j].data_ptr();
+    for (size_t j = 0; j < n.results.size(); ++j) {
+      Tensor out = output_tensor(n.results[j], ws);
+      ptrs[ins.size() + j] = out.data_ptr();
+      vals[n.results[j]] = std::move(out);
+    }
+    codegen::KernelFn fn = k.kernel.fn;
+    const int64_t* sizes = k.sizes.data();
+    const int64_t* strides = k.strides.data();
+    if (k.range <= k.grain) {
+      fn(sizes, strides, ptrs, 0, k.range);
+    } else {
+      parallel_for(0, k.range, k.grain, [&](int64_t b, int64_t e) { fn(sizes, strides, ptrs, b, e); });
+    }
+  }
+};
+
+Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.g = std::move(g);
+  m.steps.resize(m.g.nodes.size());
+  for (size_t i = 0; i < m.g.nodes.size(); ++i) {
+    const ir::Node& n = m.g.nodes[i];
+    switch (n.kind) {
+      case ir::NodeKind::Fused:
+        m.steps[i] = std::make_unique<KernelStep>();
+        ++m.kernels;
+        break;
+      case ir::NodeKind::Assign: {
+        size_t p = 0;
+        while (p < m.g.params.size() && m.g.params[p] != n.inputs[0]) ++p;
+        KILN_CHECK(p < m.g.params.size(), "jit: @{}: assign to a value that is no param", m.g.name);
+        m.assigns.emplace_back(p, n.inputs[1]);
+        break;
+      }
+      case ir::NodeKind::Const: m.consts.push_back(&n); break;
+      case ir::NodeKind::Op: ++m.ops; break;
+    }
+  }
+  std::unordered_set<uint32_t> bound(m.g.inputs.begin(), m.g.inputs.end());
+  bound.insert(m.g.params.begin(), m.g.params.end());
+  for (uint32_t v : m.g.outputs) m.bound_output.push_back(bound.count(v) ? 1 : 0);
+  m.plan_memory();
+}
+
+Executable::~Executable() = default;
+
+const ir::Graph& Executable::graph() const { return impl_->g; }
+ir::Graph& Executable::mutable_graph() { return impl_->g; }
+
+ExecutableStats Executable::stats() const { return {impl_->kernels, impl_->ops, impl_->workspace}; }
+
+std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<const Tensor> params) const {
+  const Impl& m = *impl_;
+  const ir::Graph& g = m.g;
+  // Called while tracing (a compiled function inside a traced one): the ops are recorded, inline.
+  if (active_recorder()) return run_graph(g, inputs, params);
+  KILN_CHECK(inputs.size() == g.inputs.size() && params.size() == g.params.size(),
+             "jit: @{} takes {} inputs and {} params, got {} and {}", g.name, g.inputs.size(), g.params.size(),
+             inputs.size(), params.size());
+  std::vector<Tensor> vals(g.types.size());
+  for (size_t i = 0; i < inputs.size(); ++i) vals[g.inputs[i]] = inputs[i];
+  for (size_t i = 0; i < params.size(); ++i) vals[g.params[i]] = params[i];
+  Ref<Storage> ws = m.workspace ? m.acquire() : Ref<Storage>();
+  bool caller_grad = grad_enabled();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    switch (n.kind) {
+      case ir::NodeKind::Const: vals[n.result] = n.constant; break;
+      case ir::NodeKind::Assign: break;  // applied after every node ran
+      case ir::NodeKind::Fused: m.run_fused(i, vals, ws); break;
+      case ir::NodeKind::Op: {
+        Tensor in[4];
+        std::vector<Tensor> many;
+        std::span<const Tensor> args;
+        if (n.inputs.size() <= 4) {
+          for (size_t k = 0; k < n.inputs.size(); ++k) in[k] = vals[n.inputs[k]];
+          args = std::span<const Tensor>(in, n.inputs.size());
+        } else {
+          for (uint32_t v : n.inputs) many.push_back(vals[v]);
+          args = many;
+        }
+        GradModeGuard mode(caller_grad && n.grad);
+        vals[n.result] = apply(n.op, args, n.attrs);
+        break;
+      }
+    }
+  }
+  // Outputs that are arguments or params themselves hold the value from before the assigns.
+  std::vector<Tensor> out(g.outputs.size());
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    if (m.bound_output[i]) out[i] = vals[g.outputs[i]].detach().clone();
+  if (!m.assigns.empty()) {
+    GradModeGuard no_grad(false);
+    for (auto [p, v] : m.assigns) {
+      Tensor target = params[p];
+      target.copy_(vals[v]);
+    }
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    if (m.bound_output[i]) continue;
+    const Tensor& t = vals[g.outputs[i]];
+    // A constant (or a view of one): the caller may write into what it gets.
+    bool constant = false;
+    for (const ir::Node* c : m.consts)
+      constant = constant || (t.has_storage() && t.impl()->storage.get() == c->constant.impl()->storage.get());
+    out[i] = constant ? t.clone() : t;
+  }
+  if (ws) m.release(std::move(ws));
+  return out;
+}
+
+}  // namespace kiln::jit

@@ -1,0 +1,40 @@
+// jit/executable.h -- a compiled plan: the fused graph as a flat list of steps (eager ops,
+// kernel calls, assigns) with a static memory plan for the intermediates kernels write.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+namespace kiln::jit {
+
+struct ExecutableStats {
+  size_t kernels = 0;          // fused groups compiled to kernels
+  size_t ops = 0;              // ops run eagerly (matmul, conv, data movement, taped ops)
+  size_t planned_bytes = 0;    // workspace for intermediates, reused across calls
+};
+
+class Executable {
+ public:
+  /// `g` is verified and fused; its Fused nodes run as kernels (compiled on first use), the
+  /// rest as in jit::run_graph, whose semantics this keeps.
+  explicit Executable(ir::Graph g);
+  ~Executable();
+
+  /// Runs with `inputs` bound to graph.inputs and `params` to graph.params.
+  std::vector<Tensor> run(std::span<const Tensor> inputs, std::span<const Tensor> params) const;
+
+  const ir::Graph& graph() const;
+  ir::Graph& mutable_graph();  // for resolving source locations before printing
+  ExecutableStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,103 @@
+// jit/kernels.cpp -- the kernel cache: memory, then disk, then LLVM; each kernel compiled once.
+#include "jit/kernels.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <unordered_map>
+
+#include "jit/disk_cache.h"
+#include "runtime/log.h"
+
+namespace kiln::jit {
+namespace {
+
+// Part of every disk identity: object code from another kiln version is never reused.
+constexpr const char* kKilnVersion = "kiln 0.1.0 kernels 1";
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_future<codegen::KernelFn>> kernels;  // by symbol
+  KernelCacheStats stats;
+};
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: kernels stay callable during exit
+  return *c;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::string kernel_source(const ir::Graph& body, const codegen::KernelLayout& layout, std::string* symbol) {
+  codegen::Backend& be = codegen::cpu_backend();
+  std::string src = be.emit(body, layout, "kiln_kernel");
+  XXH128_hash_t h = XXH3_128bits(src.data(), src.size());
+  std::string sym = fmt::format("kiln_{:016x}{:016x}", h.high64, h.low64);
+  // The name is the hash of the text it replaces, so the source stays a function of structure.
+  const std::string placeholder = "@kiln_kernel(";
+  if (size_t at = src.find(placeholder); at != std::string::npos) src.replace(at, placeholder.size(), "@" + sym + "(");
+  if (symbol) *symbol = sym;
+  return src;
+}
+
+Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout) {
+  Kernel k;
+  std::string src = kernel_source(body, layout, &k.symbol);
+  Cache& c = cache();
+  std::promise<codegen::KernelFn> promise;
+  std::shared_future<codegen::KernelFn> future;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.kernels.find(k.symbol);
+    if (it != c.kernels.end()) {
+      ++c.stats.hits;
+      future = it->second;
+    } else {
+      ++c.stats.misses;
+      c.kernels.emplace(k.symbol, promise.get_future().share());
+    }
+  }
+  if (future.valid()) {  // compiled, or being compiled by another thread
+    k.fn = future.get();
+    return k;
+  }
+  codegen::Backend& be = codegen::cpu_backend();
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string identity = fmt::format("{}\n{}\n{}", kKilnVersion, be.target_id(), src);
+    std::optional<std::string> object = disk_cache_get(identity);
+    bool from_disk = object.has_value();
+    if (!from_disk) {
+      if (log_enabled(LogTopic::Codegen)) log(LogTopic::Codegen, fmt::format("kernel {}:\n{}", k.symbol, src));
+      object = be.compile(src);
+      disk_cache_put(identity, *object);
+    }
+    k.fn = be.load(*object, k.symbol);
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      ++(from_disk ? c.stats.disk_hits : c.stats.compiles);
+    }
+    log(LogTopic::Cache, fmt::format("kernel {}: {} in {:.2f} ms", k.symbol,
+                                     from_disk ? "loaded from the disk cache" : "compiled", ms_since(t0)));
+    promise.set_value(k.fn);
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.kernels.erase(k.symbol);
+    throw;
+  }
+  return k;
+}
+
+KernelCacheStats kernel_cache_stats() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  return cache().stats;
+}
+
+}  // namespace kiln::jit
