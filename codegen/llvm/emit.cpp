@@ -107,6 +107,9 @@ struct Emitter {
   explicit Emitter(const MathTarget& t) : target(t) {}
 
   std::string allocas;  // all in the entry block, where mem2reg promotes them
+  std::set<std::string> vector_fns;  // kept alive until the loop vectorizer has used them
+  bool f64_math = false;             // a double math call: vectorize at double width
+  int loop_mds = 0;                  // innermost loops, each with its !llvm.loop node
 
   std::string reg() { return fmt::format("%r{}", next++); }
   std::string alloca_of(Ty t, const char* name) {
@@ -160,6 +163,7 @@ struct Emitter {
     Ty t = x.number && y ? y->ty : x.ty;
     KILN_CHECK(is_fp(t), "codegen: {} needs a float operand", f.name);
     bool d = t == Ty::F64;
+    f64_math = f64_math || d;
     std::string suffix = target.fma ? "purecfma" : "purec";
     std::string scalar = fmt::format("Sleef_{}{}1_u10{}", f.name, d ? "d" : "f", suffix);
     std::string params = f.two_args ? fmt::format("{0}, {0}", ll(t)) : ll(t);
@@ -170,6 +174,7 @@ struct Emitter {
       std::string vec = fmt::format("Sleef_{}{}{}_u10{}", f.name, d ? "d" : "f", lanes, isa);
       std::string vt = fmt::format("<{} x {}>", lanes, ll(t));
       decls.insert(fmt::format("declare {} @{}({}) #0", vt, vec, f.two_args ? vt + ", " + vt : vt));
+      vector_fns.insert(vec);
       variants.push_back(fmt::format("_ZGV_LLVM_N{}{}_{}({})", lanes, vparams, scalar, vec));
     };
     if (target.avx2) add_variant(d ? 4 : 8, "avx2");
@@ -245,12 +250,25 @@ Val select(const Mask& m, const Val& a, const Val& b) {
   return e->inst(t, fmt::format("select i1 {}, {} {}, {} {}", m.r, ll(t), a.as(t), ll(t), b.as(t)));
 }
 
-#define KILN_SLEEF_MATH(X) X(exp) X(log) X(log1p) X(expm1) X(sin) X(cos) X(tanh) X(erf)
+#define KILN_SLEEF_MATH(X) X(exp) X(log) X(log1p) X(expm1) X(sin) X(cos) X(erf)
 #define KILN_DEFINE(fn) \
   Val fn(const Val& x) { return x.e->math(MathFn{#fn}, x); }
 KILN_SLEEF_MATH(KILN_DEFINE)
 #undef KILN_DEFINE
 #undef KILN_SLEEF_MATH
+Val fabs(const Val& x);
+// f32 tanh from exp, as SLEEF's vector tanhf costs three times its expf (the gelu chain would
+// not reach memory bandwidth): for |x| < 0.625 Cephes' odd polynomial, else
+// sign(x) * (1 - 2 / (exp(2|x|) + 1)), which cancels nothing there. NaN stays NaN; the error
+// against a double reference is measured in tests/jit/fused_test.cpp (a few ULP).
+Val tanh(const Val& x) {
+  if (x.ty != Ty::F32) return x.e->math(MathFn{"tanh"}, x);
+  Val a = fabs(x), z = x * x;
+  Val poly = ((((Val(-5.70498872745e-3) * z + Val(2.06390887954e-2)) * z - Val(5.37397155531e-2)) * z +
+               Val(1.33314422036e-1)) * z - Val(3.33332819422e-1)) * z * x + x;
+  Val big = Val(1) - Val(2) / (exp(a * Val(2)) + Val(1));
+  return select(a < Val(0.625), poly, select(x < Val(0), -big, big));
+}
 Val pow(const Val& x, const Val& y) {
   Emitter* e = x.number ? y.e : x.e;
   return e->math(MathFn{"pow", true}, x, &y);
@@ -437,7 +455,10 @@ struct KernelEmitter {
     idx[d] = saved;
     Val n = e.inst(Ty::I64, fmt::format("add nsw i64 {}, 1", i.r));
     e.line(fmt::format("store i64 {}, ptr {}", n.r, counter));
-    e.line("br label %" + head);
+    // Innermost loops carry a vector width: LLVM's cost model prices calls to vector math
+    // variants too high and would keep them scalar.
+    if (at + 1 == dims.size()) e.line(fmt::format("br label %{}, !llvm.loop !{}", head, 2 * e.loop_mds++));
+    else e.line("br label %" + head);
     e.block(done);
   }
 
@@ -589,8 +610,18 @@ struct KernelEmitter {
     out += e.allocas + e.text;
     out += "  ret void\n}\n\n";
     for (const std::string& d : e.decls) out += d + "\n";
+    if (!e.vector_fns.empty()) {
+      std::vector<std::string> used;
+      for (const std::string& f : e.vector_fns) used.push_back("ptr @" + f);
+      out += fmt::format("@llvm.compiler.used = appending global [{} x ptr] [{}], section \"llvm.metadata\"\n",
+                         used.size(), fmt::join(used, ", "));
+    }
     out += "\nattributes #0 = { nounwind }\n";
     for (const std::string& a : e.attr_groups) out += a + "\n";
+    int lanes = (e.target.avx512f ? 16 : e.target.avx2 ? 8 : 4) / (e.f64_math ? 2 : 1);
+    for (int k = 0; k < e.loop_mds; ++k)
+      out += fmt::format("!{0} = distinct !{{!{0}, !{1}}}\n!{1} = !{{!\"llvm.loop.vectorize.width\", i32 {2}}}\n", 2 * k,
+                         2 * k + 1, lanes);
     return out;
   }
 };
