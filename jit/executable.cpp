@@ -44,19 +44,19 @@ struct KernelStep {
   int64_t range = 0, grain = 1;
 };
 
-// The strides of `t` read over `domain` (NumPy broadcasting from the right; 0 where it
+// The strides of an operand read over `domain` (NumPy broadcasting from the right; 0 where it
 // broadcasts or the dim has size 1).
-std::vector<int64_t> strides_over(const Tensor& t, const Dims& domain) {
+std::vector<int64_t> strides_over(const Dims& shape, const Dims& strides, const Dims& domain) {
   size_t r = domain.size();
   std::vector<int64_t> s(r, 0);
-  int64_t lead = static_cast<int64_t>(r) - t.dim();
-  KILN_CHECK(lead >= 0, "fused group: operand {} has more dims than its domain {}", t.type().str(), shape_str(domain));
+  int64_t lead = static_cast<int64_t>(r) - static_cast<int64_t>(shape.size());
+  KILN_CHECK(lead >= 0, "fused group: operand {} has more dims than its domain {}", shape_str(shape), shape_str(domain));
   for (size_t j = 0; j < r; ++j) {
     int64_t jd = static_cast<int64_t>(j) - lead;
-    if (jd < 0 || domain[j] == 1 || t.shape()[jd] == 1) continue;
-    KILN_CHECK(t.shape()[jd] == domain[j], "fused group: operand {} does not broadcast to {}", t.type().str(),
+    if (jd < 0 || domain[j] == 1 || shape[jd] == 1) continue;
+    KILN_CHECK(shape[jd] == domain[j], "fused group: operand {} does not broadcast to {}", shape_str(shape),
                shape_str(domain));
-    s[j] = t.strides()[jd];
+    s[j] = strides[jd];
   }
   return s;
 }
@@ -74,18 +74,40 @@ std::vector<int64_t> output_strides(const Dims& domain, uint64_t reduced) {
 }
 
 void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
+  std::vector<Dims> shapes, strides;
+  for (const Tensor& t : ins) {
+    shapes.push_back(t.shape());
+    strides.push_back(t.strides());
+  }
+  KernelArgs a = kernel_args(n, shapes, strides);
+  k.layout = std::move(a.layout);
+  k.sizes = std::move(a.sizes);
+  k.strides = std::move(a.strides);
+  k.range = a.range;
+  k.grain = a.grain;
+  k.input_strides = std::move(strides);
+  k.kernel = kernel_for(*n.body, k.layout);
+  k.ready = true;
+}
+
+}  // namespace
+
+KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::span<const Dims> operand_strides) {
   const ir::Graph& body = *n.body;
+  KILN_CHECK(shapes.size() == body.inputs.size() && operand_strides.size() == shapes.size(),
+             "fused group: {} operands given for {}", shapes.size(), body.inputs.size());
   ir::GroupShape gs = ir::group_shape(body);
   const Dims& S = gs.domain;
+  for (int64_t d : S) KILN_CHECK(!is_symbol(d), "fused group: domain {} has a symbolic dim", shape_str(S));
   uint64_t red = 0;
   for (int64_t a : gs.reduce_axes) red |= uint64_t{1} << a;
-  size_t n_in = ins.size(), n_ops = n_in + body.outputs.size();
+  size_t n_in = shapes.size(), n_ops = n_in + body.outputs.size();
   std::vector<std::vector<int64_t>> st;
-  for (const Tensor& t : ins) st.push_back(strides_over(t, S));
+  for (size_t k = 0; k < n_in; ++k) st.push_back(strides_over(shapes[k], operand_strides[k], S));
   for (uint32_t o : body.outputs)
     st.push_back(body.type(o).shape == S ? output_strides(S, 0) : output_strides(S, red));
 
-  // Merge dim j into the previous kept one when every operand steps through both as one.
+  // Merge dim j into the previous one when every operand steps through both as one.
   struct Dim {
     int64_t size;
     bool reduced;
@@ -96,11 +118,11 @@ void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
     if (S[j] == 1) continue;
     bool r = red >> j & 1;
     std::vector<int64_t> s(n_ops);
-    for (size_t k2 = 0; k2 < n_ops; ++k2) s[k2] = st[k2][j];
+    for (size_t k = 0; k < n_ops; ++k) s[k] = st[k][j];
     if (!dims.empty() && dims.back().reduced == r) {
       Dim& last = dims.back();
       bool mergeable = true;
-      for (size_t k2 = 0; k2 < n_ops && mergeable; ++k2) mergeable = last.strides[k2] == s[k2] * S[j];
+      for (size_t k = 0; k < n_ops && mergeable; ++k) mergeable = last.strides[k] == s[k] * S[j];
       if (mergeable) {
         last.size *= S[j];
         last.strides = s;
@@ -112,24 +134,24 @@ void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
   if (dims.empty()) dims.push_back({1, false, std::vector<int64_t>(n_ops, 0)});
   KILN_CHECK(dims.size() <= 16, "fused group: {} loop dims is more than a kernel takes", dims.size());
 
-  codegen::KernelLayout& L = k.layout;
+  KernelArgs a;
+  codegen::KernelLayout& L = a.layout;
   L.rank = static_cast<int>(dims.size());
-  k.sizes.clear();
   for (int d = 0; d < L.rank; ++d) {
-    k.sizes.push_back(dims[d].size);
+    a.sizes.push_back(dims[d].size);
     if (dims[d].reduced) L.reduced |= 1u << d;
   }
-  k.strides.assign(n_ops * L.rank, 0);
-  for (size_t k2 = 0; k2 < n_ops; ++k2) {
+  a.strides.assign(n_ops * L.rank, 0);
+  for (size_t k = 0; k < n_ops; ++k) {
     codegen::OperandLayout o;
-    o.dtype = body.type(k2 < n_in ? body.inputs[k2] : body.outputs[k2 - n_in]).dtype;
+    o.dtype = body.type(k < n_in ? body.inputs[k] : body.outputs[k - n_in]).dtype;
     for (int d = 0; d < L.rank; ++d) {
-      int64_t s = dims[d].strides[k2];
-      k.strides[k2 * L.rank + d] = s;
+      int64_t s = dims[d].strides[k];
+      a.strides[k * L.rank + d] = s;
       if (s == 0) o.broadcast |= 1u << d;
     }
-    o.unit_inner = dims.back().strides[k2] == 1;
-    (k2 < n_in ? L.inputs : L.outputs).push_back(o);
+    o.unit_inner = dims.back().strides[k] == 1;
+    (k < n_in ? L.inputs : L.outputs).push_back(o);
   }
   // Threads split the outermost dim that is kept (outputs there are disjoint).
   L.parallel_dim = -1;
@@ -140,15 +162,11 @@ void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
     }
   int64_t total = 1;
   for (const Dim& d : dims) total *= std::max<int64_t>(d.size, 1);
-  k.range = L.parallel_dim >= 0 ? dims[L.parallel_dim].size : 0;
-  int64_t per_index = k.range > 0 ? std::max<int64_t>(total / k.range, 1) : total;
-  k.grain = std::max<int64_t>(1, kParallelWork / per_index);
-  for (const Tensor& t : ins) k.input_strides.push_back(t.strides());
-  k.kernel = kernel_for(body, L);
-  k.ready = true;
+  a.range = L.parallel_dim >= 0 ? dims[L.parallel_dim].size : 0;
+  int64_t per_index = a.range > 0 ? std::max<int64_t>(total / a.range, 1) : total;
+  a.grain = std::max<int64_t>(1, kParallelWork / per_index);
+  return a;
 }
-
-}  // namespace
 
 struct Executable::Impl {
   ir::Graph g;

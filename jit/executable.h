@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "codegen/backend.h"
 #include "ir/graph.h"
 #include "runtime/tensor.h"
 
@@ -16,6 +17,16 @@ struct ExecutableStats {
   size_t ops = 0;              // ops run eagerly (matmul, conv, data movement, taped ops)
   size_t planned_bytes = 0;    // workspace for intermediates, reused across calls
 };
+
+/// How a fused node's kernel is called for operands of these shapes and strides: the loop
+/// layout (its structure, the kernel cache's key), the sizes and strides it is passed, and how
+/// the parallel dim's range splits across threads.
+struct KernelArgs {
+  codegen::KernelLayout layout;
+  std::vector<int64_t> sizes, strides;
+  int64_t range = 0, grain = 1;
+};
+KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides);
 
 class Executable {
  public:

@@ -4,7 +4,8 @@
 //   kiln-ir verify f.ir                        "ok", or the verifier's error (exit 1)
 //   kiln-ir opt f.ir --passes=cse,dce -o g.ir  run passes (--print-after-all shows each)
 //   kiln-ir dot f.ir | dot -Tsvg > f.svg       Graphviz
-//   kiln-ir run f.ir --input x.npy --repeat 100
+//   kiln-ir run f.ir --input x.npy --repeat 100   (--fuse: the jit's passes and fusion first)
+//   kiln-ir codegen f.ir --target=cpu          LLVM IR of each fused group's kernel
 //
 // Exit status: 0 on success, 1 when the file or a command fails, 2 for bad usage.
 #include "tools/kiln_ir.h"
@@ -24,13 +25,14 @@
 namespace kiln::tools {
 namespace {
 
-constexpr std::string_view kCommands[] = {"dump", "verify", "opt", "dot", "run"};
+constexpr std::string_view kCommands[] = {"dump", "verify", "opt", "dot", "run", "codegen"};
 
 struct Args {
   std::string file;
   std::vector<std::string> passes;
   bool print_after_all = false;
   std::string output = "-";
+  std::string target = "cpu";
   RunOptions run;
 };
 
@@ -74,6 +76,8 @@ int dispatch(const CLI::App& app, const Args& a) {
     write_text(a.output, to_dot(load_module(a.file).graph));
   } else if (app.got_subcommand("run")) {
     run_module(load_verified(a.file), a.run);
+  } else if (app.got_subcommand("codegen")) {
+    write_text(a.output, codegen_module(load_verified(a.file), a.target));
   }
   return 0;
 }
@@ -105,8 +109,9 @@ int main(int argc, char** argv) {
   CLI::App* dot = app.add_subcommand("dot", "write the graph in Graphviz dot");
   add_file(dot, a);
   dot->add_option("-o,--output", a.output, "write here instead of standard output");
-  CLI::App* run = app.add_subcommand("run", "run the graph with the eager kernels and time it");
+  CLI::App* run = app.add_subcommand("run", "run the graph as the jit does (fused groups compiled) and time it");
   add_file(run, a);
+  run->add_flag("--fuse", a.run.fuse, "run the jit's passes and fusion first");
   run->add_option("--input", a.run.inputs,
                   "an .npy file per graph input, in order (default: random)");
   run->add_option("--seed", a.run.seed, "seed for random inputs and params")
@@ -122,6 +127,10 @@ int main(int argc, char** argv) {
   run->add_option("--repeat", a.run.repeat, "runs to time (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   run->add_option("--save", a.run.save_dir, "write each output as out<i>.npy in this folder");
+  CLI::App* codegen = app.add_subcommand("codegen", "print the LLVM IR of each fused group's kernel");
+  add_file(codegen, a);
+  codegen->add_option("--target", a.target, "cpu (the default)");
+  codegen->add_option("-o,--output", a.output, "write here instead of standard output");
   if (argc > 1 && argv[1][0] != '-' &&
       std::find(std::begin(kCommands), std::end(kCommands), argv[1]) == std::end(kCommands)) {
     fmt::print(stderr, "kiln-ir: unknown command '{}' (known: {})\n", argv[1],

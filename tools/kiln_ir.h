@@ -28,14 +28,20 @@ void write_text(const std::string& path, std::string_view text);
 /// type of the value they carry; inputs, params, constants and outputs have their own shapes.
 std::string to_dot(const ir::Graph& g);
 
+/// LLVM IR of each fused group's kernel (after the jit's passes and fusion when the graph has no
+/// groups yet), as compiled for this CPU with contiguous operands. `target`: "cpu".
+std::string codegen_module(const Module& m, const std::string& target);
+
 struct RunOptions {
   std::vector<std::string> inputs;  // .npy files, one per graph input, in order (or none)
   uint64_t seed = 0;
   int64_t repeat = 1;
   std::string save_dir;  // when set, writes out<i>.npy there
+  bool fuse = false;     // run the jit's passes and fusion first
 };
-/// Binds the inputs (files or random) and params (stored or random), runs the graph with the
-/// eager kernels `repeat` times and prints each output's type, a summary and the time per call.
+/// Binds the inputs (files or random) and params (stored or random), runs the graph as the jit
+/// does (fused groups as compiled kernels, other ops on the eager kernels) `repeat` times and
+/// prints each output's type, a summary and the time per call.
 void run_module(const Module& m, const RunOptions& options);
 
 }  // namespace kiln::tools

@@ -1,4 +1,4 @@
-// tools/kiln_ir_run.cpp -- kiln-ir run: bind inputs and params, run with the eager kernels, time.
+// tools/kiln_ir_run.cpp -- kiln-ir run: bind inputs and params, run as the jit does, time.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -8,7 +8,8 @@
 #include <map>
 
 #include "autograd/autograd.h"
-#include "jit/run.h"
+#include "ir/passes.h"
+#include "jit/executable.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "tools/kiln_ir.h"
@@ -133,10 +134,18 @@ void run_module(const Module& m, const RunOptions& opt) {
   std::vector<Tensor> inputs = bind_inputs(g, opt, sym);
   std::vector<Tensor> params = bind_params(m, sym);
   NoGradGuard no_grad;  // an inference run: nothing to tape
+  ir::Graph run = g;
+  if (opt.fuse) {
+    std::vector<std::string> passes = ir::default_pipeline();
+    passes.push_back("fuse");
+    run = ir::run_passes(std::move(run), passes);
+  }
+  for (ir::Node& n : run.nodes) n.grad = false;
+  jit::Executable exec(std::move(run));
   double total = 0, best = std::numeric_limits<double>::infinity();
   for (int64_t r = 0; r < opt.repeat; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Tensor> outs = jit::run_graph(g, inputs, params);
+    std::vector<Tensor> outs = exec.run(inputs, params);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total += s, best = std::min(best, s);
     if (r > 0) continue;
@@ -145,6 +154,9 @@ void run_module(const Module& m, const RunOptions& opt) {
       fmt::print("output {}: {}  {}\n", i, outs[i].type().str(), summary(outs[i]));
     if (!opt.save_dir.empty()) save_outputs(outs, opt.save_dir);
   }
+  jit::ExecutableStats st = exec.stats();
+  fmt::print("plan: {} fused kernel{}, {} eager op{}, {} bytes of planned workspace\n", st.kernels,
+             st.kernels == 1 ? "" : "s", st.ops, st.ops == 1 ? "" : "s", st.planned_bytes);
   fmt::print("time: {:.4g} ms per call (mean of {} run{}, min {:.4g} ms)\n",
              1e3 * total / static_cast<double>(opt.repeat), opt.repeat, opt.repeat == 1 ? "" : "s",
              1e3 * best);

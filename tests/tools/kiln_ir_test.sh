@@ -127,6 +127,48 @@ printf 'not an npy file' >"$TMP/junk.npy"
 bad "run corrupt npy" 1 'load_npy' run "$DATA/affine.ir" --input "$TMP/junk.npy"
 bad "run on a graph that fails verify" 1 'verify:' run "$DATA/bad_type.ir"
 
+# codegen: the LLVM IR of each fused group; run --fuse: the same numbers through the kernels
+ok "codegen" codegen "$DATA/softmax.ir" --target=cpu
+has "codegen group" '^; ---- group 0: kiln_[0-9a-f]{32} -> f32\[64,128\] \(5 ops\)$'
+has "codegen define" '^define void @kiln_[0-9a-f]{32}\(ptr'
+has "codegen vector math" 'Sleef_expf'
+ok "codegen of a graph without groups" codegen "$DATA/symbolic.ir"
+has "codegen no groups" 'no fused groups'
+bad "codegen cuda" 1 "target 'cuda' is not built in" codegen "$DATA/softmax.ir" --target=cuda
+export KILN_CACHE_DIR="$TMP/kernels"
+KILN_LOG=cache "$KILN_IR" run "$DATA/softmax.ir" --fuse --seed 1 >"$TMP/out" 2>"$TMP/err"
+has "run --fuse" '^plan: 1 fused kernel, 0 eager ops'
+cp "$TMP/out" "$TMP/fused_out"
+if grep -q 'compiled in' "$TMP/err"; then passed=$((passed + 1)); else fail "first process compiles"; fi
+"$KILN_IR" run "$DATA/softmax.ir" --seed 1 >"$TMP/out" 2>"$TMP/err"
+if [[ "$(grep '^output' "$TMP/out")" == "$(grep '^output' "$TMP/fused_out")" ]]; then
+  passed=$((passed + 1))  # the summary (6 digits) is the same op by op and fused
+else
+  fail "fused and unfused runs differ"
+fi
+# A second process starts warm from the disk cache; a damaged entry is recompiled, not trusted.
+KILN_LOG=cache "$KILN_IR" run "$DATA/softmax.ir" --fuse --seed 1 >"$TMP/out" 2>"$TMP/err"
+if grep -q 'loaded from the disk cache' "$TMP/err"; then passed=$((passed + 1)); else fail "second process starts warm"; fi
+entry="$(ls "$KILN_CACHE_DIR"/*.kobj | head -1)"
+size="$(stat -c %s "$entry")"
+byte="$(od -An -tu1 -j $((size - 10)) -N1 "$entry" | tr -d ' ')"  # flipped: 255 - b != b
+printf "\\x$(printf %02x $((255 - byte)))" | dd of="$entry" bs=1 seek=$((size - 10)) conv=notrunc status=none
+KILN_LOG=cache "$KILN_IR" run "$DATA/softmax.ir" --fuse --seed 1 >"$TMP/out" 2>"$TMP/err"
+if grep -q 'checksum mismatch' "$TMP/err" && grep -q 'compiled in' "$TMP/err"; then
+  passed=$((passed + 1))
+else
+  fail "a corrupted entry is recompiled"
+fi
+has "corrupted entry, same result" "$(grep '^output 0' "$TMP/fused_out" | cut -c1-40 | sed 's/[][()+.*]/\\&/g')"
+truncate -s 40 "$entry"
+KILN_LOG=cache "$KILN_IR" run "$DATA/softmax.ir" --fuse --seed 1 >"$TMP/out" 2>"$TMP/err"
+if grep -q 'truncated' "$TMP/err" && grep -q 'compiled in' "$TMP/err"; then
+  passed=$((passed + 1))
+else
+  fail "a truncated entry is recompiled"
+fi
+unset KILN_CACHE_DIR
+
 # bad files and flags
 bad "missing file" 1 "cannot read '$TMP/nothere.ir'" dump "$TMP/nothere.ir"
 bad "a directory" 1 "it is a directory" dump "$TMP"
@@ -153,6 +195,8 @@ for model in digits_forward mlp_train_step; do
   has "$model opt" "after dce"
   ok "$model dot" dot "$GOLDEN/$model.ir" && has "$model dot" "digraph"
   ok "$model run" run "$GOLDEN/$model.ir" --seed 3 --repeat 2 && has "$model run" "per call"
+  KILN_CACHE_DIR="$TMP/kernels" ok "$model run --fuse" run "$GOLDEN/$model.ir" --fuse --seed 3 && has "$model run --fuse" "fused kernel"
+  ok "$model codegen" codegen "$GOLDEN/$model.ir" && has "$model codegen" "define void @kiln_"
 done
 
 echo "kiln_ir_test: $passed passed, $failed failed"
