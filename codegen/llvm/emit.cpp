@@ -260,7 +260,7 @@ Val fabs(const Val& x);
 // f32 tanh from exp, as SLEEF's vector tanhf costs three times its expf (the gelu chain would
 // not reach memory bandwidth): for |x| < 0.625 Cephes' odd polynomial, else
 // sign(x) * (1 - 2 / (exp(2|x|) + 1)), which cancels nothing there. NaN stays NaN; the error
-// against a double reference is measured in tests/jit/fused_test.cpp (a few ULP).
+// against a double reference is under 2 ULP (1.2 measured, tests/jit/fused_test.cpp).
 Val tanh(const Val& x) {
   if (x.ty != Ty::F32) return x.e->math(MathFn{"tanh"}, x);
   Val a = fabs(x), z = x * x;

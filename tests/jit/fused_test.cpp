@@ -1,0 +1,231 @@
+// tests/jit/fused_test.cpp -- fused kernels: results against eager on the shapes and dtypes
+// fusion handles (broadcasts, strided views, reductions over any axes, casts), kernels compiled
+// once per structure across sizes, plans shared by threads without blocking on compiles,
+// the memory plan, and the accuracy of the kernels' own tanh.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "ir/passes.h"
+#include "jit/executable.h"
+#include "jit/kernels.h"
+#include "jit/run.h"
+#include "jit_test_util.h"
+
+namespace kiln {
+namespace {
+
+// Runs fn eagerly and traced (fused kernels on) on `inputs`, expects close results and that
+// the plan has at least `kernels` fused kernels.
+template <class F>
+void expect_fused_matches(F fn, std::vector<Tensor> inputs, size_t kernels = 1) {
+  jit::KernelCacheStats before = jit::kernel_cache_stats();
+  jit::Function f = jit::trace_tensors(
+      [fn](std::span<const Tensor> in) { return std::vector<Tensor>{fn(std::vector<Tensor>(in.begin(), in.end()))}; },
+      inputs);
+  jit::KernelCacheStats after = jit::kernel_cache_stats();
+  EXPECT_GE(static_cast<size_t>(after.hits + after.misses - before.hits - before.misses), kernels)
+      << "the plan calls fewer fused kernels than expected";
+  Tensor want = fn(inputs);
+  Tensor got = f.call(inputs)[0];
+  EXPECT_TRUE(test::close_enough(got, want)) << "got\n" << got << "\nwant\n" << want;
+}
+
+class Fused : public testing::Test {
+ protected:
+  void SetUp() override {
+    was_ = jit::fusion_enabled();
+    jit::set_fusion_enabled(true);
+    manual_seed(11);
+  }
+  void TearDown() override { jit::set_fusion_enabled(was_); }
+  bool was_ = true;
+};
+
+TEST_F(Fused, SoftmaxAndLayerNormFromPrimitives) {
+  NoGradGuard no_grad;
+  auto softmax_p = [](std::vector<Tensor> in) {
+    Tensor m = amax(in[0], {-1}, true);
+    Tensor e = exp(in[0] - m);
+    return e / e.sum({-1}, true);
+  };
+  expect_fused_matches(softmax_p, {randn({37, 129})});
+  auto layer_norm_p = [](std::vector<Tensor> in) {
+    Tensor mu = in[0].mean({-1}, true);
+    Tensor d = in[0] - mu;
+    Tensor var = (d * d).mean({-1}, true);
+    return d * rsqrt(var + 1e-5) * in[1] + in[2];
+  };
+  expect_fused_matches(layer_norm_p, {randn({33, 70}), randn({70}), randn({70})});
+}
+
+TEST_F(Fused, BroadcastsAndStridedViewsAreReadInPlace) {
+  NoGradGuard no_grad;
+  Tensor base = randn({12, 9});
+  auto fn = [](std::vector<Tensor> in) { return exp(in[0]) * in[1] + tanh(in[2]); };
+  // A transposed operand, a row vector and a column vector.
+  expect_fused_matches(fn, {base.t(), randn({12}), randn({9, 1})});
+  // Every other column of a wider tensor.
+  expect_fused_matches(fn, {randn({9, 24}).slice(1, 0, 24, 2), randn({9, 12}), randn({12})});
+  // An expanded (stride 0) operand.
+  expect_fused_matches(fn, {randn({1, 12}).expand({9, 12}), randn({9, 12}), randn({9, 12})});
+}
+
+TEST_F(Fused, ReductionsOverLeadingMiddleAndAllAxes) {
+  NoGradGuard no_grad;
+  Tensor x = randn({6, 7, 8});
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * in[0] + 1).sum({0}); }, {x});
+  expect_fused_matches([](std::vector<Tensor> in) { return amax(exp(in[0]) * 2, {1}, true); }, {x});
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * 3 - 1).sum(); }, {x});
+  expect_fused_matches([](std::vector<Tensor> in) { return amin(in[0] * -2 + 1, {1, 2}); }, {x});
+  expect_fused_matches([](std::vector<Tensor> in) { return prod(sigmoid(in[0]) * 2, {2}, true); }, {x});
+}
+
+TEST_F(Fused, IntegersBoolsAndCasts) {
+  NoGradGuard no_grad;
+  Tensor i = randint(-5, 5, {10, 11}, i32), b = randint(0, 2, {11}, i64).to(DType::Bool);
+  // Integer arithmetic, an integer sum (accumulated in i64), a comparison and where.
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * in[0] + 3).sum({1}); }, {i});
+  expect_fused_matches([](std::vector<Tensor> in) { return where(in[1], in[0] * 2, in[0] - 1); }, {i, b});
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0].to(f32) * 0.5 + 1) > 1.0; }, {i});
+  expect_fused_matches([](std::vector<Tensor> in) { return (exp(in[0]) + 1).to(f64) * 3; }, {randn({5, 4})});
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * 1.5 + 0.5).to(i64) * 2; }, {randn({5, 4})});
+}
+
+TEST_F(Fused, SpecialValuesPropagate) {
+  NoGradGuard no_grad;
+  Tensor x = from_vector<float>({0.f, -0.f, INFINITY, -INFINITY, NAN, 1e-30f, -1e30f, 88.f, -100.f, 3.f}, {2, 5});
+  expect_fused_matches([](std::vector<Tensor> in) { return tanh(in[0]) * 2 + exp(in[0]) * 0.5; }, {x});
+  expect_fused_matches([](std::vector<Tensor> in) { return amax(in[0] * 2, {1}, true) + sqrt(in[0] * in[0]); }, {x});
+  expect_fused_matches([](std::vector<Tensor> in) { return maximum(in[0], in[0] * 0.5) + relu(in[0]); }, {x});
+}
+
+// The kernels compute f32 tanh from exp (codegen/llvm/emit.cpp): its error, in units in the last
+// place against a double reference, over a dense sweep and the special values.
+TEST_F(Fused, TanhIsWithinTwoUlps) {
+  NoGradGuard no_grad;
+  std::vector<float> xs;
+  for (double v = -12; v <= 12; v += 1.0 / 4096) xs.push_back(static_cast<float>(v));
+  for (float v : {1e-30f, -1e-30f, 1e-8f, 0.6249f, 0.625f, 0.6251f, 9.01f, 44.f, 1e30f}) xs.push_back(v);
+  Tensor x = from_vector<float>(xs);
+  jit::Function f = jit::trace([](Tensor t) { return tanh(t) * 2.0; }, {x});
+  std::vector<float> got = f(x).to_vector<float>();
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double want = 2.0 * std::tanh(static_cast<double>(xs[i]));
+    float wf = static_cast<float>(want);
+    double ulp = std::nextafter(std::fabs(wf), INFINITY) - std::fabs(wf);
+    worst = std::max(worst, std::fabs(got[i] - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  std::printf("fused tanh: worst error %.2f ulp over %zu values\n", worst, xs.size());
+}
+
+// A new batch size retraces and replans but compiles no kernel: kernels take sizes as arguments.
+TEST_F(Fused, NewBatchSizesCompileNothing) {
+  NoGradGuard no_grad;
+  Tensor w = randn({16, 32}), bias = randn({32});
+  auto mlp = [&](Tensor x) {
+    Tensor h = matmul(x, w) + bias;
+    Tensor g = h * 0.5 * (tanh((h + h * h * h * 0.044715) * 0.7978845608) + 1);
+    Tensor m = amax(g, {-1}, true);
+    Tensor e = exp(g - m);
+    return e / e.sum({-1}, true);
+  };
+  jit::Function f = jit::trace(mlp, {randn({4, 16})});
+  auto built = [] {
+    jit::KernelCacheStats s = jit::kernel_cache_stats();
+    return s.compiles + s.disk_hits;
+  };
+  int64_t after_first = built();
+  for (int64_t batch : {3, 5, 8, 16, 33}) {
+    Tensor x = randn({batch, 16});
+    EXPECT_TRUE(test::close_enough(f(x), mlp(x))) << "batch " << batch;
+  }
+  EXPECT_EQ(built(), after_first);
+  EXPECT_EQ(f.stats().traces, 6);
+}
+
+// Eight threads share a function's plans; a call that traces and compiles a new signature does
+// not hold up calls on signatures already planned.
+TEST_F(Fused, ConcurrentCallsDoNotWaitForACompile) {
+  NoGradGuard no_grad;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, tracing_slow = false;
+  auto fn = [&](Tensor x) {
+    if (x.dim() == 3) {  // the slow signature: its trace waits until the others are done
+      std::unique_lock<std::mutex> lock(mu);
+      tracing_slow = true;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::seconds(20), [&] { return release; });
+    }
+    return exp(x) * 2 + 1;
+  };
+  std::vector<Tensor> fast_inputs;
+  for (int i = 0; i < 4; ++i) fast_inputs.push_back(randn({i + 2, 5}));
+  jit::Function f = jit::trace(fn, {fast_inputs[0]});
+  for (const Tensor& x : fast_inputs) f(x);  // every fast signature planned
+  std::thread slow([&] {
+    Tensor x = randn({2, 2, 2});
+    EXPECT_TRUE(test::close_enough(f(x), exp(x) * 2 + 1));
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return tracing_slow; });
+  }
+  std::atomic<int> wrong{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const Tensor& x = fast_inputs[(t + i) % 4];
+        if (!test::close_enough(f(x), exp(x) * 2 + 1)) ++wrong;
+      }
+      ++done;
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(done.load(), 8);  // reached while the slow trace still waits
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_FALSE(release);
+    release = true;
+  }
+  cv.notify_all();
+  slow.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// Intermediates only kernels read share workspace blocks once their last reader has run.
+TEST_F(Fused, MemoryPlanReusesBuffers) {
+  ir::Graph g = ir::parse(R"(graph @chain(%0: f32[64,64], %1: f32[64,64]) -> (f32[64,64]) {
+  %2 = exp %0 : f32[64,64]
+  %3 = mul %2, 2.0 : f32[64,64]
+  %4 = matmul %3, %1 : f32[64,64]
+  %5 = exp %4 : f32[64,64]
+  %6 = mul %5, 2.0 : f32[64,64]
+  %7 = matmul %6, %1 : f32[64,64]
+  %8 = exp %7 : f32[64,64]
+  %9 = mul %8, 2.0 : f32[64,64]
+  %10 = matmul %9, %1 : f32[64,64]
+  return %10
+})");
+  ir::Graph fused = ir::fuse(g);
+  for (ir::Node& n : fused.nodes) n.grad = false;
+  jit::Executable exec(fused);
+  EXPECT_EQ(exec.stats().kernels, 3u);
+  EXPECT_EQ(exec.stats().planned_bytes, 64u * 64u * 4u);  // one block, used three times
+  NoGradGuard no_grad;
+  Tensor x = randn({64, 64}) * 0.1, w = randn({64, 64}) * 0.01;
+  Tensor args[] = {x, w};
+  for (int call = 0; call < 2; ++call) {  // the second call reuses the first one's workspace
+    Tensor got = exec.run(args, {})[0];
+    EXPECT_TRUE(test::close_enough(got, jit::run_graph(g, args, {})[0]));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
