@@ -1,10 +1,12 @@
 // benchmarks/eager_bench.cpp -- the eager path: per-op cost on tiny tensors, bandwidth on
-// large ones beside a plain copy loop, matmul, softmax and layer_norm.
+// large ones beside a plain copy loop, matmul, a training step (jit_bench.cpp: fused chains).
 #include <benchmark/benchmark.h>
 
 #include <kiln/kiln.h>
 
 #include <cstring>
+
+#include "benchmarks/bench_cases.h"
 
 using namespace kiln;
 
@@ -58,27 +60,13 @@ void BM_Tanh16M(benchmark::State& s) {
 }
 BENCHMARK(BM_Tanh16M)->Name("tanh_16M/kiln")->UseRealTime();
 
-// gelu with the tanh approximation, written as 9 primitive ops (one pass over memory each).
-Tensor gelu_9ops(const Tensor& x) {
-  Tensor cube = x * x * x;
-  Tensor inner = (x + cube * 0.044715f) * 0.7978845608f;
-  return x * 0.5f * (tanh(inner) + 1.0f);
-}
-void BM_Gelu9(benchmark::State& s) {
-  Tensor a = randn({k16M});
-  benchmark::DoNotOptimize(gelu_9ops(a));  // warm-up: first-touch page faults stay out of the timing
-  for (auto _ : s) benchmark::DoNotOptimize(gelu_9ops(a));
-  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);  // what one fused pass would move
-}
-BENCHMARK(BM_Gelu9)->Name("gelu_9ops_16M/kiln")->UseRealTime();
-
 // The same with the caching allocator turned off: every 64 MiB temporary is mapped, faulted
 // in and unmapped again, as with plain malloc.
 void BM_Gelu9NoCache(benchmark::State& s) {
   Tensor a = randn({k16M});
   int64_t limit = cpu_allocator().stats().cache_limit;
   cpu_allocator().set_cache_limit(0);
-  for (auto _ : s) benchmark::DoNotOptimize(gelu_9ops(a));
+  for (auto _ : s) benchmark::DoNotOptimize(bench::gelu_9ops(a));
   cpu_allocator().set_cache_limit(limit);
   s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
 }
@@ -91,22 +79,6 @@ void BM_Matmul(benchmark::State& s) {
   s.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * double(s.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Matmul)->Name("matmul_1024/kiln")->UseRealTime();
-
-void BM_Softmax(benchmark::State& s) {
-  Tensor a = randn({4096, 1024});
-  benchmark::DoNotOptimize(softmax(a, -1));  // warm-up: first-touch page faults stay out of the timing
-  for (auto _ : s) benchmark::DoNotOptimize(softmax(a, -1));
-  s.SetBytesProcessed(s.iterations() * a.numel() * 4 * 2);
-}
-BENCHMARK(BM_Softmax)->Name("softmax_4096x1024/kiln")->UseRealTime();
-
-void BM_LayerNorm(benchmark::State& s) {
-  Tensor a = randn({4096, 1024}), w = randn({1024}), b = randn({1024});
-  benchmark::DoNotOptimize(layer_norm(a, {1024}, w, b));  // warm-up: first-touch page faults stay out of the timing
-  for (auto _ : s) benchmark::DoNotOptimize(layer_norm(a, {1024}, w, b));
-  s.SetBytesProcessed(s.iterations() * a.numel() * 4 * 2);
-}
-BENCHMARK(BM_LayerNorm)->Name("layer_norm_4096x1024/kiln")->UseRealTime();
 
 }  // namespace
 
