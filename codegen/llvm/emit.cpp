@@ -263,11 +263,22 @@ Val fabs(const Val& x);
 // against a double reference is under 2 ULP (1.2 measured, tests/jit/fused_test.cpp).
 Val tanh(const Val& x) {
   if (x.ty != Ty::F32) return x.e->math(MathFn{"tanh"}, x);
+  Emitter& e = *x.e;
+  auto fma = [&](const Val& a, const Val& b, const Val& c) {  // a * b + c, rounded once
+    e.decls.insert("declare float @llvm.fma.f32(float, float, float)");
+    return e.inst(Ty::F32, fmt::format("call float @llvm.fma.f32(float {}, float {}, float {})", a.as(Ty::F32),
+                                       b.as(Ty::F32), c.as(Ty::F32)));
+  };
   Val a = fabs(x), z = x * x;
-  Val poly = ((((Val(-5.70498872745e-3) * z + Val(2.06390887954e-2)) * z - Val(5.37397155531e-2)) * z +
-               Val(1.33314422036e-1)) * z - Val(3.33332819422e-1)) * z * x + x;
+  Val p = fma(Val(-5.70498872745e-3), z, Val(2.06390887954e-2));
+  p = fma(p, z, Val(-5.37397155531e-2));
+  p = fma(p, z, Val(1.33314422036e-1));
+  p = fma(p, z, Val(-3.33332819422e-1));
+  Val poly = fma(p * z, x, x);
   Val big = Val(1) - Val(2) / (exp(a * Val(2)) + Val(1));
-  return select(a < Val(0.625), poly, select(x < Val(0), -big, big));
+  e.decls.insert("declare float @llvm.copysign.f32(float, float)");
+  Val signed_big = e.inst(Ty::F32, fmt::format("call float @llvm.copysign.f32(float {}, float {})", big.r, x.r));
+  return select(a < Val(0.625), poly, signed_big);
 }
 Val pow(const Val& x, const Val& y) {
   Emitter* e = x.number ? y.e : x.e;
