@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev     # safetensors headers
   zlib1g-dev             # the demo reads its gzipped CSV
   llvm-19-dev            # the JIT's CPU code generator (codegen/llvm)
+  libxxhash-dev          # the kernel caches' keys and the disk cache's checksums
   libcli11-dev           # kiln-ir's command line (tools/)
   clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizers for scripts/fuzz.sh (tools/fuzz)
 )

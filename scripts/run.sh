@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/run.sh -- the README's commands: install what is missing, build, then run.
 #   scripts/run.sh demo    Release build, then the main demo
-#   scripts/run.sh test    RelWithDebInfo build, then the whole test suite (ctest), then each
-#                          fuzz target for KILN_FUZZ_SECONDS (default 20; 0 skips fuzzing)
+#   scripts/run.sh test    header check, each fuzz target for KILN_FUZZ_SECONDS (default 20;
+#                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,11 +24,15 @@ case "$what" in
     ;;
   test)
     scripts/deps.sh
+    scripts/check_includes.sh
     # The fuzzers first (a brief run), so ctest's summary of the whole suite is the last line.
     fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
     if [[ "$fuzz_seconds" != 0 ]]; then scripts/fuzz.sh "$fuzz_seconds"; fi
     configure_and_build build RelWithDebInfo
-    ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+    # The tests' compiled kernels go to a cache of their own, emptied first, so the suite always
+    # exercises the compiler as well as the disk cache (and never touches the user's cache).
+    rm -rf build/kernel-cache
+    KILN_CACHE_DIR="$PWD/build/kernel-cache" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
     ;;
   bench)
     scripts/deps.sh --bench

@@ -67,8 +67,14 @@ std::string literal(double v, Ty t) {
     std::memcpy(&bits, &d, 8);
     return fmt::format("0x{:016X}", bits);
   }
+  // Integers: truncated toward zero, saturating at the ends of i64 (a C cast would be undefined).
   if (std::isnan(v)) return "0";
-  return std::to_string(static_cast<int64_t>(v));
+  if (v >= 9223372036854775807.0) return std::to_string(std::numeric_limits<int64_t>::max());
+  if (v <= -9223372036854775808.0) return std::to_string(std::numeric_limits<int64_t>::lowest());
+  int64_t i = static_cast<int64_t>(v);
+  if (t == Ty::I8) return std::to_string(static_cast<int8_t>(static_cast<uint8_t>(i & 0xff)));  // wraps
+  if (t == Ty::I32) return std::to_string(static_cast<int32_t>(static_cast<uint32_t>(i & 0xffffffff)));
+  return std::to_string(i);
 }
 
 struct Emitter;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# scripts/check_includes.sh -- keeps heavy headers where DESIGN.md puts them: LLVM's only in
+# codegen/llvm/*.cpp, CUDA's only in files named *cuda*, and neither in a public header (the
+# headers kiln/kiln.h reaches). Exits 1 listing each offending line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bad=0
+report() { echo "check_includes: $1"; bad=1; }
+
+while IFS= read -r hit; do
+  file="${hit%%:*}"
+  [[ "$file" == codegen/llvm/*.cpp ]] || report "LLVM header outside codegen/llvm/*.cpp: $hit"
+done < <(grep -rnE '#include\s*[<"](llvm|llvm-c)/' --include='*.h' --include='*.cpp' --include='*.def' \
+           runtime autograd ir codegen jit nn tools kiln benchmarks examples tests 2>/dev/null || true)
+
+while IFS= read -r hit; do
+  file="${hit%%:*}"
+  [[ "$(basename "$file")" == *cuda* ]] || report "CUDA header outside a *cuda* file: $hit"
+done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn)[^>"]*\.h' --include='*.h' --include='*.cpp' \
+           runtime autograd ir codegen jit nn tools kiln 2>/dev/null || true)
+
+# Every header kiln/kiln.h reaches, followed through quoted includes.
+declare -A seen
+queue=(kiln/kiln.h)
+while ((${#queue[@]})); do
+  h="${queue[0]}"
+  queue=("${queue[@]:1}")
+  [[ -n "${seen[$h]:-}" || ! -f "$h" ]] && continue
+  seen[$h]=1
+  if grep -nE '#include\s*[<"](llvm|llvm-c|cuda|nvrtc|cublas|cudnn)' "$h"; then report "public header $h includes LLVM or CUDA"; fi
+  while IFS= read -r inc; do queue+=("$inc"); done < <(sed -nE 's/^#include\s*"([^"]+)".*/\1/p' "$h")
+done
+
+if ((bad)); then exit 1; fi
+echo "check_includes: ok (${#seen[@]} public headers)"
