@@ -227,5 +227,16 @@ TEST_F(Fused, MemoryPlanReusesBuffers) {
   }
 }
 
+// What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it
+// on and checks the words; here it only has to run).
+TEST_F(Fused, MissReasonsNameTheChange) {
+  NoGradGuard no_grad;
+  jit::Function f = jit::trace([](Tensor x) { return exp(x) * 2; }, {randn({2, 4})});
+  f(randn({3, 4}));
+  f(randn({3, 4}, f64));
+  f(randn({4, 3}).t());
+  EXPECT_EQ(f.stats().traces, 4);
+}
+
 }  // namespace
 }  // namespace kiln

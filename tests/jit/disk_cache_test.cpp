@@ -1,0 +1,106 @@
+// tests/jit/disk_cache_test.cpp -- the on-disk kernel cache treats its files as untrusted: a
+// damaged, truncated or foreign entry is never returned; writes are atomic, the directory is
+// private, and the size cap evicts the least recently used entries.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "jit/disk_cache.h"
+
+namespace kiln {
+namespace {
+namespace fs = std::filesystem;
+
+class DiskCache : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kiln-disk-cache-test-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    saved_ = std::getenv("KILN_CACHE_DIR") ? std::getenv("KILN_CACHE_DIR") : "";
+    ::setenv("KILN_CACHE_DIR", (dir_ / "nested" / "kiln").c_str(), 1);
+  }
+  void TearDown() override {
+    if (saved_.empty()) ::unsetenv("KILN_CACHE_DIR");
+    else ::setenv("KILN_CACHE_DIR", saved_.c_str(), 1);
+    ::unsetenv("KILN_CACHE_MAX_MB");
+    fs::remove_all(dir_);
+  }
+  static std::string read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  static void write(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  fs::path dir_;
+  std::string saved_;
+};
+
+TEST_F(DiskCache, StoresAndFindsAnEntryInAPrivateDirectory) {
+  EXPECT_FALSE(jit::disk_cache_get("kernel A").has_value());
+  jit::disk_cache_put("kernel A", std::string("\x7f" "ELF object bytes\0\x01", 20));
+  auto got = jit::disk_cache_get("kernel A");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, std::string("\x7f" "ELF object bytes\0\x01", 20));
+  EXPECT_FALSE(jit::disk_cache_get("kernel B").has_value());
+  struct stat st {};
+  ASSERT_EQ(::stat(jit::disk_cache_dir().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  for (const auto& f : fs::directory_iterator(jit::disk_cache_dir()))  // no temporary left behind
+    EXPECT_EQ(f.path().extension(), ".kobj") << f.path();
+}
+
+TEST_F(DiskCache, DamagedEntriesAreIgnored) {
+  const std::string id = "kernel C", object(4000, 'x');
+  jit::disk_cache_put(id, object);
+  std::string path = jit::disk_cache_path(id), good = read(path);
+  ASSERT_FALSE(good.empty());
+  for (size_t at : {size_t{0}, size_t{9}, size_t{17}, size_t{25}, size_t{40}, good.size() - 1}) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x5a);
+    write(path, bad);
+    EXPECT_FALSE(jit::disk_cache_get(id).has_value()) << "a byte flipped at " << at;
+  }
+  for (size_t len : {size_t{0}, size_t{7}, size_t{31}, size_t{33}, good.size() - 1}) {
+    write(path, good.substr(0, len));
+    EXPECT_FALSE(jit::disk_cache_get(id).has_value()) << "truncated to " << len;
+  }
+  write(path, good + "trailing");
+  EXPECT_FALSE(jit::disk_cache_get(id).has_value()) << "padded";
+  // An entry for another identity at this path (a hash collision) is not this kernel.
+  jit::disk_cache_put("kernel D", object);
+  write(path, read(jit::disk_cache_path("kernel D")));
+  EXPECT_FALSE(jit::disk_cache_get(id).has_value());
+  // Rewriting repairs it.
+  jit::disk_cache_put(id, object);
+  EXPECT_EQ(jit::disk_cache_get(id).value_or(""), object);
+}
+
+TEST_F(DiskCache, TheSizeCapEvictsTheLeastRecentlyUsed) {
+  ::setenv("KILN_CACHE_MAX_MB", "1", 1);
+  const std::string big(400 << 10, 'k');  // three of these pass the 1 MiB cap
+  jit::disk_cache_put("first", big);
+  jit::disk_cache_put("second", big);
+  // Make "first" the oldest and "second" recently used.
+  fs::last_write_time(jit::disk_cache_path("first"), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  fs::last_write_time(jit::disk_cache_path("second"), fs::file_time_type::clock::now() - std::chrono::hours(1));
+  ASSERT_TRUE(jit::disk_cache_get("second").has_value());  // a read marks it used
+  jit::disk_cache_put("third", big);
+  EXPECT_FALSE(jit::disk_cache_get("first").has_value());
+  EXPECT_TRUE(jit::disk_cache_get("second").has_value());
+  EXPECT_TRUE(jit::disk_cache_get("third").has_value());
+}
+
+TEST_F(DiskCache, OffDisablesIt) {
+  ::setenv("KILN_CACHE_DIR", "off", 1);
+  EXPECT_EQ(jit::disk_cache_dir(), "");
+  jit::disk_cache_put("kernel E", "bytes");
+  EXPECT_FALSE(jit::disk_cache_get("kernel E").has_value());
+}
+
+}  // namespace
+}  // namespace kiln
