@@ -429,8 +429,9 @@ struct KernelEmitter {
           }
         }
         r = pointwise(e, n.op, args, dt);
-        DType produced = op_def(n.op).promote == Promote::Compare || op_def(n.op).promote == Promote::Logical
-                             ? DType::Bool : cd;
+        bool mask = op_def(n.op).promote == Promote::Compare || op_def(n.op).promote == Promote::Logical;
+        DType produced = mask ? DType::Bool : cd;
+        if (!mask && cd == DType::Bool) r = e.cast(r, DType::U8, DType::Bool);  // true + true is true
         if (produced != dt) r = e.cast(r, produced, dt);
       } else {
         throw Error(fmt::format("codegen: {} cannot be part of a fused kernel", op_name(n.op)));

@@ -90,9 +90,18 @@ TEST_F(Fused, IntegersBoolsAndCasts) {
   // Integer arithmetic, an integer sum (accumulated in i64), a comparison and where.
   expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * in[0] + 3).sum({1}); }, {i});
   expect_fused_matches([](std::vector<Tensor> in) { return where(in[1], in[0] * 2, in[0] - 1); }, {i, b});
+  // bool arithmetic stays 0 or 1 (true + true is true), as in eager mode.
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0] + in[0]) * in[0] + (in[0] > 0.5); },
+                       {b.reshape({1, 11}).expand({10, 11}).contiguous()});
   expect_fused_matches([](std::vector<Tensor> in) { return (in[0].to(f32) * 0.5 + 1) > 1.0; }, {i});
   expect_fused_matches([](std::vector<Tensor> in) { return (exp(in[0]) + 1).to(f64) * 3; }, {randn({5, 4})});
   expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * 1.5 + 0.5).to(i64) * 2; }, {randn({5, 4})});
+}
+
+TEST_F(Fused, EmptyTensors) {
+  NoGradGuard no_grad;
+  expect_fused_matches([](std::vector<Tensor> in) { return exp(in[0]) * 2 + 1; }, {randn({0, 5})}, 0);
+  expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * 2).sum({1}, true) + 1; }, {randn({3, 0})}, 0);
 }
 
 TEST_F(Fused, SpecialValuesPropagate) {
