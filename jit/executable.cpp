@@ -38,10 +38,8 @@ struct KernelStep {
   bool ready = false;
   std::string refused;  // why codegen could not take the group: it runs op by op
   Kernel kernel;
-  codegen::KernelLayout layout;
-  std::vector<int64_t> sizes, strides;
+  KernelArgs args;
   std::vector<Dims> input_strides;  // as prepared
-  int64_t range = 0, grain = 1;
 };
 
 // The strides of an operand read over `domain` (NumPy broadcasting from the right; 0 where it
@@ -79,14 +77,9 @@ void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
     shapes.push_back(t.shape());
     strides.push_back(t.strides());
   }
-  KernelArgs a = kernel_args(n, shapes, strides);
-  k.layout = std::move(a.layout);
-  k.sizes = std::move(a.sizes);
-  k.strides = std::move(a.strides);
-  k.range = a.range;
-  k.grain = a.grain;
+  k.args = kernel_args(n, shapes, strides);
   k.input_strides = std::move(strides);
-  k.kernel = kernel_for(*n.body, k.layout);
+  k.kernel = kernel_for(*n.body, k.args.layout);
   k.ready = true;
 }
 
@@ -296,12 +289,12 @@ struct Executable::Impl {
       vals[n.results[j]] = std::move(out);
     }
     codegen::KernelFn fn = k.kernel.fn;
-    const int64_t* sizes = k.sizes.data();
-    const int64_t* strides = k.strides.data();
-    if (k.range <= k.grain) {
-      fn(sizes, strides, ptrs, 0, k.range);
+    const int64_t* sizes = k.args.sizes.data();
+    const int64_t* strides = k.args.strides.data();
+    if (k.args.range <= k.args.grain) {
+      fn(sizes, strides, ptrs, 0, k.args.range);
     } else {
-      parallel_for(0, k.range, k.grain, [&](int64_t b, int64_t e) { fn(sizes, strides, ptrs, b, e); });
+      parallel_for(0, k.args.range, k.args.grain, [&](int64_t b, int64_t e) { fn(sizes, strides, ptrs, b, e); });
     }
   }
 };

@@ -99,20 +99,22 @@ void mark_taped(ir::Graph& g, const Trace& t, std::span<const Tensor> bound) {
   }
 }
 
+// The graph's inputs for a call: the arguments, then the params' gradients the function reads.
+std::vector<Tensor> bind_inputs(const Trace& t, size_t graph_inputs, std::span<const Tensor> args) {
+  std::vector<Tensor> bound(graph_inputs);
+  std::copy(args.begin(), args.end(), bound.begin());
+  for (auto [p, pos] : t.grad_inputs) bound[pos] = t.params[p].grad();
+  return bound;
+}
+
 // Binds the arguments and the gradients the function reads, runs the plan, writes the
 // gradients it leaves back into the params' grad().
 std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
   const Trace& t = plan.trace;
   KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
-  std::vector<Tensor> outs;
-  if (t.grad_inputs.empty()) {
-    outs = plan.exec->run(inputs, t.params);
-  } else {
-    std::vector<Tensor> bound(plan.exec->graph().inputs.size());
-    std::copy(inputs.begin(), inputs.end(), bound.begin());
-    for (auto [p, pos] : t.grad_inputs) bound[pos] = t.params[p].grad();
-    outs = plan.exec->run(bound, t.params);
-  }
+  std::vector<Tensor> outs = t.grad_inputs.empty()
+                                 ? plan.exec->run(inputs, t.params)
+                                 : plan.exec->run(bind_inputs(t, plan.exec->graph().inputs.size(), inputs), t.params);
   for (auto [p, pos] : t.grad_outputs) {
     Tensor gp = outs[pos], target = t.params[p];
     target.set_grad(gp.requires_grad() ? gp : gp.detach());
@@ -171,10 +173,7 @@ struct Function::State {
     plan->trace = trace_function(fn, inputs, name, names);
     plan->described = std::move(now);
     ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
-    std::vector<Tensor> bound(g.inputs.size());
-    std::copy(inputs.begin(), inputs.end(), bound.begin());
-    for (auto [p, pos] : plan->trace.grad_inputs) bound[pos] = plan->trace.params[p].grad();
-    mark_taped(g, plan->trace, bound);
+    mark_taped(g, plan->trace, bind_inputs(plan->trace, g.inputs.size(), inputs));
     for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
     if (fusion_enabled()) {
       ir::FuseOptions fo;

@@ -301,19 +301,19 @@ Val fabs(const Val& x) {
   return select(x < Val(0), -x, x);
 }
 
-// A formula's result as a value of the op's result dtype.
-Val result(Emitter& e, const Val& v, DType) { return v; }
-Val result(Emitter& e, const Mask& m, DType) { return e.bool_of(m); }
+// A formula's result as a value: comparisons give masks, held as bool (0 or 1).
+Val result(Emitter&, const Val& v) { return v; }
+Val result(Emitter& e, const Mask& m) { return e.bool_of(m); }
 
 template <class Fm, size_t... K>
-Val apply_formula(Emitter& e, const std::vector<Val>& a, DType out, std::index_sequence<K...>) {
-  return result(e, Fm::f(a[K]...), out);
+Val apply_formula(Emitter& e, const std::vector<Val>& a, std::index_sequence<K...>) {
+  return result(e, Fm::f(a[K]...));
 }
 
-Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a, DType out) {
+Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a) {
   switch (op) {
 #define KILN_CASE_Pointwise(Name, arity) \
-  case OpId::Name: return apply_formula<fm::Name>(e, a, out, std::make_index_sequence<arity>());
+  case OpId::Name: return apply_formula<fm::Name>(e, a, std::make_index_sequence<arity>());
 #define KILN_CASE_Cast(Name, arity)
 #define KILN_CASE_Reduce(Name, arity)
 #define KILN_CASE_View(Name, arity)
@@ -428,7 +428,7 @@ struct KernelEmitter {
             args.push_back(e.cast(value(u, idx, memo), body.type(u).dtype, cd));
           }
         }
-        r = pointwise(e, n.op, args, dt);
+        r = pointwise(e, n.op, args);
         bool mask = op_def(n.op).promote == Promote::Compare || op_def(n.op).promote == Promote::Logical;
         DType produced = mask ? DType::Bool : cd;
         if (!mask && cd == DType::Bool) r = e.cast(r, DType::U8, DType::Bool);  // true + true is true
