@@ -65,7 +65,8 @@ class Lexer {
     }
     if (std::isdigit(static_cast<unsigned char>(c)) || ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
                                                         (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) ||
-                                                         src_.substr(pos_ + 1, 3) == "inf"))) {
+                                                         src_.substr(pos_ + 1, 3) == "inf" ||
+                                                         src_.substr(pos_ + 1, 3) == "nan"))) {
       return number(t);
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
@@ -119,10 +120,10 @@ class Lexer {
   Token number(Token t) {
     std::string s;
     if (src_[pos_] == '-' || src_[pos_] == '+') s += get();
-    if (src_.substr(pos_, 3) == "inf") {
-      get(), get(), get();
+    if (src_.substr(pos_, 3) == "inf" || src_.substr(pos_, 3) == "nan") {
       t.kind = Tok::Float;
-      t.text = s + "inf";
+      t.text = s + std::string(src_.substr(pos_, 3));
+      get(), get(), get();
       return t;
     }
     bool is_float = false;
@@ -347,8 +348,10 @@ class Parser {
     if (tok_.kind == Tok::Int) return Scalar(integer());
     if (tok_.kind == Tok::Float) {
       double v;
-      if (tok_.text == "-inf" || tok_.text == "+inf" || tok_.text == "inf") {
-        v = tok_.text[0] == '-' ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+      std::string_view mag = std::string_view(tok_.text).substr(tok_.text[0] == '-' || tok_.text[0] == '+');
+      if (mag == "inf" || mag == "nan") {
+        v = mag == "inf" ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+        if (tok_.text[0] == '-') v = -v;
       } else {
         const char* b = tok_.text.data() + (tok_.text[0] == '+');
         auto [p, ec] = std::from_chars(b, tok_.text.data() + tok_.text.size(), v);

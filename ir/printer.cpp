@@ -13,7 +13,7 @@ namespace {
 
 // A float literal that reads back as the same value and always looks like a float.
 template <class T> std::string float_literal(T v) {
-  if (std::isnan(v)) return "nan";
+  if (std::isnan(v)) return std::signbit(v) ? "-nan" : "nan";  // x86's default NaN is -nan
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   std::string s = fmt::format("{}", v);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";

@@ -24,6 +24,7 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
+#include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 #include "runtime/recorder.h"
 
@@ -31,6 +32,10 @@ namespace kiln::jit {
 namespace {
 
 constexpr int64_t kParallelWork = 32768;  // elements per chunk worth a thread
+// Splitting reductions: runs of about this many elements, for groups with fewer kept indices
+// than kFewKept. Both fixed, so the cut (and the result's bits) depends on the shape alone.
+constexpr int64_t kReduceRun = int64_t{1} << 15;
+constexpr int64_t kFewKept = 64;
 constexpr size_t kAlign = 64;
 
 struct KernelStep {
@@ -69,6 +74,27 @@ std::vector<int64_t> output_strides(const Dims& domain, uint64_t reduced) {
     acc *= domain[j];
   }
   return s;
+}
+
+// The reductions producing each of the body's outputs, when every output is one and no node
+// of the body reads a reduction's result; else empty.
+std::vector<OpId> terminal_reductions(const ir::Graph& body) {
+  std::vector<int> made_by(body.types.size(), -1);  // value -> node index
+  for (size_t i = 0; i < body.nodes.size(); ++i)
+    if (body.nodes[i].result != ir::kNoValue) made_by[body.nodes[i].result] = static_cast<int>(i);
+  auto is_reduction = [&](uint32_t v) {
+    int i = made_by[v];
+    return i >= 0 && body.nodes[i].kind == ir::NodeKind::Op && ir::fusible_reduction(body.nodes[i].op);
+  };
+  for (const ir::Node& n : body.nodes)
+    for (uint32_t v : n.inputs)
+      if (is_reduction(v)) return {};
+  std::vector<OpId> ops;
+  for (uint32_t v : body.outputs) {
+    if (!is_reduction(v)) return {};
+    ops.push_back(body.nodes[made_by[v]].op);
+  }
+  return ops;
 }
 
 void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
@@ -158,6 +184,19 @@ KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::spa
   a.range = L.parallel_dim >= 0 ? dims[L.parallel_dim].size : 0;
   int64_t per_index = a.range > 0 ? std::max<int64_t>(total / a.range, 1) : total;
   a.grain = std::max<int64_t>(1, kParallelWork / per_index);
+  bool empty = std::any_of(dims.begin(), dims.end(), [](const Dim& d) { return d.size == 0; });
+  if (a.range < kFewKept && L.reduced != 0 && !empty) {
+    int d = 0;
+    while (!dims[d].reduced) ++d;  // the outermost reduced dim
+    int64_t run = std::max<int64_t>(1, kReduceRun / std::max<int64_t>(total / dims[d].size, 1));
+    std::vector<OpId> combine = terminal_reductions(body);
+    if (!combine.empty() && dims[d].size > run) {
+      a.split_dim = d;
+      a.run = run;
+      a.runs = (dims[d].size + run - 1) / run;
+      a.combine = std::move(combine);
+    }
+  }
   return a;
 }
 
@@ -253,6 +292,40 @@ struct Executable::Impl {
     return Tensor(std::move(impl));
   }
 
+  // Runs a split reduction (KernelArgs::split_dim): each run of the split dim is reduced into
+  // its own partial result, in parallel; then the partials are reduced in run order.
+  void run_split(const KernelStep& k, size_t n_in, void* const* ptrs, const std::vector<uint32_t>& results,
+                 std::vector<Tensor>& vals) const {
+    const KernelArgs& a = k.args;
+    int rank = a.layout.rank, d = a.split_dim;
+    std::vector<Tensor> partial;
+    for (uint32_t v : results) {
+      const TensorType& t = g.type(v);
+      Dims shape = t.shape;
+      shape.insert(0, a.runs);
+      partial.push_back(Tensor::empty({t.dtype, shape, t.device}));
+    }
+    parallel_for(0, a.runs, 1, [&](int64_t r0, int64_t r1) {
+      std::vector<int64_t> sizes = a.sizes;
+      std::vector<void*> p(ptrs, ptrs + n_in + results.size());
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t start = r * a.run;
+        sizes[d] = std::min(a.run, a.sizes[d] - start);
+        for (size_t j = 0; j < n_in; ++j) {
+          int64_t es = dtype_size(a.layout.inputs[j].dtype);
+          p[j] = static_cast<char*>(ptrs[j]) + start * a.strides[j * rank + d] * es;
+        }
+        for (size_t j = 0; j < results.size(); ++j) p[n_in + j] = partial[j][r].data_ptr();
+        k.kernel.fn(sizes.data(), a.strides.data(), p.data(), 0, a.range);
+      }
+    });
+    for (size_t j = 0; j < results.size(); ++j) {
+      Attrs attrs;
+      attrs.axes = {0};
+      copy_into(apply(a.combine[j], {partial[j]}, attrs), vals[results[j]]);
+    }
+  }
+
   void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws) const {
     const ir::Node& n = g.nodes[i];
     KernelStep& k = *steps[i];
@@ -288,6 +361,7 @@ struct Executable::Impl {
       ptrs[ins.size() + j] = out.data_ptr();
       vals[n.results[j]] = std::move(out);
     }
+    if (k.args.split_dim >= 0) return run_split(k, ins.size(), ptrs, n.results, vals);
     codegen::KernelFn fn = k.kernel.fn;
     const int64_t* sizes = k.args.sizes.data();
     const int64_t* strides = k.args.strides.data();

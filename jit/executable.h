@@ -25,6 +25,13 @@ struct KernelArgs {
   codegen::KernelLayout layout;
   std::vector<int64_t> sizes, strides;
   int64_t range = 0, grain = 1;
+  /// A group whose outputs are all reductions that nothing in it reads, with few kept indices
+  /// to spread over threads: each call reduces one run of `run` entries of loop dim
+  /// `split_dim` into a partial result, and the partials are combined in run order (so the
+  /// bits do not depend on the thread count). split_dim -1: no split.
+  int split_dim = -1;
+  int64_t run = 0, runs = 0;
+  std::vector<OpId> combine;  // per output: the reduction that combines its partials
 };
 KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides);
 

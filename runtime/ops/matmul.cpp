@@ -1,11 +1,11 @@
-// runtime/ops/matmul.cpp -- matrix products through OpenBLAS, split across kiln's threads.
-#include <cblas.h>
-
+// runtime/ops/matmul.cpp -- matmul: NumPy's rules, batches folded or looped over gemm.h's BLAS calls.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
+#include "runtime/ops/gemm.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 
@@ -31,68 +31,87 @@ TensorType matmul_rule(OpId, std::span<const Tensor> in, const Attrs&) {
   return {a.dtype(), shape, a.device()};
 }
 
-// One matrix operand as BLAS sees it: row-major, maybe transposed, with a leading dimension.
-struct BlasView {
-  bool trans;
-  int64_t ld;
-  int64_t row_stride, col_stride;  // elements, of the logical matrix
-};
-bool blas_view(int64_t rs, int64_t cs, int64_t rows, int64_t cols, BlasView* v) {
-  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) { *v = {false, rs, rs, cs}; return true; }
-  if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) { *v = {true, cs, rs, cs}; return true; }
-  if (rows == 1 && cs == 1) { *v = {false, std::max<int64_t>(cols, 1), rs, cs}; return true; }
-  if (cols == 1 && rs == 1) { *v = {true, std::max<int64_t>(rows, 1), rs, cs}; return true; }
-  return false;
+// The strides of `t` (whose last two dims are the matrix) over the broadcast batch dims:
+// 0 where t is broadcast.
+Dims batch_strides(const Tensor& t, const Dims& batch) {
+  Dims st(batch.size(), 0);
+  int64_t lead = static_cast<int64_t>(batch.size()) - (t.dim() - 2);
+  for (int64_t d = std::max<int64_t>(lead, 0); d < static_cast<int64_t>(batch.size()); ++d)
+    if (t.shape()[d - lead] != 1) st[d] = t.strides()[d - lead];
+  return st;
 }
 
-template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc) {
-  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+// Offset (elements) of batch entry i over `batch` with strides `st`.
+int64_t batch_offset(int64_t i, const Dims& batch, const Dims& st) {
+  int64_t off = 0;
+  for (size_t d = batch.size(); d-- > 0;) {
+    off += (i % batch[d]) * st[d];
+    i /= batch[d];
+  }
+  return off;
 }
 
-// c[M,N] = a[M,K] @ b[K,N] for float and double, splitting rows or columns over threads.
+// Whether a's batch dims and its row dim merge into one run of rows; sets their stride. Size-1
+// dims are skipped: their strides are never read.
+bool rows_fold(const Tensor& a, const Dims& batch, const Dims& st, int64_t* row_stride) {
+  Dims sizes = batch, strides = st;
+  sizes.push_back(a.shape()[a.dim() - 2]);
+  strides.push_back(a.strides()[a.dim() - 2]);
+  *row_stride = a.shape().back();  // a single row: any stride will do
+  int64_t inner_stride = 0, inner_size = 0;  // the next dim inward with more than one entry
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (inner_size == 0) *row_stride = strides[d];
+    else if (strides[d] != inner_stride * inner_size) return false;
+    inner_stride = strides[d];
+    inner_size = sizes[d];
+  }
+  return true;
+}
+
+template <class T> gemm::Mat<const T> matrix_of(const Tensor& t, int64_t offset) {
+  return {static_cast<const T*>(t.data_ptr()) + offset, t.shape()[t.dim() - 2], t.shape().back(),
+          t.strides()[t.dim() - 2], t.strides().back()};
+}
+
+// An operand whose matrices BLAS can read in place (transposed or not); else a contiguous copy
+// of it, made once for all batches.
+template <class T> Tensor blas_readable(const Tensor& t) {
+  gemm::Layout l;
+  return gemm::blas_layout(matrix_of<T>(t, 0), &l) ? t : t.contiguous();
+}
+
+// c[batch..., M, N] = a[..., M, K] @ b[..., K, N] for float and double; c is contiguous.
 template <class T>
-void matmul_blas(const Tensor& a3, const Tensor& b3, const Tensor& c3) {
-  int64_t batch = c3.shape()[0], m = c3.shape()[1], n = c3.shape()[2], k = a3.shape()[2];
-  Tensor a = a3, b = b3;
-  BlasView va, vb;
-  if (!blas_view(a.strides()[1], a.strides()[2], m, k, &va)) {
-    a = a.contiguous();
-    blas_view(a.strides()[1], a.strides()[2], m, k, &va);
+void matmul_blas(const Tensor& a_in, const Tensor& b_in, const Dims& batch, const Tensor& c) {
+  Tensor a = blas_readable<T>(a_in), b = blas_readable<T>(b_in);
+  Dims sa = batch_strides(a, batch), sb = batch_strides(b, batch);
+  int64_t nb = batch.product(), m = a.shape()[a.dim() - 2], n = b.shape().back(), k = a.shape().back();
+  T* pc = static_cast<T*>(c.data_ptr());
+  gemm::Mat<const T> ma = matrix_of<T>(a, 0), mb = matrix_of<T>(b, 0);
+  // One weight for every batch entry (x[B,M,K] @ w[K,N]): the batch folds into the rows, one
+  // product.
+  int64_t rs;
+  bool b_shared = std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; });
+  if (b_shared && rows_fold(a, batch, sa, &rs)) {
+    return gemm::gemm_parallel<T>({ma.data, nb * m, k, rs, ma.cs}, mb, {pc, nb * m, n, n, 1});
   }
-  if (!blas_view(b.strides()[1], b.strides()[2], k, n, &vb)) {
-    b = b.contiguous();
-    blas_view(b.strides()[1], b.strides()[2], k, n, &vb);
-  }
-  const T* pa = static_cast<const T*>(a.data_ptr());
-  const T* pb = static_cast<const T*>(b.data_ptr());
-  T* pc = static_cast<T*>(c3.data_ptr());
-  int64_t sa = a.strides()[0], sb = b.strides()[0];
-  int threads = num_threads();
-  if (batch >= threads || m * n * k < (1 << 15)) {
-    parallel_for(0, batch, m * n * k >= (1 << 15) ? 1 : batch, [&](int64_t b0, int64_t b1) {
-      for (int64_t i = b0; i < b1; ++i)
-        gemm<T>(va.trans, vb.trans, m, n, k, pa + i * sa, va.ld, pb + i * sb, vb.ld, pc + i * m * n, n);
+  auto product = [&](int64_t i, bool parallel) {
+    gemm::Mat<const T> ai = ma, bi = mb;
+    ai.data += batch_offset(i, batch, sa);
+    bi.data += batch_offset(i, batch, sb);
+    gemm::Mat<T> ci{pc + i * m * n, m, n, n, 1};
+    if (parallel) gemm::gemm_parallel<T>(ai, bi, ci);
+    else gemm::gemm<T>(ai, bi, ci);
+  };
+  // Many products: one loop over the batch, each entry one BLAS call; few: split each one.
+  if (nb >= num_threads() || m * n * k < gemm::kGemmParallelWork) {
+    int64_t grain = std::max<int64_t>(1, gemm::kGemmParallelWork / std::max<int64_t>(m * n * k, 1));
+    parallel_for(0, nb, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) product(i, false);
     });
-    return;
-  }
-  // Few large products: give each thread a block of rows (or of columns when m is small).
-  bool by_rows = m >= n || m >= 64 * threads;
-  for (int64_t i = 0; i < batch; ++i) {
-    const T* ai = pa + i * sa;
-    const T* bi = pb + i * sb;
-    T* ci = pc + i * m * n;
-    parallel_for(0, by_rows ? m : n, 16, [&](int64_t r0, int64_t r1) {
-      if (by_rows)
-        gemm<T>(va.trans, vb.trans, r1 - r0, n, k, ai + r0 * va.row_stride, va.ld, bi, vb.ld, ci + r0 * n, n);
-      else
-        gemm<T>(va.trans, vb.trans, m, r1 - r0, k, ai, va.ld, bi + r0 * vb.col_stride, vb.ld, ci + r0, n);
-    });
+  } else {
+    for (int64_t i = 0; i < nb; ++i) product(i, true);
   }
 }
 
@@ -123,36 +142,35 @@ void matmul_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& ou
   Tensor a = in[0], b = in[1];
   if (a.dim() == 1) a = a.unsqueeze(0);
   if (b.dim() == 1) b = b.unsqueeze(1);
-  int64_t m = a.shape()[a.dim() - 2], k = a.shape().back(), n = b.shape().back();
-  // Broadcast the batch dims and fold them into one.
   Dims ba(std::span<const int64_t>(a.shape().begin(), a.shape().size() - 2));
   Dims bb(std::span<const int64_t>(b.shape().begin(), b.shape().size() - 2));
   Dims batch = broadcast_shapes(ba, bb, "matmul");
-  int64_t nb = batch.product();
-  // Expand to the common batch, fold it into one dim (a view when strides allow, else a copy).
-  auto fold = [&](const Tensor& t, int64_t r, int64_t c) {
-    Dims full = batch;
-    full.push_back(r);
-    full.push_back(c);
-    return t.expand(full).reshape({nb, r, c});
-  };
-  Tensor a3 = fold(a, m, k), b3 = fold(b, k, n);
-  Tensor c3 = out.reshape({nb, m, n});
-  if (m * n == 0 || nb == 0) return;
-  if (k == 0) {
-    copy_into(zeros({}, out.dtype()), c3);
+  if (out.numel() == 0) return;
+  if (a.shape().back() == 0) {
+    copy_into(zeros({}, out.dtype()), out);
     return;
   }
   switch (out.dtype()) {
-    case DType::F32: matmul_blas<float>(a3, b3, c3); break;
-    case DType::F64: matmul_blas<double>(a3, b3, c3); break;
+    case DType::F32: matmul_blas<float>(a, b, batch, out); break;
+    case DType::F64: matmul_blas<double>(a, b, batch, out); break;
     case DType::F16: case DType::BF16: {
-      Tensor c32 = empty({nb, m, n}, DType::F32);
-      matmul_blas<float>(a3.to(DType::F32), b3.to(DType::F32), c32);
-      copy_into(c32, c3);
+      Tensor c32 = empty(out.shape(), DType::F32);
+      matmul_blas<float>(a.to(DType::F32), b.to(DType::F32), batch, c32);
+      copy_into(c32, out);
       break;
     }
-    default: matmul_int(a3, b3, c3); break;
+    default: {
+      // Expand to the common batch and fold it into one dim (a copy where strides require).
+      int64_t nb = batch.product(), m = a.shape()[a.dim() - 2], k = a.shape().back(), n = b.shape().back();
+      auto fold = [&](const Tensor& t, int64_t r, int64_t c) {
+        Dims full = batch;
+        full.push_back(r);
+        full.push_back(c);
+        return t.expand(full).reshape({nb, r, c});
+      };
+      matmul_int(fold(a, m, k), fold(b, k, n), out.reshape({nb, m, n}));
+      break;
+    }
   }
 }
 
@@ -175,7 +193,14 @@ const OpDef defs::Matmul{
         if (xv) gx = gx.squeeze(-2);
       }
       if (a.needs_grad(1)) {
-        gy = matmul(x.transpose(-1, -2), g);
+        // One weight shared by every batch entry: fold the batch into K, one product instead of
+        // a [B,K,N] gradient summed afterwards.
+        if (y.dim() == 2 && x.dim() > 2) {
+          int64_t k = x.shape().back(), n = g.shape().back();
+          gy = matmul(x.reshape({-1, k}).transpose(0, 1), g.reshape({-1, n}));
+        } else {
+          gy = matmul(x.transpose(-1, -2), g);
+        }
         if (yv) gy = gy.squeeze(-1);
       }
       return Grads{gx, gy};

@@ -48,6 +48,105 @@ void fill_identity(ReduceKind k, const Tensor& acc) {
   copy_into(full({}, v, acc.dtype()), acc);
 }
 
+// Long reductions are cut into runs of a fixed length, each reduced into a partial result on
+// whichever thread, and the partials combined in run order. The cut depends only on the shape,
+// so results are the same bits on any number of threads, and a reduction with few outputs
+// (sum(x), the column sums of a narrow matrix) still uses every core.
+constexpr int64_t kReduceRun = 1 << 15;  // elements per partial result
+constexpr int64_t kColBlock = 512;       // columns reduced together along an outer axis
+
+// x's elements as (kept dims) x (reduced dims), size-1 dims dropped; strides in elements.
+struct ReduceLayout {
+  ReduceKind kind;
+  DType type;  // the accumulation dtype, which x has
+  int64_t es;  // its size in bytes
+  const char* base;
+  Dims kept_shape, kept_strides, red_shape, red_strides;
+
+  // Offset of output o's first input over the first `dims` kept dims (o counts over those).
+  int64_t kept_offset(int64_t o, size_t dims) const {
+    int64_t off = 0;
+    for (size_t d = dims; d-- > 0;) {
+      off += (o % kept_shape[d]) * kept_strides[d];
+      o /= kept_shape[d];
+    }
+    return off;
+  }
+  // Offset of reduced index r over all reduced dims but the last.
+  int64_t outer_red_offset(int64_t r) const {
+    int64_t off = 0;
+    for (size_t d = red_shape.size() - 1; d-- > 0;) {
+      off += (r % red_shape[d]) * red_strides[d];
+      r /= red_shape[d];
+    }
+    return off;
+  }
+  Tensor partials(const Dims& shape) const {
+    Tensor p = Tensor::empty({type, shape, cpu});
+    fill_identity(kind, p);
+    return p;
+  }
+};
+
+// Every output reduces one contiguous run of n_red elements (the reduced dims are innermost).
+void reduce_rows(const ReduceLayout& x, simd::ReduceRowFn row_fn, char* out) {
+  int64_t n_out = x.kept_shape.product(), n_red = x.red_shape.product(), es = x.es;
+  size_t kd = x.kept_shape.size();
+  int64_t runs = (n_red + kReduceRun - 1) / kReduceRun;
+  if (runs <= 1) {
+    parallel_for(0, n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t o = b; o < e; ++o) row_fn(n_red, x.base + x.kept_offset(o, kd) * es, out + o * es);
+                 });
+    return;
+  }
+  Tensor part = x.partials({n_out, runs});
+  char* pp = static_cast<char*>(part.data_ptr());
+  parallel_for(0, n_out * runs, std::max<int64_t>(1, kParallelGrain / kReduceRun), [&](int64_t b, int64_t e) {
+    for (int64_t w = b; w < e; ++w) {
+      int64_t o = w / runs, r0 = (w % runs) * kReduceRun;
+      row_fn(std::min(kReduceRun, n_red - r0), x.base + (x.kept_offset(o, kd) + r0) * es, pp + w * es);
+    }
+  });
+  parallel_for(0, n_out, std::max<int64_t>(1, kParallelGrain / runs), [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) row_fn(runs, pp + o * runs * es, out + o * es);
+  });
+}
+
+// The innermost kept dim is contiguous: reduce along outer axes, vectorized along it, in blocks
+// of columns; a long last reduced dim is cut into runs of rows.
+void reduce_columns(const ReduceLayout& x, simd::ReduceColsFn cols_fn, char* out) {
+  int64_t es = x.es, n_out = x.kept_shape.product(), n_red = x.red_shape.product();
+  int64_t cols_n = x.kept_shape.back(), n_outer = n_out / cols_n;
+  int64_t col_blocks = (cols_n + kColBlock - 1) / kColBlock;
+  int64_t last_red = x.red_shape.back(), last_stride = x.red_strides.back();
+  int64_t red_outer = n_red / last_red;
+  int64_t run_rows = std::max<int64_t>(1, kReduceRun / std::min(cols_n, kColBlock));
+  int64_t runs = (last_red + run_rows - 1) / run_rows;
+  // Partial results: [runs, n_out] (or the output itself when there is one run).
+  Tensor part = runs > 1 ? x.partials({runs, n_out}) : Tensor();
+  char* pp = runs > 1 ? static_cast<char*>(part.data_ptr()) : out;
+  int64_t items = n_outer * col_blocks * runs;
+  int64_t item_work = std::min(cols_n, kColBlock) * std::min(run_rows, last_red) * red_outer;
+  parallel_for(0, items, std::max<int64_t>(1, kParallelGrain / item_work), [&](int64_t b, int64_t e) {
+    for (int64_t w = b; w < e; ++w) {
+      int64_t run = w % runs, ob = w / runs;
+      int64_t o = ob / col_blocks, j0 = (ob % col_blocks) * kColBlock;
+      int64_t nc = std::min(kColBlock, cols_n - j0), i0 = run * run_rows;
+      const char* src0 = x.base + (x.kept_offset(o, x.kept_shape.size() - 1) + j0 + i0 * last_stride) * es;
+      char* dst = pp + (run * n_out + o * cols_n + j0) * es;
+      for (int64_t r = 0; r < red_outer; ++r)
+        cols_fn(std::min(run_rows, last_red - i0), nc, src0 + x.outer_red_offset(r) * es, last_stride, dst);
+    }
+  });
+  if (runs == 1) return;
+  int64_t blocks = (n_out + kColBlock - 1) / kColBlock;
+  parallel_for(0, blocks, std::max<int64_t>(1, kParallelGrain / (kColBlock * runs)), [&](int64_t b, int64_t e) {
+    for (int64_t j0 = b * kColBlock; j0 < std::min(e * kColBlock, n_out); j0 += kColBlock)
+      cols_fn(runs, std::min(kColBlock, n_out - j0), pp + j0 * es, n_out, out + j0 * es);
+  });
+}
+
 // Reduces x (in the accumulation dtype) over sorted `axes` into contiguous `acc`.
 void reduce_into(ReduceKind kind, const Tensor& x_in, const Dims& axes, const Tensor& acc) {
   DType t = acc.dtype();
@@ -57,17 +156,16 @@ void reduce_into(ReduceKind kind, const Tensor& x_in, const Dims& axes, const Te
   KILN_ASSERT(row_fn && cols_fn);
   fill_identity(kind, acc);
   if (x_in.numel() == 0) return;
-  int64_t es = dtype_size(t);
+  ReduceLayout x{kind, t, dtype_size(t), nullptr, {}, {}, {}, {}};
 
   // Kept dims first, reduced dims last; then merge reduced dims that are contiguous.
-  Dims kept_shape, kept_strides, red_shape, red_strides;
   size_t a = 0;
   for (int64_t d = 0; d < x_in.dim(); ++d) {
     bool reduced = a < axes.size() && axes[a] == d;
     if (reduced) ++a;
     if (x_in.shape()[d] == 1) continue;
-    (reduced ? red_shape : kept_shape).push_back(x_in.shape()[d]);
-    (reduced ? red_strides : kept_strides).push_back(x_in.strides()[d]);
+    (reduced ? x.red_shape : x.kept_shape).push_back(x_in.shape()[d]);
+    (reduced ? x.red_strides : x.kept_strides).push_back(x_in.strides()[d]);
   }
   auto merge = [](Dims& shape, Dims& strides) {
     Dims s, st;
@@ -83,74 +181,31 @@ void reduce_into(ReduceKind kind, const Tensor& x_in, const Dims& axes, const Te
     shape = std::move(s);
     strides = std::move(st);
   };
-  merge(red_shape, red_strides);
-  Tensor x = x_in;
-  char* base = static_cast<char*>(x.data_ptr());
+  merge(x.red_shape, x.red_strides);
+  Tensor held = x_in;
+  x.base = static_cast<const char*>(held.data_ptr());
   char* out = static_cast<char*>(acc.data_ptr());
-  int64_t n_out = kept_shape.product(), n_red = red_shape.product();
 
-  bool rows = red_shape.size() <= 1 && (red_shape.empty() || red_strides[0] == 1);
-  bool cols = !rows && !kept_shape.empty() && kept_strides.back() == 1;
-  if (!rows && !cols) {
-    // Gather the reduced elements of each output contiguously, then reduce rows.
-    Dims order;
-    size_t ai = 0;
-    for (int64_t d = 0; d < x_in.dim(); ++d) {
-      if (ai < axes.size() && axes[ai] == d) ++ai;
-      else order.push_back(d);
-    }
-    for (int64_t d : axes) order.push_back(d);
-    x = x_in.permute(order).contiguous();
-    base = static_cast<char*>(x.data_ptr());
-    kept_shape = {n_out};
-    kept_strides = {n_red};
-    red_shape = {n_red};
-    red_strides = {1};
-    rows = true;
+  bool rows = x.red_shape.size() <= 1 && (x.red_shape.empty() || x.red_strides[0] == 1);
+  bool cols = !rows && !x.kept_shape.empty() && x.kept_strides.back() == 1;
+  if (rows) return reduce_rows(x, row_fn, out);
+  if (cols) return reduce_columns(x, cols_fn, out);
+  // Otherwise gather the reduced elements of each output contiguously, then reduce rows.
+  Dims order;
+  size_t ai = 0;
+  for (int64_t d = 0; d < x_in.dim(); ++d) {
+    if (ai < axes.size() && axes[ai] == d) ++ai;
+    else order.push_back(d);
   }
-
-  // Offset (elements) of output element o's first input, over the kept dims.
-  auto kept_offset = [&](int64_t o, size_t upto) {
-    int64_t off = 0;
-    for (size_t d = upto; d-- > 0;) {
-      off += (o % kept_shape[d]) * kept_strides[d];
-      o /= kept_shape[d];
-    }
-    return off;
-  };
-  if (rows) {
-    parallel_for(0, n_out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n_red, 1)),
-                 [&](int64_t b, int64_t e) {
-                   for (int64_t o = b; o < e; ++o)
-                     row_fn(n_red, base + kept_offset(o, kept_shape.size()) * es, out + o * es);
-                 });
-    return;
-  }
-  // cols: the innermost kept dim is contiguous; vectorize along it.
-  int64_t cols_n = kept_shape.back();
-  size_t outer_dims = kept_shape.size() - 1;
-  int64_t n_outer = n_out / cols_n;
-  constexpr int64_t kColBlock = 512;
-  int64_t col_blocks = (cols_n + kColBlock - 1) / kColBlock;
-  int64_t last_red = red_shape.back(), last_stride = red_strides.back();
-  int64_t red_outer = n_red / last_red;
-  parallel_for(0, n_outer * col_blocks, std::max<int64_t>(1, kParallelGrain / (kColBlock * n_red)),
-               [&](int64_t b, int64_t e) {
-    for (int64_t w = b; w < e; ++w) {
-      int64_t o = w / col_blocks, j0 = (w % col_blocks) * kColBlock;
-      int64_t nc = std::min(kColBlock, cols_n - j0);
-      char* src0 = base + (kept_offset(o, outer_dims) + j0) * es;
-      char* dst = out + (o * cols_n + j0) * es;
-      for (int64_t r = 0; r < red_outer; ++r) {
-        int64_t off = 0, rem = r;
-        for (size_t d = red_shape.size() - 1; d-- > 0;) {
-          off += (rem % red_shape[d]) * red_strides[d];
-          rem /= red_shape[d];
-        }
-        cols_fn(last_red, nc, src0 + off * es, last_stride, dst);
-      }
-    }
-  });
+  for (int64_t d : axes) order.push_back(d);
+  held = x_in.permute(order).contiguous();
+  int64_t n_out = x.kept_shape.product(), n_red = x.red_shape.product();
+  x.base = static_cast<const char*>(held.data_ptr());
+  x.kept_shape = {n_out};
+  x.kept_strides = {n_red};
+  x.red_shape = {n_red};
+  x.red_strides = {1};
+  reduce_rows(x, row_fn, out);
 }
 
 void reduce_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {

@@ -163,6 +163,10 @@ std::map<OpId, std::vector<Case>> all_cases() {
       {"matmul/vectors", {leaf({4}), leaf({4, 3}), leaf({3})},
        [](std::span<const Tensor> in) { return matmul(matmul(in[0], in[1]), in[2]); }},
       {"matmul/transposed", {leaf({4, 3}), leaf({2, 4})}, [](std::span<const Tensor> in) { return matmul(in[0].t(), in[1].t()); }},
+      // One weight for a whole batch: its gradient is one product over the folded batch.
+      {"matmul/batch_against_weight", {leaf({2, 3, 4, 5}), leaf({5, 3})},
+       [](std::span<const Tensor> in) { return matmul(in[0].transpose(0, 1), in[1]); }},
+      {"matmul/batch_against_vector", {leaf({2, 3, 4}), leaf({4})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
   };
   c[OpId::Conv2d] = {
       {"conv2d/plain", {leaf({2, 3, 5, 5}), leaf({4, 3, 3, 3}), leaf({4})},

@@ -2,6 +2,7 @@
 // fusion handles (broadcasts, strided views, reductions over any axes, casts), kernels compiled
 // once per structure across sizes, plans shared by threads without blocking on compiles,
 // the memory plan, and the accuracy of the kernels' own tanh.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -82,6 +83,53 @@ TEST_F(Fused, ReductionsOverLeadingMiddleAndAllAxes) {
   expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * 3 - 1).sum(); }, {x});
   expect_fused_matches([](std::vector<Tensor> in) { return amin(in[0] * -2 + 1, {1, 2}); }, {x});
   expect_fused_matches([](std::vector<Tensor> in) { return prod(sigmoid(in[0]) * 2, {2}, true); }, {x});
+}
+
+// Reductions with few outputs over many elements reduce runs of the reduced dim on every
+// thread into partials combined in run order: close to eager, and the same bits on any number
+// of threads.
+TEST_F(Fused, LongReductionsWithFewOutputsSplitDeterministically) {
+  NoGradGuard no_grad;
+  struct Case {
+    Tensor x;
+    Tensor (*fn)(const Tensor&);
+  };
+  const Case cases[] = {
+      {randn({1 << 20}), [](const Tensor& x) { return (x * x + 1).sum(); }},
+      {randn({300, 1000}), [](const Tensor& x) { return amax(exp(x) * 2); }},
+      {randn({200000, 3}), [](const Tensor& x) { return (x * 3 - 1).sum({0}); }},
+      {randn({5, 100000}), [](const Tensor& x) { return amin(x * -2 + 1, {1}, true); }},
+      {randn({2, 70000, 3}).transpose(0, 2), [](const Tensor& x) { return (x * 0.5).sum({1, 2}); }},
+      {randint(-3, 4, {1 << 18}, DType::I32), [](const Tensor& x) { return (x * x).sum(); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.x.type().str());
+    auto fn = c.fn;
+    std::vector<Tensor> got;
+    for (int threads : {1, 2, 3}) {
+      int saved = num_threads();
+      set_num_threads(threads);
+      std::vector<Tensor> args{c.x};
+      jit::Function f = jit::trace_tensors(
+          [fn](std::span<const Tensor> in) { return std::vector<Tensor>{fn(in[0])}; }, args);
+      got.push_back(f.call(args)[0]);
+      set_num_threads(saved);
+    }
+    EXPECT_TRUE(test::close_enough(got[0], fn(c.x))) << got[0] << fn(c.x);
+    for (size_t i = 1; i < got.size(); ++i) EXPECT_TRUE(test::bitwise_equal(got[i], got[0])) << i + 1 << " threads";
+  }
+  // The cut comes from the shape alone: 2^20 elements in runs of 2^15.
+  std::vector<Tensor> args{cases[0].x};
+  jit::Function f = jit::trace_tensors(
+      [](std::span<const Tensor> in) { return std::vector<Tensor>{(in[0] * in[0] + 1).sum()}; }, args);
+  const ir::Graph& g = f.graph();
+  auto group = std::find_if(g.nodes.begin(), g.nodes.end(), [](const ir::Node& n) { return n.kind == ir::NodeKind::Fused; });
+  ASSERT_NE(group, g.nodes.end());
+  Dims shape = cases[0].x.shape(), strides = cases[0].x.strides();
+  jit::KernelArgs a = jit::kernel_args(*group, std::span<const Dims>(&shape, 1), std::span<const Dims>(&strides, 1));
+  EXPECT_EQ(a.split_dim, 0);
+  EXPECT_EQ(a.runs, 32);
+  EXPECT_EQ(a.combine, std::vector<OpId>{OpId::Sum});
 }
 
 TEST_F(Fused, IntegersBoolsAndCasts) {

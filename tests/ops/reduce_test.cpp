@@ -1,11 +1,19 @@
 // tests/ops/reduce_test.cpp -- sum, prod, amax, amin, max, min, argmax, argmin against double
 // references: every axis subset, keepdim, every dtype, strided inputs, NaN, and every loop path.
+#include <cstring>
+
 #include "tests/ops/reduce_reference.h"
 
 namespace kiln::test {
 namespace {
 
 std::string dname(DType t) { return std::string(dtype_name(t)); }
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (!(a.type() == b.type())) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(a.numel() * dtype_size(a.dtype()))) == 0;
+}
 
 struct ReduceCase {
   const char* name;
@@ -110,7 +118,10 @@ TEST_P(Reduce, EveryLoopPathOnLargeInputs) {
   };
   const Case cases[] = {{{64, 300, 70}, {1}},    {{64, 300, 70}, {0}},    {{64, 300, 70}, {2}},
                         {{64, 300, 70}, {0, 2}}, {{64, 300, 70}, {0, 1}}, {{37, 1031}, {0}},
-                        {{1031, 37}, {1}},       {{64, 300, 70}, {}}};
+                        {{1031, 37}, {1}},       {{64, 300, 70}, {}},
+                        // Few outputs, long reductions: cut into runs reduced on every thread.
+                        {{150000, 5}, {0}},      {{2, 70000, 3}, {1}},    {{3, 100000}, {1}},
+                        {{5, 3, 40000}, {0, 2}}};
   for (DType t : {f32, i64}) {
     for (const Case& k : cases) {
       if (is_prod && k.axes.empty()) continue;  // a product of a million factors has no scale
@@ -120,6 +131,28 @@ TEST_P(Reduce, EveryLoopPathOnLargeInputs) {
           is_prod && is_float(t) ? uniform(k.shape, t, 0.99, 1.01) : reduce_input(c, k.shape, t);
       EXPECT_TRUE(check(c, c.fn(x, k.axes, false), x.to_vector<double>(),
                         reduction(k.shape, k.axes, false), t));
+    }
+  }
+}
+
+// Long reductions are cut into runs by their shape alone, so any thread count gives the same
+// bits: all axes, rows, narrow columns, and split axes.
+TEST_P(Reduce, SameBitsOnAnyThreadCount) {
+  const ReduceCase& c = GetParam();
+  manual_seed(54);
+  const bool is_prod = std::string(c.name) == "prod";
+  const std::pair<Dims, Dims> cases[] = {{{1 << 20}, {}},        {{3, 300000}, {1}},  {{300000, 3}, {0}},
+                                         {{2, 200000, 3}, {1}},  {{40, 100, 70}, {}}, {{7, 64, 3000}, {0, 2}}};
+  for (DType t : {f32, f64, i64}) {
+    for (const auto& [shape, axes] : cases) {
+      SCOPED_TRACE(dname(t) + " " + shape_str(shape) + " axes " + shape_str(axes));
+      Tensor x = is_prod && is_float(t) ? uniform(shape, t, 0.9999, 1.0001) : reduce_input(c, shape, t);
+      std::vector<Tensor> got;
+      for (int threads : {1, 2, 3}) {
+        ThreadsGuard guard(threads);
+        got.push_back(c.fn(x, axes, false));
+      }
+      for (size_t i = 1; i < got.size(); ++i) EXPECT_TRUE(bitwise_equal(got[i], got[0])) << i + 1 << " threads";
     }
   }
 }

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
+#include "runtime/ops/gemm.h"
 #include "tests/unit/test_util.h"
 
 using namespace kiln;
@@ -232,4 +234,93 @@ TEST(Linear, MultipliesByTheTransposedWeightAndAddsBias) {
   }
   expect_error([&] { linear(x, bias); }, {"linear", "f32[3]"});
   expect_error([&] { linear(x, randn({3, 4})); }, {"matmul", "f32[4,5]", "f32[4,3]"});
+}
+
+// Every way BLAS can be handed a matrix: row- or column-major, sliced, and size-1 dims whose
+// strides are arbitrary (a slice of a transposed tensor, as a traced graph's memory plan makes).
+// A size-1 dim's stride must never reach BLAS as a leading dimension.
+TEST(Matmul, ReadsEveryLayoutIncludingSize1DimsWithOddStrides) {
+  manual_seed(8);
+  Tensor base = randn({9, 11, 13});
+  auto views = [&](int64_t r, int64_t c) {
+    std::vector<Tensor> v;
+    v.push_back(randn({r, c}));                                                 // row-major
+    v.push_back(randn({c, r}).t());                                             // column-major
+    v.push_back(base.select(0, 2).slice(0, 1, 1 + r).slice(1, 2, 2 + c));       // ld 13
+    v.push_back(base.select(2, 3).slice(0, 0, r).slice(1, 1, 1 + c));           // both strided
+    v.push_back(base.permute({2, 1, 0}).select(2, 4).slice(0, 0, r).slice(1, 0, c));  // ld 13*11
+    v.push_back(randn({r, 1, c}).select(1, 0));                                 // row stride c
+    v.push_back(randn({c, 9}).t().slice(0, 3, 3 + r));                          // transposed slice
+    return v;
+  };
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 5, 4}, {4, 1, 5}, {5, 4, 1},
+                         {1, 1, 6}, {1, 6, 1}, {6, 1, 1}, {1, 1, 1}, {3, 4, 5}}) {
+    std::vector<Tensor> as = views(m, k), bs = views(k, n);
+    for (const Tensor& a : as)
+      for (const Tensor& b : bs) {
+        SCOPED_TRACE(::testing::Message() << a.type() << " strides " << shape_str(a.strides())
+                                          << " @ " << b.type() << " strides " << shape_str(b.strides()));
+        expect_product(matmul(a, b), a, b, kF32);
+        expect_product(matmul(a.to(f64), b.to(f64)), a.to(f64), b.to(f64), kF64);
+      }
+  }
+  // Batched operands whose matrices have size-1 dims with odd strides.
+  Tensor x = randn({4, 7, 3}).transpose(1, 2).slice(1, 1, 2);  // [4,1,7] row stride 1
+  Tensor w = randn({5, 7}).t();                                // [7,5] column-major
+  expect_product(matmul(x, w), x, w, kF32);
+  Tensor y = randn({3, 6, 4}).permute({2, 0, 1}).slice(2, 2, 3);  // [4,3,1], column stride 24
+  Tensor z = randn({4, 2, 3});
+  expect_product(matmul(z, y), z, y, kF32);
+}
+
+TEST(Matmul, FoldsABatchAgainstOneWeightIntoOneProduct) {
+  manual_seed(9);
+  for (const Tensor& x : {randn({3, 4, 5, 6}), randn({4, 3, 5, 6}).transpose(0, 1),
+                          randn({3, 4, 6, 5}).transpose(-1, -2), randn({1, 4, 1, 6}),
+                          randn({3, 1, 1, 6}).expand({3, 4, 5, 6})}) {
+    SCOPED_TRACE(::testing::Message() << x.type() << " strides " << shape_str(x.strides()));
+    Tensor w = randn({6, 7});
+    expect_product(matmul(x, w), x, w, kF32);
+    expect_product(matmul(x, w.t().contiguous().t()), x, w, kF32);
+    Tensor wb = w.expand({4, 6, 7});  // a weight broadcast over a batch dim folds too
+    expect_product(matmul(x, wb), x, wb, kF32);
+  }
+}
+
+TEST(Matmul, SplitsProductsPastBlasIntLimit) {
+  // The limit is lowered so that small products take the split paths a >2^31 dim would.
+  manual_seed(10);
+  for (int64_t limit : {1, 3, 7}) {
+    gemm::set_blas_int_limit_for_testing(limit);
+    Tensor a = randn({9, 10}), b = randn({10, 8});
+    expect_product(matmul(a, b), a, b, kF32);
+    expect_product(matmul(a.t().contiguous().t(), b.t().contiguous().t()), a, b, kF32);
+    Tensor ba = randn({3, 5, 9}), bb = randn({9, 4});
+    expect_product(matmul(ba, bb), ba, bb, kF32);
+    Tensor wide = randn({2, 12}), tall = randn({12, 11}).t().contiguous().t();
+    expect_product(matmul(wide, tall), wide, tall, kF32);
+  }
+  gemm::set_blas_int_limit_for_testing(0);
+}
+
+TEST(Matmul, GemmWritesAnyResultLayoutAndAccumulates) {
+  manual_seed(11);
+  for (int64_t limit : {0, 4}) {
+    gemm::set_blas_int_limit_for_testing(limit);
+    std::vector<double> a(6 * 5), b(5 * 7);
+    for (double& v : a) v = randn({}).item<double>();
+    for (double& v : b) v = randn({}).item<double>();
+    // c is written through a column stride of 2 (neither layout BLAS can write), then added to.
+    std::vector<double> c(6 * 7 * 2, 1.0);
+    gemm::Mat<const double> ma{a.data(), 6, 5, 5, 1}, mb{b.data(), 5, 7, 1, 5};
+    gemm::gemm<double>(ma, mb, {c.data(), 6, 7, 14, 2}, /*accumulate=*/true);
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 7; ++j) {
+        double want = 1.0;
+        for (int64_t q = 0; q < 5; ++q) want += a[i * 5 + q] * b[q + j * 5];
+        EXPECT_NEAR(c[i * 14 + 2 * j], want, 1e-12);
+        EXPECT_EQ(c[i * 14 + 2 * j + 1], 1.0);  // untouched
+      }
+  }
+  gemm::set_blas_int_limit_for_testing(0);
 }
