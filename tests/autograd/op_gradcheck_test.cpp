@@ -173,7 +173,26 @@ std::map<OpId, std::vector<Case>> all_cases() {
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], in[2]); }},
       {"conv2d/stride_pad_dilation_groups", {leaf({1, 4, 7, 6}), leaf({6, 2, 3, 2})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], {}, {2, 1}, {1, 2}, {2, 1}, 2); }},
+      {"conv2d/depthwise", {leaf({2, 3, 5, 6}), leaf({6, 1, 3, 3})},
+       [](std::span<const Tensor> in) { return conv2d(in[0], in[1], {}, {2, 1}, {1, 1}, {1, 1}, 3); }},
+      {"conv2d/1x1_batch_of_partial_blocks", {leaf({5, 4, 3, 3}), leaf({2, 4, 1, 1})},
+       [](std::span<const Tensor> in) { return conv2d(in[0], in[1]); }},
   };
+  // conv2d's gradient ops, each differentiated in both operands (their vjps are conv2d and
+  // each other).
+  auto conv_attrs = [](const Dims& shape) {
+    Attrs a;
+    a.stride = {2, 1}, a.padding = {1, 0}, a.dilation = {1, 2}, a.groups = 2, a.shape = shape;
+    return a;
+  };
+  c[OpId::Conv2dInputGrad] = {
+      {"conv2d_input_grad", {leaf({2, 4, 3, 3}), leaf({4, 1, 2, 2})}, [conv_attrs](std::span<const Tensor> in) {
+         return apply(OpId::Conv2dInputGrad, {in[0], in[1]}, conv_attrs({2, 2, 5, 5}));
+       }}};
+  c[OpId::Conv2dWeightGrad] = {
+      {"conv2d_weight_grad", {leaf({2, 2, 5, 5}), leaf({2, 4, 3, 3})}, [conv_attrs](std::span<const Tensor> in) {
+         return apply(OpId::Conv2dWeightGrad, {in[0], in[1]}, conv_attrs({4, 1, 2, 2}));
+       }}};
   c[OpId::MaxPool2d] = {
       {"max_pool2d", {leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 3}, {2, 2}, {1, 1}); }},
       {"max_pool2d/ceil", {leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 2}, {2, 2}, {0, 0}, true); }},

@@ -100,6 +100,8 @@ graph @loops(%0: f32[1,2,5,5], %1: f32[4,2,3,3], %2: f32[5,7], %3: f32[7,2]) -> 
   %5 = max_pool2d %4 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=false} : f32[1,4,2,2]
   %6 = avg_pool2d %5 {kernel=[2,2], stride=[1,1], padding=[1,1], count_include_pad=true} : f32[1,4,3,3]
   %7 = matmul %2, %3 : f32[5,2]
+  %8 = conv2d_input_grad %4, %1 {shape=[1,2,5,5], stride=[1,1], padding=[1,1], dilation=[1,1], groups=1} : f32[1,2,5,5]
+  %9 = conv2d_weight_grad %0, %4 {shape=[4,2,3,3], stride=[1,1], padding=[1,1], dilation=[1,1], groups=1} : f32[4,2,3,3]
   return %7
 }
 )";
