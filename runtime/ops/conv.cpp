@@ -60,6 +60,7 @@ void conv2d_typed(const Tensor& x, const Tensor& w, const Attrs& a, const Tensor
   const T* px = static_cast<const T*>(x.data_ptr());
   const T* pw = static_cast<const T*>(w.data_ptr());
   T* po = static_cast<T*>(out.data_ptr());
+  BlasThreadsScope one_blas_thread;  // BLAS runs inside our chunks, never beside them
   parallel_for(0, n * g, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> cols(static_cast<size_t>(kk * pix));
     for (int64_t bg = b0; bg < b1; ++bg) {

@@ -73,6 +73,7 @@ void matmul_blas(const Tensor& a3, const Tensor& b3, const Tensor& c3) {
   const T* pb = static_cast<const T*>(b.data_ptr());
   T* pc = static_cast<T*>(c3.data_ptr());
   int64_t sa = a.strides()[0], sb = b.strides()[0];
+  BlasThreadsScope one_blas_thread;  // BLAS runs inside our chunks, never beside them
   int threads = num_threads();
   if (batch >= threads || m * n * k < (1 << 15)) {
     parallel_for(0, batch, m * n * k >= (1 << 15) ? 1 : batch, [&](int64_t b0, int64_t b1) {
