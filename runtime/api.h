@@ -197,8 +197,9 @@ Tensor load_npy(const std::string& path);
 void save_npy(const Tensor& t, const std::string& path);
 
 // ---- threads -----------------------------------------------------------------------------
-/// Threads kiln's parallel loops and BLAS use together (default: KILN_NUM_THREADS, else the
-/// number of cores).
+/// Threads kiln's parallel loops use (default: KILN_NUM_THREADS, else the number of cores);
+/// kiln's BLAS calls run single-threaded inside them (BlasThreadsScope in runtime/parallel.h).
+/// Safe while other threads run loops: they finish on the pool they started on.
 void set_num_threads(int n);
 int num_threads();
 /// The instruction set of the CPU kernels in use: "avx512", "avx2" or "scalar" (KILN_ISA

@@ -93,6 +93,7 @@ template <class T> bool blas_layout(const Mat<T>& m, Layout* out) {
 
 template <class T> void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate) {
   KILN_ASSERT(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows);
+  BlasThreadsScope one_blas_thread;  // kiln's own threads split the work, never BLAS's
   if (c.rows == 0 || c.cols == 0) return;
   if (a.cols == 0) {
     if (!accumulate)
