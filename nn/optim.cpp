@@ -1,7 +1,8 @@
-// nn/optim.cpp -- optimizer updates, in place under NoGradGuard. Each rule is written once, as
-// a template over the value it updates: eagerly it runs on blocks of floats in one fused pass
-// over all parameters; traced (or for parameters that pass does not take) it runs on Tensors,
-// so the trace records the same arithmetic.
+// nn/optim.cpp -- optimizer updates, in place under NoGradGuard, each rule written once.
+//
+// A rule is a template over the value it updates: eagerly it runs on lanes of floats in one
+// fused pass over all parameters; traced (or for parameters that pass does not take) it runs
+// on Tensors, so the trace records the same arithmetic and the jit fuses it.
 #include "nn/optim.h"
 
 #include <algorithm>
