@@ -9,9 +9,15 @@ namespace kiln::optim {
 
 /// Updates parameters in place from their grad(), without recording gradients.
 ///
+/// Eagerly, step() updates every parameter that is a contiguous f32 or f64 CPU tensor in one
+/// fused pass over memory (all parameters' elements split across kiln's threads, each element
+/// of p, its gradient and its state read and written once), with no temporaries; other
+/// parameters take the same arithmetic as Tensor ops.
+///
 /// Traceable: the learning rate and step counts live in 0-d tensors and all state is created
 /// up front, so a jit::trace of a training step that calls step() reads the current learning
-/// rate (set_lr, schedules) and state on every call instead of baking them in.
+/// rate (set_lr, schedules) and state on every call instead of baking them in. Traced, the
+/// update is recorded as Tensor ops (the same arithmetic), which the jit fuses.
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Tensor> params, double lr);
@@ -63,11 +69,15 @@ class Adam : public Optimizer {
   Tensor steps_;  // f64[]: the bias corrections' step count
 };
 
+/// AdamW's options: Adam's, with PyTorch's default weight decay (its own struct, so that
+/// `AdamW(params, lr, {.eps = 1e-6})` keeps the decay).
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
 /// torch.optim.AdamW: weight decay applied to the parameter, decoupled from the gradient.
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, double lr = 1e-3, AdamOptions options = {.weight_decay = 1e-2})
-      : Adam(std::move(params), lr, options) {}
+  AdamW(std::vector<Tensor> params, double lr = 1e-3, AdamWOptions options = {});
   void step() override { update(true); }
 };
 

@@ -6,6 +6,7 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/ops/loops.h"
+#include "runtime/ops/pointwise.h"
 #include "runtime/recorder.h"
 
 namespace kiln {
@@ -168,16 +169,25 @@ Tensor Tensor::detach() const {
 
 namespace {
 
-// Writes `value` into `self`, broadcasting it; the one path every in-place op takes.
+// Throws unless a value of type `value` can be written into `self`: it broadcasts to self's
+// shape, and its dtype converts (PyTorch's casting rule: anything but float -> integer and
+// non-bool -> bool).
+void check_assignable(const Tensor& self, const TensorType& value, const char* op) {
+  KILN_CHECK(broadcast_shapes(value.shape, self.shape(), op) == self.shape(),
+             "{}: result {} cannot be written into {} in place", op, value.str(),
+             self.type().str());
+  bool castable = !(is_float(value.dtype) && !is_float(self.dtype())) &&
+                  !(value.dtype != DType::Bool && self.dtype() == DType::Bool);
+  KILN_CHECK(castable, "{}: result dtype {} cannot be written into {} in place", op,
+             dtype_name(value.dtype), self.type().str());
+}
+
+// Writes `value` into `self`, broadcasting it: the path of copy_ and fill_, and of every
+// in-place op that is traced or recorded for autograd.
 Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
   KILN_CHECK(self.defined() && value.defined(), "{}: undefined tensor", op);
-  KILN_CHECK(broadcast_shapes(value.shape(), self.shape(), op) == self.shape(),
-             "{}: result {} cannot be written into {} in place", op, value.type().str(), self.type().str());
-  // PyTorch's casting rule: anything but float -> integer and non-bool -> bool.
-  bool castable = !(is_float(value.dtype()) && !is_float(self.dtype())) &&
-                  !(value.dtype() != DType::Bool && self.dtype() == DType::Bool);
-  KILN_CHECK(castable, "{}: result dtype {} cannot be written into {} in place", op,
-             dtype_name(value.dtype()), self.type().str());
+  check_no_internal_overlap(self, op);
+  check_assignable(self, value.type(), op);
   TensorImpl* s = self.impl();
   bool record = grad_enabled() && (requires_grad(s) || requires_grad(value.impl()));
   if (record) {
@@ -189,12 +199,17 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
                "{}: {} is a view of a tensor that requires grad; in-place changes through a view "
                "are not supported under autograd (write the result out of place)", op, self.type().str());
   }
-  Tensor v = value.dtype() == self.dtype() ? value : value.to(self.dtype());
-  if (v.shape() != self.shape()) v = v.expand(self.shape());
-  if (Recorder* rec = active_recorder()) {
+  Recorder* rec = active_recorder();
+  // The value as self's type, for the recorder and the tape (eagerly, copy_into converts).
+  Tensor v = value;
+  if (rec || record) {
+    if (v.dtype() != self.dtype()) v = v.to(self.dtype());
+    if (v.shape() != self.shape()) v = v.expand(self.shape());
+  }
+  if (rec) {
     rec->record_assign(self, v);  // the trace writes it when the compiled function runs
   } else {
-    copy_into(value, self);
+    copy_into(value, self);  // reads value first where it shares memory with self
     if (s->storage) s->storage->bump_version();
   }
   if (record) {
@@ -212,18 +227,44 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
   return self;
 }
 
+// Whether the in-place op runs its kernel straight into self: eagerly on the CPU, with no
+// tracer and no gradient to record (else it computes out of place and goes through assign).
+bool writes_directly(const Tensor& self, std::initializer_list<Operand> operands) {
+  if (active_recorder() || !self.defined() || !self.has_storage() || !self.device().is_cpu())
+    return false;
+  bool grad = grad_enabled();
+  if (grad && requires_grad(self.impl())) return false;
+  for (const Operand& o : operands) {
+    const Tensor* t = o.tensor;
+    if (!t) continue;
+    if (!t->defined() || !t->has_storage() || !t->device().is_cpu()) return false;
+    if (grad && requires_grad(t->impl())) return false;
+  }
+  return true;
+}
+
+// self = op(operands...), where operands usually start with self.
+Tensor& update(Tensor& self, OpId id, std::initializer_list<Operand> operands, const char* op) {
+  if (self.defined()) check_no_internal_overlap(self, op);
+  if (!writes_directly(self, operands)) return assign(self, pointwise(id, operands), op);
+  pointwise_into(id, operands, self, [&](const TensorType& t) { check_assignable(self, t, op); });
+  self.impl()->storage->bump_version();
+  return self;
+}
+
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& o) { return assign(*this, *this + o, "add_"); }
-Tensor& Tensor::add_(Scalar o) { return assign(*this, *this + o, "add_"); }
-Tensor& Tensor::sub_(const Tensor& o) { return assign(*this, *this - o, "sub_"); }
-Tensor& Tensor::sub_(Scalar o) { return assign(*this, *this - o, "sub_"); }
-Tensor& Tensor::mul_(const Tensor& o) { return assign(*this, *this * o, "mul_"); }
-Tensor& Tensor::mul_(Scalar o) { return assign(*this, *this * o, "mul_"); }
-Tensor& Tensor::div_(const Tensor& o) { return assign(*this, *this / o, "div_"); }
-Tensor& Tensor::div_(Scalar o) { return assign(*this, *this / o, "div_"); }
+Tensor& Tensor::add_(const Tensor& o) { return update(*this, OpId::Add, {*this, o}, "add_"); }
+Tensor& Tensor::add_(Scalar o) { return update(*this, OpId::Add, {*this, o}, "add_"); }
+Tensor& Tensor::sub_(const Tensor& o) { return update(*this, OpId::Sub, {*this, o}, "sub_"); }
+Tensor& Tensor::sub_(Scalar o) { return update(*this, OpId::Sub, {*this, o}, "sub_"); }
+Tensor& Tensor::mul_(const Tensor& o) { return update(*this, OpId::Mul, {*this, o}, "mul_"); }
+Tensor& Tensor::mul_(Scalar o) { return update(*this, OpId::Mul, {*this, o}, "mul_"); }
+Tensor& Tensor::div_(const Tensor& o) { return update(*this, OpId::Div, {*this, o}, "div_"); }
+Tensor& Tensor::div_(Scalar o) { return update(*this, OpId::Div, {*this, o}, "div_"); }
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  return assign(*this, clamp(*this, lo, hi), "clamp_");
+  auto [l, h] = clamp_bounds(*this, lo, hi);
+  return update(*this, OpId::Clamp, {*this, l, h}, "clamp_");
 }
 Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(Scalar v) { return assign(*this, full({}, v, dtype()), "fill_"); }

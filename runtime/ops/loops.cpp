@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
@@ -160,12 +161,69 @@ void convert(const char* src, int64_t ss, DType st, char* dst, int64_t ds, DType
   });
 }
 
-void copy_into(const Tensor& src, const Tensor& dst) {
-  KILN_CHECK(src.dim() <= dst.dim(), "copy: cannot copy {} into {}", src.type().str(),
+bool has_internal_overlap(const Tensor& t) {
+  if (t.numel() <= 1) return false;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
+  return false;
+}
+
+void check_no_internal_overlap(const Tensor& t, const char* op) {
+  KILN_CHECK(!has_internal_overlap(t),
+             "{}: unsupported operation: more than one element of the written-to tensor {} "
+             "refers to a single memory location (it is expanded; clone() it first)",
+             op, t.type().str());
+}
+
+namespace {
+
+// The bytes [lo, hi) that t's elements span.
+std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  const char* base = static_cast<const char*>(t.data_ptr());
+  int64_t es = dtype_size(t.dtype()), lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t reach = (t.shape()[d] - 1) * t.strides()[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {base + lo * es, base + (hi + 1) * es};
+}
+
+}  // namespace
+
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage()) return false;
+  auto [a_lo, a_hi] = byte_span(a);
+  auto [b_lo, b_hi] = byte_span(b);
+  return a_lo < b_hi && b_lo < a_hi;
+}
+
+namespace {
+
+// Whether x, broadcast to out's shape, walks exactly out's elements in out's order.
+bool same_elements(const Tensor& x, const Tensor& out) {
+  return x.data_ptr() == out.data_ptr() && x.dtype() == out.dtype() &&
+         broadcast_byte_strides(x, out.shape()) == broadcast_byte_strides(out, out.shape());
+}
+
+}  // namespace
+
+Tensor readable_while_writing(const Tensor& x, const Tensor& out) {
+  if (!may_overlap(x, out) || same_elements(x, out)) return x;
+  // Reading x while out is written would see some elements already overwritten.
+  Tensor copy = Tensor::empty({x.dtype(), x.shape(), x.device()});
+  copy_into(x, copy);
+  return copy;
+}
+
+void copy_into(const Tensor& src_in, const Tensor& dst) {
+  KILN_CHECK(src_in.dim() <= dst.dim(), "copy: cannot copy {} into {}", src_in.type().str(),
              dst.type().str());
   Dims shape = dst.shape();
-  KILN_CHECK(broadcast_shapes(src.shape(), shape, "copy") == shape,
-             "copy: cannot broadcast {} to {}", src.type().str(), dst.type().str());
+  KILN_CHECK(broadcast_shapes(src_in.shape(), shape, "copy") == shape,
+             "copy: cannot broadcast {} to {}", src_in.type().str(), dst.type().str());
+  check_no_internal_overlap(dst, "copy");
+  if (may_overlap(src_in, dst) && same_elements(src_in, dst)) return;  // already there
+  Tensor src = readable_while_writing(src_in, dst);
   StridedOperands ops;
   ops.count = 2;
   ops.base[0] = static_cast<char*>(dst.data_ptr());

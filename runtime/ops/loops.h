@@ -34,8 +34,21 @@ Dims broadcast_byte_strides(const Tensor& t, const Dims& shape);
 void convert(const char* src, int64_t src_stride, DType src_type, char* dst, int64_t dst_stride,
              DType dst_type, int64_t n);
 
-/// Copies (and converts) `src` into `dst`, broadcasting src to dst's shape.
+/// Copies (and converts) `src` into `dst`, broadcasting src to dst's shape. Safe when src
+/// shares memory with dst (it is read first); throws when dst has internal overlap.
 void copy_into(const Tensor& src, const Tensor& dst);
+
+/// Whether a write into `t` would store several elements into one place: a dim of size > 1
+/// with stride 0, as expand() makes.
+bool has_internal_overlap(const Tensor& t);
+/// Throws a kiln::Error naming `op` when `t` has internal overlap.
+void check_no_internal_overlap(const Tensor& t, const char* op);
+/// Whether the memory spans of `a` and `b` intersect (so they may share elements).
+bool may_overlap(const Tensor& a, const Tensor& b);
+/// `x`, to be read by an elementwise write into `out` (broadcast to out's shape): x itself
+/// when that is safe (no shared memory, or exactly out's elements in out's layout), else a
+/// contiguous copy of it.
+Tensor readable_while_writing(const Tensor& x, const Tensor& out);
 
 /// Work (elements) below which an elementwise op stays on one thread.
 inline constexpr int64_t kParallelGrain = 1 << 16;

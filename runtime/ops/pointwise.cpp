@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/formulas.h"
@@ -183,24 +184,38 @@ DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands) {
   return ct;
 }
 
-Tensor pointwise(OpId id, std::initializer_list<Operand> operands) {
+namespace {
+
+// What apply() gets for a pointwise op: its attrs and its tensor operands.
+struct PointwiseCall {
+  Attrs attrs;
+  Tensor tensors[3];
+  size_t count = 0;
+};
+
+// Promotes and checks the operands. Tensors are cast to the compute dtype; with `cast_all`
+// false only where the kernel's own conversion would differ from that cast (an integer
+// operand of an f16/bf16 op: the kernel computes in f32 and would skip the rounding to f16).
+PointwiseCall prepare(OpId id, std::initializer_list<Operand> operands, bool cast_all) {
   int arity = op_arity(id);
   KILN_CHECK(static_cast<int>(operands.size()) == arity, "{}: expected {} operands, got {}",
              op_name(id), arity, operands.size());
-  Attrs a;
+  PointwiseCall c;
+  Attrs& a = c.attrs;
   a.dtype = pointwise_dtype(id, operands);
-  Tensor tensors[3];
-  size_t n = 0, k = 0;
+  bool half = a.dtype == DType::F16 || a.dtype == DType::BF16;
+  size_t k = 0;
   for (const Operand& o : operands) {
     if (o.tensor) {
       DType want = (id == OpId::Where && k == 0) ? DType::Bool : a.dtype;
       KILN_CHECK(!(id == OpId::Where && k == 0 && o.tensor->dtype() != DType::Bool),
                  "where: condition must be bool, got {}", o.tensor->type().str());
-      tensors[n++] = o.tensor->dtype() == want ? *o.tensor : apply(OpId::Cast, {*o.tensor}, [&] {
-        Attrs c;
-        c.dtype = want;
-        return c;
-      }());
+      bool cast = o.tensor->dtype() != want && (cast_all || half);
+      c.tensors[c.count++] = cast ? apply(OpId::Cast, {*o.tensor}, [&] {
+        Attrs x;
+        x.dtype = want;
+        return x;
+      }()) : *o.tensor;
     } else {
       KILN_CHECK(!(id == OpId::Where && k == 0), "where: condition must be a tensor");
       KILN_CHECK(fits(o.scalar, a.dtype), "{}: {} is out of range for dtype {}", op_name(id),
@@ -210,7 +225,30 @@ Tensor pointwise(OpId id, std::initializer_list<Operand> operands) {
     }
     ++k;
   }
-  return apply(id, std::span<const Tensor>(tensors, n), a);
+  return c;
+}
+
+}  // namespace
+
+Tensor pointwise(OpId id, std::initializer_list<Operand> operands) {
+  PointwiseCall c = prepare(id, operands, true);
+  return apply(id, std::span<const Tensor>(c.tensors, c.count), c.attrs);
+}
+
+void pointwise_into(OpId id, std::initializer_list<Operand> operands, const Tensor& out,
+                    const std::function<void(const TensorType&)>& check_result) {
+  PointwiseCall c = prepare(id, operands, false);
+  // The result type pointwise_rule gives, with its broadcasting errors.
+  Dims shape;
+  for (size_t t = 0; t < c.count; ++t) {
+    const Dims& s = c.tensors[t].shape();
+    shape = t == 0 ? s : broadcast_shapes(shape, s, op_name(id));
+  }
+  Promote p = op_def(id).promote;
+  bool to_bool = p == Promote::Compare || p == Promote::Logical;
+  check_result({to_bool ? DType::Bool : c.attrs.dtype, shape, out.device()});
+  for (size_t t = 0; t < c.count; ++t) c.tensors[t] = readable_while_writing(c.tensors[t], out);
+  pointwise_cpu(id, std::span<const Tensor>(c.tensors, c.count), c.attrs, out);
 }
 
 }  // namespace kiln

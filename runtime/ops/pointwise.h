@@ -1,7 +1,10 @@
 // runtime/ops/pointwise.h -- running pointwise ops from the API (promotion, immediates).
 #pragma once
 
+#include <functional>
 #include <initializer_list>
+#include <optional>
+#include <utility>
 
 #include "runtime/op.h"
 #include "runtime/ops/formulas.h"
@@ -41,5 +44,14 @@ constexpr OpDef pointwise_def(VjpFn vjp, uint8_t saves = kSaveInputs, uint8_t li
 DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands);
 /// Promotes and casts the operands, then applies op `id`.
 Tensor pointwise(OpId id, std::initializer_list<Operand> operands);
+/// Runs op `id` on the CPU straight into `out` (an in-place op: `out` is usually an operand),
+/// with pointwise()'s promotion, checks and results bit for bit. `check_result` sees the type
+/// pointwise() would return and throws when it cannot be written into `out`. Operands that
+/// share memory with `out` in another layout are copied first. No autograd, no recorder.
+void pointwise_into(OpId id, std::initializer_list<Operand> operands, const Tensor& out,
+                    const std::function<void(const TensorType&)>& check_result);
+/// The bounds clamp(x, lo, hi) applies: a missing one is the widest value of its compute dtype.
+std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo,
+                                       std::optional<Scalar> hi);
 
 }  // namespace kiln

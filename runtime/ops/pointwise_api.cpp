@@ -85,7 +85,8 @@ Tensor where(const Tensor& c, const Tensor& a, Scalar b) { return pointwise(OpId
 Tensor where(const Tensor& c, Scalar a, const Tensor& b) { return pointwise(OpId::Where, {c, a, b}); }
 Tensor where(const Tensor& c, Scalar a, Scalar b) { return pointwise(OpId::Where, {c, a, b}); }
 
-Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo,
+                                       std::optional<Scalar> hi) {
   KILN_CHECK(lo || hi, "clamp: at least one of lo and hi must be given");
   KILN_CHECK(x.defined(), "clamp: operand 0 is an undefined tensor");
   // A missing bound becomes the widest value of the dtype the op computes in.
@@ -102,7 +103,12 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
       }
     });
   };
-  return pointwise(OpId::Clamp, {x, lo.value_or(widest(false)), hi.value_or(widest(true))});
+  return {lo.value_or(widest(false)), hi.value_or(widest(true))};
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  auto [l, h] = clamp_bounds(x, lo, hi);
+  return pointwise(OpId::Clamp, {x, l, h});
 }
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
   return pointwise(OpId::Clamp, {x, lo, hi});

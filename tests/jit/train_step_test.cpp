@@ -117,6 +117,19 @@ TEST(TrainStep, AdamWStepsMatchEagerSteps) {
   });
 }
 
+TEST(TrainStep, AdamWithL2WeightDecayAndAdamWWithOptionsMatchEagerSteps) {
+  check_steps([](std::vector<Tensor> params) {
+    return std::make_unique<optim::Adam>(std::move(params), 0.01,
+                                         optim::AdamOptions{.beta1 = 0.8, .weight_decay = 0.1});
+  });
+  check_steps(
+      [](std::vector<Tensor> params) {
+        return std::make_unique<optim::AdamW>(std::move(params), 0.02,
+                                              optim::AdamWOptions{.eps = 1e-6});
+      },
+      true, true);
+}
+
 TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
   manual_seed(8);
   Twins t;

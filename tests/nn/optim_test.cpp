@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "tests/unit/test_util.h"
@@ -230,5 +232,304 @@ TEST(Schedule, TheOptimizerUsesTheScheduledRate) {
     sched.step();
     lr *= 0.5;
     expect_close(p, {want}, 1e-15);
+  }
+}
+
+// ---- many parameters, every option: the fused pass against today's rules in double --------
+
+namespace {
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (!(a.type() == b.type())) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(), a.numel() * dtype_size(a.dtype())) == 0;
+}
+
+// The optimizer rules as kiln writes them (torch.optim's), in double, for many parameters.
+// Step counts are the optimizer's (shared by all parameters), and parameters without a
+// gradient are skipped, state included.
+struct RefRule {
+  enum Kind { Sgd, Adam, AdamW } kind;
+  optim::SgdOptions sgd;
+  optim::AdamOptions adam;
+  double lr;
+  std::vector<std::vector<double>> p, s0, s1;  // parameters; velocity or the two moments
+  int steps = 0;
+
+  void step(const std::vector<std::vector<double>>& grads, const std::vector<bool>& has_grad) {
+    if (kind != Sgd) ++steps;
+    for (size_t j = 0; j < p.size(); ++j) {
+      if (!has_grad[j]) continue;
+      if (s0.size() <= j) s0.resize(j + 1), s1.resize(j + 1);
+      if (s0[j].empty()) s0[j].assign(p[j].size(), 0), s1[j].assign(p[j].size(), 0);
+      for (size_t i = 0; i < p[j].size(); ++i)
+        kind == Sgd ? sgd_one(p[j][i], grads[j][i], s0[j][i])
+                    : adam_one(p[j][i], grads[j][i], s0[j][i], s1[j][i]);
+    }
+    if (kind == Sgd) ++steps;
+  }
+  void sgd_one(double& w, double g, double& v) const {
+    if (sgd.weight_decay != 0) g += sgd.weight_decay * w;
+    if (sgd.momentum != 0) {
+      v = steps == 0 && sgd.dampening != 0 ? g : sgd.momentum * v + (1 - sgd.dampening) * g;
+      g = sgd.nesterov ? g + sgd.momentum * v : v;
+    }
+    w -= lr * g;
+  }
+  void adam_one(double& w, double g, double& m, double& v) const {
+    const optim::AdamOptions& o = adam;
+    if (o.weight_decay != 0) {
+      if (kind == AdamW)
+        w *= 1 - lr * o.weight_decay;
+      else
+        g += o.weight_decay * w;
+    }
+    m = o.beta1 * m + (1 - o.beta1) * g;
+    v = o.beta2 * v + (1 - o.beta2) * g * g;
+    double c1 = 1 - std::pow(o.beta1, steps), c2 = 1 - std::pow(o.beta2, steps);
+    w -= lr * (m / c1) / (std::sqrt(v / c2) + o.eps);
+  }
+};
+
+// Shapes whose sizes are not multiples of the vector lanes, and more elements in all than
+// one thread's share, so parameters straddle the threads' chunks.
+const std::vector<Dims> kShapes = {{1}, {7}, {33, 5}, {40000}, {3}, {300, 101}, {0}, {2, 2}};
+
+struct Problem {
+  std::vector<Tensor> params;
+  RefRule ref;
+};
+
+Problem make_problem(RefRule::Kind kind, double lr, DType dtype) {
+  Problem s;
+  s.ref.kind = kind;
+  s.ref.lr = lr;
+  for (const Dims& shape : kShapes) {
+    // Mixed dtypes when asked for f64: every other parameter is f32.
+    DType t = dtype == f64 && s.params.size() % 2 ? f32 : dtype;
+    Tensor p = randn(shape, t).requires_grad_();
+    s.params.push_back(p);
+    s.ref.p.push_back(p.to_vector<double>());
+  }
+  return s;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Problem& s) {
+  if (s.ref.kind == RefRule::Sgd)
+    return std::make_unique<optim::SGD>(s.params, s.ref.lr, s.ref.sgd);
+  if (s.ref.kind == RefRule::Adam)
+    return std::make_unique<optim::Adam>(s.params, s.ref.lr, s.ref.adam);
+  const optim::AdamOptions& o = s.ref.adam;
+  return std::make_unique<optim::AdamW>(
+      s.params, s.ref.lr,
+      optim::AdamWOptions{
+          .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+}
+
+// Gradients for one step: random, some strided (a transpose's or a slice's), and at step 1
+// none for parameter 2 (and at step 0 none for parameter 4: its state starts later).
+void set_grads(Problem& s, int step, std::vector<std::vector<double>>& grads,
+               std::vector<bool>& has) {
+  grads.assign(s.params.size(), {});
+  has.assign(s.params.size(), true);
+  for (size_t j = 0; j < s.params.size(); ++j) {
+    Tensor& p = s.params[j];
+    if ((step == 1 && j == 2) || (step == 0 && j == 4)) {
+      p.zero_grad();
+      has[j] = false;
+      continue;
+    }
+    Tensor g;
+    if (p.dim() == 2 && step % 2 == 0)
+      g = randn({p.size(1), p.size(0)}, p.dtype()).t();
+    else if (p.dim() == 1 && j % 3 == 0)
+      g = randn({2 * p.size(0)}, p.dtype()).slice(0, 0, 2 * p.size(0), 2);
+    else
+      g = randn(p.shape(), p.dtype());
+    p.set_grad(g);
+    grads[j] = g.to_vector<double>();
+  }
+}
+
+void run_case(Problem s, int steps = 4) {
+  auto opt = make_optimizer(s);
+  std::vector<std::vector<double>> grads;
+  std::vector<bool> has;
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    set_grads(s, step, grads, has);
+    opt->step();
+    s.ref.step(grads, has);
+    for (size_t j = 0; j < s.params.size(); ++j) {
+      SCOPED_TRACE(testing::Message() << "parameter " << j << " " << s.params[j].type().str());
+      double tol = s.params[j].dtype() == f64 ? 1e-12 : 2e-5;
+      expect_close(s.params[j], s.ref.p[j], tol, tol);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(OptimFused, SgdEveryOptionMatchesTheRule) {
+  const std::vector<optim::SgdOptions> options = {
+      {},
+      {.weight_decay = 0.1},
+      {.momentum = 0.9},
+      {.momentum = 0.9, .dampening = 0.3},
+      {.momentum = 0.8, .dampening = 0.2, .weight_decay = 0.05},
+      {.momentum = 0.8, .nesterov = true},
+      {.momentum = 0.7, .weight_decay = 0.01, .nesterov = true},
+  };
+  for (DType t : {f32, f64})
+    for (const optim::SgdOptions& o : options) {
+      SCOPED_TRACE(testing::Message()
+                   << dtype_name(t) << " momentum " << o.momentum << " dampening " << o.dampening
+                   << " nesterov " << o.nesterov << " decay " << o.weight_decay);
+      manual_seed(11);
+      Problem s = make_problem(RefRule::Sgd, 0.05, t);
+      s.ref.sgd = o;
+      run_case(s);
+    }
+}
+
+TEST(OptimFused, AdamAndAdamWMatchTheRule) {
+  const std::vector<optim::AdamOptions> options = {
+      {},
+      {.weight_decay = 0.1},
+      {.beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.02},
+      {.beta1 = 0, .beta2 = 0.5, .eps = 0.1},
+  };
+  for (RefRule::Kind kind : {RefRule::Adam, RefRule::AdamW})
+    for (DType t : {f32, f64})
+      for (const optim::AdamOptions& o : options) {
+        SCOPED_TRACE(testing::Message() << (kind == RefRule::Adam ? "Adam " : "AdamW ")
+                                        << dtype_name(t) << " betas " << o.beta1 << " " << o.beta2
+                                        << " eps " << o.eps << " decay " << o.weight_decay);
+        manual_seed(12);
+        Problem s = make_problem(kind, 0.01, t);
+        s.ref.adam = o;
+        run_case(s, 6);
+      }
+}
+
+TEST(OptimFused, AdamWKeepsItsWeightDecayWhenOtherOptionsAreGiven) {
+  Tensor p = param();
+  optim::AdamW opt({p}, 0.01, {.eps = 1e-6});  // AdamOptions would have made the decay 0
+  RefAdam ref{0.01, 0.9, 0.999, 1e-6, 1e-2, true};
+  run_against(p, opt, std::ref(ref), 5);
+  optim::AdamWOptions defaults;
+  EXPECT_EQ(defaults.weight_decay, 1e-2);
+}
+
+namespace {
+
+// Runs a few steps of `make`'s optimizer on copies of the same parameters and gradients.
+std::vector<Tensor> train(
+    const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make,
+    const std::vector<Tensor>& init, int threads = 0, bool transposed = false) {
+  int saved = num_threads();
+  if (threads) set_num_threads(threads);
+  std::vector<Tensor> params;
+  for (const Tensor& t : init) {
+    // Transposed: the same values in a column-major (non-contiguous) leaf.
+    Tensor c = transposed ? t.t().contiguous().t() : t.clone();
+    params.push_back(c.detach().requires_grad_());
+    EXPECT_EQ(params.back().is_contiguous(), !transposed);
+  }
+  auto opt = make(params);
+  manual_seed(5);
+  for (int step = 0; step < 3; ++step) {
+    for (Tensor& p : params) p.set_grad(randn(p.shape(), p.dtype()));
+    opt->step();
+  }
+  set_num_threads(saved);
+  return params;
+}
+
+std::vector<std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>>
+all_optimizers() {
+  return {
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(
+            std::move(p), 0.1,
+            optim::SgdOptions{.momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
+      },
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(std::move(p), 0.1,
+                                            optim::SgdOptions{.momentum = 0.9, .nesterov = true});
+      },
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::Adam>(std::move(p), 0.01,
+                                             optim::AdamOptions{.weight_decay = 0.1});
+      },
+      [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(std::move(p), 0.01); },
+  };
+}
+
+}  // namespace
+
+TEST(OptimFused, TheFusedPassAndTheTensorOpsGiveTheSameBits) {
+  // A transposed leaf is not contiguous: it takes the Tensor path, its twin the fused pass.
+  manual_seed(13);
+  for (DType t : {f32, f64}) {
+    Tensor a = randn({37, 45}, t), b = randn({45, 37}, t).t().contiguous();
+    std::vector<Tensor> init = {a, b};
+    for (const auto& make : all_optimizers()) {
+      std::vector<Tensor> fused = train(make, init);
+      std::vector<Tensor> ops = train(make, init, 0, true);
+      for (size_t i = 0; i < fused.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(fused[i], ops[i])) << dtype_name(t) << " parameter " << i;
+    }
+  }
+}
+
+TEST(OptimFused, ResultsDoNotDependOnTheThreadCount) {
+  manual_seed(14);
+  std::vector<Tensor> init = {randn({70001}), randn({3, 5}, f64), randn({40000}), randn({1})};
+  for (const auto& make : all_optimizers()) {
+    std::vector<Tensor> one = train(make, init, 1), two = train(make, init, 2);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], two[i])) << i;
+  }
+}
+
+TEST(OptimFused, AStepAllocatesNothing) {
+  std::vector<Tensor> params = {randn({100000}).requires_grad_(),
+                                randn({64, 33}, f64).requires_grad_(), randn({5}).requires_grad_()};
+  for (const auto& make : all_optimizers()) {
+    auto opt = make(params);
+    for (Tensor& p : params) p.set_grad(randn(p.shape(), p.dtype()));
+    opt->step();  // the first step too, but measure a later one
+    int64_t before = cpu_allocator().stats().allocations;
+    opt->step();
+    opt->step();
+    EXPECT_EQ(cpu_allocator().stats().allocations, before);
+  }
+}
+
+TEST(OptimFused, AStepMakesSavedParametersStale) {
+  Tensor p = param(), x = from_vector<double>({1, 2, 3, 4}).requires_grad_();
+  optim::Adam opt({p}, 0.1);
+  (p * p).sum().backward();
+  Tensor z = p * x;  // d/dx reads p
+  opt.step();
+  expect_error([&] { z.sum().backward(); }, {"mul", "in-place", "version"});
+}
+
+TEST(OptimFused, AParameterListedTwiceIsUpdatedTwice) {
+  // Large enough for two threads: entries that share memory run one after the other.
+  Tensor p = zeros({100003}, f64).requires_grad_();
+  optim::SGD opt({p, p}, 0.25, {.momentum = 0.5});
+  p.set_grad(ones({100003}, f64));
+  opt.step();  // each entry has its own velocity: p = 0 - 0.25 - 0.25
+  expect_close(p, std::vector<double>(100003, -0.5), 0);
+}
+
+TEST(OptimFused, HalfParametersTakeTheTensorOps) {
+  for (DType t : {f16, bf16}) {
+    Tensor p = param(t);
+    optim::Adam opt({p}, 0.01);
+    RefAdam ref{0.01, 0.9, 0.999, 1e-8, 0, false};
+    run_against(p, opt, std::ref(ref), 3, 2e-2);
+    EXPECT_EQ(p.dtype(), t);
   }
 }
