@@ -36,7 +36,8 @@ case "$what" in
     ;;
   bench)
     scripts/deps.sh --bench
-    configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF
+    # Benchmarks on explicitly: `run.sh demo` leaves build-release configured without them.
+    configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=ON
     ./build-release/benchmarks/kiln_bench "${@:2}"
     ;;
   *)
