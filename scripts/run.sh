@@ -5,7 +5,7 @@
 #                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
 #                          (arguments go to kiln_bench, e.g. --benchmark_filter=conv)
-#   scripts/run.sh bench --torch-isolation [CASES]
+#   scripts/run.sh bench --torch-isolation [CASES [BENCHMARK ARGS...]]
 #                          LibTorch's cases alone in a process beside LibTorch's after kiln's in
 #                          one process (scripts/bench_torch_isolation.sh)
 set -euo pipefail
@@ -47,7 +47,7 @@ case "$what" in
     # conv at batch 1: 66 ms spinning, 3 ms passive). OMP_WAIT_POLICY=active restores it.
     export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
     if [[ "${2:-}" == --torch-isolation ]]; then
-      scripts/bench_torch_isolation.sh build-release/benchmarks/kiln_bench "${3:-.*}"
+      scripts/bench_torch_isolation.sh build-release/benchmarks/kiln_bench "${3:-.*}" "${@:4}"
     else
       ./build-release/benchmarks/kiln_bench "${@:2}"
     fi
