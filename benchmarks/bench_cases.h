@@ -2,7 +2,12 @@
 // and traced runs (torch_bench.cpp writes the same with LibTorch's ops).
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <kiln/kiln.h>
+
+#include <string>
+#include <vector>
 
 namespace kiln::bench {
 
@@ -36,5 +41,116 @@ struct Mlp {
 };
 
 int first_call_probe();  // jit_bench.cpp
+
+// ---- the kernels a training step spends its time in (train_bench.cpp, torch_train_bench.cpp):
+// the same shapes and the same FLOP and byte counts for kiln and LibTorch -------------------
+
+/// The label of a copy loop that counts only the bytes it reads (the table leaves it out of
+/// "copy loop from memory", which counts reads and writes).
+inline constexpr const char* kReadsOnly = "reads only";
+
+inline void count_flops(benchmark::State& s, double per_iteration) {
+  double flops = per_iteration * double(s.iterations());
+  s.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+}
+inline void count_bytes(benchmark::State& s, double per_iteration) {
+  s.SetBytesProcessed(static_cast<int64_t>(per_iteration * double(s.iterations())));
+}
+
+// A linear layer's three GEMMs: x [16,128,256] @ w [256,1024] forward, then the gradients of
+// x and of w; each is 2*M*K*N FLOPs with M = 16*128.
+inline constexpr int64_t kMmBatch = 16, kMmRows = 128, kMmIn = 256, kMmOut = 1024;
+inline constexpr double kMmFlops = 2.0 * kMmBatch * kMmRows * kMmIn * kMmOut;
+inline const std::string kMmName = "matmul_16x128x256_256x1024";  // + _fwd, _dinput, _dweight
+
+/// A 3x3 convolution, stride 1, padding 1, [n, c, hw, hw] to c channels: ResNet's body, or
+/// depthwise (groups = c). Backward computes the input and the weight gradients.
+struct ConvCase {
+  int64_t n, c, hw;
+  bool depthwise;
+  int64_t groups() const { return depthwise ? c : 1; }
+  /// e.g. conv3x3_64x56x56[32]_fwd, dwconv3x3_64x56x56[32]_bwd
+  std::string name(bool backward) const {
+    return (depthwise ? "dwconv3x3_" : "conv3x3_") + std::to_string(c) + "x" + std::to_string(hw) + "x" +
+           std::to_string(hw) + "[" + std::to_string(n) + "]" + (backward ? "_bwd" : "_fwd");
+  }
+  /// 2*N*O*OH*OW*(C/groups)*kh*kw; the backward's two gradients cost as much each.
+  double flops(bool backward) const {
+    return (backward ? 2 : 1) * 2.0 * double(n * c * hw * hw) * double(c / groups()) * 9;
+  }
+};
+inline std::vector<ConvCase> conv_cases() {
+  return {{1, 64, 56, false}, {32, 64, 56, false}, {1, 128, 28, false}, {32, 128, 28, false},
+          {32, 64, 56, true}};
+}
+
+/// max_pool2d on [32,64,56,56]: 2x2 stride 2, and ResNet's stem pool 3x3 stride 2 padding 1
+/// (both give 28x28). Bytes: the input read and the output written; backward, the output's
+/// gradient read and the input's written.
+struct PoolCase {
+  int64_t k, stride, pad;
+  static constexpr int64_t n = 32, c = 64, hw = 56;
+  int64_t out_hw() const { return (hw + 2 * pad - k) / stride + 1; }
+  std::string name(bool backward) const {
+    return "max_pool" + std::to_string(k) + "x" + std::to_string(k) + "s" + std::to_string(stride) +
+           (pad ? "p" + std::to_string(pad) : "") + "_32x64x56x56" + (backward ? "_bwd" : "_fwd");
+  }
+  double bytes() const { return 4.0 * double(n * c) * double(hw * hw + out_hw() * out_hw()); }
+};
+inline std::vector<PoolCase> pool_cases() { return {{2, 2, 0}, {3, 2, 1}}; }
+
+// The backward of embedding: 4096 tokens' [4096,256] gradient summed into a dense [32000,256]
+// table. Bytes: the upstream gradient read and the table written.
+inline constexpr int64_t kVocab = 32000, kTokens = 4096, kEmbedDim = 256;
+inline constexpr double kEmbedBytes = 4.0 * double(kTokens + kVocab) * double(kEmbedDim);
+inline const std::string kEmbedName = "embedding_32000x256[4096]_bwd";
+
+// A full sum of 16M floats: the bytes read.
+inline constexpr int64_t kSumN = 16 << 20;
+inline const std::string kSumName = "sum_16M";
+
+/// examples/train_digits.cpp's model (the example does not export it): 8x8 digits, conv 3x3
+/// 1->16, relu, pool 2, conv 3x3 16->32, relu, pool 2, linear 128->10; trained with Adam(3e-3).
+struct DigitsNet : nn::Module {
+  nn::Conv2d conv1{1, 16, {3, 3}, {.padding = {1, 1}}};
+  nn::Conv2d conv2{16, 32, {3, 3}, {.padding = {1, 1}}};
+  nn::Linear fc{32 * 2 * 2, 10};
+  DigitsNet() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("fc", fc);
+  }
+  Tensor operator()(const Tensor& x) {
+    Tensor h = max_pool2d(relu(conv1(x)), {2, 2});  // [N, 16, 4, 4]
+    h = max_pool2d(relu(conv2(h)), {2, 2});         // [N, 32, 2, 2]
+    return fc(h.flatten(1));
+  }
+};
+inline constexpr int64_t kDigitsBatch = 32;
+inline const std::string kDigitsName = "digits_train_step[32]";
+/// The step's conv and linear FLOPs: forward, then both gradients of each layer except conv1's
+/// input gradient (the images need none).
+inline double digits_step_flops(int64_t n) {
+  double conv1 = 2.0 * double(n) * 16 * 8 * 8 * 1 * 9, conv2 = 2.0 * double(n) * 32 * 4 * 4 * 16 * 9;
+  double fc = 2.0 * double(n) * 128 * 10;
+  return 2 * conv1 + 3 * (conv2 + fc);
+}
+
+/// A ResNet-18 basic block without batch norm: relu(conv3x3(relu(conv3x3(x))) + x), 64
+/// channels, no biases; trained to an MSE target with SGD(0.01) at batch 8 on 32x32.
+struct BasicBlock : nn::Module {
+  nn::Conv2d conv1{64, 64, {3, 3}, {.padding = {1, 1}, .bias = false}};
+  nn::Conv2d conv2{64, 64, {3, 3}, {.padding = {1, 1}, .bias = false}};
+  BasicBlock() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+  }
+  Tensor operator()(const Tensor& x) { return relu(conv2(relu(conv1(x))) + x); }
+};
+inline constexpr ConvCase kBlockConv{8, 64, 32, false};
+inline const std::string kBlockName = "resnet_block_train_step[8]";
+/// The block's conv FLOPs per step: both forwards, both weight gradients, and conv2's input
+/// gradient (the block's input needs none).
+inline double block_step_flops() { return 5 * kBlockConv.flops(false); }
 
 }  // namespace kiln::bench

@@ -1,8 +1,10 @@
 // benchmarks/bench_main.cpp -- runs the benchmarks, then prints one table of ratios.
 //
 // Benchmarks are named "<case>/<impl>" (impls: see jit_bench.cpp). The table shows each case's
-// time per iteration for every impl, the traced/eager and kiln/LibTorch ratios, and for
-// bandwidth cases the GB/s as a fraction of the copy loop's in the same run.
+// time per iteration for every impl, the traced/eager and kiln/LibTorch ratios, for bandwidth
+// cases the GB/s as a fraction of the copy loop's in the same run, and for compute cases the
+// GFLOP/s of kiln and LibTorch. --benchmark_filter=/torch runs LibTorch's cases alone
+// (scripts/bench_torch_isolation.sh compares that with LibTorch after kiln in one process).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -10,13 +12,17 @@
 
 #include "benchmarks/bench_cases.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace {
 
 struct Row {
-  double ns = 0, bytes_per_s = 0;
+  double ns = 0, bytes_per_s = 0, flops_per_s = 0;
+  bool reads_only = false;  // a copy loop counting only the bytes it reads
 };
 
 class TableReporter : public benchmark::ConsoleReporter {
@@ -29,29 +35,40 @@ class TableReporter : public benchmark::ConsoleReporter {
       size_t slash = name.find('/');  // "<case>/<impl>", then Google Benchmark's own suffixes
       if (slash == std::string::npos) continue;
       size_t end = name.find('/', slash + 1);
-      Row& row = rows_[name.substr(0, slash)][name.substr(slash + 1, end - slash - 1)];
+      std::string c = name.substr(0, slash);
+      if (!rows_.count(c)) order_.push_back(c);
+      Row& row = rows_[c][name.substr(slash + 1, end - slash - 1)];
       row.ns = r.GetAdjustedRealTime();  // in the benchmark's time unit; we use ns everywhere
-      auto it = r.counters.find("bytes_per_second");
-      if (it != r.counters.end()) row.bytes_per_s = it->second;
+      if (auto it = r.counters.find("bytes_per_second"); it != r.counters.end()) row.bytes_per_s = it->second;
+      if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) row.flops_per_s = it->second;
+      row.reads_only = r.report_label == kiln::bench::kReadsOnly;
     }
   }
-  // One row per case: the time of each impl, the ratios that matter, and the bandwidth of the
-  // fastest kiln impl against the copy loop in the same case (or, without one, the slowest).
+  // One row per case, in the order they ran: the time of each impl, the ratios that matter, the
+  // bandwidth of the fastest kiln impl against the copy loop in the same case (or, without
+  // one, the slowest copy from memory), and the FLOP rates of the fastest kiln and LibTorch
+  // impls.
   void Print() const {
     static const char* kImpls[] = {"kiln", "kiln_op", "jit", "torch", "torch_op"};
     double any_copy = 0;  // the slowest copy: the one memory (not a cache) bounds
     for (const auto& [c, impls] : rows_)
-      if (auto it = impls.find("copy"); it != impls.end() && it->second.bytes_per_s > 0)
+      if (auto it = impls.find("copy"); it != impls.end() && it->second.bytes_per_s > 0 &&
+                                        !it->second.reads_only)
         any_copy = any_copy == 0 ? it->second.bytes_per_s : std::min(any_copy, it->second.bytes_per_s);
     auto time = [](double ns) {
       return ns >= 1e6 ? fmt::format("{:.2f} ms", ns / 1e6) : ns >= 1e3 ? fmt::format("{:.2f} us", ns / 1e3) : fmt::format("{:.0f} ns", ns);
     };
-    fmt::print("\n{:<30}", "case");
+    auto rate = [](double r) { return r > 0 ? fmt::format("{:.1f}", r / 1e9) : std::string("-"); };
+    size_t width = 26;
+    for (const std::string& c : order_) width = std::max(width, c.size());
+    fmt::print("\n{:<{}}", "case", width);
     for (const char* i : kImpls) fmt::print(" {:>10}", i);
-    fmt::print(" {:>10} {:>10} {:>9} {:>8}\n", "jit/kiln", "best/torch", "GB/s", "of copy");
-    for (const auto& [c, impls] : rows_) {
-      double best = 0, best_bw = 0, torch_best = 0;
-      fmt::print("{:<30}", c);
+    fmt::print(" {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}\n", "jit/kiln", "best/torch", "GB/s", "of copy",
+               "GFLOP/s", "torch GF/s");
+    for (const std::string& c : order_) {
+      const auto& impls = rows_.at(c);
+      double best = 0, best_bw = 0, best_flops = 0, torch_best = 0, torch_flops = 0;
+      fmt::print("{:<{}}", c, width);
       for (const char* i : kImpls) {
         auto it = impls.find(i);
         fmt::print(" {:>10}", it == impls.end() ? "-" : time(it->second.ns));
@@ -59,27 +76,58 @@ class TableReporter : public benchmark::ConsoleReporter {
         bool ours = i[0] != 't';
         double& b = ours ? best : torch_best;
         if (b == 0 || it->second.ns < b) b = it->second.ns;
+        double& f = ours ? best_flops : torch_flops;
+        f = std::max(f, it->second.flops_per_s);
         if (ours) best_bw = std::max(best_bw, it->second.bytes_per_s);
       }
       auto k = impls.find("kiln"), j = impls.find("jit"), cp = impls.find("copy");
       std::string jk = k != impls.end() && j != impls.end() ? fmt::format("{:.2f}", j->second.ns / k->second.ns) : "-";
       std::string bt = best > 0 && torch_best > 0 ? fmt::format("{:.2f}", best / torch_best) : "-";
       double copy_bw = cp != impls.end() ? cp->second.bytes_per_s : any_copy;
-      std::string gbs = best_bw > 0 ? fmt::format("{:.1f}", best_bw / 1e9) : "-";
       std::string frac = best_bw > 0 && copy_bw > 0 ? fmt::format("{:.0f}%", 100 * best_bw / copy_bw) : "-";
-      fmt::print(" {:>10} {:>10} {:>9} {:>8}\n", jk, bt, gbs, frac);
+      fmt::print(" {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}\n", jk, bt, rate(best_bw), frac, rate(best_flops),
+                 rate(torch_flops));
     }
     fmt::print("\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels),\n"
                "torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own op (TorchScript\n"
                "for call_cached). best/torch: fastest kiln impl over fastest LibTorch impl (below 1: kiln is\n"
-               "faster). GB/s: fastest kiln impl; of copy: against the copy loop moving the same bytes.\n");
-    fmt::print("copy loop from memory: {:.1f} GB/s on {} threads; kiln SIMD: {}\n", any_copy / 1e9, kiln::num_threads(),
-               kiln_isa());
+               "faster). GB/s: fastest kiln impl; of copy: against the copy loop moving the same bytes (for\n"
+               "sum_16M, the bytes it reads: read bandwidth against read bandwidth). GFLOP/s: fastest kiln\n"
+               "impl; torch GF/s: fastest LibTorch impl (_bwd: both gradients, twice the forward's FLOPs).\n");
+    if (any_copy > 0)
+      fmt::print("copy loop from memory: {:.1f} GB/s (reads + writes)\n", any_copy / 1e9);
+    for (const std::string& c : order_)
+      if (auto it = rows_.at(c).find("copy"); it != rows_.at(c).end() && it->second.reads_only)
+        fmt::print("{}: the copy loop reads {:.1f} GB/s (and writes as much)\n", c, it->second.bytes_per_s / 1e9);
+    print_gemm_reference();
+    fmt::print("kiln SIMD: {}; threads: {}\n", kiln_isa(), kiln::num_threads());
+#ifdef KILN_HAVE_TORCH
+    const char* wait = std::getenv("OMP_WAIT_POLICY");
+    fmt::print("LibTorch: as many threads; OMP_WAIT_POLICY={}\n",
+               wait ? wait : "unset (its OpenMP threads spin between loops)");
+#endif
   }
   static const char* kiln_isa();
 
  private:
+  // The training block's conv rate beside the GEMM rate of the same run, for kiln and LibTorch.
+  void print_gemm_reference() const {
+    auto flops = [&](const std::string& c, const char* impl) {
+      auto r = rows_.find(c);
+      if (r == rows_.end()) return 0.0;
+      auto i = r->second.find(impl);
+      return i == r->second.end() ? 0.0 : i->second.flops_per_s;
+    };
+    for (const char* impl : {"kiln", "torch"}) {
+      double gemm = flops("matmul_1024", impl), block = flops(kiln::bench::kBlockName, impl);
+      if (gemm > 0 && block > 0)
+        fmt::print("{}: {} convs at {:.1f} GFLOP/s, {:.0f}% of matmul_1024's {:.1f} GFLOP/s\n", impl,
+                   kiln::bench::kBlockName, block / 1e9, 100 * block / gemm, gemm / 1e9);
+    }
+  }
+
   std::map<std::string, std::map<std::string, Row>> rows_;
+  std::vector<std::string> order_;  // the cases in the order they ran
 };
 
 }  // namespace

@@ -76,7 +76,7 @@ void BM_Matmul(benchmark::State& s) {
   Tensor a = randn({1024, 1024}), b = randn({1024, 1024});
   benchmark::DoNotOptimize(matmul(a, b));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(matmul(a, b));
-  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * double(s.iterations()), benchmark::Counter::kIsRate);
+  bench::count_flops(s, 2.0 * 1024 * 1024 * 1024);
 }
 BENCHMARK(BM_Matmul)->Name("matmul_1024/kiln")->UseRealTime();
 

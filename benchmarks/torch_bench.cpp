@@ -6,25 +6,18 @@
 
 #include <kiln/kiln.h>
 
+#include "benchmarks/bench_cases.h"
+#include "benchmarks/torch_threads.h"
+
 namespace {
 
 constexpr int64_t k16M = 16 << 20;
 
 }  // namespace
 
-extern "C" void openblas_set_num_threads(int);
-
 namespace {
 
-// LibTorch gets as many threads as kiln, for its own loops and for the OpenBLAS both link
-// (kiln keeps OpenBLAS single-threaded inside its own chunks, so the setting is restored).
-struct SameThreads {
-  SameThreads() {
-    torch::set_num_threads(kiln::num_threads());
-    openblas_set_num_threads(kiln::num_threads());
-  }
-  ~SameThreads() { openblas_set_num_threads(1); }
-};
+using kiln::bench::SameThreads;
 
 void BM_TorchAddTiny(benchmark::State& s) {
   SameThreads threads;
@@ -104,7 +97,7 @@ void BM_TorchMatmul(benchmark::State& s) {
   auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
   benchmark::DoNotOptimize(torch::matmul(a, b));  // warm-up: first-touch page faults stay out of the timing
   for (auto _ : s) benchmark::DoNotOptimize(torch::matmul(a, b));
-  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * 1024 * 1024 * 1024 * double(s.iterations()), benchmark::Counter::kIsRate);
+  kiln::bench::count_flops(s, 2.0 * 1024 * 1024 * 1024);
 }
 BENCHMARK(BM_TorchMatmul)->Name("matmul_1024/torch")->UseRealTime();
 

@@ -4,6 +4,10 @@
 #   scripts/run.sh test    header check, each fuzz target for KILN_FUZZ_SECONDS (default 20;
 #                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
+#                          (arguments go to kiln_bench, e.g. --benchmark_filter=conv)
+#   scripts/run.sh bench --torch-isolation [CASES [BENCHMARK ARGS...]]
+#                          LibTorch's cases alone in a process beside LibTorch's after kiln's in
+#                          one process (scripts/bench_torch_isolation.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-test}"
@@ -36,8 +40,17 @@ case "$what" in
     ;;
   bench)
     scripts/deps.sh --bench
-    configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF
-    ./build-release/benchmarks/kiln_bench "${@:2}"
+    # Benchmarks on explicitly: `run.sh demo` leaves build-release configured without them.
+    configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=ON
+    # LibTorch's OpenMP threads wait for work blocked, as kiln's pool does. libgomp's default is
+    # to spin, which on cores shared with other work made LibTorch 2-40x slower here (a 3x3
+    # conv at batch 1: 66 ms spinning, 3 ms passive). OMP_WAIT_POLICY=active restores it.
+    export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+    if [[ "${2:-}" == --torch-isolation ]]; then
+      scripts/bench_torch_isolation.sh build-release/benchmarks/kiln_bench "${3:-.*}" "${@:4}"
+    else
+      ./build-release/benchmarks/kiln_bench "${@:2}"
+    fi
     ;;
   *)
     echo "usage: scripts/run.sh demo|test|bench" >&2
