@@ -42,10 +42,8 @@ case "$what" in
     scripts/deps.sh --bench
     # Benchmarks on explicitly: `run.sh demo` leaves build-release configured without them.
     configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=ON
-    # LibTorch's OpenMP threads wait for work blocked, as kiln's pool does. libgomp's default is
-    # to spin, which on cores shared with other work made LibTorch 2-40x slower here (a 3x3
-    # conv at batch 1: 66 ms spinning, 3 ms passive). OMP_WAIT_POLICY=active restores it.
-    export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+    # LibTorch runs as its users run it (libgomp's threads spin after each op). On a machine
+    # busy with other work that costs it dearly; OMP_WAIT_POLICY=passive shows that case.
     if [[ "${2:-}" == --torch-isolation ]]; then
       scripts/bench_torch_isolation.sh build-release/benchmarks/kiln_bench "${3:-.*}" "${@:4}"
     else
