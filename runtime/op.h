@@ -31,7 +31,7 @@ struct Attrs {
   Dims padding;   // conv2d, pools
   Dims dilation;  // conv2d
   Dims pads;      // pad: (before, after) pairs from the last dim backwards
-  int64_t dim = 0;  // slice, cat, gather, index_select, scatter_add
+  int64_t dim = 0;  // slice, cat, gather, index_select, scatter_add, index_add
   int64_t start = 0, stop = 0, step = 1;  // slice
   int64_t groups = 1;                     // conv2d
   DType dtype = DType::F32;               // cast: target; pointwise: the compute dtype

@@ -153,10 +153,23 @@ std::map<OpId, std::vector<Case>> all_cases() {
                            }},
                           {"embedding", {leaf({5, 2})}, [](std::span<const Tensor> in) {
                              return embedding(from_vector<int64_t>({1, 4, 1, 0}, {2, 2}), in[0]);
+                           }},
+                          {"embedding/repeats", {leaf({6, 4})}, [](std::span<const Tensor> in) {
+                             return embedding(from_vector<int64_t>({5, 1, 5, 5, 0, 1, 2, 5, 1}, {3, 3}), in[0]);
                            }}};
   c[OpId::ScatterAdd] = {{"scatter_add", {leaf({3, 4}), leaf({2, 4})}, [](std::span<const Tensor> in) {
                             return scatter_add(in[0], 0, from_vector<int64_t>({0, 2, 2, 1, 0, 0, 1, 1}, {2, 4}), in[1]);
+                          }},
+                         {"scatter_add/dim1_views", {leaf({4, 3}), leaf({5, 2})}, [](std::span<const Tensor> in) {
+                            Tensor idx = from_vector<int64_t>({3, -1, 0, 3, 3}, {1, 5}).expand({2, 5});
+                            return scatter_add(in[0].t(), 1, idx, in[1].t());
                           }}};
+  c[OpId::IndexAdd] = {{"index_add", {leaf({4, 3}), leaf({5, 3})}, [](std::span<const Tensor> in) {
+                         return index_add(in[0], 0, from_vector<int64_t>({3, 0, -1, 3, 1}), in[1]);
+                       }},
+                       {"index_add/last_dim_views", {leaf({3, 4}), leaf({6, 4})}, [](std::span<const Tensor> in) {
+                         return index_add(in[0].t(), 1, from_vector<int32_t>({2, 2, 0, 1, 2, 0}), in[1].t());
+                       }}};
   c[OpId::Matmul] = {
       {"matmul/2d", {leaf({3, 4}), leaf({4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
       {"matmul/batched_broadcast", {leaf({2, 1, 3, 4}), leaf({3, 4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},

@@ -90,6 +90,7 @@ graph @movement(%0: f32[2,3], %1: i64[2,3], %2: i64[2]) -> (f32[4,2,2], f32[2,6]
   %10 = index_select %0, %2 {dim=0} : f32[2,3]
   %11 = scatter_add %0, %1, %9 {dim=1} : f32[2,3]
   %12 = pad %0 {pads=[1,2], value=-1.5} : f32[2,6]
+  %13 = index_add %0, %2, %10 {dim=0} : f32[2,3]
   return %7, %12
 }
 )";
