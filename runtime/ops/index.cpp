@@ -150,21 +150,29 @@ ScatterPlan plan_scatter(const Dims& shape, int64_t dim, const Dims& out_st, con
 }
 
 [[gnu::noinline, gnu::cold]] void reject_index(int64_t k, int64_t size, const char* op) {
-  KILN_CHECK(k >= -size && k < size, "{}: index {} is out of range for a dim of size {}", op, k, size);
+  KILN_CHECK(k >= -size && k < size, "{}: index {} is out of range for a dim of size {}", op, k,
+             size);
 }
 
 // Index value v as a position in [0, size); the error path stays out of the inner loops.
-template <class I> inline int64_t checked_index(I v, int64_t size, const char* op) {
+template <class I>
+inline int64_t checked_index(I v, int64_t size, const char* op) {
   int64_t k = static_cast<int64_t>(v);
-  if (static_cast<uint64_t>(k + size) >= static_cast<uint64_t>(2 * size)) [[unlikely]] reject_index(k, size, op);
+  if (static_cast<uint64_t>(k + size) >= static_cast<uint64_t>(2 * size)) [[unlikely]]
+    reject_index(k, size, op);
   return k < 0 ? k + size : k;
 }
 
 // a += b; integers wrap (as u8 does everywhere), bool is "any".
-template <class T> void accumulate(T& a, T b) {
-  if constexpr (std::is_same_v<T, bool>) a = a || b;
-  else if constexpr (std::is_integral_v<T>) a = static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) + static_cast<std::make_unsigned_t<T>>(b));
-  else a += b;
+template <class T>
+void accumulate(T& a, T b) {
+  if constexpr (std::is_same_v<T, bool>)
+    a = a || b;
+  else if constexpr (std::is_integral_v<T>)
+    a = static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) +
+                       static_cast<std::make_unsigned_t<T>>(b));
+  else
+    a += b;
 }
 
 // One unit: `len` positions along the split dim, every index entry in order.
@@ -189,7 +197,8 @@ void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int6
   }
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < len; ++i)
-      accumulate(out[checked_index(idx[j * id + i * is], size, op) * od + i * os], src[j * sd + i * ss]);
+      accumulate(out[checked_index(idx[j * id + i * is], size, op) * od + i * os],
+                 src[j * sd + i * ss]);
 }
 
 // Units [u0, u1): the multi-index of u0 once, then an odometer.
@@ -247,10 +256,13 @@ void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims&
       auto run = [&](auto iv) {
         using I = decltype(iv);
         const I* pi = static_cast<const I*>(idx.data_ptr());
-        parallel_for(0, p.units, grain, [&](int64_t u0, int64_t u1) { scatter_units(p, po, ps, pi, u0, u1, op); });
+        parallel_for(0, p.units, grain,
+                     [&](int64_t u0, int64_t u1) { scatter_units(p, po, ps, pi, u0, u1, op); });
       };
-      if (idx.dtype() == DType::I64) run(int64_t{});
-      else run(int32_t{});
+      if (idx.dtype() == DType::I64)
+        run(int64_t{});
+      else
+        run(int32_t{});
     }
   });
 }
@@ -285,8 +297,8 @@ TensorType index_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor &x = in[0], &idx = in[1], &src = in[2];
   KILN_CHECK(is_integral(idx.dtype()) && idx.dim() <= 1,
              "index_add: index must be a 1-d integer tensor, got {}", idx.type().str());
-  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(), "index_add: dim {} is out of range for {}",
-             a.dim, x.type().str());
+  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(),
+             "index_add: dim {} is out of range for {}", a.dim, x.type().str());
   KILN_CHECK(src.dtype() == x.dtype(), "index_add: src {} must have the dtype of input {}",
              src.type().str(), x.type().str());
   bool fits = src.dim() == x.dim() && src.shape()[a.dim] == idx.numel();
@@ -297,7 +309,9 @@ TensorType index_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 }
 
 // Zeros of type t in g's dtype, as a broadcast scalar: the scatter that follows copies it once.
-Tensor zeros_as(const TensorType& t, const Tensor& g) { return zeros({}, g.dtype()).expand(t.shape); }
+Tensor zeros_as(const TensorType& t, const Tensor& g) {
+  return zeros({}, g.dtype()).expand(t.shape);
+}
 
 }  // namespace
 
@@ -314,7 +328,9 @@ const OpDef defs::ScatterAdd{
 const OpDef defs::IndexAdd{
     .infer = index_add_rule,
     .cpu = index_add_cpu,
-    .vjp = [](const VjpArgs& a) { return Grads{a.grad, Tensor(), index_select(a.grad, a.attrs.dim, a.in[1])}; },
+    .vjp = [](const VjpArgs& a) {
+      return Grads{a.grad, Tensor(), index_select(a.grad, a.attrs.dim, a.in[1])};
+    },
     .attrs = kAttrDim,
 };
 
@@ -329,7 +345,8 @@ const OpDef defs::Gather{
       pick(in[0], a.dim, idx, st, out, "gather");
     },
     .vjp = [](const VjpArgs& a) {
-      return Grads{scatter_add(zeros_as(a.in_types[0], a.grad), a.attrs.dim, a.in[1], a.grad), Tensor()};
+      Tensor z = zeros_as(a.in_types[0], a.grad);
+      return Grads{scatter_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
     },
     .attrs = kAttrDim,
 };
@@ -344,7 +361,8 @@ const OpDef defs::IndexSelect{
       pick(in[0], a.dim, idx, st, out, "index_select");
     },
     .vjp = [](const VjpArgs& a) {
-      return Grads{index_add(zeros_as(a.in_types[0], a.grad), a.attrs.dim, a.in[1], a.grad), Tensor()};
+      Tensor z = zeros_as(a.in_types[0], a.grad);
+      return Grads{index_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
     },
     .attrs = kAttrDim,
 };

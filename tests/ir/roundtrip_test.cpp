@@ -101,6 +101,9 @@ graph @loops(%0: f32[1,2,5,5], %1: f32[4,2,3,3], %2: f32[5,7], %3: f32[7,2]) -> 
   %5 = max_pool2d %4 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=false} : f32[1,4,2,2]
   %6 = avg_pool2d %5 {kernel=[2,2], stride=[1,1], padding=[1,1], count_include_pad=true} : f32[1,4,3,3]
   %7 = matmul %2, %3 : f32[5,2]
+  %8 = max_pool2d_indices %4 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=true} : i64[1,4,3,3]
+  %9 = max_pool2d_backward %4, %5 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=false} : f32[1,4,5,5]
+  %10 = avg_pool2d_backward %6 {shape=[1,4,2,2], kernel=[2,2], stride=[1,1], padding=[1,1], count_include_pad=true} : f32[1,4,2,2]
   return %7
 }
 )";
