@@ -179,6 +179,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// x with src[i][j] added at [index[i][j]][j] for dim 0, and so on (torch.scatter_add);
 /// repeated positions accumulate.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+/// x with src.select(dim, i) added at x.select(dim, index[i]) for each i of the 1-d integer
+/// `index` (torch.index_add); src is x's shape with index.numel() entries along dim. Repeated
+/// indices accumulate in index order, so the result does not depend on the thread count.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 /// Entries of x along `dim` at the positions in 1-d integer `index`.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// Constant padding: `pads` holds (before, after) pairs starting from the last dim, like

@@ -25,19 +25,19 @@ enum class OpFamily : uint8_t { Pointwise, Cast, Reduce, View, Copy, Other };
 /// keeps the per-op path free of lookups and allocations.
 struct Attrs {
   Dims axes;      // reductions: axes (empty: all); permute: the new order
-  Dims shape;     // reshape, expand: target shape
+  Dims shape;     // reshape, expand: target shape; avg_pool2d_backward: the input shape
   Dims kernel;    // pools: window size
   Dims stride;    // conv2d, pools
   Dims padding;   // conv2d, pools
   Dims dilation;  // conv2d
   Dims pads;      // pad: (before, after) pairs from the last dim backwards
-  int64_t dim = 0;  // slice, cat, gather, index_select, scatter_add
+  int64_t dim = 0;  // slice, cat, gather, index_select, scatter_add, index_add
   int64_t start = 0, stop = 0, step = 1;  // slice
   int64_t groups = 1;                     // conv2d
   DType dtype = DType::F32;               // cast: target; pointwise: the compute dtype
   bool keepdim = false;                   // reductions
-  bool ceil_mode = false;                 // max_pool2d
-  bool count_include_pad = true;          // avg_pool2d
+  bool ceil_mode = false;                 // max_pool2d (and its indices, backward)
+  bool count_include_pad = true;          // avg_pool2d (and its backward)
   Scalar value;                           // pad: fill value
   /// Pointwise ops: bit i set means operand i is the number imm[i] rather than a tensor, so
   /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.

@@ -1,10 +1,15 @@
-// runtime/ops/index.cpp -- gather and index_select: reads at positions held in a tensor.
+// runtime/ops/index.cpp -- gather, index_select, scatter_add, index_add: reads and writes at
+// positions held in a tensor.
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
+#include "runtime/parallel.h"
+#include "runtime/simd/kernels.h"
 
 namespace kiln {
 namespace {
@@ -93,33 +98,219 @@ void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_strides, con
   for_each_row(shape, ops, kParallelGrain, pick_row, &ctx);
 }
 
-void scatter_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  copy_into(in[0], out);
-  const Tensor &idx = in[1], &src = in[2];
-  if (src.numel() == 0) return;
-  // Sums in double, one element at a time: scattered positions may repeat, so no threads.
-  Tensor s = src.to(DType::F64).contiguous(), ix = idx.contiguous();
-  Tensor acc = out.to(DType::F64).contiguous();
-  double* pa = acc.data<double>();
-  const double* ps = s.data<double>();
-  const char* pi = static_cast<const char*>(ix.data_ptr());
-  int64_t ies = dtype_size(ix.dtype()), r = out.dim();
-  Dims pos(static_cast<size_t>(r), 0);
-  int64_t n = s.numel();
-  for (int64_t e = 0; e < n; ++e) {
-    int64_t rem = e, off = 0;
-    for (int64_t d = r - 1; d >= 0; --d) {
-      pos[d] = rem % s.shape()[d];
-      rem /= s.shape()[d];
-    }
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t p = d == a.dim ? read_index(pi + e * ies, ix.dtype(), out.shape()[d], "scatter_add") : pos[d];
-      off += p * acc.strides()[d];
-    }
-    if (r == 0) off = 0;
-    pa[off] += ps[e];
+// ---- scatter_add and index_add -----------------------------------------------------------
+//
+// Both add src into a copy of x at positions an index names along `dim`. Positions that differ
+// in any other dim never collide, so the work splits over those (blocks of the innermost of
+// them) and each block adds its sources in index order, serially: the result has the same bits
+// on any number of threads, and the innermost loop runs over contiguous rows.
+
+// The loop over src's positions: `dim` (n entries, read serially) and the other dims, merged
+// where every operand allows, the last of them split into blocks. Strides in elements.
+struct ScatterPlan {
+  int64_t n = 1, dim_size = 1;
+  int64_t out_dim = 0, src_dim = 0, idx_dim = 0;  // strides along dim
+  Dims sizes, out_st, src_st, idx_st;             // the other dims; the last is split
+  int64_t block = 1, blocks = 1, units = 1;       // units = (other positions) x blocks
+};
+
+ScatterPlan plan_scatter(const Dims& shape, int64_t dim, const Dims& out_st, const Dims& src_st,
+                         const Dims& idx_st, int64_t dim_size, int64_t elem_size) {
+  ScatterPlan p;
+  int64_t r = static_cast<int64_t>(shape.size());
+  p.dim_size = dim_size;
+  if (r > 0) {
+    p.n = shape[dim];
+    p.out_dim = out_st[dim], p.src_dim = src_st[dim], p.idx_dim = idx_st[dim];
   }
-  copy_into(acc, out);
+  for (int64_t d = 0; d < r; ++d) {
+    if (d == dim || shape[d] == 1) continue;
+    if (!p.sizes.empty() && p.out_st.back() == out_st[d] * shape[d] &&
+        p.src_st.back() == src_st[d] * shape[d] && p.idx_st.back() == idx_st[d] * shape[d]) {
+      p.sizes.back() *= shape[d];
+      p.out_st.back() = out_st[d], p.src_st.back() = src_st[d], p.idx_st.back() = idx_st[d];
+      continue;
+    }
+    p.sizes.push_back(shape[d]);
+    p.out_st.push_back(out_st[d]), p.src_st.push_back(src_st[d]), p.idx_st.push_back(idx_st[d]);
+  }
+  if (p.sizes.empty()) p.sizes = {1}, p.out_st = {0}, p.src_st = {0}, p.idx_st = {0};
+  int64_t vec = p.sizes.back(), outer = p.sizes.product() / vec;
+  // Rows contiguous in out are split into cache-line multiples only as far as the threads
+  // need; otherwise (dim is out's last) each position is its own unit.
+  int64_t line = std::max<int64_t>(1, 64 / elem_size), want = 4 * int64_t{num_threads()};
+  p.block = p.out_st.back() == 1 ? vec : 1;
+  if (p.block > line && outer < want) {
+    int64_t parts = std::min((want + outer - 1) / outer, (vec + line - 1) / line);
+    p.block = ((vec + parts - 1) / parts + line - 1) / line * line;
+  }
+  p.blocks = (vec + p.block - 1) / p.block;
+  p.units = outer * p.blocks;
+  return p;
+}
+
+[[gnu::noinline, gnu::cold]] void reject_index(int64_t k, int64_t size, const char* op) {
+  KILN_CHECK(k >= -size && k < size, "{}: index {} is out of range for a dim of size {}", op, k,
+             size);
+}
+
+// Index value v as a position in [0, size); the error path stays out of the inner loops.
+template <class I>
+inline int64_t checked_index(I v, int64_t size, const char* op) {
+  int64_t k = static_cast<int64_t>(v);
+  if (static_cast<uint64_t>(k + size) >= static_cast<uint64_t>(2 * size)) [[unlikely]]
+    reject_index(k, size, op);
+  return k < 0 ? k + size : k;
+}
+
+// a += b; integers wrap (as u8 does everywhere), bool is "any".
+template <class T>
+void accumulate(T& a, T b) {
+  if constexpr (std::is_same_v<T, bool>)
+    a = a || b;
+  else if constexpr (std::is_integral_v<T>)
+    a = static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) +
+                       static_cast<std::make_unsigned_t<T>>(b));
+  else
+    a += b;
+}
+
+// One unit: `len` positions along the split dim, every index entry in order.
+template <class T, class I>
+void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t len,
+                  simd::PointwiseFn add_row, const char* op) {
+  const int64_t n = p.n, size = p.dim_size, od = p.out_dim, sd = p.src_dim, id = p.idx_dim;
+  const int64_t os = p.out_st.back(), ss = p.src_st.back(), is = p.idx_st.back();
+  if (is == 0) {  // one index per entry (index_add, or an index expanded along the row)
+    bool rows = add_row && os == 1 && ss == 1;
+    for (int64_t j = 0; j < n; ++j) {
+      T* o = out + checked_index(idx[j * id], size, op) * od;
+      const T* s = src + j * sd;
+      if (rows) {
+        const void* operands[2] = {o, s};
+        add_row(len, o, operands, 0);
+      } else {
+        for (int64_t i = 0; i < len; ++i) accumulate(o[i * os], s[i * ss]);
+      }
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < len; ++i)
+      accumulate(out[checked_index(idx[j * id + i * is], size, op) * od + i * os],
+                 src[j * sd + i * ss]);
+}
+
+// Units [u0, u1): the multi-index of u0 once, then an odometer.
+template <class T, class I>
+void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t u0, int64_t u1,
+                   const char* op) {
+  simd::PointwiseFn add_row = simd::kernels().pointwise[int(OpId::Add)][int(dtype_of<T>())];
+  size_t last = p.sizes.size() - 1;
+  Dims count = p.sizes, m(p.sizes.size(), 0);
+  count[last] = p.blocks;
+  Dims ost = p.out_st, sst = p.src_st, ist = p.idx_st;
+  ost[last] *= p.block, sst[last] *= p.block, ist[last] *= p.block;
+  int64_t oo = 0, so = 0, io = 0;
+  for (size_t d = last + 1, rem = static_cast<size_t>(u0); d-- > 0;) {
+    m[d] = static_cast<int64_t>(rem) % count[d];
+    rem /= static_cast<size_t>(count[d]);
+    oo += m[d] * ost[d], so += m[d] * sst[d], io += m[d] * ist[d];
+  }
+  for (int64_t u = u0; u < u1; ++u) {
+    int64_t len = std::min(p.block, p.sizes[last] - m[last] * p.block);
+    scatter_unit(p, out + oo, src + so, idx + io, len, add_row, op);
+    for (size_t d = last + 1; d-- > 0;) {
+      oo += ost[d], so += sst[d], io += ist[d];
+      if (++m[d] < count[d]) break;
+      oo -= ost[d] * count[d], so -= sst[d] * count[d], io -= ist[d] * count[d];
+      m[d] = 0;
+    }
+  }
+}
+
+// Adds src into `out` (contiguous, already holding x) along dim at the positions of the index
+// whose element strides over src's shape are `idx_st` (0 where it is the same for all).
+void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims& idx_st,
+                  const Tensor& src, const char* op) {
+  if (src.numel() == 0) return;
+  if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {  // f16, bf16: sum in f32
+    Tensor acc = out.to(DType::F32);
+    scatter_into(acc, dim, idx, idx_st, src.to(DType::F32), op);
+    copy_into(acc, out);
+    return;
+  }
+  if (idx.dtype() == DType::U8) {
+    Tensor wide = idx.to(DType::I64);
+    return scatter_into(out, dim, wide, idx_st, src, op);
+  }
+  int64_t dim_size = out.dim() == 0 ? 1 : out.shape()[dim];
+  ScatterPlan p = plan_scatter(src.shape(), dim, out.strides(), src.strides(), idx_st, dim_size,
+                               dtype_size(out.dtype()));
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, p.n * p.block));
+  visit_dtype(out.dtype(), [&](auto tv) {
+    using T = decltype(tv);
+    if constexpr (!kIsHalf<T>) {
+      T* po = static_cast<T*>(out.data_ptr());
+      const T* ps = static_cast<const T*>(src.data_ptr());
+      auto run = [&](auto iv) {
+        using I = decltype(iv);
+        const I* pi = static_cast<const I*>(idx.data_ptr());
+        parallel_for(0, p.units, grain,
+                     [&](int64_t u0, int64_t u1) { scatter_units(p, po, ps, pi, u0, u1, op); });
+      };
+      if (idx.dtype() == DType::I64)
+        run(int64_t{});
+      else
+        run(int32_t{});
+    }
+  });
+}
+
+// out = x. The gradient rules pass a broadcast zero (zeros_as): that is a parallel clear.
+void start_from(const Tensor& x, const Tensor& out) {
+  bool zero = x.numel() > 0 && x.has_storage();
+  for (int64_t st : x.strides()) zero = zero && st == 0;
+  const char* first = zero ? static_cast<const char*>(x.data_ptr()) : nullptr;
+  for (int64_t b = 0; zero && b < dtype_size(x.dtype()); ++b) zero = first[b] == 0;
+  if (!zero) return copy_into(x, out);
+  char* p = static_cast<char*>(out.data_ptr());
+  parallel_for(0, out.numel() * dtype_size(out.dtype()), 1 << 20,
+               [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
+}
+
+void scatter_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  const Tensor &idx = in[1], &src = in[2];
+  start_from(in[0], out);
+  scatter_into(out, a.dim, idx, idx.strides(), src, "scatter_add");
+}
+
+void index_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  const Tensor &idx = in[1], &src = in[2];
+  start_from(in[0], out);
+  Dims st(static_cast<size_t>(src.dim()), 0);
+  st[a.dim] = idx.dim() == 0 ? 0 : idx.strides()[0];
+  scatter_into(out, a.dim, idx, st, src, "index_add");
+}
+
+TensorType index_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
+  const Tensor &x = in[0], &idx = in[1], &src = in[2];
+  KILN_CHECK(is_integral(idx.dtype()) && idx.dim() <= 1,
+             "index_add: index must be a 1-d integer tensor, got {}", idx.type().str());
+  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(),
+             "index_add: dim {} is out of range for {}", a.dim, x.type().str());
+  KILN_CHECK(src.dtype() == x.dtype(), "index_add: src {} must have the dtype of input {}",
+             src.type().str(), x.type().str());
+  bool fits = src.dim() == x.dim() && src.shape()[a.dim] == idx.numel();
+  for (int64_t d = 0; fits && d < x.dim(); ++d) fits = d == a.dim || src.shape()[d] == x.shape()[d];
+  KILN_CHECK(fits, "index_add: src {} must be input {} with dim {} of the index's length {}",
+             src.type().str(), x.type().str(), a.dim, idx.numel());
+  return x.type();
+}
+
+// Zeros of type t in g's dtype, as a broadcast scalar: the scatter that follows copies it once.
+Tensor zeros_as(const TensorType& t, const Tensor& g) {
+  return zeros({}, g.dtype()).expand(t.shape);
 }
 
 }  // namespace
@@ -129,6 +320,17 @@ const OpDef defs::ScatterAdd{
     .infer = scatter_add_rule,
     .cpu = scatter_add_cpu,
     .vjp = [](const VjpArgs& a) { return Grads{a.grad, Tensor(), gather(a.grad, a.attrs.dim, a.in[1])}; },
+    .attrs = kAttrDim,
+};
+
+// index_add(x, index, src): x with src.select(attrs.dim, i) added at x.select(attrs.dim,
+// index[i]) (torch.index_add); repeated indices accumulate, in index order.
+const OpDef defs::IndexAdd{
+    .infer = index_add_rule,
+    .cpu = index_add_cpu,
+    .vjp = [](const VjpArgs& a) {
+      return Grads{a.grad, Tensor(), index_select(a.grad, a.attrs.dim, a.in[1])};
+    },
     .attrs = kAttrDim,
 };
 
@@ -143,7 +345,7 @@ const OpDef defs::Gather{
       pick(in[0], a.dim, idx, st, out, "gather");
     },
     .vjp = [](const VjpArgs& a) {
-      Tensor z = zeros(a.in_types[0].shape, a.grad.dtype());
+      Tensor z = zeros_as(a.in_types[0], a.grad);
       return Grads{scatter_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
     },
     .attrs = kAttrDim,
@@ -158,13 +360,9 @@ const OpDef defs::IndexSelect{
       st[a.dim] = idx.dim() == 0 ? 0 : idx.strides()[0] * dtype_size(idx.dtype());
       pick(in[0], a.dim, idx, st, out, "index_select");
     },
-    .vjp = [](const VjpArgs& a) {  // index_select is a gather with the index broadcast
-      const Tensor& idx = a.in[1];
-      Dims shape(a.grad.shape().size(), 1);
-      shape[a.attrs.dim] = idx.numel();
-      Tensor full_index = idx.reshape(shape).expand(a.grad.shape());
-      Tensor z = zeros(a.in_types[0].shape, a.grad.dtype());
-      return Grads{scatter_add(z, a.attrs.dim, full_index, a.grad), Tensor()};
+    .vjp = [](const VjpArgs& a) {
+      Tensor z = zeros_as(a.in_types[0], a.grad);
+      return Grads{index_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
     },
     .attrs = kAttrDim,
 };
@@ -179,6 +377,12 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   Attrs a;
   a.dim = wrap_dim(dim, x, "scatter_add");
   return apply(OpId::ScatterAdd, {x, index, src.to(x.dtype())}, a);
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  Attrs a;
+  a.dim = wrap_dim(dim, x, "index_add");
+  return apply(OpId::IndexAdd, {x, index, src.to(x.dtype())}, a);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {

@@ -153,10 +153,23 @@ std::map<OpId, std::vector<Case>> all_cases() {
                            }},
                           {"embedding", {leaf({5, 2})}, [](std::span<const Tensor> in) {
                              return embedding(from_vector<int64_t>({1, 4, 1, 0}, {2, 2}), in[0]);
+                           }},
+                          {"embedding/repeats", {leaf({6, 4})}, [](std::span<const Tensor> in) {
+                             return embedding(from_vector<int64_t>({5, 1, 5, 5, 0, 1, 2, 5, 1}, {3, 3}), in[0]);
                            }}};
   c[OpId::ScatterAdd] = {{"scatter_add", {leaf({3, 4}), leaf({2, 4})}, [](std::span<const Tensor> in) {
                             return scatter_add(in[0], 0, from_vector<int64_t>({0, 2, 2, 1, 0, 0, 1, 1}, {2, 4}), in[1]);
+                          }},
+                         {"scatter_add/dim1_views", {leaf({4, 3}), leaf({5, 2})}, [](std::span<const Tensor> in) {
+                            Tensor idx = from_vector<int64_t>({3, -1, 0, 3, 3}, {1, 5}).expand({2, 5});
+                            return scatter_add(in[0].t(), 1, idx, in[1].t());
                           }}};
+  c[OpId::IndexAdd] = {{"index_add", {leaf({4, 3}), leaf({5, 3})}, [](std::span<const Tensor> in) {
+                         return index_add(in[0], 0, from_vector<int64_t>({3, 0, -1, 3, 1}), in[1]);
+                       }},
+                       {"index_add/last_dim_views", {leaf({3, 4}), leaf({6, 4})}, [](std::span<const Tensor> in) {
+                         return index_add(in[0].t(), 1, from_vector<int32_t>({2, 2, 0, 1, 2, 0}), in[1].t());
+                       }}};
   c[OpId::Matmul] = {
       {"matmul/2d", {leaf({3, 4}), leaf({4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
       {"matmul/batched_broadcast", {leaf({2, 1, 3, 4}), leaf({3, 4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
@@ -196,10 +209,32 @@ std::map<OpId, std::vector<Case>> all_cases() {
   c[OpId::MaxPool2d] = {
       {"max_pool2d", {leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 3}, {2, 2}, {1, 1}); }},
       {"max_pool2d/ceil", {leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 2}, {2, 2}, {0, 0}, true); }},
+      {"max_pool2d/overlapping_3d_view", {leaf({7, 6, 2})},
+       [](std::span<const Tensor> in) { return max_pool2d(in[0].permute({2, 1, 0}), {3, 3}, {1, 2}, {1, 0}, true); }},
   };
   c[OpId::AvgPool2d] = {
       {"avg_pool2d/include_pad", {leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, true); }},
       {"avg_pool2d/exclude_pad", {leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, false); }},
+      {"avg_pool2d/3d_view", {leaf({6, 5, 2})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0].permute({2, 0, 1}), {2, 3}, {1, 2}, {1, 1}); }},
+  };
+  // The ops the pools' derivatives run, called directly.
+  auto pool_attrs = [](Dims kernel, Dims stride, Dims padding, bool flag, Dims in_shape = {}) {
+    Attrs a;
+    a.kernel = kernel, a.stride = stride, a.padding = padding;
+    a.ceil_mode = flag, a.count_include_pad = flag, a.shape = in_shape;
+    return a;
+  };
+  Attrs mp = pool_attrs({2, 3}, {1, 2}, {1, 1}, true);
+  c[OpId::MaxPool2dBackward] = {
+      {"max_pool2d_backward", {rand({2, 2, 5, 6}, f64), leaf({2, 2, 6, 4})},
+       [mp](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, mp); }},
+      {"max_pool2d_backward/x_gets_none", {leaf({3, 4, 4}), leaf({3, 5, 3})},
+       [mp](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, mp); }},
+  };
+  Attrs ap = pool_attrs({3, 2}, {2, 1}, {1, 1}, false, {2, 2, 5, 6});
+  c[OpId::AvgPool2dBackward] = {
+      {"avg_pool2d_backward", {leaf({2, 2, 3, 7})},
+       [ap](std::span<const Tensor> in) { return apply(OpId::AvgPool2dBackward, {in[0]}, ap); }},
   };
   return c;
 }

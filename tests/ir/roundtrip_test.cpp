@@ -90,6 +90,7 @@ graph @movement(%0: f32[2,3], %1: i64[2,3], %2: i64[2]) -> (f32[4,2,2], f32[2,6]
   %10 = index_select %0, %2 {dim=0} : f32[2,3]
   %11 = scatter_add %0, %1, %9 {dim=1} : f32[2,3]
   %12 = pad %0 {pads=[1,2], value=-1.5} : f32[2,6]
+  %13 = index_add %0, %2, %10 {dim=0} : f32[2,3]
   return %7, %12
 }
 )";
@@ -102,6 +103,9 @@ graph @loops(%0: f32[1,2,5,5], %1: f32[4,2,3,3], %2: f32[5,7], %3: f32[7,2]) -> 
   %7 = matmul %2, %3 : f32[5,2]
   %8 = conv2d_input_grad %4, %1 {shape=[1,2,5,5], stride=[1,1], padding=[1,1], dilation=[1,1], groups=1} : f32[1,2,5,5]
   %9 = conv2d_weight_grad %0, %4 {shape=[4,2,3,3], stride=[1,1], padding=[1,1], dilation=[1,1], groups=1} : f32[4,2,3,3]
+  %10 = max_pool2d_indices %4 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=true} : i64[1,4,3,3]
+  %11 = max_pool2d_backward %4, %5 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=false} : f32[1,4,5,5]
+  %12 = avg_pool2d_backward %6 {shape=[1,4,2,2], kernel=[2,2], stride=[1,1], padding=[1,1], count_include_pad=true} : f32[1,4,2,2]
   return %7
 }
 )";

@@ -32,6 +32,9 @@ const Case kCases[] = {
     {2, 6, 7, 7, 4, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, "1x1 strided"},
     {1, 1, 8, 8, 5, 3, 3, {1, 1}, {0, 0}, {1, 1}, 1, "one input channel"},
     {1, 2, 3, 3, 2, 2, 2, {3, 3}, {2, 2}, {1, 1}, 2, "windows entirely in the padding"},
+    {2, 4, 9, 9, 6, 3, 3, {1, 1}, {2, 1}, {2, 1}, 2, "stride 1, dilated, grouped"},
+    {1, 3, 6, 6, 4, 3, 3, {1, 1}, {3, 3}, {1, 1}, 1, "stride 1, padding past the kernel"},
+    {2, 6, 7, 7, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, "one output channel per group"},
 };
 
 struct Reference {
