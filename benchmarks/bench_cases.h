@@ -8,6 +8,7 @@
 
 #include <string>
 #include <vector>
+#include "examples/digits_net.h"
 
 namespace kiln::bench {
 
@@ -109,23 +110,8 @@ inline const std::string kEmbedName = "embedding_32000x256[4096]_bwd";
 inline constexpr int64_t kSumN = 16 << 20;
 inline const std::string kSumName = "sum_16M";
 
-/// examples/train_digits.cpp's model (the example does not export it): 8x8 digits, conv 3x3
-/// 1->16, relu, pool 2, conv 3x3 16->32, relu, pool 2, linear 128->10; trained with Adam(3e-3).
-struct DigitsNet : nn::Module {
-  nn::Conv2d conv1{1, 16, {3, 3}, {.padding = {1, 1}}};
-  nn::Conv2d conv2{16, 32, {3, 3}, {.padding = {1, 1}}};
-  nn::Linear fc{32 * 2 * 2, 10};
-  DigitsNet() {
-    register_module("conv1", conv1);
-    register_module("conv2", conv2);
-    register_module("fc", fc);
-  }
-  Tensor operator()(const Tensor& x) {
-    Tensor h = max_pool2d(relu(conv1(x)), {2, 2});  // [N, 16, 4, 4]
-    h = max_pool2d(relu(conv2(h)), {2, 2});         // [N, 32, 2, 2]
-    return fc(h.flatten(1));
-  }
-};
+/// The digits demo's model (examples/digits_net.h), trained with Adam(3e-3).
+using examples::DigitsNet;
 inline constexpr int64_t kDigitsBatch = 32;
 inline const std::string kDigitsName = "digits_train_step[32]";
 /// The step's conv and linear FLOPs: forward, then both gradients of each layer except conv1's

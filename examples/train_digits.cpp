@@ -15,6 +15,8 @@
 #include <sstream>
 #include <string>
 
+#include "examples/digits_net.h"
+
 using namespace kiln;
 
 namespace {
@@ -45,21 +47,7 @@ std::pair<Tensor, Tensor> load_digits(const std::string& path) {
   return {from_vector(pixels, {n, 1, 8, 8}) / 16.0f, from_vector(labels)};
 }
 
-struct Net : nn::Module {
-  nn::Conv2d conv1{1, 16, {3, 3}, {.padding = {1, 1}}};
-  nn::Conv2d conv2{16, 32, {3, 3}, {.padding = {1, 1}}};
-  nn::Linear fc{32 * 2 * 2, 10};
-  Net() {
-    register_module("conv1", conv1);
-    register_module("conv2", conv2);
-    register_module("fc", fc);
-  }
-  Tensor operator()(const Tensor& x) {
-    Tensor h = max_pool2d(relu(conv1(x)), {2, 2});  // [N, 16, 4, 4]
-    h = max_pool2d(relu(conv2(h)), {2, 2});         // [N, 32, 2, 2]
-    return fc(h.flatten(1));
-  }
-};
+using Net = kiln::examples::DigitsNet;
 
 double accuracy(Net& net, const Tensor& x, const Tensor& y) {
   NoGradGuard no_grad;

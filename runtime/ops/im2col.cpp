@@ -1,6 +1,6 @@
 // runtime/ops/im2col.cpp -- patches to columns and back, and depthwise convolution's direct
-// loops. Each loop over a row of output columns touches only the valid range [ox0, ox1), so the
-// bounds checks leave the inner loops, which then vectorize (stride 1) or stay simple.
+// loops. Each loop over a row of output columns touches only its valid range [ox0, ox1), so
+// the bounds checks leave the inner loops.
 #include "runtime/ops/im2col.h"
 
 #include <algorithm>
@@ -51,77 +51,62 @@ template <class T> void im2col(const Geometry& g, const T* x, T* cols, int64_t r
   }
 }
 
+// Calls fn(q, oy, ox0, ox1, off) for each kernel position q = ky * kw + kx and output row oy
+// whose input row is inside the input: output columns [ox0, ox1) read input elements
+// off + ox * sw of the plane (the columns outside read padding).
+template <class F> void for_each_window_row(const Geometry& g, F&& fn) {
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    int64_t oy0, oy1;
+    valid_rows(g, ky, &oy0, &oy1);
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int64_t ox0, ox1;
+      g.valid_columns(kx, &ox0, &ox1);
+      for (int64_t oy = oy0; oy < oy1; ++oy)
+        fn(ky * g.kw + kx, oy, ox0, ox1, (oy * g.sh + ky * g.dh - g.ph) * g.w + kx * g.dw - g.pw);
+    }
+  }
+}
+
 template <class T> void col2im(const Geometry& g, const T* cols, T* dx, int64_t c0, int64_t c1) {
-  for (int64_t ci = c0; ci < c1; ++ci)
-    for (int64_t ky = 0; ky < g.kh; ++ky)
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        int64_t oy0, oy1, ox0, ox1;
-        valid_rows(g, ky, &oy0, &oy1);
-        g.valid_columns(kx, &ox0, &ox1);
-        const T* row = cols + ((ci * g.kh + ky) * g.kw + kx) * g.pixels();
-        for (int64_t oy = oy0; oy < oy1; ++oy) {
-          const T* src = row + oy * g.ow;
-          T* dst = dx + ci * g.h * g.w + (oy * g.sh + ky * g.dh - g.ph) * g.w + kx * g.dw - g.pw;
-          if (g.sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += src[ox];
-          else for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox * g.sw] += src[ox];
-        }
-      }
+  int64_t kk = g.kh * g.kw, sw = g.sw;
+  for (int64_t ci = c0; ci < c1; ++ci) {
+    T* plane = dx + ci * g.h * g.w;
+    for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
+      const T* src = cols + (ci * kk + q) * g.pixels() + oy * g.ow;
+      if (sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) plane[off + ox] += src[ox];
+      else for (int64_t ox = ox0; ox < ox1; ++ox) plane[off + ox * sw] += src[ox];
+    });
+  }
 }
 
 template <class T> void depthwise_plane(const Geometry& g, const T* x, const T* w, T* out) {
   std::fill(out, out + g.pixels(), T(0));
-  for (int64_t ky = 0; ky < g.kh; ++ky) {
-    int64_t oy0, oy1;
-    valid_rows(g, ky, &oy0, &oy1);
-    for (int64_t kx = 0; kx < g.kw; ++kx) {
-      int64_t ox0, ox1;
-      g.valid_columns(kx, &ox0, &ox1);
-      T wv = w[ky * g.kw + kx];
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const T* src = x + (oy * g.sh + ky * g.dh - g.ph) * g.w + kx * g.dw - g.pw;
-        T* dst = out + oy * g.ow;
-        if (g.sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * src[ox];
-        else for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * src[ox * g.sw];
-      }
-    }
-  }
+  int64_t sw = g.sw;
+  for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
+    T wv = w[q], *dst = out + oy * g.ow;
+    if (sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * x[off + ox];  // vectorizes
+    else for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * x[off + ox * sw];
+  });
 }
 
 template <class T> void depthwise_input_grad_plane(const Geometry& g, const T* gout, const T* w, T* dx) {
-  for (int64_t ky = 0; ky < g.kh; ++ky) {
-    int64_t oy0, oy1;
-    valid_rows(g, ky, &oy0, &oy1);
-    for (int64_t kx = 0; kx < g.kw; ++kx) {
-      int64_t ox0, ox1;
-      g.valid_columns(kx, &ox0, &ox1);
-      T wv = w[ky * g.kw + kx];
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const T* src = gout + oy * g.ow;
-        T* dst = dx + (oy * g.sh + ky * g.dh - g.ph) * g.w + kx * g.dw - g.pw;
-        if (g.sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * src[ox];
-        else for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox * g.sw] += wv * src[ox];
-      }
-    }
-  }
+  int64_t sw = g.sw;
+  for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
+    T wv = w[q];
+    const T* src = gout + oy * g.ow;
+    if (sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dx[off + ox] += wv * src[ox];
+    else for (int64_t ox = ox0; ox < ox1; ++ox) dx[off + ox * sw] += wv * src[ox];
+  });
 }
 
 template <class T> void depthwise_weight_grad_plane(const Geometry& g, const T* x, const T* gout, T* dw) {
-  for (int64_t ky = 0; ky < g.kh; ++ky) {
-    int64_t oy0, oy1;
-    valid_rows(g, ky, &oy0, &oy1);
-    for (int64_t kx = 0; kx < g.kw; ++kx) {
-      int64_t ox0, ox1;
-      g.valid_columns(kx, &ox0, &ox1);
-      T acc = 0;
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const T* src = x + (oy * g.sh + ky * g.dh - g.ph) * g.w + kx * g.dw - g.pw;
-        const T* go = gout + oy * g.ow;
-        if (g.sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) acc += go[ox] * src[ox];
-        else for (int64_t ox = ox0; ox < ox1; ++ox) acc += go[ox] * src[ox * g.sw];
-      }
-      dw[ky * g.kw + kx] += acc;
-    }
-  }
+  int64_t sw = g.sw;
+  for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
+    const T* go = gout + oy * g.ow;
+    T acc = 0;
+    for (int64_t ox = ox0; ox < ox1; ++ox) acc += go[ox] * x[off + ox * sw];
+    dw[q] += acc;
+  });
 }
 
 template void im2col(const Geometry&, const float*, float*, int64_t, int64_t);

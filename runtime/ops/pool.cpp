@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/api.h"
+#include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
@@ -351,17 +352,23 @@ Tensor pool(OpId id, const Tensor& x, const Dims& kernel, const Dims& stride, co
   a.kernel = kernel;
   a.stride = stride.empty() ? kernel : stride;
   a.padding = padding;
-  if (id == OpId::MaxPool2d)
-    a.ceil_mode = flag;
-  else
+  if (id == OpId::AvgPool2d)
     a.count_include_pad = flag;
+  else
+    a.ceil_mode = flag;
   return apply(id, {x}, a);
 }
 }  // namespace
 
+// When a gradient will be taken, the forward keeps each window's argmax: the values are a
+// gather at max_pool2d_indices, so the backward is gather's, one scatter through the indices
+// (no second pass over x). Without one it is the plain max_pool2d op, which stores no indices.
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   bool ceil_mode) {
-  return pool(OpId::MaxPool2d, x, kernel, stride, padding, ceil_mode);
+  KILN_CHECK(x.defined(), "max_pool2d: the input is an undefined tensor");
+  if (!(grad_enabled() && x.requires_grad())) return pool(OpId::MaxPool2d, x, kernel, stride, padding, ceil_mode);
+  Tensor idx = pool(OpId::MaxPool2dIndices, x, kernel, stride, padding, ceil_mode);
+  return gather(x.flatten(-2), -1, idx.flatten(-2)).reshape(idx.shape());
 }
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   bool count_include_pad) {

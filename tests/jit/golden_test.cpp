@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "examples/digits_net.h"
 #include "jit/tracer.h"
 #include "jit_test_util.h"
 
@@ -84,22 +85,7 @@ TEST(Golden, MlpTrainingStep) {
       {randn({4, 8}), randint(0, 4, {4})}, names_of(net));
 }
 
-// The digits demo's network (examples/train_digits.cpp).
-struct DigitsNet : nn::Module {
-  nn::Conv2d conv1{1, 16, {3, 3}, {.padding = {1, 1}}};
-  nn::Conv2d conv2{16, 32, {3, 3}, {.padding = {1, 1}}};
-  nn::Linear fc{32 * 2 * 2, 10};
-  DigitsNet() {
-    register_module("conv1", conv1);
-    register_module("conv2", conv2);
-    register_module("fc", fc);
-  }
-  Tensor operator()(const Tensor& x) {
-    Tensor h = max_pool2d(relu(conv1(x)), {2, 2});
-    h = max_pool2d(relu(conv2(h)), {2, 2});
-    return fc(h.flatten(1));
-  }
-};
+using examples::DigitsNet;  // the digits demo's network
 
 TEST(Golden, DigitsCnnForward) {
   DigitsNet net;
