@@ -49,7 +49,7 @@ class TableReporter : public benchmark::ConsoleReporter {
   // one, the slowest copy from memory), and the FLOP rates of the fastest kiln and LibTorch
   // impls.
   void Print() const {
-    static const char* kImpls[] = {"kiln", "kiln_op", "jit", "torch", "torch_op"};
+    static const char* kImpls[] = {"kiln", "kiln_op", "jit", "torch", "torch_op", "onednn"};
     double any_copy = 0;  // the slowest copy: the one memory (not a cache) bounds
     for (const auto& [c, impls] : rows_)
       if (auto it = impls.find("copy"); it != impls.end() && it->second.bytes_per_s > 0 &&
@@ -72,7 +72,7 @@ class TableReporter : public benchmark::ConsoleReporter {
       for (const char* i : kImpls) {
         auto it = impls.find(i);
         fmt::print(" {:>10}", it == impls.end() ? "-" : time(it->second.ns));
-        if (it == impls.end()) continue;
+        if (it == impls.end() || i[0] == 'o') continue;  // oneDNN's column is for reference
         bool ours = i[0] != 't';
         double& b = ours ? best : torch_best;
         if (b == 0 || it->second.ns < b) b = it->second.ns;
@@ -90,10 +90,11 @@ class TableReporter : public benchmark::ConsoleReporter {
     }
     fmt::print("\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels),\n"
                "torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own op (TorchScript\n"
-               "for call_cached). best/torch: fastest kiln impl over fastest LibTorch impl (below 1: kiln is\n"
-               "faster). GB/s: fastest kiln impl; of copy: against the copy loop moving the same bytes (for\n"
-               "sum_16M, the bytes it reads: read bandwidth against read bandwidth). GFLOP/s: fastest kiln\n"
-               "impl; torch GF/s: fastest LibTorch impl (_bwd: both gradients, twice the forward's FLOPs).\n");
+               "for call_cached), onednn = Debian's oneDNN called as kiln would call it (for reference).\n"
+               "best/torch: fastest kiln impl over fastest LibTorch impl (below 1: kiln is faster). GB/s:\n"
+               "fastest kiln impl; of copy: against the copy loop moving the same bytes (for sum_16M, the\n"
+               "bytes it reads: read bandwidth against read bandwidth). GFLOP/s: fastest kiln impl; torch\n"
+               "GF/s: fastest LibTorch impl (_bwd: both gradients, twice the forward's FLOPs).\n");
     if (any_copy > 0)
       fmt::print("copy loop from memory: {:.1f} GB/s (reads + writes)\n", any_copy / 1e9);
     for (const std::string& c : order_)

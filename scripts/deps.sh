@@ -20,7 +20,7 @@ packages=(
 )
 case "${1:-}" in
   --demo) packages+=(python3-sklearn) ;;  # ships digits.csv.gz, read by examples/train_digits
-  --bench) packages+=(libtorch-dev) ;;    # LibTorch beside kiln in benchmarks/
+  --bench) packages+=(libtorch-dev libdnnl-dev) ;;  # LibTorch and oneDNN beside kiln in benchmarks/
 esac
 
 missing=()

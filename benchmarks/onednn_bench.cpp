@@ -1,0 +1,60 @@
+// benchmarks/onednn_bench.cpp -- the 3x3 convolutions of train_bench.cpp through Debian's oneDNN
+// (libdnnl-dev), forward, as kiln would call it behind conv2d: NCHW tensors in and out, the
+// input and output reordered to oneDNN's blocked layout on every call, the weight once. This is
+// the measurement behind the "use oneDNN where it is clearly faster" decision; it is built only
+// when oneDNN is installed and is shown in the table for reference, outside best/torch.
+#include <benchmark/benchmark.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench_cases.h"
+
+namespace bench = kiln::bench;
+
+namespace {
+
+using dnnl::memory;
+
+void conv_forward(benchmark::State& s, bench::ConvCase c) {
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  memory::dims src{c.n, c.c, c.hw, c.hw}, wei{c.c, c.c / c.groups(), 3, 3}, dst = src;
+  if (c.depthwise) wei = {c.c, 1, 1, 3, 3};
+  auto f32 = memory::data_type::f32;
+  auto any = [&](const memory::dims& d) { return memory::desc(d, f32, memory::format_tag::any); };
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                       any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1});
+  dnnl::convolution_forward::primitive_desc pd(desc, eng);
+  std::vector<float> x(static_cast<size_t>(c.n * c.c * c.hw * c.hw), 0.5f), y(x.size());
+  std::vector<float> w(static_cast<size_t>(c.c * (c.c / c.groups()) * 9), 0.01f);
+  memory user_src({src, f32, memory::format_tag::nchw}, eng, x.data());
+  memory user_dst({dst, f32, memory::format_tag::nchw}, eng, y.data());
+  memory user_wei({wei, f32, c.depthwise ? memory::format_tag::goihw : memory::format_tag::oihw}, eng, w.data());
+  memory src_m(pd.src_desc(), eng), wei_m(pd.weights_desc(), eng), dst_m(pd.dst_desc(), eng);
+  dnnl::reorder(user_wei, wei_m).execute(stream, user_wei, wei_m);
+  dnnl::reorder to_src(user_src, src_m), from_dst(dst_m, user_dst);
+  dnnl::convolution_forward conv(pd);
+  auto run = [&] {
+    to_src.execute(stream, user_src, src_m);
+    conv.execute(stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
+    from_dst.execute(stream, dst_m, user_dst);
+    stream.wait();
+  };
+  run();
+  for (auto _ : s) run();
+  bench::count_flops(s, c.flops(false));
+}
+
+int register_cases() {
+  for (const bench::ConvCase& c : bench::conv_cases())
+    benchmark::RegisterBenchmark((c.name(false) + "/onednn").c_str(), conv_forward, c)
+        ->UseRealTime()
+        ->MinTime(0.2);
+  return 0;
+}
+const int registered = register_cases();
+
+}  // namespace
