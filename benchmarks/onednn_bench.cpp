@@ -18,13 +18,25 @@ namespace {
 
 using dnnl::memory;
 
+// One case's engine, stream and dims (oneDNN's grouped weights are [g, o/g, c/g, kh, kw]).
+struct Setup {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{eng};
+  memory::dims src, wei, dst;
+  explicit Setup(const bench::ConvCase& c)
+      : src{c.n, c.c, c.hw, c.hw},
+        wei(c.depthwise ? memory::dims{c.c, 1, 1, 3, 3} : memory::dims{c.c, c.c, 3, 3}),
+        dst(src) {}
+  static memory::desc any(const memory::dims& d) {
+    return memory::desc(d, memory::data_type::f32, memory::format_tag::any);
+  }
+};
+
 void conv_forward(benchmark::State& s, bench::ConvCase c) {
-  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(eng);
-  memory::dims src{c.n, c.c, c.hw, c.hw}, wei{c.c, c.c / c.groups(), 3, 3}, dst = src;
-  if (c.depthwise) wei = {c.c, 1, 1, 3, 3};
+  Setup e(c);
+  auto [eng, stream, src, wei, dst] = e;
   auto f32 = memory::data_type::f32;
-  auto any = [&](const memory::dims& d) { return memory::desc(d, f32, memory::format_tag::any); };
+  auto any = [](const memory::dims& d) { return Setup::any(d); };
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                        any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1});
   dnnl::convolution_forward::primitive_desc pd(desc, eng);
@@ -51,12 +63,10 @@ void conv_forward(benchmark::State& s, bench::ConvCase c) {
 // Both gradients (data and weights) from an NCHW upstream gradient, as conv2d's backward would
 // run them: the inputs reordered in and the gradients reordered out on every call.
 void conv_backward(benchmark::State& s, bench::ConvCase c) {
-  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(eng);
-  memory::dims src{c.n, c.c, c.hw, c.hw}, wei{c.c, c.c / c.groups(), 3, 3}, dst = src;
-  if (c.depthwise) wei = {c.c, 1, 1, 3, 3};
+  Setup e(c);
+  auto [eng, stream, src, wei, dst] = e;
   auto f32 = memory::data_type::f32;
-  auto any = [&](const memory::dims& d) { return memory::desc(d, f32, memory::format_tag::any); };
+  auto any = [](const memory::dims& d) { return Setup::any(d); };
   auto alg = dnnl::algorithm::convolution_direct;
   dnnl::convolution_forward::primitive_desc hint(
       {dnnl::prop_kind::forward_training, alg, any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1}}, eng);
