@@ -9,7 +9,8 @@ packages=(
   libfmt-dev             # message formatting
   libgtest-dev           # tests
   libbenchmark-dev       # benchmarks/
-  libopenblas-dev        # matmul, conv2d
+  libopenblas-dev        # matmul, conv2d (f64)
+  libdnnl-dev            # conv2d (f32): oneDNN
   libsleef-dev           # vectorized transcendentals
   nlohmann-json3-dev     # safetensors headers
   zlib1g-dev             # the demo reads its gzipped CSV
@@ -20,7 +21,7 @@ packages=(
 )
 case "${1:-}" in
   --demo) packages+=(python3-sklearn) ;;  # ships digits.csv.gz, read by examples/train_digits
-  --bench) packages+=(libtorch-dev libdnnl-dev) ;;  # LibTorch and oneDNN beside kiln in benchmarks/
+  --bench) packages+=(libtorch-dev) ;;  # LibTorch beside kiln in benchmarks/
 esac
 
 missing=()

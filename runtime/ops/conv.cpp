@@ -1,5 +1,6 @@
-// runtime/ops/conv.cpp -- conv2d and its two gradient ops (im2col + GEMM, direct depthwise
-// loops), NCHW.
+// runtime/ops/conv.cpp -- conv2d and its two gradient ops, NCHW: f32 through oneDNN when kiln
+// has it (conv_onednn.h), else and for f64 by kiln's own kernels (im2col + GEMM, direct
+// depthwise loops).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +9,7 @@
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/ops/conv_onednn.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/gemm.h"
 #include "runtime/ops/im2col.h"
@@ -98,6 +100,9 @@ ConvShape conv_shape(const Dims& x, const Dims& w, const Attrs& a) {
   return s;
 }
 
+// The problem as oneDNN takes it (f32 only).
+conv::Problem onednn_problem(const ConvShape& s) { return {s.n, s.c, s.o, s.groups, s.geo}; }
+
 // Whether the images and groups alone keep every thread busy (then each one runs serially).
 bool split_items(const ConvShape& s) { return s.items() >= num_threads(); }
 
@@ -154,6 +159,8 @@ template <class T> void product(Mat<const T> a, Mat<const T> b, Mat<T> c, bool a
 
 // out[b, gi] [og, p] = W_g [og, k] @ cols [k, p].
 template <class T> void conv_forward(const ConvShape& s, const T* x, const T* w, T* out) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv::onednn_forward(onednn_problem(s), x, w, out)) return;
   if (s.depthwise()) {
     parallel_for(0, s.n * s.o, std::max<int64_t>(1, kParallelGrain / (s.p() * s.k())), [&](int64_t q0, int64_t q1) {
       for (int64_t q = q0; q < q1; ++q) {
@@ -199,6 +206,8 @@ template <class T> void conv_input_grad_as_conv(const ConvShape& s, const T* g, 
 
 // dx[b, gi] = col2im(W_g^T [k, og] @ g[b, gi] [og, p]); a 1x1 kernel writes the product directly.
 template <class T> void conv_input_grad(const ConvShape& s, const T* g, const T* w, T* dx) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv::onednn_input_grad(onednn_problem(s), g, w, dx)) return;
   if (input_grad_is_conv(s)) return conv_input_grad_as_conv(s, g, w, dx);
   std::fill(dx, dx + s.n * s.c * s.hw(), T(0));
   if (s.depthwise()) {
@@ -234,6 +243,8 @@ constexpr int64_t kPixelRun = 1024;
 
 // dw_g [og, k] = sum over images b of g[b, gi] [og, p] @ cols(b, gi)^T [p, k].
 template <class T> void conv_weight_grad(const ConvShape& s, const T* x, const T* g, T* dw) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv::onednn_weight_grad(onednn_problem(s), x, g, dw)) return;
   int64_t wsize = s.o * s.k();
   if (s.depthwise()) {
     std::fill(dw, dw + wsize, T(0));

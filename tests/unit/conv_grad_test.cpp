@@ -8,6 +8,7 @@
 
 #include "autograd/autograd.h"
 #include "runtime/op.h"
+#include "runtime/ops/conv_onednn.h"
 #include "tests/unit/test_util.h"
 
 using namespace kiln;
@@ -35,6 +36,8 @@ const Case kCases[] = {
     {2, 4, 9, 9, 6, 3, 3, {1, 1}, {2, 1}, {2, 1}, 2, "stride 1, dilated, grouped"},
     {1, 3, 6, 6, 4, 3, 3, {1, 1}, {3, 3}, {1, 1}, 1, "stride 1, padding past the kernel"},
     {2, 6, 7, 7, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 3, "one output channel per group"},
+    {2, 5, 6, 6, 40, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, "output channels in blocks, the last partial"},
+    {1, 36, 7, 5, 8, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, "input channels in blocks, the last partial"},
 };
 
 struct Reference {
@@ -84,6 +87,18 @@ void expect_near(const Tensor& got, const std::vector<double>& want, const std::
     ASSERT_NEAR(v[i], want[i], 64 * eps * mag[i] + 1e-300) << what << " element " << i;
 }
 
+// The f32 kernels to test: kiln's own, and oneDNN's when kiln has it. Restores the setting.
+class Backends {
+ public:
+  Backends() : saved_(conv::onednn_enabled()) {}
+  ~Backends() { conv::set_onednn_enabled(saved_); }
+  std::vector<bool> list() const { return saved_ ? std::vector<bool>{false, true} : std::vector<bool>{false}; }
+  void use(bool onednn) { conv::set_onednn_enabled(onednn); }
+
+ private:
+  bool saved_;
+};
+
 bool same_bits(const Tensor& a, const Tensor& b) {
   Tensor ca = a.contiguous(), cb = b.contiguous();
   return a.type() == b.type() &&
@@ -92,26 +107,30 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 TEST(Conv2dGrad, ForwardAndBothGradientsMatchAReferenceOnEveryPath) {
   manual_seed(3);
+  Backends backends;
   for (const Case& k : kCases) {
-    SCOPED_TRACE(k.what);
-    for (DType t : {f32, f64}) {
-      double eps = t == f32 ? 0x1p-24 : 0x1p-53;
-      Tensor x = randn({k.n, k.c, k.h, k.w}, t), w = randn({k.o, k.c / k.groups, k.kh, k.kw}, t);
-      Tensor y = apply(OpId::Conv2d, {x, w}, attrs_of(k));
-      Tensor g = randn(y.shape(), t);
-      Reference r = reference(x, w, g, k);
-      expect_near(y, r.y, r.y_mag, eps, "forward");
-      expect_near(apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, x.shape())), r.dx, r.dx_mag, eps, "input grad");
-      expect_near(apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, w.shape())), r.dw, r.dw_mag, eps, "weight grad");
-      // Through autograd, from transposed and sliced views.
-      Tensor xs = randn({k.n, k.c, k.w, k.h + 2}, t).slice(3, 1, k.h + 1).transpose(2, 3).requires_grad_();
-      Tensor ws = randn({k.o, k.c / k.groups, k.kw, k.kh}, t).transpose(2, 3).requires_grad_();
-      Tensor ys = conv2d(xs, ws, {}, k.stride, k.padding, k.dilation, k.groups);
-      ys.backward(g);
-      Reference rs = reference(xs, ws, g, k);
-      expect_near(ys, rs.y, rs.y_mag, eps, "forward of views");
-      expect_near(xs.grad(), rs.dx, rs.dx_mag, eps, "input grad of views");
-      expect_near(ws.grad(), rs.dw, rs.dw_mag, eps, "weight grad of views");
+    for (bool onednn : backends.list()) {
+      SCOPED_TRACE(std::string(k.what) + (onednn ? ", oneDNN" : ", kiln's kernels"));
+      backends.use(onednn);
+      for (DType t : {f32, f64}) {
+        double eps = t == f32 ? 0x1p-24 : 0x1p-53;
+        Tensor x = randn({k.n, k.c, k.h, k.w}, t), w = randn({k.o, k.c / k.groups, k.kh, k.kw}, t);
+        Tensor y = apply(OpId::Conv2d, {x, w}, attrs_of(k));
+        Tensor g = randn(y.shape(), t);
+        Reference r = reference(x, w, g, k);
+        expect_near(y, r.y, r.y_mag, eps, "forward");
+        expect_near(apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, x.shape())), r.dx, r.dx_mag, eps, "input grad");
+        expect_near(apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, w.shape())), r.dw, r.dw_mag, eps, "weight grad");
+        // Through autograd, from transposed and sliced views.
+        Tensor xs = randn({k.n, k.c, k.w, k.h + 2}, t).slice(3, 1, k.h + 1).transpose(2, 3).requires_grad_();
+        Tensor ws = randn({k.o, k.c / k.groups, k.kw, k.kh}, t).transpose(2, 3).requires_grad_();
+        Tensor ys = conv2d(xs, ws, {}, k.stride, k.padding, k.dilation, k.groups);
+        ys.backward(g);
+        Reference rs = reference(xs, ws, g, k);
+        expect_near(ys, rs.y, rs.y_mag, eps, "forward of views");
+        expect_near(xs.grad(), rs.dx, rs.dx_mag, eps, "input grad of views");
+        expect_near(ws.grad(), rs.dw, rs.dw_mag, eps, "weight grad of views");
+      }
     }
   }
 }
@@ -138,27 +157,56 @@ TEST(Conv2dGrad, HalfTypesComputeInF32) {
 TEST(Conv2dGrad, SameBitsOnAnyThreadCount) {
   manual_seed(5);
   int saved = num_threads();
-  for (const Case& k : {Case{1, 16, 20, 20, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, "batch 1"},
-                        Case{10, 8, 12, 12, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, "batch 10"},
-                        Case{6, 16, 12, 12, 16, 3, 3, {2, 2}, {1, 1}, {1, 1}, 16, "depthwise"},
-                        Case{3, 32, 10, 10, 32, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, "1x1"}}) {
-    SCOPED_TRACE(k.what);
-    Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c / k.groups, k.kh, k.kw});
-    Tensor g = randn(apply(OpId::Conv2d, {x, w}, attrs_of(k)).shape());
-    std::vector<Tensor> ys, dxs, dws;
-    for (int threads : {1, 2, 3}) {
-      set_num_threads(threads);
-      ys.push_back(apply(OpId::Conv2d, {x, w}, attrs_of(k)));
-      dxs.push_back(apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, x.shape())));
-      dws.push_back(apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, w.shape())));
-    }
-    set_num_threads(saved);
-    for (size_t i = 1; i < ys.size(); ++i) {
-      EXPECT_TRUE(same_bits(ys[i], ys[0])) << i + 1 << " threads, forward";
-      EXPECT_TRUE(same_bits(dxs[i], dxs[0])) << i + 1 << " threads, input grad";
-      EXPECT_TRUE(same_bits(dws[i], dws[0])) << i + 1 << " threads, weight grad";
+  Backends backends;
+  const Case cases[] = {{1, 16, 20, 20, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, "batch 1"},
+                        {10, 8, 12, 12, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, "batch 10"},
+                        {6, 16, 12, 12, 16, 3, 3, {2, 2}, {1, 1}, {1, 1}, 16, "depthwise"},
+                        {3, 32, 10, 10, 32, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, "1x1"}};
+  for (const Case& k : cases) {
+    for (bool onednn : backends.list()) {
+      SCOPED_TRACE(std::string(k.what) + (onednn ? ", oneDNN" : ", kiln's kernels"));
+      backends.use(onednn);
+      Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c / k.groups, k.kh, k.kw});
+      Tensor g = randn(apply(OpId::Conv2d, {x, w}, attrs_of(k)).shape());
+      std::vector<Tensor> ys, dxs, dws;
+      for (int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        ys.push_back(apply(OpId::Conv2d, {x, w}, attrs_of(k)));
+        dxs.push_back(apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, x.shape())));
+        dws.push_back(apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, w.shape())));
+      }
+      set_num_threads(saved);
+      for (size_t i = 1; i < ys.size(); ++i) {
+        EXPECT_TRUE(same_bits(ys[i], ys[0])) << i + 1 << " threads, forward";
+        EXPECT_TRUE(same_bits(dxs[i], dxs[0])) << i + 1 << " threads, input grad";
+        EXPECT_TRUE(same_bits(dws[i], dws[0])) << i + 1 << " threads, weight grad";
+      }
     }
   }
+}
+
+// With oneDNN built in, every f32 case above runs through it (none falls back unnoticed); a
+// large dense weight gradient is left to kiln's GEMM, which is faster for it.
+TEST(Conv2dGrad, OneDnnRunsEveryCase) {
+  if (!conv::onednn_enabled()) GTEST_SKIP() << "kiln was built without oneDNN (libdnnl-dev) or KILN_ONEDNN=0";
+  manual_seed(6);
+  for (const Case& k : kCases) {
+    SCOPED_TRACE(k.what);
+    int64_t cg = k.c / k.groups;
+    Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, cg, k.kh, k.kw});
+    Tensor y = apply(OpId::Conv2d, {x, w}, attrs_of(k));
+    Tensor dx = zeros(x.shape()), dw = zeros(w.shape());
+    int64_t oh = y.size(2), ow = y.size(3);
+    conv::Problem p{k.n, k.c, k.o, k.groups,
+                    {cg, k.h, k.w, k.kh, k.kw, k.stride[0], k.stride[1], k.padding[0], k.padding[1], k.dilation[0],
+                     k.dilation[1], oh, ow}};
+    const float *xp = static_cast<const float*>(x.data_ptr()), *wp = static_cast<const float*>(w.data_ptr());
+    EXPECT_TRUE(conv::onednn_forward(p, xp, wp, static_cast<float*>(y.data_ptr())));
+    EXPECT_TRUE(conv::onednn_input_grad(p, static_cast<const float*>(y.data_ptr()), wp, static_cast<float*>(dx.data_ptr())));
+    EXPECT_TRUE(conv::onednn_weight_grad(p, xp, static_cast<const float*>(y.data_ptr()), static_cast<float*>(dw.data_ptr())));
+  }
+  conv::Problem large{1, 64, 64, 1, {64, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, 32}};
+  EXPECT_FALSE(conv::onednn_weight_grad(large, nullptr, nullptr, nullptr));
 }
 
 TEST(Conv2dGrad, ErrorsNameTheOpAndTheShapes) {
