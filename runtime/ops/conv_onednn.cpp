@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/ops/gemm.h"
+#include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 
 // Debian's oneDNN runs on OpenMP (libgomp); its thread count is the calling thread's OpenMP
@@ -335,7 +337,7 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
   int64_t parts = pass == Pass::WeightGrad ? c.images(p) : 1;
   int64_t wsize = p.o * p.geo.rows();
   std::vector<float> partials(parts > 1 ? static_cast<size_t>(parts * wsize) : 0);
-  parallel_for(0, blocks, 1, [&](int64_t i0, int64_t i1) {
+  auto run_blocks = [&](int64_t i0, int64_t i1) {
     SingleThreaded one;
     for (int64_t i = i0; i < i1; ++i) {
       Block b = c.block(p, i);
@@ -349,9 +351,11 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
         run_block(*prims[i], in0 + o.x_off, in1 + o.y_off, dw + o.w_off);
       }
     }
-  });
+  };
+  int64_t block_macs = std::max<int64_t>(1, p.n * p.o * p.geo.rows() * p.geo.pixels() / blocks);
+  parallel_for(0, blocks, std::max<int64_t>(1, gemm::kGemmParallelWork / block_macs), run_blocks);
   if (parts > 1) {
-    parallel_for(0, wsize, std::max<int64_t>(1, (int64_t{1} << 14) / parts), [&](int64_t e0, int64_t e1) {
+    parallel_for(0, wsize, std::max<int64_t>(1, kParallelGrain / parts), [&](int64_t e0, int64_t e1) {
       for (int64_t e = e0; e < e1; ++e) {
         float sum = partials[e];
         for (int64_t k = 1; k < parts; ++k) sum += partials[k * wsize + e];

@@ -44,7 +44,8 @@ void gemm_parallel(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate = f
 int64_t blas_int_limit();
 void set_blas_int_limit_for_testing(int64_t limit);
 
-/// Multiply-adds below which a product runs on one thread.
-inline constexpr int64_t kGemmParallelWork = int64_t{1} << 15;
+/// Multiply-adds below which a product (or a block of one) runs on one thread: about 10 us,
+/// less than waking a sleeping worker can cost.
+inline constexpr int64_t kGemmParallelWork = int64_t{1} << 18;
 
 }  // namespace kiln::gemm
