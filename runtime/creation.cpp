@@ -1,12 +1,14 @@
 // runtime/creation.cpp -- tensors made from nothing: empty, zeros, full, arange, eye, vectors.
 // These make data rather than transform it, so they are not ops: inside a trace, a tensor
 // they make is a constant.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/loops.h"
+#include "runtime/parallel.h"
 
 namespace kiln {
 
@@ -28,11 +30,11 @@ Tensor full(const Dims& shape, Scalar value, DType dtype, Device device) {
   });
   bool zero = true;
   for (int64_t i = 0; i < es; ++i) zero = zero && one[i] == 0;
-  if (zero) {
-    std::memset(p, 0, static_cast<size_t>(n * es));
-  } else {
-    convert(one, 0, dtype, p, es, dtype, n);
-  }
+  // In parallel: one thread cannot write memory at the rate the cores together can.
+  parallel_for(0, n, std::max<int64_t>(1, (int64_t{1} << 20) / es), [&](int64_t b, int64_t e) {
+    if (zero) std::memset(p + b * es, 0, static_cast<size_t>((e - b) * es));
+    else convert(one, 0, dtype, p + b * es, es, dtype, e - b);
+  });
   return t;
 }
 

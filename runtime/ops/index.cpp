@@ -181,6 +181,14 @@ void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int6
                   simd::PointwiseFn add_row, const char* op) {
   const int64_t n = p.n, size = p.dim_size, od = p.out_dim, sd = p.src_dim, id = p.idx_dim;
   const int64_t os = p.out_st.back(), ss = p.src_st.back(), is = p.idx_st.back();
+  if (len == 1) {  // dim is out's innermost (a gather's gradient): one row, entry by entry
+    if (od == 1 && sd == 1 && id == 1) {
+      for (int64_t j = 0; j < n; ++j) accumulate(out[checked_index(idx[j], size, op)], src[j]);
+    } else {
+      for (int64_t j = 0; j < n; ++j) accumulate(out[checked_index(idx[j * id], size, op) * od], src[j * sd]);
+    }
+    return;
+  }
   if (is == 0) {  // one index per entry (index_add, or an index expanded along the row)
     bool rows = add_row && os == 1 && ss == 1;
     for (int64_t j = 0; j < n; ++j) {
@@ -202,9 +210,12 @@ void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int6
 }
 
 // Units [u0, u1): the multi-index of u0 once, then an odometer.
+// With `clear_rows`, each unit first zeroes its own row of `out` (dim contiguous in out, one
+// unit per row): the row is still in cache when the adds land, where a separate clear of the
+// whole of `out` would have left it in memory.
 template <class T, class I>
 void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t u0, int64_t u1,
-                   const char* op) {
+                   const char* op, bool clear_rows) {
   simd::PointwiseFn add_row = simd::kernels().pointwise[int(OpId::Add)][int(dtype_of<T>())];
   size_t last = p.sizes.size() - 1;
   Dims count = p.sizes, m(p.sizes.size(), 0);
@@ -219,6 +230,7 @@ void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int
   }
   for (int64_t u = u0; u < u1; ++u) {
     int64_t len = std::min(p.block, p.sizes[last] - m[last] * p.block);
+    if (clear_rows) std::memset(out + oo, 0, static_cast<size_t>(p.dim_size) * sizeof(T));
     scatter_unit(p, out + oo, src + so, idx + io, len, add_row, op);
     for (size_t d = last + 1; d-- > 0;) {
       oo += ost[d], so += sst[d], io += ist[d];
@@ -229,24 +241,38 @@ void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int
   }
 }
 
-// Adds src into `out` (contiguous, already holding x) along dim at the positions of the index
-// whose element strides over src's shape are `idx_st` (0 where it is the same for all).
+void clear(const Tensor& out) {
+  char* p = static_cast<char*>(out.data_ptr());
+  parallel_for(0, out.numel() * dtype_size(out.dtype()), 1 << 20,
+               [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
+}
+
+// Adds src into `out` (contiguous) along dim at the positions of the index whose element
+// strides over src's shape are `idx_st` (0 where it is the same for all). `out` holds x, or
+// with `from_zero` is to start from zeros: cleared row by row as the scatter reaches each row
+// when every row of out is one unit's (as for a gather's gradient), else cleared first.
 void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims& idx_st,
-                  const Tensor& src, const char* op) {
-  if (src.numel() == 0) return;
+                  const Tensor& src, const char* op, bool from_zero) {
+  if (src.numel() == 0) {
+    if (from_zero) clear(out);
+    return;
+  }
   if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {  // f16, bf16: sum in f32
-    Tensor acc = out.to(DType::F32);
-    scatter_into(acc, dim, idx, idx_st, src.to(DType::F32), op);
+    Tensor acc = from_zero ? Tensor::empty({DType::F32, out.shape(), out.device()}) : out.to(DType::F32);
+    scatter_into(acc, dim, idx, idx_st, src.to(DType::F32), op, from_zero);
     copy_into(acc, out);
     return;
   }
   if (idx.dtype() == DType::U8) {
     Tensor wide = idx.to(DType::I64);
-    return scatter_into(out, dim, wide, idx_st, src, op);
+    return scatter_into(out, dim, wide, idx_st, src, op, from_zero);
   }
   int64_t dim_size = out.dim() == 0 ? 1 : out.shape()[dim];
   ScatterPlan p = plan_scatter(src.shape(), dim, out.strides(), src.strides(), idx_st, dim_size,
                                dtype_size(out.dtype()));
+  bool rows = from_zero && out.dim() > 0 && p.block == 1 && p.out_dim == 1;
+  for (int64_t d = 0; rows && d < out.dim(); ++d) rows = d == dim || src.shape()[d] == out.shape()[d];
+  if (from_zero && !rows) clear(out);
   int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, p.n * p.block));
   visit_dtype(out.dtype(), [&](auto tv) {
     using T = decltype(tv);
@@ -257,7 +283,7 @@ void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims&
         using I = decltype(iv);
         const I* pi = static_cast<const I*>(idx.data_ptr());
         parallel_for(0, p.units, grain,
-                     [&](int64_t u0, int64_t u1) { scatter_units(p, po, ps, pi, u0, u1, op); });
+                     [&](int64_t u0, int64_t u1) { scatter_units(p, po, ps, pi, u0, u1, op, rows); });
       };
       if (idx.dtype() == DType::I64)
         run(int64_t{});
@@ -267,30 +293,33 @@ void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims&
   });
 }
 
-// out = x. The gradient rules pass a broadcast zero (zeros_as): that is a parallel clear.
-void start_from(const Tensor& x, const Tensor& out) {
+// Whether x is a broadcast zero, as the gradient rules pass (zeros_as): then the scatter starts
+// from zeros instead of copying x.
+bool is_broadcast_zero(const Tensor& x) {
   bool zero = x.numel() > 0 && x.has_storage();
   for (int64_t st : x.strides()) zero = zero && st == 0;
   const char* first = zero ? static_cast<const char*>(x.data_ptr()) : nullptr;
   for (int64_t b = 0; zero && b < dtype_size(x.dtype()); ++b) zero = first[b] == 0;
-  if (!zero) return copy_into(x, out);
-  char* p = static_cast<char*>(out.data_ptr());
-  parallel_for(0, out.numel() * dtype_size(out.dtype()), 1 << 20,
-               [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
+  return zero;
+}
+
+// out = x, then src added at the index's positions.
+void scatter_from(const Tensor& x, const Tensor& out, int64_t dim, const Tensor& idx, const Dims& idx_st,
+                  const Tensor& src, const char* op) {
+  bool zero = is_broadcast_zero(x);
+  if (!zero) copy_into(x, out);
+  scatter_into(out, dim, idx, idx_st, src, op, zero);
 }
 
 void scatter_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  const Tensor &idx = in[1], &src = in[2];
-  start_from(in[0], out);
-  scatter_into(out, a.dim, idx, idx.strides(), src, "scatter_add");
+  scatter_from(in[0], out, a.dim, in[1], in[1].strides(), in[2], "scatter_add");
 }
 
 void index_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   const Tensor &idx = in[1], &src = in[2];
-  start_from(in[0], out);
   Dims st(static_cast<size_t>(src.dim()), 0);
   st[a.dim] = idx.dim() == 0 ? 0 : idx.strides()[0];
-  scatter_into(out, a.dim, idx, st, src, "index_add");
+  scatter_from(in[0], out, a.dim, idx, st, src, "index_add");
 }
 
 TensorType index_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {

@@ -126,6 +126,26 @@ TEST(ScatterAdd, TakesAnExpandedIndexAndSourceInPlace) {
   expect_sums(scatter_add(x, 1, idx1, src1), want, scale);
 }
 
+// A broadcast zero start (what gradient rules pass) is not copied: each row of the result is
+// cleared as the scatter reaches it when src covers every row (dim innermost, as for a gather's
+// gradient), else the whole result is cleared first. Both, in every float dtype and with an
+// empty src, match the reference from a real zero tensor.
+TEST(ScatterAdd, StartsFromABroadcastZeroRowByRowOrWhole) {
+  manual_seed(14);
+  for (DType t : {f32, f64, f16, bf16}) {
+    for (const Dims& is : {Dims{4, 5, 9}, Dims{3, 5, 9}, Dims{4, 5, 0}}) {
+      SCOPED_TRACE(fmt::format("{} src {}", dtype_name(t), shape_str(is)));
+      Tensor zero = zeros({}, t).expand({4, 5, 6});
+      Tensor src = random_values(is, t), idx = randint(-6, 6, is);
+      std::vector<double> scale;
+      std::vector<double> want = scatter_reference(zeros({4, 5, 6}, t), 2, idx, src, &scale);
+      Tensor dirty = full({4, 5, 6}, 7.0, t);  // the allocator may hand its block out again
+      dirty = Tensor();
+      expect_sums(scatter_add(zero, 2, idx, src), want, scale);
+    }
+  }
+}
+
 TEST(ScatterAdd, HandlesZeroDimAndEmptyInputs) {
   Tensor x = full({}, 2.0f);
   EXPECT_EQ(scatter_add(x, 0, full({}, -1, i64), full({}, 3.0f)).item<float>(), 5.0f);
