@@ -276,11 +276,13 @@ void run_block(const Prims& pr, const float* in0, const float* in1, float* out) 
   stream.wait();
 }
 
-// How a problem is cut, by its shape alone: images in blocks (at most kImageBlocks of them),
-// and, when there are few images, the split channels in blocks of a multiple of 16 (oneDNN's
-// channel blocking) so that small batches still give every thread work.
+// How a problem is cut, by its shape alone: images in blocks (at most kImageBlocks of them, of
+// at least kMinBlockWork multiply-adds: each call has a fixed cost in reorders and setup), and,
+// when a large problem has few images, the split channels in blocks of a multiple of 16
+// (oneDNN's channel blocking) so that small batches still give every thread work.
 constexpr int64_t kImageBlocks = 8;
 constexpr int64_t kMinBlocks = 4;
+constexpr int64_t kMinBlockWork = int64_t{1} << 20;
 
 struct Cut {
   int64_t image_block, chan_block, chans;
@@ -295,11 +297,13 @@ struct Cut {
 
 Cut cut(Pass pass, const Problem& p) {
   Cut c;
-  c.image_block = (p.n + kImageBlocks - 1) / kImageBlocks;
+  int64_t image_work = std::max<int64_t>(1, p.o * p.geo.rows() * p.geo.pixels());
+  c.image_block = std::min(p.n, std::max((p.n + kImageBlocks - 1) / kImageBlocks,
+                                         (kMinBlockWork + image_work - 1) / image_work));
   c.chans = p.groups > 1 ? p.groups : pass == Pass::InputGrad ? p.c : p.o;
   c.chan_block = c.chans;
   int64_t images = c.images(p);
-  if (images < kMinBlocks) {
+  if (images < kMinBlocks && p.n * image_work >= kMinBlocks * kMinBlockWork) {
     int64_t want = (kMinBlocks + images - 1) / images;
     int64_t quantum = p.groups > 1 ? 1 : 16;
     int64_t block = ((c.chans + want - 1) / want + quantum - 1) / quantum * quantum;
