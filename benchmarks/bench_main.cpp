@@ -90,7 +90,8 @@ class TableReporter : public benchmark::ConsoleReporter {
     }
     fmt::print("\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels),\n"
                "torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own op (TorchScript\n"
-               "for call_cached), onednn = Debian's oneDNN called as kiln would call it (for reference).\n"
+               "for call_cached), onednn = Debian's oneDNN called directly on its own OpenMP threads,\n"
+               "NCHW in and out (for reference: kiln runs it inside, one single-threaded call per block).\n"
                "best/torch: fastest kiln impl over fastest LibTorch impl (below 1: kiln is faster). GB/s:\n"
                "fastest kiln impl; of copy: against the copy loop moving the same bytes (for sum_16M, the\n"
                "bytes it reads: read bandwidth against read bandwidth). GFLOP/s: fastest kiln impl; torch\n"

@@ -1,8 +1,9 @@
 // benchmarks/onednn_bench.cpp -- the 3x3 convolutions of train_bench.cpp through Debian's oneDNN
-// (libdnnl-dev), forward and backward, as kiln would call it behind conv2d: NCHW tensors in and out, the
-// input and output reordered to oneDNN's blocked layout on every call, the weight once. This is
-// the measurement behind the "use oneDNN where it is clearly faster" decision; it is built only
-// when oneDNN is installed and is shown in the table for reference, outside best/torch.
+// called directly, forward and backward, NCHW tensors in and out (the input and output reordered
+// to oneDNN's blocked layout on every call, the weight once), on oneDNN's own OpenMP threads.
+// kiln's conv2d runs oneDNN inside (runtime/ops/conv_onednn.cpp), cut into shape-fixed blocks of
+// single-threaded calls on kiln's pool; this column shows what that costs or gains against
+// oneDNN's own threading. Built only when oneDNN is installed, outside best/torch.
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
