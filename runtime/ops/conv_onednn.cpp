@@ -314,13 +314,17 @@ Cut cut(Pass pass, const Problem& p) {
 
 // Where oneDNN is not the faster choice (measured with Debian's oneDNN 2.6 on AVX2; see the
 // conv cases of benchmarks/): a dense convolution's weight gradient of more than kDenseWeightGrad
-// multiply-adds per image is one large GEMM for kiln's own kernel, which OpenBLAS runs 1.3-1.8x
-// faster than oneDNN's direct backward-weights kernel; smaller ones, and grouped ones, are
-// faster in oneDNN (up to 5x for depthwise).
+// multiply-adds per image, over a batch of kMinBlocks images or more, is one large GEMM for
+// kiln's own kernel, which OpenBLAS runs 1.1-1.8x faster than oneDNN's direct backward-weights
+// kernel over blocks of images (3x3, 64 channels, batch 8 and 32). Smaller batches (oneDNN then
+// splits output channels: 1.1-1.4x faster at batch 1 and 2), small convolutions and grouped
+// ones (up to 5x for depthwise) go to oneDNN. Between the two, 128 channels at batch 4 is still
+// 1.2x faster in oneDNN.
 constexpr int64_t kDenseWeightGrad = int64_t{1} << 20;
 
 bool prefer_kiln(Pass pass, const Problem& p) {
-  return pass == Pass::WeightGrad && p.groups == 1 && p.o * p.geo.rows() * p.geo.pixels() > kDenseWeightGrad;
+  return pass == Pass::WeightGrad && p.groups == 1 && p.n >= kMinBlocks &&
+         p.o * p.geo.rows() * p.geo.pixels() > kDenseWeightGrad;
 }
 
 // Runs a pass over all its blocks in parallel; false if oneDNN cannot run some block shape

@@ -18,7 +18,7 @@ struct Problem {
 
 /// Each runs the pass through oneDNN and returns true, or returns false having written nothing:
 /// oneDNN absent or turned off, without an implementation for this problem, or measured slower
-/// than kiln's own kernel for it (a large dense weight gradient).
+/// than kiln's own kernel for it (a large dense weight gradient over a batch of 4 or more).
 /// The work is cut into blocks of images and channels by the shape alone, each block one
 /// single-threaded oneDNN call on one of kiln's threads; weight-gradient partial sums over image
 /// blocks are added in order. So results have the same bits on any thread count, and oneDNN's
