@@ -30,11 +30,13 @@ Tensor full(const Dims& shape, Scalar value, DType dtype, Device device) {
   });
   bool zero = true;
   for (int64_t i = 0; i < es; ++i) zero = zero && one[i] == 0;
+  if (zero) {
+    zero_bytes(p, n * es);
+    return t;
+  }
   // In parallel: one thread cannot write memory at the rate the cores together can.
-  parallel_for(0, n, std::max<int64_t>(1, (int64_t{1} << 20) / es), [&](int64_t b, int64_t e) {
-    if (zero) std::memset(p + b * es, 0, static_cast<size_t>((e - b) * es));
-    else convert(one, 0, dtype, p + b * es, es, dtype, e - b);
-  });
+  parallel_for(0, n, std::max<int64_t>(1, (int64_t{1} << 20) / es),
+               [&](int64_t b, int64_t e) { convert(one, 0, dtype, p + b * es, es, dtype, e - b); });
   return t;
 }
 

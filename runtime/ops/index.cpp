@@ -241,11 +241,7 @@ void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int
   }
 }
 
-void clear(const Tensor& out) {
-  char* p = static_cast<char*>(out.data_ptr());
-  parallel_for(0, out.numel() * dtype_size(out.dtype()), 1 << 20,
-               [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
-}
+void clear(const Tensor& out) { zero_bytes(out.data_ptr(), out.numel() * dtype_size(out.dtype())); }
 
 // Adds src into `out` (contiguous) along dim at the positions of the index whose element
 // strides over src's shape are `idx_st` (0 where it is the same for all). `out` holds x, or
@@ -315,8 +311,67 @@ void scatter_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Ten
   scatter_from(in[0], out, a.dim, in[1], in[1].strides(), in[2], "scatter_add");
 }
 
+// index_add from zeros where each out.select(dim, k) is one contiguous slice (no dims of size
+// above 1 before dim), as for embedding's gradient: out is cleared (a streaming memset), the
+// entries are bucketed by their slice (keeping index order within a slice), and each slice
+// then gets its entries in one visit, slices in address order: a row of an embedding table's
+// gradient is read from memory once, not once per column block and entry. Each slice sums in
+// index order, so the bits are the generic path's, on any thread count.
+template <class T, class I>
+void add_slices_from_zero(T* out, int64_t size, int64_t inner, const T* src, const I* idx, int64_t idx_step,
+                          int64_t n) {
+  std::vector<int64_t> start(static_cast<size_t>(size + 1), 0), dest(static_cast<size_t>(n)), order(dest.size());
+  for (int64_t j = 0; j < n; ++j) {
+    dest[j] = checked_index(idx[j * idx_step], size, "index_add");
+    ++start[dest[j] + 1];
+  }
+  for (int64_t k = 0; k < size; ++k) start[k + 1] += start[k];
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t j = 0; j < n; ++j) order[next[dest[j]]++] = j;
+  simd::PointwiseFn add_row = simd::kernels().pointwise[int(OpId::Add)][int(dtype_of<T>())];
+  parallel_for(0, size, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      T* o = out + k * inner;
+      for (int64_t e = start[k]; e < start[k + 1]; ++e) {
+        const T* row = src + order[e] * inner;
+        if (add_row) {
+          const void* operands[2] = {o, row};
+          add_row(inner, o, operands, 0);
+        } else {
+          for (int64_t i = 0; i < inner; ++i) accumulate(o[i], row[i]);
+        }
+      }
+    }
+  });
+}
+
+// Runs add_slices_from_zero when it applies; false otherwise.
+bool index_add_slices(const Tensor& x, const Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src) {
+  bool fits = is_broadcast_zero(x) && src.is_contiguous() && out.is_contiguous() && src.numel() > 0 &&
+              !(is_float(out.dtype()) && dtype_size(out.dtype()) == 2) &&
+              (idx.dtype() == DType::I64 || idx.dtype() == DType::I32);
+  for (int64_t d = 0; fits && d < dim; ++d) fits = out.shape()[d] == 1;
+  if (!fits) return false;
+  clear(out);
+  int64_t size = out.shape()[dim], inner = out.numel() / std::max<int64_t>(size, 1);
+  int64_t n = src.numel() / std::max<int64_t>(inner, 1), step = idx.dim() == 0 ? 0 : idx.strides()[0];
+  visit_dtype(out.dtype(), [&](auto tv) {
+    using T = decltype(tv);
+    if constexpr (!kIsHalf<T>) {
+      T* po = static_cast<T*>(out.data_ptr());
+      const T* ps = static_cast<const T*>(src.data_ptr());
+      if (idx.dtype() == DType::I64)
+        add_slices_from_zero(po, size, inner, ps, static_cast<const int64_t*>(idx.data_ptr()), step, n);
+      else
+        add_slices_from_zero(po, size, inner, ps, static_cast<const int32_t*>(idx.data_ptr()), step, n);
+    }
+  });
+  return true;
+}
+
 void index_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   const Tensor &idx = in[1], &src = in[2];
+  if (index_add_slices(in[0], out, a.dim, idx, src)) return;
   Dims st(static_cast<size_t>(src.dim()), 0);
   st[a.dim] = idx.dim() == 0 ? 0 : idx.strides()[0];
   scatter_from(in[0], out, a.dim, idx, st, src, "index_add");

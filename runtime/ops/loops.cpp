@@ -1,8 +1,12 @@
 // runtime/ops/loops.cpp -- the strided walk under every elementwise kernel.
 #include "runtime/ops/loops.h"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <type_traits>
 #include <utility>
 
@@ -235,6 +239,37 @@ void copy_into(const Tensor& src_in, const Tensor& dst) {
     auto* x = static_cast<Ctx*>(c);
     convert(p[1], st[1], x->s, p[0], st[0], x->d, n);
   }, &ctx);
+}
+
+namespace {
+
+// Streaming zeros over [p, p + bytes): an unaligned head and tail by memset.
+void stream_zero(char* p, int64_t bytes) {
+#if defined(__SSE2__)
+  char* end = p + bytes;
+  char* a = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15});
+  if (a >= end) return static_cast<void>(std::memset(p, 0, static_cast<size_t>(bytes)));
+  std::memset(p, 0, static_cast<size_t>(a - p));
+  __m128i z = _mm_setzero_si128();
+  for (; a + 16 <= end; a += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(a), z);
+  std::memset(a, 0, static_cast<size_t>(end - a));
+  _mm_sfence();
+#else
+  std::memset(p, 0, static_cast<size_t>(bytes));
+#endif
+}
+
+constexpr int64_t kStreamingBytes = int64_t{16} << 20;  // half the L3 cache here
+
+}  // namespace
+
+void zero_bytes(void* p, int64_t bytes) {
+  char* base = static_cast<char*>(p);
+  bool stream = bytes >= kStreamingBytes;
+  parallel_for(0, bytes, int64_t{1} << 20, [&](int64_t b, int64_t e) {
+    if (stream) stream_zero(base + b, e - b);
+    else std::memset(base + b, 0, static_cast<size_t>(e - b));
+  });
 }
 
 }  // namespace kiln

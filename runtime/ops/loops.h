@@ -50,6 +50,11 @@ bool may_overlap(const Tensor& a, const Tensor& b);
 /// contiguous copy of it.
 Tensor readable_while_writing(const Tensor& x, const Tensor& out);
 
+/// Sets `bytes` bytes at p to zero, on every thread for large buffers. Past 16 MB it
+/// writes around the caches (non-temporal stores): the memory is not read first, and what is
+/// being cleared is larger than the caches anyway.
+void zero_bytes(void* p, int64_t bytes);
+
 /// Work (elements) below which an elementwise op stays on one thread.
 inline constexpr int64_t kParallelGrain = 1 << 16;
 

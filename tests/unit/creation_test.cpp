@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "runtime/ops/loops.h"
 #include "tests/unit/test_util.h"
 
 using namespace kiln;
@@ -30,6 +31,25 @@ TEST(Creation, EmptyZerosOnesAndFullHaveTheRequestedTypeAndValue) {
   EXPECT_EQ(like.dtype(), f64);
   EXPECT_EQ(like.to_vector<double>(), std::vector<double>(4, 3.0));
   EXPECT_EQ(ones_like(zeros({3}, i32)).to_vector<int32_t>(), std::vector<int32_t>(3, 1));
+}
+
+// Large fills run on every thread, zeros past 16 MB with streaming stores: every element set,
+// whatever the allocator handed out before (an odd length and an offset start included).
+TEST(Creation, LargeFillsSetEveryElement) {
+  const int64_t n = (int64_t{5} << 20) + 3;  // 20 MB of f32
+  for (int rep = 0; rep < 2; ++rep) {
+    { Tensor dirty = full({n}, 7.0f); }  // the next allocation of this size reuses the block
+    Tensor z = zeros({n});
+    EXPECT_EQ(max(abs(z)).item<float>(), 0.0f);
+    Tensor f = full({n}, 1.5f);
+    EXPECT_EQ(min(f).item<float>(), 1.5f);
+    EXPECT_EQ(max(f).item<float>(), 1.5f);
+  }
+  Tensor big = full({n + 1}, 3.0f);
+  zero_bytes(static_cast<char*>(big.data_ptr()) + 4, n * 4);  // starts off a 16-byte boundary
+  std::vector<float> v = big.to_vector<float>();
+  EXPECT_EQ(v.front(), 3.0f);
+  EXPECT_EQ(*std::max_element(v.begin() + 1, v.end()), 0.0f);
 }
 
 TEST(Creation, ScalarTensorPicksTheDtypeFromTheKind) {

@@ -280,6 +280,29 @@ TEST(ScatterAdd, RejectsBadIndicesShapesAndDtypes) {
 
 // Many repeated indices on large inputs: the sums equal a serial f32 loop in index order, bit
 // for bit, whatever the number of threads.
+// From a broadcast zero (embedding's gradient) index_add runs slice by slice where each
+// out.select(dim, k) is contiguous (dims before dim all of size 1): the same bits as from a
+// real zero tensor (the generic path), on 1 and 2 threads; elsewhere it falls back.
+TEST(IndexAdd, FromABroadcastZeroGivesTheGenericPathsBits) {
+  manual_seed(15);
+  for (DType t : {f32, f64, i32, i64}) {
+    for (auto [xs, dim] : {std::pair<Dims, int64_t>{{40, 7}, 0}, {{2000, 64}, 0}, {{1, 1, 30, 3, 2}, 2}, {{4, 30}, 1}}) {
+      SCOPED_TRACE(fmt::format("{} {} dim {}", dtype_name(t), shape_str(xs), dim));
+      Dims ss = xs;
+      ss[dim] = 500;
+      Tensor src = random_values(ss, t), idx = randint(-xs[dim], xs[dim], {500});
+      std::vector<uint8_t> want = bits(index_add(zeros(xs, t), dim, idx, src));
+      for (int threads : {1, 2}) {
+        Threads guard(threads);
+        EXPECT_EQ(bits(index_add(zeros({}, t).expand(xs), dim, idx, src)), want) << threads << " threads";
+        EXPECT_EQ(bits(index_add(zeros({}, t).expand(xs), dim, idx.to(i32), src)), want) << threads << " threads";
+      }
+    }
+  }
+  test::expect_error([] { index_add(zeros({}).expand({5, 3}), 0, from_vector<int64_t>({1, 5}), zeros({2, 3})); },
+                     {"index_add", "index 5", "size 5"});
+}
+
 TEST(IndexAdd, GivesTheSameBitsOnAnyThreadCount) {
   manual_seed(14);
   Tensor x = randn({300, 96});
