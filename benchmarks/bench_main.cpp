@@ -37,11 +37,18 @@ class TableReporter : public benchmark::ConsoleReporter {
       size_t end = name.find('/', slash + 1);
       std::string c = name.substr(0, slash);
       if (!rows_.count(c)) order_.push_back(c);
-      Row& row = rows_[c][name.substr(slash + 1, end - slash - 1)];
+      std::string impl = name.substr(slash + 1, end - slash - 1);
+      Row row;
       row.ns = r.GetAdjustedRealTime();  // in the benchmark's time unit; we use ns everywhere
       if (auto it = r.counters.find("bytes_per_second"); it != r.counters.end()) row.bytes_per_s = it->second;
       if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) row.flops_per_s = it->second;
       row.reads_only = r.report_label == kiln::bench::kReadsOnly;
+      // With --benchmark_repetitions the table shows each impl's median repetition.
+      std::vector<Row>& reps = runs_[c][impl];
+      reps.push_back(row);
+      std::vector<Row> sorted = reps;
+      std::sort(sorted.begin(), sorted.end(), [](const Row& a, const Row& b) { return a.ns < b.ns; });
+      rows_[c][impl] = sorted[(sorted.size() - 1) / 2];
     }
   }
   // One row per case, in the order they ran: the time of each impl, the ratios that matter, the
@@ -128,7 +135,8 @@ class TableReporter : public benchmark::ConsoleReporter {
     }
   }
 
-  std::map<std::string, std::map<std::string, Row>> rows_;
+  std::map<std::string, std::map<std::string, Row>> rows_;               // the median repetition
+  std::map<std::string, std::map<std::string, std::vector<Row>>> runs_;  // every repetition
   std::vector<std::string> order_;  // the cases in the order they ran
 };
 
