@@ -203,8 +203,9 @@ Function::Function(TensorFn fn, std::string name, ParamNames names) : state_(std
   state_->names = std::move(names);
 }
 
-std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
-  State& s = *state_;
+namespace {
+// The plan for the signature of `inputs`: cached, else traced and compiled now.
+std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> inputs) {
   thread_local Signature key;
   signature(inputs, key);
   std::shared_ptr<Plan> plan;
@@ -232,8 +233,16 @@ std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
     Signature copy = key;  // compile may trace a function that calls this one
     plan = s.compile(inputs, copy, why);
   }
+  return plan;
+}
+}  // namespace
+
+std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
+  std::shared_ptr<Plan> plan = plan_for(*state_, inputs);
   return run(*plan, inputs);
 }
+
+void Function::compile(std::span<const Tensor> inputs) const { plan_for(*state_, inputs); }
 
 const ir::Graph& Function::graph() const {
   std::lock_guard<std::mutex> lock(state_->mu);
@@ -260,7 +269,7 @@ void Function::set_cache_limit(size_t plans) {
 
 Function trace_tensors(TensorFn fn, std::span<const Tensor> example_inputs, std::string name) {
   Function f(std::move(fn), std::move(name));
-  f.call(example_inputs);
+  f.compile(example_inputs);
   return f;
 }
 

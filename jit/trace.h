@@ -1,7 +1,7 @@
 // jit/trace.h -- jit::trace: turn a function of tensors into a graph, run it from a cache.
 //
 //   auto fast = jit::trace([&](Tensor x, Tensor y) { return cross_entropy(net(x), y); }, {x, y});
-//   Tensor loss = fast(x, y);     // traced on the first call for this input signature
+//   Tensor loss = fast(x, y);     // trace() traced this signature; a new one traces on its call
 //   std::cout << fast.graph();    // the optimized IR
 //
 // What a trace keeps, and what it doesn't:
@@ -67,6 +67,9 @@ class Function {
 
   /// Runs on `inputs`, tracing first when their signature is new; returns every output.
   std::vector<Tensor> call(std::span<const Tensor> inputs) const;
+  /// Traces and compiles for the signature of `inputs` without running: nothing the function
+  /// does (an optimizer step, gradients) happens until a call.
+  void compile(std::span<const Tensor> inputs) const;
   /// Runs and returns the first output.
   template <class... T> Tensor operator()(const T&... inputs) const {
     Tensor args[] = {Tensor(inputs)...};
@@ -119,9 +122,11 @@ template <class F, size_t N = 0> TensorFn erase_any(F fn, size_t arity) {
 
 /// Traces `fn` (callable with as many Tensors as example_inputs has) on example_inputs and
 /// returns the callable Function. fn may return a Tensor, a std::vector<Tensor> or a tuple.
+/// Tracing runs no kernels and changes nothing: a traced training step first trains when it is
+/// first called, not when it is traced.
 template <class F> Function trace(F fn, std::vector<Tensor> example_inputs, std::string name = "fn") {
   Function f(detail::erase_any(std::move(fn), example_inputs.size()), std::move(name));
-  f.call(example_inputs);
+  f.compile(example_inputs);
   return f;
 }
 /// Traces a module: m(x) with one tensor argument (an nn::UnaryModule, or anything with
@@ -138,7 +143,7 @@ template <class M> Function trace_module(M& m, const Tensor& example_input, std:
       },
       std::move(name), std::move(names));
   Tensor args[] = {example_input};
-  f.call(args);
+  f.compile(args);
   return f;
 }
 
