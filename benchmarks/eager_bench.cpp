@@ -4,9 +4,9 @@
 
 #include <kiln/kiln.h>
 
-#include <cstring>
 
 #include "benchmarks/bench_cases.h"
+#include "benchmarks/copy_limit.h"
 
 using namespace kiln;
 
@@ -30,18 +30,8 @@ void BM_MulScalarTiny(benchmark::State& s) {
 BENCHMARK(BM_MulScalarTiny)->Name("mul_scalar_tiny[1]/kiln")->Arg(1);
 BENCHMARK(BM_MulScalarTiny)->Name("mul_scalar_tiny[64]/kiln")->Arg(64);
 
-// The bandwidth limit: memcpy of 16M floats split over kiln's threads.
-void BM_Copy(benchmark::State& s) {
-  Tensor a = randn({k16M}), b = empty({k16M});
-  const char* src = static_cast<const char*>(a.data_ptr());
-  char* dst = static_cast<char*>(b.data_ptr());
-  std::memcpy(dst, src, k16M * 4);  // warm-up: first-touch page faults stay out of the timing
-  for (auto _ : s) {
-    parallel_for(0, k16M * 4, 1 << 20, [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, hi - lo); });
-    benchmark::ClobberMemory();
-  }
-  s.SetBytesProcessed(s.iterations() * k16M * 4 * 2);
-}
+// The bandwidth limit: a plain copy of 16M floats (copy_limit.h).
+void BM_Copy(benchmark::State& s) { bench::copy_case(s, k16M * 4); }
 BENCHMARK(BM_Copy)->Name("add_16M/copy")->UseRealTime();
 
 void BM_Add16M(benchmark::State& s) {

@@ -5,7 +5,7 @@
 //
 // Impl names: kiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused),
 // torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own kernel,
-// copy = a memcpy moving the bytes the case must move.
+// copy = a plain copy moving the bytes the case must move (copy_limit.h).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -15,27 +15,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "benchmarks/bench_cases.h"
+#include "benchmarks/copy_limit.h"
 
 using namespace kiln;
 
 namespace {
 
-void copy_bytes(benchmark::State& s, int64_t bytes) {
-  Tensor a = randn({bytes / 4}), b = empty({bytes / 4});
-  const char* src = static_cast<const char*>(a.data_ptr());
-  char* dst = static_cast<char*>(b.data_ptr());
-  std::memcpy(dst, src, bytes);  // warm-up: first-touch page faults stay out of the timing
-  for (auto _ : s) {
-    parallel_for(0, bytes, 1 << 20, [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, hi - lo); });
-    benchmark::ClobberMemory();
-  }
-  s.SetBytesProcessed(s.iterations() * bytes * 2);
-}
+void copy_bytes(benchmark::State& s, int64_t bytes) { bench::copy_case(s, bytes); }
 
 // Runs fn on the inputs in the timing loop after one untimed call (which traces and compiles).
 template <class F> void run_loop(benchmark::State& s, F fn, int64_t bytes) {

@@ -6,10 +6,10 @@
 
 #include <kiln/kiln.h>
 
-#include <cstring>
 #include <string>
 
 #include "benchmarks/bench_cases.h"
+#include "benchmarks/copy_limit.h"
 
 using namespace kiln;
 
@@ -99,19 +99,7 @@ void embedding_backward(benchmark::State& s) {
 
 // ---- a full sum of 16M floats, and a copy loop counting only what it reads ----------------
 
-void sum_copy(benchmark::State& s) {
-  Tensor a = randn({bench::kSumN}), b = empty({bench::kSumN});
-  const char* src = static_cast<const char*>(a.data_ptr());
-  char* dst = static_cast<char*>(b.data_ptr());
-  int64_t bytes = bench::kSumN * 4;
-  std::memcpy(dst, src, bytes);  // warm-up: first-touch page faults stay out of the timing
-  for (auto _ : s) {
-    parallel_for(0, bytes, 1 << 20, [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, hi - lo); });
-    benchmark::ClobberMemory();
-  }
-  bench::count_bytes(s, double(bytes));  // it writes as much again: read bandwidth vs read bandwidth
-  s.SetLabel(bench::kReadsOnly);
-}
+void sum_copy(benchmark::State& s) { bench::copy_case(s, bench::kSumN * 4, /*reads_only=*/true); }
 
 void sum_16m(benchmark::State& s) {
   NoGradGuard no_grad;
