@@ -59,6 +59,13 @@ Ty ty_of(DType d) {
   throw Error(fmt::format("codegen: fused kernels do not handle {}", dtype_name(d)));
 }
 
+// An integer literal of type t (i8 and i32 keep the low bits).
+std::string int_literal(int64_t i, Ty t) {
+  if (t == Ty::I8) return std::to_string(static_cast<int8_t>(static_cast<uint8_t>(i & 0xff)));  // wraps
+  if (t == Ty::I32) return std::to_string(static_cast<int32_t>(static_cast<uint32_t>(i & 0xffffffff)));
+  return std::to_string(i);
+}
+
 // An exact literal: floats as the hex of their double value (rounded to float first).
 std::string literal(double v, Ty t) {
   if (is_fp(t)) {
@@ -71,10 +78,12 @@ std::string literal(double v, Ty t) {
   if (std::isnan(v)) return "0";
   if (v >= 9223372036854775807.0) return std::to_string(std::numeric_limits<int64_t>::max());
   if (v <= -9223372036854775808.0) return std::to_string(std::numeric_limits<int64_t>::lowest());
-  int64_t i = static_cast<int64_t>(v);
-  if (t == Ty::I8) return std::to_string(static_cast<int8_t>(static_cast<uint8_t>(i & 0xff)));  // wraps
-  if (t == Ty::I32) return std::to_string(static_cast<int32_t>(static_cast<uint32_t>(i & 0xffffffff)));
-  return std::to_string(i);
+  return int_literal(static_cast<int64_t>(v), t);
+}
+
+// A constant of dtype t: integers read as integers (every bit of an i64 past 2^53 kept).
+std::string literal(const Scalar& v, DType t) {
+  return is_float(t) ? literal(v.to<double>(), ty_of(t)) : int_literal(v.to<int64_t>(), ty_of(t));
 }
 
 struct Emitter;
@@ -141,9 +150,13 @@ struct Emitter {
       return inst(to, fmt::format("{} {} {} to {}", from == Ty::F32 ? "fpext" : "fptrunc", a, v.r, b));
     if (!is_fp(from) && is_fp(to))
       return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "uitofp" : "sitofp", a, v.r, b));
-    if (is_fp(from)) {  // to an integer: truncate toward zero, wrapping like a C cast via i64
-      Val w = inst(Ty::I64, fmt::format("fptosi {} {} to i64", a, v.r));
-      return to == Ty::I64 ? w : inst(to, fmt::format("trunc i64 {} to {}", w.r, b));
+    if (is_fp(from)) {
+      // To an integer as eager's convert does: toward zero, saturating at the target's ends,
+      // NaN to 0 (a plain fptosi of an out-of-range value is poison). The one 8-bit integer
+      // dtype is u8 (bool never gets here: cast() compares instead).
+      std::string fn = fmt::format("llvm.{}.sat.{}.{}", to == Ty::I8 ? "fptoui" : "fptosi", b, a);
+      decls.insert(fmt::format("declare {} @{}({})", b, fn, a));
+      return inst(to, fmt::format("call {} @{}({} {})", b, fn, a, v.r));
     }
     auto bits = [](Ty t) { return t == Ty::I8 ? 8 : t == Ty::I32 ? 32 : 64; };
     if (bits(from) < bits(to))
@@ -404,8 +417,9 @@ struct KernelEmitter {
     } else {
       const ir::Node& n = body.nodes.at(producer.at(v));
       if (n.kind == ir::NodeKind::Const) {
-        Tensor c = n.constant.to(DType::F64);
-        r = Val(&e, literal(c.item<double>(), ty_of(dt)), ty_of(dt));
+        std::string c = is_float(dt) ? literal(n.constant.to(DType::F64).item<double>(), ty_of(dt))
+                                     : int_literal(n.constant.to(DType::I64).item<int64_t>(), ty_of(dt));
+        r = Val(&e, c, ty_of(dt));
       } else if (ir::fusible_reduction(n.op)) {
         auto a = acc.find(v);
         KILN_CHECK(a != acc.end(), "codegen: reduction %{} used before its pass", v);
@@ -422,7 +436,7 @@ struct KernelEmitter {
         size_t t = 0;
         for (int k = 0; k < op_arity(n.op); ++k) {
           if (n.attrs.imm_mask >> k & 1) {
-            args.push_back(Val(&e, literal(n.attrs.imm[k].to<double>(), ty_of(cd)), ty_of(cd)));
+            args.push_back(Val(&e, literal(n.attrs.imm[k], cd), ty_of(cd)));
           } else {
             uint32_t u = n.inputs.at(t++);
             args.push_back(e.cast(value(u, idx, memo), body.type(u).dtype, cd));

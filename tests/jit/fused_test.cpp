@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "ir/passes.h"
 #include "jit/executable.h"
 #include "jit/kernels.h"
@@ -144,6 +146,26 @@ TEST_F(Fused, IntegersBoolsAndCasts) {
   expect_fused_matches([](std::vector<Tensor> in) { return (in[0].to(f32) * 0.5 + 1) > 1.0; }, {i});
   expect_fused_matches([](std::vector<Tensor> in) { return (exp(in[0]) + 1).to(f64) * 3; }, {randn({5, 4})});
   expect_fused_matches([](std::vector<Tensor> in) { return (in[0] * 1.5 + 0.5).to(i64) * 2; }, {randn({5, 4})});
+}
+
+// Float to integer casts give eager's answers for every value: toward zero, saturating at the
+// target's ends, NaN to 0 (a plain fptosi would be poison: u8 of 300.0 came out 44). Integer
+// literals past 2^53 keep every bit.
+TEST_F(Fused, CastsAndIntegerLiteralsGiveEagersAnswers) {
+  NoGradGuard no_grad;
+  std::vector<double> v = {NAN, INFINITY, -INFINITY, 300.0, -5.0, 255.9, -0.9, 0.9, 1e10, -1e10,
+                           2.5, -2.5, 127.5, 2147483647.0, -2147483649.0, 9.3e18, -9.3e18, 65535.0};
+  for (DType from : {f32, f64}) {
+    Tensor x = from_vector<double>(v, {3, 6}).to(from);
+    for (DType to : {u8, i32, i64}) {
+      SCOPED_TRACE(fmt::format("{} to {}", dtype_name(from), dtype_name(to)));
+      expect_fused_matches([to](std::vector<Tensor> in) { return (in[0] * 2.0).to(to); }, {x});
+    }
+  }
+  Tensor big = from_vector<int64_t>({0, 1, -3, int64_t{1} << 60}, {2, 2});
+  const int64_t k = (int64_t{1} << 53) + 1;
+  expect_fused_matches([k](std::vector<Tensor> in) { return (in[0] + k) * 3 - k; }, {big});
+  expect_fused_matches([k](std::vector<Tensor> in) { return in[0] * 2 + full({2, 2}, k, i64); }, {big});
 }
 
 TEST_F(Fused, EmptyTensors) {
