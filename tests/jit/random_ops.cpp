@@ -32,6 +32,12 @@ const NamedOp<Unary> kUnary[] = {
     {"rsqrt(|x|+0.5)", [](const Tensor& x) { return rsqrt(abs(x) + 0.5); }},
     {"1/(|x|+1)", [](const Tensor& x) { return reciprocal(abs(x) + 1); }},
     {"log1p|x|", [](const Tensor& x) { return log1p(abs(x)); }},
+    // Casts to integers and back: out of range (u8 of 300, i32 of 1e10, i64 of 1e19) and NaN
+    // (sqrt of a negative) included, which saturate or give 0 as in eager mode.
+    {"u8(97x)", [](const Tensor& x) { return (x * 97).to(DType::U8).to(x.dtype()); }},
+    {"i32(3e9x)", [](const Tensor& x) { return (x * 3e9).to(DType::I32).to(x.dtype()) * 1e-9; }},
+    {"i64(1e19x)", [](const Tensor& x) { return (x * 1e19).to(DType::I64).to(x.dtype()) * 1e-18; }},
+    {"i32(sqrt x)", [](const Tensor& x) { return sqrt(x * 4).to(DType::I32).to(x.dtype()); }},
 };
 
 const NamedOp<Binary> kBinary[] = {
