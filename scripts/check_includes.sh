@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/check_includes.sh -- keeps heavy headers where DESIGN.md puts them: LLVM's only in
-# codegen/llvm/*.cpp, CUDA's only in files named *cuda*, and neither in a public header (the
+# codegen/llvm/*.cpp, CUDA's only in files named *cuda*, oneDNN's only in
+# runtime/ops/conv_onednn.cpp (and its reference benchmark), and none in a public header (the
 # headers kiln/kiln.h reaches). Exits 1 listing each offending line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,13 @@ while IFS= read -r hit; do
 done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn)[^>"]*\.h' --include='*.h' --include='*.cpp' \
            runtime autograd ir codegen jit nn tools kiln 2>/dev/null || true)
 
+while IFS= read -r hit; do
+  file="${hit%%:*}"
+  [[ "$file" == runtime/ops/conv_onednn.cpp || "$file" == benchmarks/onednn_bench.cpp ]] ||
+    report "oneDNN header outside runtime/ops/conv_onednn.cpp: $hit"
+done < <(grep -rnE '#include\s*[<"]oneapi/dnnl/' --include='*.h' --include='*.cpp' \
+           runtime autograd ir codegen jit nn tools kiln benchmarks examples tests 2>/dev/null || true)
+
 # Every header kiln/kiln.h reaches, followed through quoted includes.
 declare -A seen
 queue=(kiln/kiln.h)
@@ -27,7 +35,7 @@ while ((${#queue[@]})); do
   queue=("${queue[@]:1}")
   [[ -n "${seen[$h]:-}" || ! -f "$h" ]] && continue
   seen[$h]=1
-  if grep -nE '#include\s*[<"](llvm|llvm-c|cuda|nvrtc|cublas|cudnn)' "$h"; then report "public header $h includes LLVM or CUDA"; fi
+  if grep -nE '#include\s*[<"](llvm|llvm-c|cuda|nvrtc|cublas|cudnn|oneapi)' "$h"; then report "public header $h includes LLVM, CUDA or oneDNN"; fi
   while IFS= read -r inc; do queue+=("$inc"); done < <(sed -nE 's/^#include\s*"([^"]+)".*/\1/p' "$h")
 done
 
