@@ -66,6 +66,8 @@ Tensor tanh(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
+/// relu's backward from its output y: grad where y > 0, else 0 (PyTorch's threshold_backward).
+Tensor relu_grad(const Tensor& y, const Tensor& grad);
 /// gelu(x) = x * Phi(x); approximate = "tanh" uses the tanh formula (PyTorch's names).
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor silu(const Tensor& x);

@@ -92,6 +92,9 @@ struct Maximum { static constexpr P promote = P::Same; static constexpr uint8_t 
   template <class T> static auto f(T a, T b) { return select(a != a, a, select(a > b, a, b)); } };
 struct Minimum { static constexpr P promote = P::Same; static constexpr uint8_t kinds = B | I | F;
   template <class T> static auto f(T a, T b) { return select(a != a, a, select(a < b, a, b)); } };
+// relu_grad(y, g): relu's gradient g where its output y is positive, else 0 (NaN y gives 0).
+struct ReluGrad { static constexpr P promote = P::Same; static constexpr uint8_t kinds = I | F;
+  template <class T> static auto f(T y, T g) { return select(y > T(0), g, T(0)); } };
 struct Eq { static constexpr P promote = P::Compare; static constexpr uint8_t kinds = B | I | F;
   template <class T> static auto f(T a, T b) { return a == b; } };
 struct Ne { static constexpr P promote = P::Compare; static constexpr uint8_t kinds = B | I | F;

@@ -62,6 +62,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return pointwise(OpId::Maximu
 Tensor minimum(const Tensor& a, const Tensor& b) { return pointwise(OpId::Minimum, {a, b}); }
 Tensor maximum(const Tensor& a, Scalar b) { return pointwise(OpId::Maximum, {a, b}); }
 Tensor minimum(const Tensor& a, Scalar b) { return pointwise(OpId::Minimum, {a, b}); }
+Tensor relu_grad(const Tensor& y, const Tensor& grad) { return pointwise(OpId::ReluGrad, {y, grad}); }
 
 #define KILN_OPERATOR(op, fn)                                               \
   Tensor operator op(const Tensor& a, const Tensor& b) { return fn(a, b); } \

@@ -103,6 +103,13 @@ std::map<OpId, std::vector<Case>> all_cases() {
   c[OpId::Minimum] = binary_cases("minimum", [](auto& a, auto& b) { return minimum(a, b); },
                                   [](auto& a, Scalar s) { return minimum(a, s); }, [](Scalar s, auto& b) { return minimum(b, s); },
                                   any_values, any_values, 0.25);
+  // y away from 0, where the gradient jumps; y's own derivative is 0.
+  c[OpId::ReluGrad] = {
+      {"relu_grad", {nonzero({3, 4}), leaf({3, 4})},
+       [](std::span<const Tensor> in) { return relu_grad(in[0], in[1]); }},
+      {"relu_grad/broadcast", {nonzero({4}), leaf({3, 4})},
+       [](std::span<const Tensor> in) { return relu_grad(in[0], in[1]); }},
+  };
   c[OpId::Where] = {
       {"where/tensors", {leaf({3, 4}), leaf({4})}, [](std::span<const Tensor> in) { return where(in[0] > 0, in[0], in[1]); }},
       {"where/scalar", {leaf({3, 4})}, [](std::span<const Tensor> in) { return where(in[0] > 0, 2.0, in[0]); }},

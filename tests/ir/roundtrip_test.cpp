@@ -43,7 +43,7 @@ graph @unary(%0: f32[2,3], %1: bool[2,3]) -> (f32[2,3], bool[2,3]) {
 
 // Immediates of every kind: int, float (with -0.0, inf, -inf, nan, exponents), bool.
 const char* const kBinary = R"(
-graph @binary(%0: f32[4], %1: f32[4], %2: i64[4], %3: bool[4]) -> (f32[4], i64[4], bool[4]) {
+graph @binary(%0: f32[4], %1: f32[4], %2: i64[4], %3: bool[4]) -> (f32[4], i64[4], bool[4], f32[4]) {
   %4 = add %0, %1 : f32[4]
   %5 = sub %4, 2.5 : f32[4]
   %6 = mul -0.0, %5 : f32[4]
@@ -61,7 +61,8 @@ graph @binary(%0: f32[4], %1: f32[4], %2: i64[4], %3: bool[4]) -> (f32[4], i64[4
   %18 = logical_or false, %12 : bool[4]
   %19 = where %3, %0, 0.5 : f32[4]
   %20 = clamp %2, -1, 1 : i64[4]
-  return %19, %20, %18
+  %21 = relu_grad %19, %1 : f32[4]
+  return %19, %20, %18, %21
 }
 )";
 

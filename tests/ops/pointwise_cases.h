@@ -125,6 +125,8 @@ inline const std::vector<BinaryCase>& binary_cases() {
       {"logical_and", OpId::LogicalAnd,
        [](const Tensor& a, const Tensor& b) { return logical_and(a, b); },
        [](double a, double b) { return double(a != 0 && b != 0); }, -2, 2, -2, 2, true},
+      {"relu_grad", OpId::ReluGrad, [](const Tensor& a, const Tensor& b) { return relu_grad(a, b); },
+       [](double a, double b) { return a > 0 ? b : 0.0; }, -3, 3, -10, 10, true},
       {"logical_or", OpId::LogicalOr,
        [](const Tensor& a, const Tensor& b) { return logical_or(a, b); },
        [](double a, double b) { return double(a != 0 || b != 0); }, -2, 2, -2, 2, true},
