@@ -162,46 +162,52 @@ memory::desc any(const memory::desc& d) {
   return memory::desc(d.dims(), memory::data_type::f32, memory::format_tag::any);
 }
 
+// One operand of a pass: kiln's layout, the convolution's, and the argument it is bound to.
+struct Role {
+  memory::desc user, inner;
+  int arg;
+};
+
+// A pass's primitives from its primitive descriptor: two inputs in, one output back.
+template <class Conv, class Pd>
+std::unique_ptr<Prims> prims_of(const Pd& pd, const Role& in0, const Role& in1, const Role& out) {
+  auto prims = std::make_unique<Prims>();
+  prims->conv = Conv(pd);
+  prims->in0 = make_step(in0.user, in0.inner, true);
+  prims->in1 = make_step(in1.user, in1.inner, true);
+  prims->out = make_step(out.user, out.inner, false);
+  prims->in0_arg = in0.arg, prims->in1_arg = in1.arg, prims->out_arg = out.arg;
+  prims->conv_scratch = pd.scratchpad_desc().get_size();
+  return prims;
+}
+
 std::unique_ptr<Prims> make_prims(Pass pass, const Problem& p, const Block& b) {
   const Geometry& g = p.geo;
   Operands o = operands(pass, p, b);
   Dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
   auto alg = dnnl::algorithm::convolution_direct;
   auto attr = user_scratchpad();
-  auto prims = std::make_unique<Prims>();
+  dnnl::convolution_forward::desc forward{dnnl::prop_kind::forward_training, alg, any(o.x), any(o.w), any(o.y),
+                                          strides, dil, pad, pad};
   if (pass == Pass::Forward) {
-    dnnl::convolution_forward::primitive_desc pd(
-        {dnnl::prop_kind::forward_training, alg, any(o.x), any(o.w), any(o.y), strides, dil, pad, pad}, attr, engine());
-    prims->conv = dnnl::convolution_forward(pd);
-    prims->in0 = make_step(o.x, pd.src_desc(), true);
-    prims->in1 = make_step(o.w, pd.weights_desc(), true);
-    prims->out = make_step(o.y, pd.dst_desc(), false);
-    prims->in0_arg = DNNL_ARG_SRC, prims->in1_arg = DNNL_ARG_WEIGHTS, prims->out_arg = DNNL_ARG_DST;
-    prims->conv_scratch = pd.scratchpad_desc().get_size();
-    return prims;
+    dnnl::convolution_forward::primitive_desc pd(forward, attr, engine());
+    return prims_of<dnnl::convolution_forward>(pd, {o.x, pd.src_desc(), DNNL_ARG_SRC},
+                                               {o.w, pd.weights_desc(), DNNL_ARG_WEIGHTS},
+                                               {o.y, pd.dst_desc(), DNNL_ARG_DST});
   }
-  dnnl::convolution_forward::primitive_desc hint(
-      {dnnl::prop_kind::forward_training, alg, any(o.x), any(o.w), any(o.y), strides, dil, pad, pad}, engine());
+  dnnl::convolution_forward::primitive_desc hint(forward, engine());
   if (pass == Pass::InputGrad) {
     dnnl::convolution_backward_data::primitive_desc pd({alg, any(o.x), any(o.w), any(o.y), strides, dil, pad, pad},
                                                        attr, engine(), hint);
-    prims->conv = dnnl::convolution_backward_data(pd);
-    prims->in0 = make_step(o.y, pd.diff_dst_desc(), true);
-    prims->in1 = make_step(o.w, pd.weights_desc(), true);
-    prims->out = make_step(o.x, pd.diff_src_desc(), false);
-    prims->in0_arg = DNNL_ARG_DIFF_DST, prims->in1_arg = DNNL_ARG_WEIGHTS, prims->out_arg = DNNL_ARG_DIFF_SRC;
-    prims->conv_scratch = pd.scratchpad_desc().get_size();
-    return prims;
+    return prims_of<dnnl::convolution_backward_data>(pd, {o.y, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+                                                     {o.w, pd.weights_desc(), DNNL_ARG_WEIGHTS},
+                                                     {o.x, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC});
   }
   dnnl::convolution_backward_weights::primitive_desc pd({alg, any(o.x), any(o.w), any(o.y), strides, dil, pad, pad},
                                                         attr, engine(), hint);
-  prims->conv = dnnl::convolution_backward_weights(pd);
-  prims->in0 = make_step(o.x, pd.src_desc(), true);
-  prims->in1 = make_step(o.y, pd.diff_dst_desc(), true);
-  prims->out = make_step(o.w, pd.diff_weights_desc(), false);
-  prims->in0_arg = DNNL_ARG_SRC, prims->in1_arg = DNNL_ARG_DIFF_DST, prims->out_arg = DNNL_ARG_DIFF_WEIGHTS;
-  prims->conv_scratch = pd.scratchpad_desc().get_size();
-  return prims;
+  return prims_of<dnnl::convolution_backward_weights>(pd, {o.x, pd.src_desc(), DNNL_ARG_SRC},
+                                                      {o.y, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+                                                      {o.w, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS});
 }
 
 // Primitives by (pass, problem, block shape); nullptr remembers that oneDNN has none. Creating
