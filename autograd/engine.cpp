@@ -8,6 +8,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/recorder.h"
 
 namespace kiln {
 
@@ -189,6 +190,8 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
 
 void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs,
               bool retain_graph, bool create_graph) {
+  if (!retain_graph && !create_graph)
+    if (Recorder* r = active_recorder()) r->on_backward();
   // A differentiable backward refers to the forward graph, so it must outlive this pass.
   run(outputs, grad_outputs, retain_graph || create_graph, create_graph, {}, nullptr);
 }

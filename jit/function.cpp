@@ -86,7 +86,7 @@ struct Plan {
 // executor tapes exactly these and fusion leaves them out.
 void mark_taped(ir::Graph& g, const Trace& t, std::span<const Tensor> bound) {
   std::vector<char> rg(g.types.size(), 0);
-  bool on = grad_enabled();
+  bool on = grad_enabled() && !t.ran_backward;
   for (size_t i = 0; i < g.inputs.size() && i < bound.size(); ++i)
     rg[g.inputs[i]] = bound[i].defined() && bound[i].requires_grad();
   for (size_t i = 0; i < g.params.size(); ++i) rg[g.params[i]] = t.params[i].requires_grad();

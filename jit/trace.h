@@ -23,6 +23,9 @@
 //   constant replayed on every call: draw outside and pass the tensor in.
 // - Reading a value while tracing (item(), to_vector(), printing, branching on data) throws:
 //   values exist only when the compiled function runs.
+// - A function that calls backward() (without retain_graph or create_graph) has used its own
+//   gradients: it runs untaped and fused, and its results carry no gradient history (a
+//   second backward() on the loss it returns throws).
 // - A new input signature (dtypes, shapes, devices, requires-grad, grad mode) is traced anew.
 #pragma once
 

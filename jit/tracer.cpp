@@ -77,6 +77,8 @@ class Tracer final : public Recorder {
     return std::move(t_);
   }
 
+  void on_backward() override { t_.ran_backward = true; }
+
   void on_grad_change(const Tensor& t) override {
     const TensorImpl* s = t.impl();
     if (!t.has_storage() || literal_.count(s->storage.get())) return;

@@ -26,6 +26,9 @@ struct Trace {
   /// Per param, a guard on grad() when a call starts: 1 defined, 0 undefined (as traced), -1
   /// either (the function replaced the gradient before reading it).
   std::vector<int8_t> grad_guard;
+  /// The function called backward() (consuming its graph): a call runs untaped and fused, and
+  /// its results carry no gradient history.
+  bool ran_backward = false;
 };
 
 /// Traces fn on placeholders shaped like `inputs` (same dtypes, shapes, requires-grad).

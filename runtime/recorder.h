@@ -24,6 +24,9 @@ class Recorder {
   /// `t`'s grad() is about to be replaced (set_grad, zero_grad): a tracer notes the gradient
   /// it had before the traced function touched it.
   virtual void on_grad_change(const Tensor& t) {}
+  /// backward() ran and consumed the graph (no retain_graph, no create_graph): the traced
+  /// function used up its own gradients, so a call needs no tape of its own.
+  virtual void on_backward() {}
   /// What `t` is in the trace, for error messages ("the result of sum at train.cpp:12").
   virtual std::string describe(const TensorImpl* t) = 0;
 };

@@ -132,6 +132,41 @@ TEST(TrainStep, AdamWithL2WeightDecayAndAdamWWithOptionsMatchEagerSteps) {
       true, true);
 }
 
+// A step that calls backward() has used its own gradients: a call runs untaped (its forward
+// fuses like an inference graph's) and the loss it returns has no gradient history, where
+// before each forward op ran eagerly, taped, and the loss kept a live tape.
+TEST(TrainStep, AStepThatCallsBackwardRunsUntapedAndFused) {
+  manual_seed(10);
+  Twins t;
+  optim::SGD eager_opt(t.eager.parameters(), 0.1), traced_opt(t.traced.parameters(), 0.1);
+  auto step = [](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  std::vector<Batch> data = batches(3);
+  auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, traced_opt, x, y); },
+                         {data[0].x, data[0].y});
+  for (const Batch& b : data) {
+    Tensor loss = fast(b.x, b.y);
+    expect_same(loss, step(t.eager, eager_opt, b.x, b.y));
+    t.expect_same();
+    EXPECT_FALSE(loss.requires_grad());
+    test::expect_error([&] { loss.backward(); }, {"backward", "does not require grad"});
+  }
+  if (!jit::fusion_enabled()) return;
+  // The forward's bias add and relu share a kernel (a taped op would be kept out of groups).
+  std::string text = test::text_of(fast.graph());
+  bool fused_relu = false;
+  for (size_t at = text.find("= fused"); at != std::string::npos; at = text.find("= fused", at + 1)) {
+    size_t end = text.find("yield", at);
+    fused_relu = fused_relu || text.substr(at, end - at).find(" = relu ") != std::string::npos;
+  }
+  EXPECT_TRUE(fused_relu) << text;
+}
+
 TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
   manual_seed(8);
   Twins t;
