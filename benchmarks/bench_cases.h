@@ -139,4 +139,42 @@ inline const std::string kBlockName = "resnet_block_train_step[8]";
 /// gradient (the block's input needs none).
 inline double block_step_flops() { return 5 * kBlockConv.flops(false); }
 
+/// One implementation's training-kernel cases (train_bench.cpp for kiln, torch_train_bench.cpp
+/// for LibTorch): the same cases under the same names, registered in one order.
+struct TrainCases {
+  void (*matmul)(benchmark::State&, int which);  // 0: forward, 1: d input, 2: d weight
+  void (*conv)(benchmark::State&, ConvCase, bool backward);
+  void (*pool)(benchmark::State&, PoolCase, bool backward);
+  void (*embedding_backward)(benchmark::State&);
+  void (*sum)(benchmark::State&);
+  void (*digits_step)(benchmark::State&);
+  void (*block_step)(benchmark::State&);
+  void (*sum_copy)(benchmark::State&) = nullptr;  // the copy loop beside sum, registered once
+};
+
+/// Registers `cases` as "<case>/<impl>". The heavy cases run at least kMinTime of real time
+/// (one call of the slowest takes longer, and then one call is what is timed), so the whole
+/// binary stays within minutes on 2 cores; sum runs for Google Benchmark's default time.
+inline bool register_train_cases(const std::string& impl, const TrainCases& cases) {
+  constexpr double kMinTime = 0.2;
+  auto add = [&](const std::string& c, auto fn) {
+    benchmark::RegisterBenchmark((c + "/" + impl).c_str(), fn)->UseRealTime()->MinTime(kMinTime);
+  };
+  add(kMmName + "_fwd", [f = cases.matmul](benchmark::State& s) { f(s, 0); });
+  add(kMmName + "_dinput", [f = cases.matmul](benchmark::State& s) { f(s, 1); });
+  add(kMmName + "_dweight", [f = cases.matmul](benchmark::State& s) { f(s, 2); });
+  for (const ConvCase& c : conv_cases())
+    for (bool backward : {false, true})
+      add(c.name(backward), [f = cases.conv, c, backward](benchmark::State& s) { f(s, c, backward); });
+  for (const PoolCase& p : pool_cases())
+    for (bool backward : {false, true})
+      add(p.name(backward), [f = cases.pool, p, backward](benchmark::State& s) { f(s, p, backward); });
+  add(kEmbedName, cases.embedding_backward);
+  if (cases.sum_copy) benchmark::RegisterBenchmark((kSumName + "/copy").c_str(), cases.sum_copy)->UseRealTime();
+  benchmark::RegisterBenchmark((kSumName + "/" + impl).c_str(), cases.sum)->UseRealTime();
+  add(kDigitsName, cases.digits_step);
+  add(kBlockName, cases.block_step);
+  return true;
+}
+
 }  // namespace kiln::bench

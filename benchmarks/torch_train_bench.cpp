@@ -14,8 +14,6 @@ namespace bench = kiln::bench;
 
 namespace {
 
-constexpr double kMinTime = 0.2;  // as train_bench.cpp
-
 template <class F> void timed(benchmark::State& s, F fn) {
   benchmark::DoNotOptimize(fn());
   for (auto _ : s) benchmark::DoNotOptimize(fn());
@@ -24,10 +22,6 @@ template <class F> void timed(benchmark::State& s, F fn) {
 std::vector<torch::Tensor> grads(const torch::Tensor& y, const std::vector<torch::Tensor>& wrt,
                                  const torch::Tensor& g) {
   return torch::autograd::grad({y}, wrt, {g}, /*retain_graph=*/true);
-}
-
-template <class Fn> void add(const std::string& c, Fn fn) {
-  benchmark::RegisterBenchmark((c + "/torch").c_str(), fn)->UseRealTime()->MinTime(kMinTime);
 }
 
 void matmul_case(benchmark::State& s, int which) {  // 0: forward, 1: d input, 2: d weight
@@ -158,22 +152,7 @@ void block_step(benchmark::State& s) {
   bench::count_flops(s, bench::block_step_flops());
 }
 
-[[maybe_unused]] const bool registered = [] {
-  const std::string& mm = bench::kMmName;
-  add(mm + "_fwd", [](benchmark::State& s) { matmul_case(s, 0); });
-  add(mm + "_dinput", [](benchmark::State& s) { matmul_case(s, 1); });
-  add(mm + "_dweight", [](benchmark::State& s) { matmul_case(s, 2); });
-  for (const bench::ConvCase& c : bench::conv_cases())
-    for (bool backward : {false, true})
-      add(c.name(backward), [c, backward](benchmark::State& s) { conv_case(s, c, backward); });
-  for (const bench::PoolCase& p : bench::pool_cases())
-    for (bool backward : {false, true})
-      add(p.name(backward), [p, backward](benchmark::State& s) { pool_case(s, p, backward); });
-  add(bench::kEmbedName, embedding_backward);
-  benchmark::RegisterBenchmark((bench::kSumName + "/torch").c_str(), sum_16m)->UseRealTime();
-  add(bench::kDigitsName, digits_step);
-  add(bench::kBlockName, block_step);
-  return true;
-}();
+[[maybe_unused]] const bool registered = bench::register_train_cases(
+    "torch", {matmul_case, conv_case, pool_case, embedding_backward, sum_16m, digits_step, block_step});
 
 }  // namespace

@@ -15,10 +15,6 @@ using namespace kiln;
 
 namespace {
 
-// The heavy cases run at least this long (one call of the slowest takes longer, and then one
-// call is what is timed): the whole binary stays within minutes on 2 cores.
-constexpr double kMinTime = 0.2;
-
 // Times fn after one untimed call (first-touch page faults and the allocator's cache fill
 // stay out of the timing).
 template <class F> void timed(benchmark::State& s, F fn) {
@@ -31,10 +27,6 @@ template <class F> void timed(benchmark::State& s, F fn) {
 std::vector<Tensor> grads(const Tensor& y, const std::vector<Tensor>& wrt, const Tensor& g) {
   std::vector<Tensor> outs{y}, gs{g};
   return autograd::grad(outs, wrt, gs, /*retain_graph=*/true);
-}
-
-template <class Fn> void add(const std::string& c, Fn fn) {
-  benchmark::RegisterBenchmark((c + "/kiln").c_str(), fn)->UseRealTime()->MinTime(kMinTime);
 }
 
 // ---- a linear layer's GEMMs: [16,128,256] @ [256,1024] ------------------------------------
@@ -110,20 +102,24 @@ void sum_16m(benchmark::State& s) {
 
 // ---- training steps -----------------------------------------------------------------------
 
+// Times training steps: the loss, zero_grad, backward, the optimizer's step.
+template <class Loss> void train_steps(benchmark::State& s, optim::Optimizer& opt, Loss loss_of) {
+  timed(s, [&] {
+    Tensor loss = loss_of();
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    return loss;
+  });
+}
+
 // examples/train_digits.cpp's step at batch 32: forward, cross-entropy, backward, Adam.
 void digits_step(benchmark::State& s) {
   manual_seed(0);
   bench::DigitsNet net;
   optim::Adam opt(net.parameters(), 3e-3);
   Tensor x = rand({bench::kDigitsBatch, 1, 8, 8}), y = randint(0, 10, {bench::kDigitsBatch});
-  auto step = [&] {
-    Tensor loss = cross_entropy(net(x), y);
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  timed(s, step);
+  train_steps(s, opt, [&] { return cross_entropy(net(x), y); });
   bench::count_flops(s, bench::digits_step_flops(bench::kDigitsBatch));
 }
 
@@ -134,34 +130,11 @@ void block_step(benchmark::State& s) {
   optim::SGD opt(block.parameters(), 0.01);
   const bench::ConvCase& c = bench::kBlockConv;
   Tensor x = randn({c.n, c.c, c.hw, c.hw}), target = randn({c.n, c.c, c.hw, c.hw});
-  auto step = [&] {
-    Tensor loss = mse_loss(block(x), target);
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  timed(s, step);
+  train_steps(s, opt, [&] { return mse_loss(block(x), target); });
   bench::count_flops(s, bench::block_step_flops());
 }
 
-[[maybe_unused]] const bool registered = [] {
-  const std::string& mm = bench::kMmName;
-  add(mm + "_fwd", [](benchmark::State& s) { matmul_case(s, 0); });
-  add(mm + "_dinput", [](benchmark::State& s) { matmul_case(s, 1); });
-  add(mm + "_dweight", [](benchmark::State& s) { matmul_case(s, 2); });
-  for (const bench::ConvCase& c : bench::conv_cases())
-    for (bool backward : {false, true})
-      add(c.name(backward), [c, backward](benchmark::State& s) { conv_case(s, c, backward); });
-  for (const bench::PoolCase& p : bench::pool_cases())
-    for (bool backward : {false, true})
-      add(p.name(backward), [p, backward](benchmark::State& s) { pool_case(s, p, backward); });
-  add(bench::kEmbedName, embedding_backward);
-  benchmark::RegisterBenchmark((bench::kSumName + "/copy").c_str(), sum_copy)->UseRealTime();
-  benchmark::RegisterBenchmark((bench::kSumName + "/kiln").c_str(), sum_16m)->UseRealTime();
-  add(bench::kDigitsName, digits_step);
-  add(bench::kBlockName, block_step);
-  return true;
-}();
+[[maybe_unused]] const bool registered = bench::register_train_cases(
+    "kiln", {matmul_case, conv_case, pool_case, embedding_backward, sum_16m, digits_step, block_step, sum_copy});
 
 }  // namespace
