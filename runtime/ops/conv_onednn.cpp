@@ -214,25 +214,26 @@ std::unique_ptr<Prims> make_prims(Pass pass, const Problem& p, const Block& b) {
 // one costs tens of microseconds, so a step's convolutions find theirs here after the first.
 using Key = std::array<int64_t, 18>;
 std::mutex g_cache_mutex;
-std::map<Key, std::unique_ptr<Prims>> g_cache;
+std::map<Key, std::shared_ptr<const Prims>> g_cache;
 constexpr size_t kCacheCapacity = 512;
 
-const Prims* find_prims(Pass pass, const Problem& p, const Block& b) {
+// Shared, so a caller's primitives outlive a clear by another thread that fills the cache.
+std::shared_ptr<const Prims> find_prims(Pass pass, const Problem& p, const Block& b) {
   const Geometry& g = p.geo;
   Key key{static_cast<int64_t>(pass), p.c, p.o, p.groups, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
           b.nn, b.nch, 0, 0};
   std::lock_guard lock(g_cache_mutex);
   auto it = g_cache.find(key);
-  if (it != g_cache.end()) return it->second.get();
-  if (g_cache.size() >= kCacheCapacity) g_cache.clear();  // callers hold no pointer across calls
-  std::unique_ptr<Prims> prims;
+  if (it != g_cache.end()) return it->second;
+  if (g_cache.size() >= kCacheCapacity) g_cache.clear();
+  std::shared_ptr<const Prims> prims;
   try {
     SingleThreaded one;  // a primitive's blocking is chosen for the thread count it will run on
     prims = make_prims(pass, p, b);
   } catch (const dnnl::error&) {
     prims = nullptr;  // unimplemented for this shape: conv.cpp's kernels run it
   }
-  return g_cache.emplace(key, std::move(prims)).first->second.get();
+  return g_cache.emplace(key, std::move(prims)).first->second;
 }
 
 // 64-byte aligned scratch memory, one set per thread, grown as needed.
@@ -340,7 +341,7 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
   if (!onednn_enabled() || p.n == 0 || prefer_kiln(pass, p)) return false;
   Cut c = cut(pass, p);
   int64_t blocks = c.blocks(p);
-  std::vector<const Prims*> prims(static_cast<size_t>(blocks));
+  std::vector<std::shared_ptr<const Prims>> prims(static_cast<size_t>(blocks));
   for (int64_t i = 0; i < blocks; ++i) {
     Block b = c.block(p, i);
     bool same_as_first = i > 0 && b.nn == c.block(p, 0).nn && b.nch == c.block(p, 0).nch;
