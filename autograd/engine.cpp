@@ -1,5 +1,6 @@
 // autograd/engine.cpp -- the backward pass over the tape recorded by apply().
 #include <algorithm>
+#include <map>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -43,7 +44,7 @@ Tensor fit(const Tensor& g, const TensorType& t) {
 void check_saved(const Node& n) {
   KILN_CHECK(!n.released,
              "backward: trying to run {} backward a second time after its saved tensors were "
-             "freed; pass retain_graph=true to the first backward", op_name(n.op));
+             "freed; pass retain_graph=true to the first backward", node_name(n));
   size_t k = 0;
   auto check = [&](const Tensor& t, const char* what) {
     if (!t.defined() || !t.has_storage()) return;
@@ -51,10 +52,45 @@ void check_saved(const Node& n) {
     KILN_CHECK(now == n.versions[k],
                "backward: a tensor {} saved by {} ({}) was modified by an in-place op since it "
                "was saved (version {}, expected {}); use an out-of-place op or clone() it first",
-               t.type().str(), op_name(n.op), what, now, n.versions[k]);
+               t.type().str(), node_name(n), what, now, n.versions[k]);
   };
   for (const Tensor& t : n.saved_in) check(t, "an input"), ++k;
   if (n.saved_out.defined()) check(n.saved_out, "its output");
+}
+
+// The gradients of n's inputs (one per operand slot) from those of its outputs.
+// (A custom node's inputs are all tensors, in `next` order.)
+Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool create_graph) {
+  if (n.custom) {
+    KILN_CHECK(!create_graph, "backward: create_graph=true reached {}, a compiled function, whose "
+               "backward graph is not itself differentiable; to differentiate twice, call the "
+               "function outside jit (eagerly)", node_name(n));
+    std::vector<char> needs;
+    for (const Edge& e : n.next) needs.push_back(e.node || e.leaf);
+    return n.custom->backward(n.saved_in, grads, needs);
+  }
+  uint32_t needs = 0;
+  {  // operand slot k of a pointwise op may be an immediate; map tensor edges to slots
+    int t = 0;
+    for (int k = 0; t < static_cast<int>(n.next.size()); ++k) {
+      if (n.attrs.imm_mask >> k & 1) continue;
+      if (n.next[t].node || n.next[t].leaf) needs |= 1u << k;
+      ++t;
+    }
+  }
+  if (!needs) return {};
+  const OpDef& op = op_def(n.op);
+  KILN_CHECK(op.vjp, "backward: {} has no derivative", op_name(n.op));
+  Tensor out = n.saved_out;
+  if (create_graph && out.defined()) {
+    // The saved output was stored without history (it would hold its own node alive);
+    // a differentiable backward needs it, so give a temporary alias that history back.
+    out = out.detach();
+    out.impl()->autograd = std::make_unique<AutogradMeta>();
+    out.impl()->autograd->grad_fn = self;
+  }
+  VjpArgs args{n.op, n.saved_in, n.in_types, out, grads[0], n.attrs, needs};
+  return op.vjp(args);
 }
 
 // Runs the backward pass. When `inputs` is non-empty, gradients reaching them are captured
@@ -64,14 +100,20 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
   KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
              "backward: {} gradients given for {} outputs", grad_outputs.size(), outputs.size());
   GradModeGuard mode(create_graph);
-  std::unordered_map<const Node*, Tensor> buffer;
+  // Per node, the gradient of each of its outputs summed so far.
+  std::unordered_map<const Node*, std::vector<Tensor>> buffer;
+  auto add_to = [&](Node* n, uint32_t output_nr, const Tensor& g) {
+    std::vector<Tensor>& slots = buffer[n];
+    if (slots.empty()) slots.resize(n->num_outputs);
+    slots[output_nr] = accumulate(slots[output_nr], g);
+  };
   std::unordered_map<const TensorImpl*, Tensor> leaf_grads;  // when capturing
-  std::unordered_map<const Node*, size_t> capture_node;
+  std::map<std::pair<const Node*, uint32_t>, size_t> capture_node;
   std::unordered_map<const TensorImpl*, size_t> capture_leaf;
   for (size_t i = 0; i < inputs.size(); ++i) {
     KILN_CHECK(inputs[i].defined(), "grad: input {} is undefined", i);
     if (inputs[i].is_leaf()) capture_leaf[inputs[i].impl()] = i;
-    else capture_node[inputs[i].impl()->autograd->grad_fn.get()] = i;
+    else capture_node[{inputs[i].impl()->autograd->grad_fn.get(), inputs[i].impl()->autograd->output_nr}] = i;
   }
   bool capturing = captured != nullptr;
 
@@ -105,7 +147,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
       continue;
     }
     Node* n = out.impl()->autograd->grad_fn.get();
-    buffer[n] = accumulate(buffer[n], g);
+    add_to(n, out.impl()->autograd->output_nr, g);
     roots.push_back(n);
   }
 
@@ -130,40 +172,22 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     Node* n = ready.top();
     ready.pop();
     Ref<Node> keep(n);  // buffers and edges may drop the last other reference
-    Tensor g;
+    std::vector<Tensor> g(n->num_outputs);
     if (auto it = buffer.find(n); it != buffer.end()) {
       g = std::move(it->second);
       buffer.erase(it);
     }
-    if (auto it = capture_node.find(n); it != capture_node.end() && g.defined()) {
-      (*captured)[it->second] = accumulate((*captured)[it->second], g);
+    bool any = false;
+    for (uint32_t o = 0; o < n->num_outputs; ++o) {
+      if (!g[o].defined()) continue;
+      any = true;
+      if (auto it = capture_node.find({n, o}); it != capture_node.end())
+        (*captured)[it->second] = accumulate((*captured)[it->second], g[o]);
     }
-    const OpDef& op = op_def(n->op);
-    KILN_CHECK(op.vjp, "backward: {} has no derivative", op_name(n->op));
-    if (g.defined()) check_saved(*n);
-    uint32_t needs = 0;
+    if (any) check_saved(*n);
+    // No gradient reached n: it still releases its children.
+    Grads grads = any ? run_node(*n, keep, g, create_graph) : Grads();
     int arity = static_cast<int>(n->next.size());
-    {  // operand slot k of a pointwise op may be an immediate; map tensor edges to slots
-      int t = 0;
-      for (int k = 0; t < arity; ++k) {
-        if (n->attrs.imm_mask >> k & 1) continue;
-        if (n->next[t].node || n->next[t].leaf) needs |= 1u << k;
-        ++t;
-      }
-    }
-    Grads grads;
-    if (needs && g.defined()) {  // no gradient reached n: it still releases its children
-      Tensor out = n->saved_out;
-      if (create_graph && out.defined()) {
-        // The saved output was stored without history (it would hold its own node alive);
-        // a differentiable backward needs it, so give a temporary alias that history back.
-        out = out.detach();
-        out.impl()->autograd = std::make_unique<AutogradMeta>();
-        out.impl()->autograd->grad_fn = keep;
-      }
-      VjpArgs args{n->op, n->saved_in, n->in_types, out, g, n->attrs, needs};
-      grads = op.vjp(args);
-    }
     if (!retain_graph) n->release();
     int t = 0;
     for (int k = 0; t < arity; ++k) {
@@ -174,7 +198,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
       if (!e.node && !e.leaf) continue;
       Tensor gk = static_cast<size_t>(k) < grads.size() ? grads[k] : Tensor();
       if (e.node) {
-        if (gk.defined()) buffer[e.node.get()] = accumulate(buffer[e.node.get()], fit(gk, type));
+        if (gk.defined()) add_to(e.node.get(), e.output_nr, fit(gk, type));
         if (--pending[e.node.get()] == 0) ready.push(e.node.get());
       } else if (gk.defined()) {
         deliver_leaf(e.leaf.get(), fit(gk, type));

@@ -12,9 +12,11 @@
 
 #include "autograd/autograd.h"
 #include "ir/graph.h"
+#include "ir/partition.h"
 #include "ir/passes.h"
 #include "jit/executable.h"
 #include "jit/tracer.h"
+#include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
@@ -74,11 +76,53 @@ std::string miss_reason(const std::vector<std::string>& before, const std::vecto
   return changes.empty() ? "signature seen before but evicted" : fmt::format("{}", fmt::join(changes, "; "));
 }
 
+// A differentiable plan's backward: the backward graph, compiled, behind one autograd node.
+class CompiledBackward final : public NodeBackward {
+ public:
+  CompiledBackward(std::string name, std::unique_ptr<Executable> exec, std::vector<TensorType> result_types,
+                   std::vector<int> wrt_output)
+      : name_(std::move(name)), exec_(std::move(exec)), result_types_(std::move(result_types)),
+        wrt_output_(std::move(wrt_output)) {}
+
+  const std::string& name() const override { return name_; }
+
+  std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
+                               std::span<const char> needs) const override {
+    std::vector<Tensor> in(saved.begin(), saved.end());
+    NoGradGuard no_grad;
+    for (size_t k = 0; k < result_types_.size(); ++k) {
+      const TensorType& type = result_types_[k];
+      Tensor g = grads[k];
+      // A result no gradient reached (the loss was taken of another one) contributes zeros.
+      if (!g.defined()) g = zeros(type.shape, type.dtype);
+      else if (g.dtype() != type.dtype) g = g.to(type.dtype);
+      in.push_back(g);
+    }
+    std::vector<Tensor> outs = exec_->run(in, {});
+    std::vector<Tensor> r(wrt_output_.size());
+    for (size_t i = 0; i < r.size(); ++i)
+      if (wrt_output_[i] >= 0 && needs[i]) r[i] = outs[static_cast<size_t>(wrt_output_[i])];
+    return r;
+  }
+
+  const Executable& executable() const { return *exec_; }
+
+ private:
+  std::string name_;
+  std::unique_ptr<Executable> exec_;
+  std::vector<TensorType> result_types_;  // per result that needs a gradient
+  std::vector<int> wrt_output_;           // per Trace::wrt: its gradient's output, or -1
+};
+
 struct Plan {
   Trace trace;
   std::unique_ptr<Executable> exec;
   std::vector<std::string> described;
   std::vector<char> param_requires_grad;  // as planned: which ops are taped depends on it
+  // Differentiable plans (trace.joint): what the backward reads, and the backward itself.
+  std::vector<ir::SavedValue> saved;
+  std::shared_ptr<const CompiledBackward> backward;
+  size_t saved_bytes = 0;  // per call: the computed values kept for the backward
 };
 
 // Which op nodes must be taped when the graph runs: recorded with grad mode on, in a call with
@@ -124,6 +168,42 @@ std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
   return outs;
 }
 
+// A differentiable plan's call: the forward, untaped, then one autograd node for its results.
+std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor> inputs) {
+  const Trace& t = plan.trace;
+  KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard no_grad;
+    outs = plan.exec->run(inputs, t.params);
+  }
+  auto node = make_ref<Node>();
+  node->custom = plan.backward;
+  node->sequence = next_node_sequence();
+  node->num_outputs = static_cast<uint32_t>(t.diff_results.size());
+  for (const Trace::Wrt& w : t.wrt) {
+    const Tensor& x = w.param ? t.params[w.index] : inputs[w.index];
+    node->next.push_back(edge_to(x));
+    node->in_types.push_back(x.type());
+  }
+  for (const ir::SavedValue& s : plan.saved) {
+    const Tensor& x = s.kind == ir::SavedValue::Arg     ? inputs[s.index]
+                      : s.kind == ir::SavedValue::Param ? t.params[s.index]
+                                                        : outs[s.index];
+    // Without history: a saved result would otherwise hold its own node alive.
+    node->saved_in.push_back(x.detach());
+    node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
+  }
+  for (size_t k = 0; k < t.diff_results.size(); ++k) {
+    TensorImpl* r = outs[t.diff_results[k]].impl();
+    if (!r->autograd) r->autograd = std::make_unique<AutogradMeta>();
+    r->autograd->grad_fn = node;
+    r->autograd->output_nr = static_cast<uint32_t>(k);
+  }
+  outs.resize(t.num_results);
+  return outs;
+}
+
 bool guards_hold(const Plan& plan) {
   const Trace& t = plan.trace;
   for (size_t i = 0; i < t.params.size(); ++i) {
@@ -146,6 +226,49 @@ bool fusion_enabled() {
 }
 
 void set_fusion_enabled(bool on) { g_fusion.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+namespace {
+
+// The graph as it runs: fused (unless fusion is off) and verified.
+ir::Graph fused(ir::Graph g, const std::string& name) {
+  if (!fusion_enabled()) return g;
+  ir::FuseOptions fo;
+  fo.keep_out = [](const ir::Node& n) { return n.grad; };
+  g = ir::fuse(g, fo);
+  ir::verify(g);
+  if (log_enabled(LogTopic::Jit)) log(LogTopic::Jit, fmt::format("@{} after fuse:\n{}", g.name, ir::print(g)));
+  return g;
+}
+
+// Splits an optimized joint graph into the forward a call runs (returned) and the backward
+// its autograd node runs (plan.backward); nothing in either is taped.
+ir::Graph make_differentiable(Plan& plan, ir::Graph joint) {
+  const Trace& t = plan.trace;
+  for (ir::Node& n : joint.nodes) n.grad = false;
+  ir::Partition part = ir::partition(joint, t.num_args, t.num_results);
+  plan.saved = part.saved;
+  for (const ir::SavedValue& s : part.saved)
+    if (s.kind == ir::SavedValue::Computed) {
+      const TensorType& type = part.forward.type(part.forward.outputs[s.index]);
+      plan.saved_bytes += static_cast<size_t>(type.shape.product()) * dtype_size(type.dtype);
+    }
+  std::vector<TensorType> result_types;
+  for (size_t k = 0; k < t.diff_results.size(); ++k) result_types.push_back(joint.type(joint.inputs[t.num_args + k]));
+  std::vector<int> wrt_output;
+  for (const Trace::Wrt& w : t.wrt) wrt_output.push_back(w.output < 0 ? -1 : w.output - static_cast<int>(t.num_results));
+  if (log_enabled(LogTopic::Jit))
+    log(LogTopic::Jit, fmt::format("@{} partitioned: {} values saved ({} bytes), {} recomputed in backward",
+                                   joint.name, part.saved.size(), plan.saved_bytes, part.recomputed.size()));
+  ir::verify(part.forward);
+  ir::verify(part.backward);
+  std::string name = part.backward.name;
+  plan.backward = std::make_shared<CompiledBackward>(
+      "jit @" + joint.name, std::make_unique<Executable>(fused(std::move(part.backward), name)),
+      std::move(result_types), std::move(wrt_output));
+  return fused(std::move(part.forward), joint.name);
+}
+
+}  // namespace
 
 struct Function::State {
   TensorFn fn;
@@ -170,17 +293,15 @@ struct Function::State {
                                        why.empty() ? miss_reason(before, now) : why, fmt::join(now, ", ")));
     }
     auto plan = std::make_shared<Plan>();
-    plan->trace = trace_function(fn, inputs, name, names);
+    plan->trace = trace_function(fn, inputs, name, names, /*differentiate=*/true);
     plan->described = std::move(now);
     ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
-    mark_taped(g, plan->trace, bind_inputs(plan->trace, g.inputs.size(), inputs));
     for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
-    if (fusion_enabled()) {
-      ir::FuseOptions fo;
-      fo.keep_out = [](const ir::Node& n) { return n.grad; };
-      g = ir::fuse(g, fo);
-      ir::verify(g);
-      if (log_enabled(LogTopic::Jit)) log(LogTopic::Jit, fmt::format("@{} after fuse:\n{}", name, ir::print(g)));
+    if (plan->trace.joint) {
+      g = make_differentiable(*plan, std::move(g));
+    } else {
+      mark_taped(g, plan->trace, bind_inputs(plan->trace, g.inputs.size(), inputs));
+      g = fused(std::move(g), name);
     }
     plan->exec = std::make_unique<Executable>(std::move(g));
     std::lock_guard<std::mutex> lock(mu);
@@ -239,7 +360,7 @@ std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> input
 
 std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
   std::shared_ptr<Plan> plan = plan_for(*state_, inputs);
-  return run(*plan, inputs);
+  return plan->backward ? run_differentiable(*plan, inputs) : run(*plan, inputs);
 }
 
 void Function::compile(std::span<const Tensor> inputs) const { plan_for(*state_, inputs); }
@@ -254,7 +375,9 @@ const ir::Graph& Function::graph() const {
 
 Stats Function::stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->stats;
+  Stats st = state_->stats;
+  st.saved_bytes = state_->last ? static_cast<int64_t>(state_->last->saved_bytes) : 0;
+  return st;
 }
 
 void Function::set_cache_limit(size_t plans) {

@@ -49,6 +49,9 @@ struct Stats {
   int64_t traces = 0;  // calls that traced (a new signature)
   int64_t hits = 0;    // calls that found their plan
   int64_t misses = 0;  // calls that did not (equals traces)
+  /// For the plan used last, when it is differentiable: the bytes of computed values each call
+  /// keeps for its backward (arguments and captured tensors are not counted).
+  int64_t saved_bytes = 0;
 };
 
 /// Whether traced functions run fused kernels (default on). Off (or KILN_FUSION=0), the

@@ -55,6 +55,11 @@ class Tracer final : public Recorder {
       g.outputs.push_back(value_for(r));
     }
     t_.num_results = results.size();
+    for (size_t k = 0; k < joint_grads_.size(); ++k) {
+      if (!joint_grads_[k].defined()) continue;
+      t_.wrt[k].output = static_cast<int>(g.outputs.size());
+      g.outputs.push_back(value_for(joint_grads_[k]));
+    }
     // A tensor whose gradient the function set or dropped without using the tensor: captured,
     // so that every call does it.
     for (const auto& [t, start] : grad_at_start_)
@@ -78,6 +83,65 @@ class Tracer final : public Recorder {
   }
 
   void on_backward() override { t_.ran_backward = true; }
+
+  // After the function returned `results` with this tracer active: when it only computed
+  // and some results need gradients, traces the gradients of the arguments and captured
+  // tensors that require grad with respect to them.
+  void differentiate(const std::vector<Tensor>& results) {
+    if (!grad_enabled() || t_.ran_backward || !grad_written_.empty()) return;
+    ir::Graph& g = t_.graph;
+    // Captured tensors' gradients are inputs in case the function reads them; it must not.
+    std::unordered_set<uint32_t> grads;
+    for (auto [p, pos] : t_.grad_inputs) grads.insert(g.inputs[pos]);
+    for (const ir::Node& n : g.nodes) {
+      if (n.kind == ir::NodeKind::Assign) return;
+      for (uint32_t v : n.inputs)
+        if (grads.count(v)) return;
+    }
+    for (const Tensor& r : results)
+      if (auto it = value_.find(r.impl()); it != value_.end() && grads.count(it->second)) return;
+    std::vector<Tensor> outs, wrt;
+    std::vector<size_t> diff;
+    for (size_t i = 0; i < results.size(); ++i)
+      if (results[i].defined() && results[i].requires_grad()) diff.push_back(i), outs.push_back(results[i]);
+    std::vector<Trace::Wrt> where;
+    for (size_t i = 0; i < arg_tensors_.size(); ++i)
+      if (arg_tensors_[i].requires_grad()) where.push_back({false, i, -1}), wrt.push_back(arg_tensors_[i]);
+    for (size_t i = 0; i < t_.params.size(); ++i)
+      if (t_.params[i].requires_grad()) where.push_back({true, i, -1}), wrt.push_back(t_.params[i]);
+    if (outs.empty() || wrt.empty()) return;
+    size_t nodes = g.nodes.size(), inputs = g.inputs.size();
+    std::vector<Tensor> seeds;
+    for (const Tensor& o : outs) {
+      Tensor p = Tensor::placeholder(o.type());
+      uint32_t v = g.add_value(o.type());
+      g.inputs.push_back(v);
+      value_[p.impl()] = v;
+      keep_.push_back(p);
+      seeds.push_back(p);
+    }
+    try {
+      joint_grads_ = autograd::grad(outs, wrt, seeds, /*retain_graph=*/true, false, /*allow_unused=*/true);
+    } catch (const Error&) {
+      // An op without a derivative: calls run taped, and backward() reports it as eagerly.
+      joint_grads_.clear();
+      g.nodes.resize(nodes);
+      g.inputs.resize(inputs);
+      for (auto it = producer_.begin(); it != producer_.end();)
+        it = it->second >= nodes ? producer_.erase(it) : std::next(it);
+      return;
+    }
+    // Unread, the gradients are no inputs, and whether they are defined does not matter.
+    std::vector<uint32_t> kept;
+    for (uint32_t v : g.inputs)
+      if (!grads.count(v)) kept.push_back(v);
+    g.inputs = std::move(kept);
+    t_.grad_inputs.clear();
+    std::fill(t_.grad_guard.begin(), t_.grad_guard.end(), int8_t{-1});
+    t_.joint = true;
+    t_.diff_results = std::move(diff);
+    t_.wrt = std::move(where);
+  }
 
   void on_grad_change(const Tensor& t) override {
     const TensorImpl* s = t.impl();
@@ -159,6 +223,7 @@ class Tracer final : public Recorder {
       t_.graph.inputs.push_back(v);
       value_[p.impl()] = v;
       args_.insert(p.impl());
+      arg_tensors_.push_back(p);
       keep_.push_back(p);
       args.push_back(p);
     }
@@ -255,6 +320,8 @@ class Tracer final : public Recorder {
   std::vector<std::pair<Tensor, Tensor>> grad_at_start_;
   std::unordered_set<const TensorImpl*> grad_written_;  // tensors whose grad() the function set
   std::unordered_set<const TensorImpl*> args_;                   // the arguments' placeholders
+  std::vector<Tensor> arg_tensors_;                              // the same, in order
+  std::vector<Tensor> joint_grads_;  // differentiate(): per Trace::wrt, its traced gradient
   std::unordered_set<uint32_t> stale_;  // views and aliases of values since written in place
   std::unordered_map<const TensorImpl*, std::string> names_;     // names for captured tensors
   std::vector<Tensor> keep_;  // every handle seen, so no TensorImpl address is reused meanwhile
@@ -272,13 +339,14 @@ void detail::check_call_arity(size_t arity, size_t given) {
 }
 
 Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,
-                     const ParamNames& names) {
+                     const ParamNames& names, bool differentiate) {
   Tracer tracer(name, names);
   std::vector<Tensor> results;
   {
     std::vector<Tensor> args = tracer.arguments(inputs);
     RecorderGuard guard(&tracer);
     results = fn(args);
+    if (differentiate) tracer.differentiate(results);
   }
   return tracer.finish(std::move(results));
 }

@@ -29,11 +29,27 @@ struct Trace {
   /// The function called backward() (consuming its graph): a call runs untaped and fused, and
   /// its results carry no gradient history.
   bool ran_backward = false;
+  /// A joint trace (trace_function with `differentiate`, of a function without side effects
+  /// whose results need gradients): the function's backward was traced after it.
+  /// graph.inputs[num_args + k] is the gradient of result diff_results[k]; the outputs after
+  /// the results are the gradients of `wrt`'s tensors that the results reach.
+  bool joint = false;
+  std::vector<size_t> diff_results;
+  struct Wrt {
+    bool param;     // params[index], else argument index
+    size_t index;
+    int output;     // position in graph.outputs; -1: the results do not depend on it
+  };
+  std::vector<Wrt> wrt;
 };
 
-/// Traces fn on placeholders shaped like `inputs` (same dtypes, shapes, requires-grad).
+/// Traces fn on placeholders shaped like `inputs` (same dtypes, shapes, requires-grad). With
+/// `differentiate`, a function that only computes (no in-place writes to captured tensors, no
+/// backward() or gradient changes of its own) and returns results that need gradients is
+/// traced together with its backward (Trace::joint): the eager engine runs each op's vjp on
+/// the tracer's tensors.
 Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,
-                     const ParamNames& names = {});
+                     const ParamNames& names = {}, bool differentiate = false);
 
 /// Fills in file:line of the nodes' source locations (addr2line over the captured addresses).
 void resolve_locations(ir::Graph& g);

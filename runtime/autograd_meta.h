@@ -2,6 +2,9 @@
 // per op. The engine that walks it lives in autograd/engine.cpp.
 #pragma once
 
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/op.h"
@@ -14,6 +17,21 @@ struct Node;
 struct Edge {
   Ref<Node> node;
   Ref<TensorImpl> leaf;
+  uint32_t output_nr = 0;  // which of node's outputs the gradient belongs to
+};
+
+/// The backward of a node that is not one op: a compiled function's backward graph, whose
+/// forward made several outputs at once. The node's saved_in are the tensors it saved (their
+/// versions are checked and they are freed as an op node's are).
+class NodeBackward {
+ public:
+  virtual ~NodeBackward() = default;
+  /// What the node is called in messages and grad_fn_name() ("jit @step").
+  virtual const std::string& name() const = 0;
+  /// The gradients of the node's inputs (one per edge in `next`; may be undefined where
+  /// needs[i] is 0), from one gradient per output (undefined where none arrived).
+  virtual std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
+                                       std::span<const char> needs) const = 0;
 };
 
 /// One recorded op: enough to run its vjp once the output's gradient is known.
@@ -26,6 +44,8 @@ struct Node final : RefCounted {
   std::vector<TensorType> in_types;    // each tensor input's type, to fit its gradient
   std::vector<Edge> next;              // per tensor input; empty edge: needs no gradient
   TensorType out_type;
+  uint32_t num_outputs = 1;            // more than one only for a node with `custom`
+  std::shared_ptr<const NodeBackward> custom;  // set: runs this instead of op's vjp
   uint64_t sequence = 0;               // creation order; the engine runs later nodes first
   bool released = false;               // saved tensors freed by a backward without retain_graph
 
@@ -42,12 +62,21 @@ struct AutogradMeta {
   bool requires_grad = false;  // set on leaves by requires_grad_()
   Tensor grad;                 // accumulated by backward (leaves)
   Ref<Node> grad_fn;           // the op that made this tensor; null for leaves
+  uint32_t output_nr = 0;      // which of grad_fn's outputs this tensor is
 };
+
+/// The name of a node's op, or of its custom backward.
+std::string node_name(const Node& n);
+/// Where the gradient of `t` goes: its grad_fn (and output), itself as a leaf, or nowhere.
+Edge edge_to(const Tensor& t);
 
 /// True when gradients flow into `t`: a leaf that requires grad, or a result of such.
 inline bool requires_grad(const TensorImpl* t) {
   return t->autograd && (t->autograd->requires_grad || t->autograd->grad_fn);
 }
+
+/// A number for a new node: the engine runs later nodes first.
+uint64_t next_node_sequence();
 
 /// Records `out = op(in)` on the tape when grad mode is on and an input requires grad.
 void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out);

@@ -39,6 +39,23 @@ void drop_unread_inputs(Node& n, const OpDef& op) {
 }  // namespace
 
 bool grad_enabled() { return t_grad_enabled; }
+
+uint64_t next_node_sequence() { return g_sequence.fetch_add(1, std::memory_order_relaxed); }
+
+std::string node_name(const Node& n) { return n.custom ? n.custom->name() : std::string(op_name(n.op)); }
+
+Edge edge_to(const Tensor& t) {
+  Edge e;
+  TensorImpl* impl = t.impl();
+  if (!requires_grad(impl)) return e;
+  if (impl->autograd->grad_fn) {
+    e.node = impl->autograd->grad_fn;
+    e.output_nr = impl->autograd->output_nr;
+  } else {
+    e.leaf = Ref<TensorImpl>(impl);
+  }
+  return e;
+}
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
 
 void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
@@ -47,15 +64,12 @@ void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const 
   auto node = make_ref<Node>();
   node->op = id;
   node->attrs = attrs;
-  node->sequence = g_sequence.fetch_add(1, std::memory_order_relaxed);
+  node->sequence = next_node_sequence();
   node->in_types.reserve(in.size());
   node->next.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     node->in_types.push_back(in[i].type());
-    TensorImpl* t = in[i].impl();
-    if (!requires_grad(t)) continue;
-    if (t->autograd->grad_fn) node->next[i].node = t->autograd->grad_fn;
-    else node->next[i].leaf = Ref<TensorImpl>(t);
+    node->next[i] = edge_to(in[i]);
   }
   if (op.saves & kSaveInputs) {
     node->saved_in.assign(in.begin(), in.end());
@@ -146,7 +160,7 @@ void Tensor::zero_grad() {
 bool Tensor::is_leaf() const { return !defined() || !impl()->autograd || !impl()->autograd->grad_fn; }
 
 std::string Tensor::grad_fn_name() const {
-  return is_leaf() ? std::string() : std::string(op_name(impl()->autograd->grad_fn->op));
+  return is_leaf() ? std::string() : node_name(*impl()->autograd->grad_fn);
 }
 
 Tensor Tensor::detach() const {
@@ -220,6 +234,7 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
     } else {
       Tensor linked = v.is_leaf() ? apply(OpId::Copy, {v}) : v;
       meta(s).grad_fn = linked.impl()->autograd->grad_fn;
+      meta(s).output_nr = linked.impl()->autograd->output_nr;
     }
   } else if (s->autograd && grad_enabled()) {
     s->autograd->grad_fn.reset();  // overwritten by a value without history

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <random>
 
 #include "ir/passes.h"
 #include "jit/kernels.h"
@@ -89,6 +90,71 @@ TEST(Differential, RandomProgramsAgreeEagerTracedFusedAndReparsed) {
   std::printf("%d fused groups in %d programs; %lld kernel lookups, %lld compiled\n", fused_groups,
               static_cast<int>(kPrograms), static_cast<long long>(after.hits + after.misses - before.hits - before.misses),
               static_cast<long long>(after.compiles - before.compiles));
+}
+
+// Backward mode: random arguments and captured tensors require grad; the gradients of random
+// projections of the results, through fast(...) and its compiled backward, equal eager's.
+int compiled_backwards = 0;  // programs whose results hung off a compiled backward
+
+void check_gradients(test::Program& p, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto coin = [&] { return rng() % 2 == 0; };
+  std::vector<Tensor> args, wrt;
+  for (const Tensor& a : p.args) {
+    Tensor x = a.detach().clone();
+    if (is_float(x.dtype()) && coin()) wrt.push_back(x.requires_grad_());
+    args.push_back(x);
+  }
+  for (auto& [name, c] : p.captured)
+    if (is_float(c.dtype()) && coin()) wrt.push_back(c.requires_grad_());
+  if (wrt.empty()) return;
+  // The gradients of sum(result_i * seed_i) over the results that need one.
+  auto grads = [&](const std::vector<Tensor>& outs) {
+    std::vector<Tensor> diff, seeds;
+    manual_seed(seed);
+    for (const Tensor& o : outs)
+      if (o.requires_grad()) diff.push_back(o), seeds.push_back(randn(o.shape(), o.dtype()));
+    if (diff.empty()) return std::vector<Tensor>(wrt.size());
+    return autograd::grad(diff, wrt, seeds, false, false, /*allow_unused=*/true);
+  };
+  std::vector<Tensor> want;
+  try {
+    want = grads(p.run(args));
+  } catch (const Error& e) {  // an op without a derivative: the compiled call says so too
+    jit::Function f([&p](std::span<const Tensor> a) { return p.run(a); }, "prog", p.captured);
+    EXPECT_THROW(grads(f.call(args)), Error) << "eagerly: " << e.what();
+    return;
+  }
+  jit::Function f([&p](std::span<const Tensor> a) { return p.run(a); }, "prog", p.captured);
+  std::vector<Tensor> outs = f.call(args);
+  for (const Tensor& o : outs)
+    if (o.grad_fn_name() == "jit @prog") {
+      ++compiled_backwards;
+      break;
+    }
+  std::vector<Tensor> got = grads(outs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(fmt::format("gradient of input {} that requires grad", i));
+    ASSERT_EQ(got[i].defined(), want[i].defined());
+    if (want[i].defined()) test::expect_same(got[i], want[i]);
+  }
+}
+
+TEST(Differential, RandomProgramsGradientsAgreeCompiledAndEager) {
+  for (uint64_t seed = 0; seed < kPrograms; ++seed) {
+    SCOPED_TRACE(fmt::format("seed {}", seed));
+    test::Program p = test::random_program(seed, 6 + static_cast<int>(seed % 10));
+    SCOPED_TRACE("the program:\n" + p.text);
+    try {
+      check_gradients(p, seed);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+    if (testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(compiled_backwards, static_cast<int>(kPrograms) / 3);
+  std::printf("%d of %d programs ran a compiled backward\n", compiled_backwards, static_cast<int>(kPrograms));
 }
 
 TEST(Differential, GeneratorIsDeterministic) {
