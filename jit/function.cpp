@@ -143,22 +143,29 @@ void mark_taped(ir::Graph& g, const Trace& t, std::span<const Tensor> bound) {
   }
 }
 
-// The graph's inputs for a call: the arguments, then the params' gradients the function reads.
-std::vector<Tensor> bind_inputs(const Trace& t, size_t graph_inputs, std::span<const Tensor> args) {
+// The graph's inputs for a call: the arguments, then the params' gradients the function reads
+// and the generator's state (`rng`, for a call; undefined while planning).
+std::vector<Tensor> bind_inputs(const Trace& t, size_t graph_inputs, std::span<const Tensor> args,
+                                const Tensor& rng = {}) {
   std::vector<Tensor> bound(graph_inputs);
   std::copy(args.begin(), args.end(), bound.begin());
   for (auto [p, pos] : t.grad_inputs) bound[pos] = t.params[p].grad();
+  if (t.rng_input >= 0) bound[static_cast<size_t>(t.rng_input)] = rng;
   return bound;
 }
+
+// A call's generator state: the draws it makes, reserved now.
+Tensor rng_for(const Trace& t) { return t.rng_input >= 0 ? random_state(t.rng_draws) : Tensor(); }
 
 // Binds the arguments and the gradients the function reads, runs the plan, writes the
 // gradients it leaves back into the params' grad().
 std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
   const Trace& t = plan.trace;
   KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
-  std::vector<Tensor> outs = t.grad_inputs.empty()
-                                 ? plan.exec->run(inputs, t.params)
-                                 : plan.exec->run(bind_inputs(t, plan.exec->graph().inputs.size(), inputs), t.params);
+  std::vector<Tensor> outs =
+      t.grad_inputs.empty() && t.rng_input < 0
+          ? plan.exec->run(inputs, t.params)
+          : plan.exec->run(bind_inputs(t, plan.exec->graph().inputs.size(), inputs, rng_for(t)), t.params);
   for (auto [p, pos] : t.grad_outputs) {
     Tensor gp = outs[pos], target = t.params[p];
     target.set_grad(gp.requires_grad() ? gp : gp.detach());
@@ -172,10 +179,13 @@ std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
 std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor> inputs) {
   const Trace& t = plan.trace;
   KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
+  // The arguments, then the generator's state when the function draws.
+  std::vector<Tensor> bound(inputs.begin(), inputs.end());
+  if (t.rng_input >= 0) bound.push_back(rng_for(t));
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;
-    outs = plan.exec->run(inputs, t.params);
+    outs = plan.exec->run(bound, t.params);
   }
   auto node = make_ref<Node>();
   node->custom = plan.backward;
@@ -187,7 +197,7 @@ std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor>
     node->in_types.push_back(x.type());
   }
   for (const ir::SavedValue& s : plan.saved) {
-    const Tensor& x = s.kind == ir::SavedValue::Arg     ? inputs[s.index]
+    const Tensor& x = s.kind == ir::SavedValue::Arg     ? bound[s.index]
                       : s.kind == ir::SavedValue::Param ? t.params[s.index]
                                                         : outs[s.index];
     // Without history: a saved result would otherwise hold its own node alive.
@@ -245,7 +255,11 @@ ir::Graph fused(ir::Graph g, const std::string& name) {
 ir::Graph make_differentiable(Plan& plan, ir::Graph joint) {
   const Trace& t = plan.trace;
   for (ir::Node& n : joint.nodes) n.grad = false;
-  ir::Partition part = ir::partition(joint, t.num_args, t.num_results);
+  // The joint's inputs: the arguments, the generator's state (if the function draws), then
+  // the results' gradients.
+  size_t leading = t.num_args + (t.rng_input >= 0);
+  KILN_ASSERT(t.rng_input < 0 || static_cast<size_t>(t.rng_input) == t.num_args);
+  ir::Partition part = ir::partition(joint, leading, t.num_results);
   plan.saved = part.saved;
   for (const ir::SavedValue& s : part.saved)
     if (s.kind == ir::SavedValue::Computed) {
@@ -253,7 +267,7 @@ ir::Graph make_differentiable(Plan& plan, ir::Graph joint) {
       plan.saved_bytes += static_cast<size_t>(type.shape.product()) * dtype_size(type.dtype);
     }
   std::vector<TensorType> result_types;
-  for (size_t k = 0; k < t.diff_results.size(); ++k) result_types.push_back(joint.type(joint.inputs[t.num_args + k]));
+  for (size_t k = 0; k < t.diff_results.size(); ++k) result_types.push_back(joint.type(joint.inputs[leading + k]));
   std::vector<int> wrt_output;
   for (const Trace::Wrt& w : t.wrt) wrt_output.push_back(w.output < 0 ? -1 : w.output - static_cast<int>(t.num_results));
   if (log_enabled(LogTopic::Jit))

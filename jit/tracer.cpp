@@ -136,6 +136,7 @@ class Tracer final : public Recorder {
     for (uint32_t v : g.inputs)
       if (!grads.count(v)) kept.push_back(v);
     g.inputs = std::move(kept);
+    if (rng_.defined()) t_.rng_input = static_cast<int>(std::find(g.inputs.begin(), g.inputs.end(), value_[rng_.impl()]) - g.inputs.begin());
     t_.grad_inputs.clear();
     std::fill(t_.grad_guard.begin(), t_.grad_guard.end(), int8_t{-1});
     t_.joint = true;
@@ -194,6 +195,23 @@ class Tracer final : public Recorder {
   }
 
   void on_new_storage(const Storage* s) override { literal_.insert(s); }
+
+  // The first draw makes the generator's state an input; each draw reads it at the counter
+  // where the draws before it in the function end.
+  Tensor random_state(int64_t n) override {
+    ir::Graph& g = t_.graph;
+    if (!rng_.defined()) {
+      rng_ = Tensor::placeholder(TensorType{DType::I64, {2}});
+      uint32_t v = g.add_value(rng_.type());
+      t_.rng_input = static_cast<int>(g.inputs.size());
+      g.inputs.push_back(v);
+      value_[rng_.impl()] = v;
+      keep_.push_back(rng_);
+    }
+    Tensor s = t_.rng_draws == 0 ? rng_ : rng_ + from_vector<int64_t>({0, t_.rng_draws});
+    t_.rng_draws += n;
+    return s;
+  }
 
   std::string describe(const TensorImpl* t) override {
     auto it = value_.find(t);
@@ -322,6 +340,7 @@ class Tracer final : public Recorder {
   std::unordered_set<const TensorImpl*> args_;                   // the arguments' placeholders
   std::vector<Tensor> arg_tensors_;                              // the same, in order
   std::vector<Tensor> joint_grads_;  // differentiate(): per Trace::wrt, its traced gradient
+  Tensor rng_;                       // the generator's state, once the function draws
   std::unordered_set<uint32_t> stale_;  // views and aliases of values since written in place
   std::unordered_map<const TensorImpl*, std::string> names_;     // names for captured tensors
   std::vector<Tensor> keep_;  // every handle seen, so no TensorImpl address is reused meanwhile

@@ -29,9 +29,15 @@ struct Trace {
   /// The function called backward() (consuming its graph): a call runs untaped and fused, and
   /// its results carry no gradient history.
   bool ran_backward = false;
+  /// The function draws random numbers (rand, randn, bernoulli, dropout): graph.inputs
+  /// [rng_input] is the generator's state, bound at each call to random_state(rng_draws), so
+  /// a call draws what the function would eagerly and advances the generator as much.
+  int rng_input = -1;
+  int64_t rng_draws = 0;
   /// A joint trace (trace_function with `differentiate`, of a function without side effects
   /// whose results need gradients): the function's backward was traced after it.
-  /// graph.inputs[num_args + k] is the gradient of result diff_results[k]; the outputs after
+  /// graph.inputs[num_args + k] (after the generator's state when there is one) is the
+  /// gradient of result diff_results[k]; the outputs after
   /// the results are the gradients of `wrt`'s tensors that the results reach.
   bool joint = false;
   std::vector<size_t> diff_results;

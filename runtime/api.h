@@ -42,6 +42,10 @@ Tensor from_blob(void* data, const Dims& shape, DType dtype,
 
 // ---- random (Philox 4x32-10: the same stream on every device for the same seed) --------------
 void manual_seed(uint64_t seed);
+/// The generator's state for a draw of n numbers, an i64[2] tensor (seed, first counter),
+/// advancing the generator past them. The random ops (rand, randn) take it as their operand,
+/// so a traced function that draws gets one per call (jit binds it) and draws anew each time.
+Tensor random_state(int64_t n);
 Tensor rand(const Dims& shape, DType dtype = f32);   // uniform [0, 1)
 Tensor randn(const Dims& shape, DType dtype = f32);  // standard normal
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64);  // [low, high)

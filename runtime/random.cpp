@@ -1,12 +1,15 @@
 // runtime/random.cpp -- Philox 4x32-10 random numbers. Element i of a draw uses counter
 // (offset + i) under key (seed), so the stream is the same on any device and any number of
-// threads, and a draw of n elements advances the offset by n.
+// threads, and a draw of n elements advances the offset by n. rand and randn are ops whose
+// operand is that state (seed, offset) for the draw, so a traced function draws as eagerly.
 #include <atomic>
 #include <cmath>
 #include <numeric>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/ops/defs.h"
+#include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 #include "runtime/recorder.h"
 
@@ -53,13 +56,23 @@ Generator& gen() {
 
 // Reserves n counters; returns (seed, first counter).
 std::pair<uint64_t, uint64_t> reserve(int64_t n) {
-  // A draw while tracing would become a constant, replayed on every call: refuse it rather
-  // than silently repeat the same "random" numbers.
-  KILN_CHECK(!active_recorder(),
-             "random: drawing random numbers inside a traced function is not supported yet (the "
-             "trace would replay one draw on every call); draw outside and pass the tensor in, "
-             "e.g. a dropout mask");
   return {gen().seed.load(), gen().offset.fetch_add(static_cast<uint64_t>(n))};
+}
+
+// For draws that are no ops (randint, randperm): while tracing they would become a constant,
+// replayed on every call, so they refuse.
+std::pair<uint64_t, uint64_t> reserve_eagerly(int64_t n, const char* op) {
+  KILN_CHECK(!active_recorder(),
+             "{}: drawing inside a traced function is not supported (the trace would replay one "
+             "draw on every call); draw outside and pass the tensor in (rand, randn, bernoulli "
+             "and dropout do work inside a trace)", op);
+  return reserve(n);
+}
+
+// The state operand of a draw of n numbers: a graph value while tracing, else reserved now.
+Tensor state_for(int64_t n) {
+  if (Recorder* r = active_recorder()) return r->random_state(n);
+  return random_state(n);
 }
 
 inline double uniform53(const Philox& r) {  // [0, 1) with 53 random bits
@@ -67,20 +80,74 @@ inline double uniform53(const Philox& r) {  // [0, 1) with 53 random bits
   return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1p-53;
 }
 
-// Fills a fresh f64 tensor with fn(philox(counter_i)) and converts it to dtype.
-template <class F> Tensor draw(const Dims& shape, DType dtype, F fn) {
-  Tensor t = empty(shape, DType::F64);
+// Writes fn(philox(counter_i)) into out (via f64 unless out is f64), for the draw whose state
+// operand is `state` (seed, first counter).
+template <class F> void draw_into(const Tensor& state, const Tensor& out, F fn) {
+  std::vector<int64_t> st = state.contiguous().to_vector<int64_t>();
+  uint64_t seed = static_cast<uint64_t>(st[0]), base = static_cast<uint64_t>(st[1]);
+  Tensor t = out.dtype() == DType::F64 ? out : empty(out.shape(), DType::F64);
   int64_t n = t.numel();
-  auto reserved = reserve(n);  // not a structured binding: clang 14 can't capture those
-  uint64_t seed = reserved.first, base = reserved.second;
   double* p = t.data<double>();
   parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) p[i] = fn(philox(base + static_cast<uint64_t>(i), seed));
   });
-  return t.to(dtype);
+  if (t.impl() != out.impl()) copy_into(t, out);
+}
+
+// rand: keep only as many bits as the dtype's significand holds: rounding 53 bits to nearest
+// would turn values just below 1 into 1.
+double uniform_in(DType dtype, const Philox& r) {
+  int bits = dtype == DType::F64 ? 53 : dtype == DType::F32 ? 24 : dtype == DType::F16 ? 11 : 8;
+  double scale = std::ldexp(1.0, bits);
+  return std::floor(uniform53(r) * scale) / scale;
+}
+
+// randn: Box-Muller on two independent uniforms; 1 - u keeps the log finite.
+double normal(const Philox& r) {
+  double u1 = 1.0 - static_cast<double>(r.c[2]) * 0x1p-32;
+  double u2 = uniform53(r);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+TensorType draw_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
+  KILN_CHECK(in.size() == 1 && in[0].dtype() == DType::I64 && in[0].shape() == Dims{2},
+             "{}: the operand must be the generator state, i64[2] (seed, offset), got {}", op_name(id),
+             in.empty() ? std::string("nothing") : in[0].type().str());
+  KILN_CHECK(is_float(a.dtype), "{}: dtype must be a float type, got {}", op_name(id), dtype_name(a.dtype));
+  for (int64_t d : a.shape)
+    KILN_CHECK(d >= 0, "{}: shape {} has a negative size", op_name(id), shape_str(a.shape));
+  return {a.dtype, a.shape, in[0].device()};
+}
+
+void rand_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  draw_into(in[0], out, [dtype = a.dtype](const Philox& r) { return uniform_in(dtype, r); });
+}
+
+void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { draw_into(in[0], out, normal); }
+
+Tensor draw(OpId id, const Dims& shape, DType dtype) {
+  Attrs a;
+  a.shape = shape;
+  a.dtype = dtype;
+  return apply(id, {state_for(shape.product())}, a);
 }
 
 }  // namespace
+
+const OpDef defs::Rand{.infer = draw_rule, .cpu = rand_cpu, .differentiable = false, .saves = 0,
+                       .attrs = kAttrShape | kAttrDType};
+const OpDef defs::Randn{.infer = draw_rule, .cpu = randn_cpu, .differentiable = false, .saves = 0,
+                        .attrs = kAttrShape | kAttrDType};
+
+Tensor Recorder::random_state(int64_t) {
+  throw Error("random: this recorder does not trace random draws");
+}
+
+Tensor random_state(int64_t n) {
+  KILN_CHECK(n >= 0, "random_state: negative draw size {}", n);
+  auto [seed, base] = reserve(n);
+  return from_vector<int64_t>({static_cast<int64_t>(seed), static_cast<int64_t>(base)});
+}
 
 void manual_seed(uint64_t seed) {
   gen().seed.store(seed);
@@ -89,22 +156,12 @@ void manual_seed(uint64_t seed) {
 
 Tensor rand(const Dims& shape, DType dtype) {
   KILN_CHECK(is_float(dtype), "rand: dtype must be a float type, got {}", dtype_name(dtype));
-  // Keep only as many bits as the dtype's significand holds: rounding 53 bits to nearest would
-  // turn values just below 1 into 1.
-  int bits = dtype == DType::F64 ? 53 : dtype == DType::F32 ? 24 : dtype == DType::F16 ? 11 : 8;
-  double scale = std::ldexp(1.0, bits);
-  return draw(shape, dtype,
-              [scale](const Philox& r) { return std::floor(uniform53(r) * scale) / scale; });
+  return draw(OpId::Rand, shape, dtype);
 }
 
 Tensor randn(const Dims& shape, DType dtype) {
   KILN_CHECK(is_float(dtype), "randn: dtype must be a float type, got {}", dtype_name(dtype));
-  return draw(shape, dtype, [](const Philox& r) {
-    // Box-Muller on two independent uniforms; 1 - u keeps the log finite.
-    double u1 = 1.0 - static_cast<double>(r.c[2]) * 0x1p-32;
-    double u2 = uniform53(r);
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  });
+  return draw(OpId::Randn, shape, dtype);
 }
 
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
@@ -112,7 +169,7 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
   uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);  // may exceed 2^63
   Tensor t = empty(shape, DType::I64);
   int64_t n = t.numel();
-  auto [seed, base] = reserve(n);
+  auto [seed, base] = reserve_eagerly(n, "randint");
   int64_t* p = t.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     Philox r = philox(base + static_cast<uint64_t>(i), seed);
@@ -124,7 +181,8 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
 
 Tensor bernoulli(const Dims& shape, double prob, DType dtype) {
   KILN_CHECK(prob >= 0 && prob <= 1, "bernoulli: p must be in [0, 1], got {}", prob);
-  return draw(shape, dtype, [prob](const Philox& r) { return uniform53(r) < prob ? 1.0 : 0.0; });
+  // rand's f64 draws are uniform53 exactly: 1 where it falls below prob.
+  return (rand(shape, DType::F64) < prob).to(dtype);
 }
 
 Tensor bernoulli(const Tensor& p) {
@@ -138,7 +196,7 @@ Tensor randperm(int64_t n) {
   KILN_CHECK(n >= 0 && n <= (int64_t{1} << 40), "randperm: n must be in [0, 2^40], got {}", n);
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
-  auto [seed, base] = reserve(n);
+  auto [seed, base] = reserve_eagerly(n, "randperm");
   for (int64_t i = n - 1; i > 0; --i) {
     Philox r = philox(base + static_cast<uint64_t>(i), seed);
     uint64_t bits = (uint64_t{r.c[0]} << 32) | r.c[1];

@@ -27,6 +27,9 @@ class Recorder {
   /// backward() ran and consumed the graph (no retain_graph, no create_graph): the traced
   /// function used up its own gradients, so a call needs no tape of its own.
   virtual void on_backward() {}
+  /// The generator's state for a draw of n numbers inside the trace (a value of the graph,
+  /// i64[2]); without an override, drawing while recording throws.
+  virtual Tensor random_state(int64_t n);
   /// What `t` is in the trace, for error messages ("the result of sum at train.cpp:12").
   virtual std::string describe(const TensorImpl* t) = 0;
 };

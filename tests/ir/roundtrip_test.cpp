@@ -144,9 +144,20 @@ graph @step(%0: f32[B,784]) params(%1: f32[784,10] "fc.w", %2: f32[10], %3: f32[
 
 const char* const kEmpty = "\ngraph @empty() -> () {\n  return\n}\n";
 
+// Random draws read the generator's state (seed, offset) as their operand.
+const char* const kDraws = R"(
+graph @draws(%0: i64[2]) -> (f32[2,3], f64[4]) {
+  %1 = rand %0 {shape=[2,3], dtype=f32} : f32[2,3]
+  %2 = add %0, 6 : i64[2]
+  %3 = randn %2 {shape=[4], dtype=f64} : f64[4]
+  return %1, %3
+}
+)";
+
 // Each text starts after its raw string's first newline.
 const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kMovement + 1,
-                                          kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1};
+                                          kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1,
+                                          kDraws + 1};
 
 TEST(RoundTrip, PrintsBackTheTextItParsed) {
   for (const char* text : kGraphs) {
