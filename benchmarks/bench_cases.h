@@ -6,6 +6,7 @@
 
 #include <kiln/kiln.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 #include "examples/digits_net.h"
@@ -138,6 +139,57 @@ inline const std::string kBlockName = "resnet_block_train_step[8]";
 /// The block's conv FLOPs per step: both forwards, both weight gradients, and conv2's input
 /// gradient (the block's input needs none).
 inline double block_step_flops() { return 5 * kBlockConv.flops(false); }
+
+// ---- whole training steps four ways (step_bench.cpp, torch_step_bench.cpp): eager ("kiln"),
+// compiled forward and backward ("jit_bwd": loss = fast(x, y); loss.backward(); opt.step()),
+// the whole step traced ("jit": fast(x, y) also runs backward and the update), LibTorch eager.
+
+/// MLP 784-256-10 with ReLU, cross-entropy, SGD(0.01).
+inline std::string mlp_step_name(int64_t batch) { return "mlp_train_step[" + std::to_string(batch) + "]"; }
+/// The step's GEMM FLOPs: both layers forward and their weight gradients, and fc2's input
+/// gradient (the images need none).
+inline double mlp_step_flops(int64_t n) {
+  double fc1 = 2.0 * double(n) * 784 * 256, fc2 = 2.0 * double(n) * 256 * 10;
+  return 2 * fc1 + 3 * fc2;
+}
+
+/// A pre-norm transformer encoder block with token embedding and a vocabulary head, trained on
+/// next-token cross-entropy with AdamW(1e-3): vocab 256, d 256, 8 heads, MLP 1024 (gelu),
+/// dropout 0.1 after attention's softmax and on both residual branches; batch 16, seq 128.
+struct EncoderBlock : nn::Module {
+  static constexpr int64_t kVocab = 256, kDim = 256, kHeads = 8, kHidden = 1024, kBatch = 16, kSeq = 128;
+  static constexpr double kDropout = 0.1;
+  nn::Embedding embed{kVocab, kDim};
+  nn::LayerNorm ln1{{kDim}}, ln2{{kDim}}, ln_f{{kDim}};
+  nn::Linear qkv{kDim, 3 * kDim}, proj{kDim, kDim}, fc1{kDim, kHidden}, fc2{kHidden, kDim}, head{kDim, kVocab};
+  EncoderBlock() {
+    register_module("embed", embed);
+    register_module("ln1", ln1);
+    register_module("qkv", qkv);
+    register_module("proj", proj);
+    register_module("ln2", ln2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("ln_f", ln_f);
+    register_module("head", head);
+  }
+  Tensor attention(const Tensor& x) {
+    int64_t b = x.shape()[0], t = x.shape()[1], dh = kDim / kHeads;
+    Tensor q = qkv(x);  // [b, t, 3d]
+    auto heads = [&](int64_t i) { return q.narrow(-1, i * kDim, kDim).reshape({b, t, kHeads, dh}).permute({0, 2, 1, 3}); };
+    Tensor scores = matmul(heads(0), heads(1).transpose(-2, -1)) * (1.0 / std::sqrt(double(dh)));
+    Tensor a = nn::dropout(softmax(scores, -1), kDropout, is_training());
+    return proj(matmul(a, heads(2)).permute({0, 2, 1, 3}).reshape({b, t, kDim}));
+  }
+  /// Logits [batch, seq, vocab].
+  Tensor operator()(const Tensor& tokens) {
+    Tensor x = embed(tokens);
+    x = x + nn::dropout(attention(ln1(x)), kDropout, is_training());
+    x = x + nn::dropout(fc2(gelu(fc1(ln2(x)))), kDropout, is_training());
+    return head(ln_f(x));
+  }
+};
+inline const std::string kEncoderName = "transformer_block_train_step[16x128]";
 
 /// One implementation's training-kernel cases (train_bench.cpp for kiln, torch_train_bench.cpp
 /// for LibTorch): the same cases under the same names, registered in one order.

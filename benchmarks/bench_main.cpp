@@ -21,7 +21,7 @@
 namespace {
 
 struct Row {
-  double ns = 0, bytes_per_s = 0, flops_per_s = 0;
+  double ns = 0, bytes_per_s = 0, flops_per_s = 0, peak_mb = -1;
   bool reads_only = false;  // a copy loop counting only the bytes it reads
 };
 
@@ -42,6 +42,7 @@ class TableReporter : public benchmark::ConsoleReporter {
       row.ns = r.GetAdjustedRealTime();  // in the benchmark's time unit; we use ns everywhere
       if (auto it = r.counters.find("bytes_per_second"); it != r.counters.end()) row.bytes_per_s = it->second;
       if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) row.flops_per_s = it->second;
+      if (auto it = r.counters.find("peak_MB"); it != r.counters.end()) row.peak_mb = it->second;
       row.reads_only = r.report_label == kiln::bench::kReadsOnly;
       // With --benchmark_repetitions the table shows each impl's median repetition.
       std::vector<Row>& reps = runs_[c][impl];
@@ -56,7 +57,7 @@ class TableReporter : public benchmark::ConsoleReporter {
   // one, the slowest copy from memory), and the FLOP rates of the fastest kiln and LibTorch
   // impls.
   void Print() const {
-    static const char* kImpls[] = {"kiln", "kiln_op", "jit", "torch", "torch_op", "onednn"};
+    static const char* kImpls[] = {"kiln", "kiln_op", "jit_bwd", "jit", "torch", "torch_op", "onednn"};
     double any_copy = 0;  // the slowest copy: the one memory (not a cache) bounds
     for (const auto& [c, impls] : rows_)
       if (auto it = impls.find("copy"); it != impls.end() && it->second.bytes_per_s > 0 &&
@@ -95,7 +96,9 @@ class TableReporter : public benchmark::ConsoleReporter {
       fmt::print(" {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}\n", jk, bt, rate(best_bw), frac, rate(best_flops),
                  rate(torch_flops));
     }
-    fmt::print("\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels),\n"
+    fmt::print("\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels; a\n"
+               "training step traced whole), jit_bwd = a traced loss and its compiled backward, then the\n"
+               "optimizer eagerly,\n"
                "torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own op (TorchScript\n"
                "for call_cached), onednn = Debian's oneDNN called directly on its own OpenMP threads,\n"
                "NCHW in and out (for reference: kiln runs it inside, one single-threaded call per block).\n"
@@ -109,6 +112,7 @@ class TableReporter : public benchmark::ConsoleReporter {
       if (auto it = rows_.at(c).find("copy"); it != rows_.at(c).end() && it->second.reads_only)
         fmt::print("{}: the copy loop reads {:.1f} GB/s (and writes as much)\n", c, it->second.bytes_per_s / 1e9);
     print_gemm_reference();
+    print_step_memory();
     fmt::print("kiln SIMD: {}; threads: {}\n", kiln_isa(), kiln::num_threads());
 #ifdef KILN_HAVE_TORCH
     const char* wait = std::getenv("OMP_WAIT_POLICY");
@@ -133,6 +137,27 @@ class TableReporter : public benchmark::ConsoleReporter {
         fmt::print("{}: {} convs at {:.1f} GFLOP/s, {:.0f}% of matmul_1024's {:.1f} GFLOP/s\n", impl,
                    kiln::bench::kBlockName, block / 1e9, 100 * block / gemm, gemm / 1e9);
     }
+  }
+
+  // Training steps: each kiln way's peak memory per step, and the MLP's GEMM limit.
+  void print_step_memory() const {
+    for (const std::string& c : order_) {
+      std::string line;
+      for (const char* impl : {"kiln", "jit_bwd", "jit"})
+        if (auto it = rows_.at(c).find(impl); it != rows_.at(c).end() && it->second.peak_mb >= 0)
+          line += fmt::format(" {} {:.1f} MB,", impl, it->second.peak_mb);
+      if (!line.empty()) fmt::print("{}: peak memory per step:{}\n", c, line.substr(0, line.size() - 1));
+    }
+    auto mm = rows_.find("matmul_1024");
+    auto mlp = rows_.find(kiln::bench::mlp_step_name(256));
+    if (mm == rows_.end() || mlp == rows_.end() || !mm->second.count("kiln")) return;
+    double gemm = mm->second.at("kiln").flops_per_s;
+    double limit_ns = kiln::bench::mlp_step_flops(256) / gemm * 1e9;
+    for (const char* impl : {"kiln", "jit_bwd", "jit"})
+      if (auto it = mlp->second.find(impl); it != mlp->second.end() && gemm > 0)
+        fmt::print("{} {}: {:.2f}x its GEMM limit ({:.2f} GFLOP at matmul_1024's {:.1f} GFLOP/s: {:.2f} ms)\n",
+                   mlp->first, impl, it->second.ns / limit_ns, kiln::bench::mlp_step_flops(256) / 1e9, gemm / 1e9,
+                   limit_ns / 1e6);
   }
 
   std::map<std::string, std::map<std::string, Row>> rows_;               // the median repetition

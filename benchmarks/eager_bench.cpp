@@ -84,23 +84,6 @@ void BM_AddTinyGrad(benchmark::State& s) {
 BENCHMARK(BM_AddTinyGrad)->Name("add_tiny_taped[1]/kiln")->Arg(1);
 BENCHMARK(BM_AddTinyGrad)->Name("add_tiny_taped[64]/kiln")->Arg(64);
 
-// MLP 784-256-10: forward, cross-entropy, backward, SGD update.
-void BM_MlpStep(benchmark::State& s) {
-  int64_t batch = s.range(0);
-  nn::Linear fc1(784, 256), fc2(256, 10);
-  std::vector<Tensor> params = {fc1.weight, fc1.bias, fc2.weight, fc2.bias};
-  optim::SGD opt(params, 0.01);
-  Tensor x = randn({batch, 784}), y = randint(0, 10, {batch});
-  auto step = [&] {
-    Tensor loss = cross_entropy(fc2(relu(fc1(x))), y);
-    opt.zero_grad();
-    loss.backward();
-    opt.step();
-  };
-  step();
-  for (auto _ : s) step();
-}
-BENCHMARK(BM_MlpStep)->Name("mlp_train_step[64]/kiln")->Arg(64)->UseRealTime();
-BENCHMARK(BM_MlpStep)->Name("mlp_train_step[256]/kiln")->Arg(256)->UseRealTime();
+// The MLP training step: step_bench.cpp.
 
 }  // namespace

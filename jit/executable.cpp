@@ -206,6 +206,9 @@ struct Executable::Impl {
   std::vector<std::pair<size_t, uint32_t>> assigns;  // (param index, value)
   std::vector<char> bound_output;                    // per output: an input or param itself
   std::vector<const ir::Node*> consts;
+  // Per node, the values nothing reads after it (and no output or assign keeps): run() drops
+  // them there, so an eager op's result is freed after its last reader, not at the end.
+  std::vector<std::vector<uint32_t>> drop_after;
   // Memory plan: byte offset in the workspace per value, -1 when allocated on its own.
   std::vector<int64_t> offset;
   size_t workspace = 0;
@@ -398,6 +401,19 @@ Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
   std::unordered_set<uint32_t> bound(m.g.inputs.begin(), m.g.inputs.end());
   bound.insert(m.g.params.begin(), m.g.params.end());
   for (uint32_t v : m.g.outputs) m.bound_output.push_back(bound.count(v) ? 1 : 0);
+  std::vector<int64_t> last(m.g.types.size(), -1);
+  std::vector<char> kept(m.g.types.size(), 0);
+  for (uint32_t v : m.g.outputs) kept[v] = 1;
+  for (size_t i = 0; i < m.g.nodes.size(); ++i) {
+    const ir::Node& n = m.g.nodes[i];
+    if (n.kind == ir::NodeKind::Assign) kept[n.inputs[1]] = 1;
+    for (uint32_t v : n.inputs) last[v] = static_cast<int64_t>(i);
+    for (uint32_t v : ir::defined_values(n))
+      if (last[v] < 0) last[v] = static_cast<int64_t>(i);  // read by nothing: dropped at once
+  }
+  m.drop_after.resize(m.g.nodes.size());
+  for (uint32_t v = 0; v < last.size(); ++v)
+    if (last[v] >= 0 && !kept[v]) m.drop_after[static_cast<size_t>(last[v])].push_back(v);
   m.plan_memory();
 }
 
@@ -443,6 +459,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
         break;
       }
     }
+    for (uint32_t v : m.drop_after[i]) vals[v] = Tensor();
   }
   // Outputs that are arguments or params themselves hold the value from before the assigns.
   std::vector<Tensor> out(g.outputs.size());

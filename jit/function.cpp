@@ -289,7 +289,12 @@ struct Function::State {
   std::string name;
   ParamNames names;
   std::mutex mu;
-  std::list<std::pair<Signature, std::shared_ptr<Plan>>> lru;  // most recent first
+  // Per signature, its plans, most recent first: more than one where the captured tensors'
+  // state the guards check differs between calls (gradients accumulated across calls are
+  // undefined on the first call of each step and defined on the next).
+  using Plans = std::vector<std::shared_ptr<Plan>>;
+  static constexpr size_t kVariants = 4;
+  std::list<std::pair<Signature, Plans>> lru;  // most recent first
   std::unordered_map<Signature, decltype(lru)::iterator, SignatureHash> index;
   size_t limit = 64;
   Stats stats;
@@ -320,9 +325,15 @@ struct Function::State {
     plan->exec = std::make_unique<Executable>(std::move(g));
     std::lock_guard<std::mutex> lock(mu);
     ++stats.traces;
-    if (auto it = index.find(key); it != index.end()) lru.erase(it->second);
-    lru.emplace_front(key, plan);
-    index[key] = lru.begin();
+    if (auto it = index.find(key); it != index.end()) {
+      Plans& plans = it->second->second;
+      plans.insert(plans.begin(), plan);
+      if (plans.size() > kVariants) plans.pop_back();
+      lru.splice(lru.begin(), lru, it->second);
+    } else {
+      lru.emplace_front(key, Plans{plan});
+      index[key] = lru.begin();
+    }
     while (lru.size() > limit) {
       index.erase(lru.back().first);
       lru.pop_back();
@@ -347,15 +358,20 @@ std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> input
   std::string why;
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    const Function::State::Plans* plans = nullptr;
     if (!s.lru.empty() && s.lru.front().first == key) {
-      plan = s.lru.front().second;  // the common case: the same signature as the call before
+      plans = &s.lru.front().second;  // the common case: the same signature as the call before
     } else if (auto it = s.index.find(key); it != s.index.end()) {
-      plan = it->second->second;
+      plans = &it->second->second;
       s.lru.splice(s.lru.begin(), s.lru, it->second);
     }
-    if (plan && !guards_hold(*plan)) {
-      plan.reset();
-      why = "a captured tensor's grad() or requires_grad changed";
+    if (plans) {
+      for (const auto& p : *plans)
+        if (guards_hold(*p)) {
+          plan = p;
+          break;
+        }
+      if (!plan) why = "a captured tensor's grad() or requires_grad changed";
     }
     if (plan) {
       ++s.stats.hits;

@@ -92,6 +92,11 @@ class CachingCpuAllocator final : public Allocator {
     return s;
   }
 
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_in_use = stats_.in_use;
+  }
+
   void set_cache_limit(int64_t bytes) override {
     {
       std::lock_guard<std::mutex> lock(mu_);

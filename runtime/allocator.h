@@ -25,6 +25,8 @@ class Allocator {
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* p, size_t nbytes) = 0;
   virtual AllocatorStats stats() const = 0;
+  /// Restarts peak_in_use from in_use (to measure the peak of one stretch of work).
+  virtual void reset_peak() = 0;
   /// Returns every cached block to the system.
   virtual void empty_cache() = 0;
   /// Caps the bytes kept for reuse (0: keep nothing, every free goes to the system).

@@ -2,6 +2,7 @@
 // (offset + i) under key (seed), so the stream is the same on any device and any number of
 // threads, and a draw of n elements advances the offset by n. rand and randn are ops whose
 // operand is that state (seed, offset) for the draw, so a traced function draws as eagerly.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 #include "runtime/recorder.h"
+#include "runtime/simd/kernels.h"
 
 namespace kiln {
 namespace {
@@ -20,29 +22,15 @@ struct Philox {
   uint32_t c[4];
 };
 
-inline void mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
-  uint64_t p = uint64_t{a} * b;
-  *hi = static_cast<uint32_t>(p >> 32);
-  *lo = static_cast<uint32_t>(p);
-}
-
-Philox philox(uint64_t counter, uint64_t key) {
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
-  uint32_t c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int r = 0; r < 10; ++r) {
-    uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(0xD2511F53u, c0, &hi0, &lo0);
-    mulhilo(0xCD9E8D57u, c2, &hi1, &lo1);
-    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+// The 64 random bits of counter first + i (c0, c1), for i in [0, n), in blocks.
+template <class F> void for_each_bits(uint64_t seed, uint64_t first, int64_t n, F fn) {
+  constexpr int64_t kBlock = 256;
+  Philox r[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    int64_t m = std::min(kBlock, n - i0);
+    simd::kernels().philox(seed, first + static_cast<uint64_t>(i0), m, r[0].c);
+    for (int64_t i = 0; i < m; ++i) fn(i0 + i, (uint64_t{r[i].c[0]} << 32) | r[i].c[1]);
   }
-  return {{c0, c1, c2, c3}};
 }
 
 struct Generator {
@@ -88,18 +76,23 @@ template <class F> void draw_into(const Tensor& state, const Tensor& out, F fn) 
   Tensor t = out.dtype() == DType::F64 ? out : empty(out.shape(), DType::F64);
   int64_t n = t.numel();
   double* p = t.data<double>();
-  parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) p[i] = fn(philox(base + static_cast<uint64_t>(i), seed));
+  simd::PhiloxFn words = simd::kernels().philox;
+  constexpr int64_t kBlock = 1024;
+  parallel_for(0, (n + kBlock - 1) / kBlock, 16, [&](int64_t b, int64_t e) {
+    Philox r[kBlock];
+    for (int64_t blk = b; blk < e; ++blk) {
+      int64_t i0 = blk * kBlock, m = std::min(kBlock, n - i0);
+      words(seed, base + static_cast<uint64_t>(i0), m, r[0].c);
+      for (int64_t i = 0; i < m; ++i) p[i0 + i] = fn(r[i]);
+    }
   });
   if (t.impl() != out.impl()) copy_into(t, out);
 }
 
 // rand: keep only as many bits as the dtype's significand holds: rounding 53 bits to nearest
-// would turn values just below 1 into 1.
-double uniform_in(DType dtype, const Philox& r) {
-  int bits = dtype == DType::F64 ? 53 : dtype == DType::F32 ? 24 : dtype == DType::F16 ? 11 : 8;
-  double scale = std::ldexp(1.0, bits);
-  return std::floor(uniform53(r) * scale) / scale;
+// would turn values just below 1 into 1 (f64 keeps all 53).
+int uniform_bits(DType dtype) {
+  return dtype == DType::F64 ? 53 : dtype == DType::F32 ? 24 : dtype == DType::F16 ? 11 : 8;
 }
 
 // randn: Box-Muller on two independent uniforms; 1 - u keeps the log finite.
@@ -120,7 +113,10 @@ TensorType draw_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
 }
 
 void rand_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  draw_into(in[0], out, [dtype = a.dtype](const Philox& r) { return uniform_in(dtype, r); });
+  int bits = uniform_bits(a.dtype);
+  if (bits == 53) return draw_into(in[0], out, uniform53);
+  double scale = std::ldexp(1.0, bits), inv = 1.0 / scale;
+  draw_into(in[0], out, [scale, inv](const Philox& r) { return std::floor(uniform53(r) * scale) * inv; });
 }
 
 void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { draw_into(in[0], out, normal); }
@@ -171,11 +167,9 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
   int64_t n = t.numel();
   auto [seed, base] = reserve_eagerly(n, "randint");
   int64_t* p = t.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    Philox r = philox(base + static_cast<uint64_t>(i), seed);
-    uint64_t bits = (uint64_t{r.c[0]} << 32) | r.c[1];
+  for_each_bits(seed, base, n, [&](int64_t i, uint64_t bits) {
     p[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + bits % range);
-  }
+  });
   return t.to(dtype);
 }
 
@@ -197,10 +191,14 @@ Tensor randperm(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
   auto [seed, base] = reserve_eagerly(n, "randperm");
-  for (int64_t i = n - 1; i > 0; --i) {
-    Philox r = philox(base + static_cast<uint64_t>(i), seed);
-    uint64_t bits = (uint64_t{r.c[0]} << 32) | r.c[1];
-    std::swap(v[i], v[bits % static_cast<uint64_t>(i + 1)]);
+  // Fisher-Yates from the top: position i swaps with one at or below it, drawn by counter i.
+  constexpr int64_t kBlock = 4096;
+  std::vector<uint64_t> bits(kBlock);
+  for (int64_t hi = n; hi > 1; hi -= kBlock) {
+    int64_t lo = std::max<int64_t>(1, hi - kBlock);
+    for_each_bits(seed, base + static_cast<uint64_t>(lo), hi - lo, [&](int64_t k, uint64_t b) { bits[k] = b; });
+    for (int64_t i = hi - 1; i >= lo; --i)
+      std::swap(v[i], v[bits[i - lo] % static_cast<uint64_t>(i + 1)]);
   }
   return from_vector(v);
 }

@@ -28,8 +28,13 @@ using ReduceRowFn = void (*)(int64_t n, const void* x, void* acc);
 using ReduceColsFn = void (*)(int64_t rows, int64_t cols, const void* x, int64_t row_stride,
                               void* acc);
 
+/// Philox 4x32-10 (runtime/random.cpp's generator): the four words of counters first ..
+/// first + n - 1 under key `seed`, four per counter, into out.
+using PhiloxFn = void (*)(uint64_t seed, uint64_t first, int64_t n, uint32_t* out);
+
 struct KernelTable {
   const char* isa = "";
+  PhiloxFn philox = nullptr;
   PointwiseFn pointwise[kNumOps][kNumDTypes] = {};          // null: op doesn't compute in dtype
   ReduceRowFn reduce_row[kNumReduceKinds][kNumDTypes] = {};  // f32, f64, i64 only
   ReduceColsFn reduce_cols[kNumReduceKinds][kNumDTypes] = {};

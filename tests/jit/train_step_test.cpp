@@ -10,13 +10,16 @@ namespace {
 
 using test::expect_same;
 
+// With dropout after the hidden layer (masks drawn from the global generator, the same for
+// the eager and the traced twin when they start from the same seed).
 struct Mlp : nn::Module {
   nn::Linear fc1{4, 8}, fc2{8, 3};
+  double p = 0.25;
   Mlp() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
-  Tensor operator()(const Tensor& x) { return fc2(relu(fc1(x))); }
+  Tensor operator()(const Tensor& x) { return fc2(nn::dropout(relu(fc1(x)), p, is_training())); }
 };
 
 // Two models with the same weights: one trained eagerly, one by a traced step.
@@ -48,39 +51,93 @@ std::vector<Batch> batches(int n) {
 
 using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 
-// zero_grad_first: PyTorch's order (zero_grad, forward, backward, step); else the demo's
-// (forward, zero_grad, backward, step), where the forward sees last call's gradients. Between
-// steps the learning rate changes when `decay` is set (as a schedule would).
-void check_steps(const MakeOptimizer& make, bool zero_grad_first = true, bool decay = false) {
+// How the jit takes part in a step.
+enum class Way {
+  Traced,    // the whole step is one traced function (forward, backward, update)
+  Compiled,  // loss = fast(x, y) with a compiled backward; zero_grad, backward, step eagerly
+};
+
+struct StepOptions {
+  bool zero_grad_first = true;  // PyTorch's order; else the demo's (zero_grad after the forward)
+  bool decay = false;           // the learning rate halves between steps, as a schedule would
+  Way way = Way::Traced;
+  bool accumulate = false;      // gradients of two batches summed over two calls, then one update
+};
+
+Tensor loss_of(Mlp& net, const Tensor& x, const Tensor& y) { return cross_entropy(net(x), y); }
+
+// Steps the twins alike, eagerly and the way `o` says, with dropout on, and compares the losses,
+// the weights and the gradients after every step.
+void check_steps(const MakeOptimizer& make, StepOptions o) {
+  SCOPED_TRACE(testing::Message() << (o.way == Way::Traced ? "whole step traced" : "compiled loss")
+                                  << (o.accumulate ? ", gradients accumulated over two calls" : ""));
   manual_seed(7);
   Twins t;
   auto eager_opt = make(t.eager.parameters()), traced_opt = make(t.traced.parameters());
-  auto step = [zero_grad_first](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
-    if (zero_grad_first) opt.zero_grad();
-    Tensor loss = cross_entropy(net(x), y);
-    if (!zero_grad_first) opt.zero_grad();
+  // One call's work on one batch: the forward and backward (and, unless accumulating, the
+  // zeroing and the update), as the traced function or the eager reference does it.
+  auto call = [&o](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    if (o.accumulate) {
+      Tensor loss = loss_of(net, x, y);
+      loss.backward();
+      return loss;
+    }
+    if (o.zero_grad_first) opt.zero_grad();
+    Tensor loss = loss_of(net, x, y);
+    if (!o.zero_grad_first) opt.zero_grad();
     loss.backward();
     opt.step();
     return loss;
   };
-  std::vector<Batch> data = batches(6);
-  auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, *traced_opt, x, y); },
-                         {data[0].x, data[0].y});  // traces only: nothing trains yet
-  t.expect_same_weights();
-  for (size_t i = 0; i < data.size(); ++i) {
-    SCOPED_TRACE(testing::Message() << "step " << i);
-    if (decay && i > 0) {
+  std::vector<Batch> data = batches(8);
+  jit::Function fast =
+      o.way == Way::Traced
+          ? jit::trace([&](Tensor x, Tensor y) { return call(t.traced, *traced_opt, x, y); }, {data[0].x, data[0].y})
+          : jit::trace([&](Tensor x, Tensor y) { return loss_of(t.traced, x, y); }, {data[0].x, data[0].y});
+  t.expect_same_weights();  // tracing trains nothing
+  // The jit's version of `call`.
+  auto jit_call = [&](const Tensor& x, const Tensor& y) {
+    if (o.way == Way::Traced) return fast(x, y);
+    optim::Optimizer& opt = *traced_opt;
+    if (!o.accumulate && o.zero_grad_first) opt.zero_grad();
+    Tensor loss = fast(x, y);
+    EXPECT_EQ(loss.grad_fn_name(), "jit @fn");
+    if (!o.accumulate && !o.zero_grad_first) opt.zero_grad();
+    loss.backward();
+    if (!o.accumulate) opt.step();
+    return loss.detach();
+  };
+  for (size_t i = 0; i + 1 < data.size(); i += 2) {
+    SCOPED_TRACE(testing::Message() << "step " << i / 2);
+    if (o.decay && i > 0) {
       eager_opt->set_lr(eager_opt->lr() * 0.5);
       traced_opt->set_lr(traced_opt->lr() * 0.5);
     }
-    Tensor traced_loss = fast(data[i].x, data[i].y);
-    Tensor loss = step(t.eager, *eager_opt, data[i].x, data[i].y);
-    expect_same(traced_loss, loss);
+    size_t calls = o.accumulate ? 2 : 1;
+    std::vector<Tensor> got, want;
+    manual_seed(100 + i);  // both twins draw the same dropout masks
+    if (o.accumulate) traced_opt->zero_grad();
+    for (size_t k = 0; k < calls; ++k) got.push_back(jit_call(data[i + k].x, data[i + k].y));
+    if (o.accumulate) traced_opt->step();
+    manual_seed(100 + i);
+    if (o.accumulate) eager_opt->zero_grad();
+    for (size_t k = 0; k < calls; ++k) want.push_back(call(t.eager, *eager_opt, data[i + k].x, data[i + k].y).detach());
+    if (o.accumulate) eager_opt->step();
+    for (size_t k = 0; k < calls; ++k) expect_same(got[k], want[k]);
     t.expect_same();
   }
-  // Zeroing first, the step never reads the gradients a call starts with: one trace serves
-  // every call. Otherwise the first call (no gradients yet) and the rest differ.
-  EXPECT_EQ(fast.stats().traces, zero_grad_first ? 1 : 2);
+  // A traced step that zeroes first never reads the gradients a call starts with: one trace
+  // serves every call; otherwise the call without gradients and the ones with them differ. A
+  // compiled loss never reads them.
+  int64_t traces = o.way == Way::Compiled || (o.zero_grad_first && !o.accumulate) ? 1 : 2;
+  EXPECT_EQ(fast.stats().traces, traces);
+}
+
+// Every step check runs both ways, with and without accumulation.
+void check_steps(const MakeOptimizer& make, bool zero_grad_first = true, bool decay = false) {
+  for (Way way : {Way::Traced, Way::Compiled})
+    for (bool accumulate : {false, true})
+      check_steps(make, {.zero_grad_first = zero_grad_first, .decay = decay, .way = way, .accumulate = accumulate});
 }
 
 MakeOptimizer sgd(optim::SgdOptions options) {
@@ -150,7 +207,9 @@ TEST(TrainStep, AStepThatCallsBackwardRunsUntapedAndFused) {
   auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, traced_opt, x, y); },
                          {data[0].x, data[0].y});
   for (const Batch& b : data) {
+    manual_seed(3);
     Tensor loss = fast(b.x, b.y);
+    manual_seed(3);
     expect_same(loss, step(t.eager, eager_opt, b.x, b.y));
     t.expect_same();
     EXPECT_FALSE(loss.requires_grad());
@@ -182,7 +241,10 @@ TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
   for (const auto& [name, p] : t.traced.named_parameters()) EXPECT_FALSE(p.grad().defined()) << name;
   for (size_t i = 0; i < data.size(); ++i) {
     SCOPED_TRACE(testing::Message() << "call " << i);
-    expect_same(fast(data[i].x, data[i].y), step(t.eager, data[i].x, data[i].y));
+    manual_seed(i);
+    Tensor got = fast(data[i].x, data[i].y);
+    manual_seed(i);
+    expect_same(got, step(t.eager, data[i].x, data[i].y));
     t.expect_same();
   }
   EXPECT_EQ(fast.stats().traces, 2);  // the first call had no gradients to add to
