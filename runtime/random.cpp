@@ -1,7 +1,9 @@
-// runtime/random.cpp -- Philox 4x32-10 random numbers. Element i of a draw uses counter
-// (offset + i) under key (seed), so the stream is the same on any device and any number of
-// threads, and a draw of n elements advances the offset by n. rand and randn are ops whose
-// operand is that state (seed, offset) for the draw, so a traced function draws as eagerly.
+// runtime/random.cpp -- Philox 4x32-10 random numbers. A draw's values come from counters
+// offset, offset + 1, ... under key (seed): rand takes one 32-bit word per value (two for f64),
+// randn one counter per value, randint and randperm 64 bits of one counter per value. So the
+// stream is the same on any device and any number of threads, and a draw advances the offset by
+// the counters it used. rand and randn are ops whose operand is that state (seed, offset), so a
+// traced function draws as eagerly.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -68,31 +70,41 @@ inline double uniform53(const Philox& r) {  // [0, 1) with 53 random bits
   return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1p-53;
 }
 
-// Writes fn(philox(counter_i)) into out (via f64 unless out is f64), for the draw whose state
-// operand is `state` (seed, first counter).
-template <class F> void draw_into(const Tensor& state, const Tensor& out, F fn) {
-  std::vector<int64_t> st = state.contiguous().to_vector<int64_t>();
-  uint64_t seed = static_cast<uint64_t>(st[0]), base = static_cast<uint64_t>(st[1]);
-  Tensor t = out.dtype() == DType::F64 ? out : empty(out.shape(), DType::F64);
-  int64_t n = t.numel();
-  double* p = t.data<double>();
-  simd::PhiloxFn words = simd::kernels().philox;
-  constexpr int64_t kBlock = 1024;
-  parallel_for(0, (n + kBlock - 1) / kBlock, 16, [&](int64_t b, int64_t e) {
-    Philox r[kBlock];
-    for (int64_t blk = b; blk < e; ++blk) {
-      int64_t i0 = blk * kBlock, m = std::min(kBlock, n - i0);
-      words(seed, base + static_cast<uint64_t>(i0), m, r[0].c);
-      for (int64_t i = 0; i < m; ++i) p[i0 + i] = fn(r[i]);
-    }
-  });
-  if (t.impl() != out.impl()) copy_into(t, out);
+// How many values of `dtype` one counter's 128 bits give: rand takes a 32-bit word per value
+// (two for f64, which keeps 53 bits); randn one counter per value (Box-Muller reads three words).
+int64_t per_counter(OpId id, DType dtype) {
+  if (id == OpId::Randn) return 1;
+  return dtype == DType::F64 ? 2 : 4;
+}
+int64_t counters_for(OpId id, DType dtype, int64_t n) {
+  int64_t k = per_counter(id, dtype);
+  return (n + k - 1) / k;
 }
 
-// rand: keep only as many bits as the dtype's significand holds: rounding 53 bits to nearest
-// would turn values just below 1 into 1 (f64 keeps all 53).
-int uniform_bits(DType dtype) {
-  return dtype == DType::F64 ? 53 : dtype == DType::F32 ? 24 : dtype == DType::F16 ? 11 : 8;
+// Writes the n values of the draw whose state operand is `state` (seed, first counter) into p:
+// value c * k + j is fn(the words of counter first + c, j).
+template <class T, class F> void fill_draws(const Tensor& state, T* p, int64_t n, int64_t k, F fn) {
+  std::vector<int64_t> st = state.contiguous().to_vector<int64_t>();
+  uint64_t seed = static_cast<uint64_t>(st[0]), base = static_cast<uint64_t>(st[1]);
+  int64_t counters = (n + k - 1) / k;
+  simd::PhiloxFn words = simd::kernels().philox;
+  constexpr int64_t kBlock = 1024;
+  parallel_for(0, (counters + kBlock - 1) / kBlock, 8, [&](int64_t b, int64_t e) {
+    Philox r[kBlock];
+    for (int64_t blk = b; blk < e; ++blk) {
+      int64_t c0 = blk * kBlock, m = std::min(kBlock, counters - c0);
+      words(seed, base + static_cast<uint64_t>(c0), m, r[0].c);
+      int64_t i0 = c0 * k, count = std::min(m * k, n - i0);
+      for (int64_t i = 0; i < count; ++i) p[i0 + i] = fn(r[i / k], static_cast<int>(i % k));
+    }
+  });
+}
+
+// Draws into out, through a fresh buffer of T unless out already is one.
+template <class T, class F> void draw_into(const Tensor& state, const Tensor& out, int64_t k, F fn) {
+  Tensor t = out.dtype() == dtype_of<T>() ? out : empty(out.shape(), dtype_of<T>());
+  fill_draws(state, t.data<T>(), t.numel(), k, fn);
+  if (t.impl() != out.impl()) copy_into(t, out);
 }
 
 // randn: Box-Muller on two independent uniforms; 1 - u keeps the log finite.
@@ -112,20 +124,30 @@ TensorType draw_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   return {a.dtype, a.shape, in[0].device()};
 }
 
+// rand keeps only as many bits as the dtype's significand holds (rounding more to nearest
+// would turn values just below 1 into 1): the top 24 bits of a word for f32 (11 for f16, 8 for
+// bf16, all exactly representable), 53 bits of two words for f64.
 void rand_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  int bits = uniform_bits(a.dtype);
-  if (bits == 53) return draw_into(in[0], out, uniform53);
-  double scale = std::ldexp(1.0, bits), inv = 1.0 / scale;
-  draw_into(in[0], out, [scale, inv](const Philox& r) { return std::floor(uniform53(r) * scale) * inv; });
+  if (a.dtype == DType::F64) {
+    return draw_into<double>(in[0], out, 2, [](const Philox& r, int j) {
+      uint64_t bits = (uint64_t{r.c[2 * j]} << 21) ^ (r.c[2 * j + 1] >> 11);
+      return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1p-53;
+    });
+  }
+  int drop = a.dtype == DType::F32 ? 8 : a.dtype == DType::F16 ? 21 : 24;
+  float unit = std::ldexp(1.0f, drop - 32);
+  draw_into<float>(in[0], out, 4, [drop, unit](const Philox& r, int j) { return static_cast<float>(r.c[j] >> drop) * unit; });
 }
 
-void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { draw_into(in[0], out, normal); }
+void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) {
+  draw_into<double>(in[0], out, 1, [](const Philox& r, int) { return normal(r); });
+}
 
 Tensor draw(OpId id, const Dims& shape, DType dtype) {
   Attrs a;
   a.shape = shape;
   a.dtype = dtype;
-  return apply(id, {state_for(shape.product())}, a);
+  return apply(id, {state_for(counters_for(id, dtype, shape.product()))}, a);
 }
 
 }  // namespace
@@ -175,8 +197,8 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
 
 Tensor bernoulli(const Dims& shape, double prob, DType dtype) {
   KILN_CHECK(prob >= 0 && prob <= 1, "bernoulli: p must be in [0, 1], got {}", prob);
-  // rand's f64 draws are uniform53 exactly: 1 where it falls below prob.
-  return (rand(shape, DType::F64) < prob).to(dtype);
+  // 1 where an f32 uniform (24 bits) falls below prob.
+  return (rand(shape, DType::F32) < prob).to(dtype);
 }
 
 Tensor bernoulli(const Tensor& p) {
