@@ -209,6 +209,9 @@ struct Executable::Impl {
   // Per node, the values nothing reads after it (and no output or assign keeps): run() drops
   // them there, so an eager op's result is freed after its last reader, not at the end.
   std::vector<std::vector<uint32_t>> drop_after;
+  // Per value: the param a fused kernel may write it into directly (an optimizer's update,
+  // assigned to the param it reads elementwise, which nothing reads after), or -1.
+  std::vector<int> in_place;
   // Memory plan: byte offset in the workspace per value, -1 when allocated on its own.
   std::vector<int64_t> offset;
   size_t workspace = 0;
@@ -264,6 +267,39 @@ struct Executable::Impl {
         offset[v] = static_cast<int64_t>(off);
         live.push_back({last[v], {bytes, off}});
       }
+    }
+  }
+
+  // Finds assigns whose value a fused group of pointwise ops computes with the param's own type,
+  // reading the param (if at all) element for element, where no later node reads the param or
+  // a view of it and no output is the param: the group can write into the param itself.
+  void plan_in_place() {
+    in_place.assign(g.types.size(), -1);
+    std::vector<uint32_t> base(g.types.size());
+    for (uint32_t v = 0; v < base.size(); ++v) base[v] = v;
+    std::vector<int64_t> def(g.types.size(), -1), last_read(g.types.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& n = g.nodes[i];
+      if (n.kind == ir::NodeKind::Op && op_def(n.op).view) base[n.result] = base[n.inputs[0]];
+      for (uint32_t v : ir::defined_values(n)) def[v] = static_cast<int64_t>(i);
+      if (n.kind != ir::NodeKind::Assign)
+        for (uint32_t v : n.inputs) last_read[base[v]] = static_cast<int64_t>(i);
+    }
+    std::vector<char> output(g.types.size(), 0);
+    for (uint32_t v : g.outputs) output[base[v]] = 1;
+    for (auto [p, v] : assigns) {
+      uint32_t pv = g.params[p];
+      if (def[v] < 0 || output[pv] || !(g.type(v) == g.type(pv))) continue;
+      const ir::Node& f = g.nodes[static_cast<size_t>(def[v])];
+      if (f.kind != ir::NodeKind::Fused || last_read[pv] > def[v]) continue;
+      bool ok = true;
+      for (const ir::Node& b : f.body->nodes) {
+        OpFamily fam = b.kind == ir::NodeKind::Op ? op_family(b.op) : OpFamily::Other;
+        ok = ok && (b.kind == ir::NodeKind::Const || fam == OpFamily::Pointwise || fam == OpFamily::Cast);
+      }
+      for (uint32_t r : f.results) ok = ok && g.type(r).shape == g.type(pv).shape;
+      for (uint32_t in : f.inputs) ok = ok && (base[in] != pv || in == pv);  // no view of it
+      if (ok) in_place[v] = static_cast<int>(p);
     }
   }
 
@@ -329,7 +365,7 @@ struct Executable::Impl {
     }
   }
 
-  void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws) const {
+  void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws, std::span<const Tensor> params) const {
     const ir::Node& n = g.nodes[i];
     KernelStep& k = *steps[i];
     std::vector<Tensor> ins;
@@ -360,7 +396,10 @@ struct Executable::Impl {
     }
     for (size_t j = 0; j < ins.size(); ++j) ptrs[j] = ins[j].data_ptr();
     for (size_t j = 0; j < n.results.size(); ++j) {
-      Tensor out = output_tensor(n.results[j], ws);
+      uint32_t v = n.results[j];
+      int p = in_place[v];
+      Tensor out = p >= 0 && params[static_cast<size_t>(p)].is_contiguous() ? params[static_cast<size_t>(p)]
+                                                                           : output_tensor(v, ws);
       ptrs[ins.size() + j] = out.data_ptr();
       vals[n.results[j]] = std::move(out);
     }
@@ -415,6 +454,7 @@ Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
   for (uint32_t v = 0; v < last.size(); ++v)
     if (last[v] >= 0 && !kept[v]) m.drop_after[static_cast<size_t>(last[v])].push_back(v);
   m.plan_memory();
+  m.plan_in_place();
 }
 
 Executable::~Executable() = default;
@@ -422,7 +462,11 @@ Executable::~Executable() = default;
 const ir::Graph& Executable::graph() const { return impl_->g; }
 ir::Graph& Executable::mutable_graph() { return impl_->g; }
 
-ExecutableStats Executable::stats() const { return {impl_->kernels, impl_->ops, impl_->workspace}; }
+ExecutableStats Executable::stats() const {
+  size_t in_place = 0;
+  for (int p : impl_->in_place) in_place += p >= 0;
+  return {impl_->kernels, impl_->ops, impl_->workspace, in_place};
+}
 
 std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<const Tensor> params) const {
   const Impl& m = *impl_;
@@ -442,7 +486,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
     switch (n.kind) {
       case ir::NodeKind::Const: vals[n.result] = n.constant; break;
       case ir::NodeKind::Assign: break;  // applied after every node ran
-      case ir::NodeKind::Fused: m.run_fused(i, vals, ws); break;
+      case ir::NodeKind::Fused: m.run_fused(i, vals, ws, params); break;
       case ir::NodeKind::Op: {
         Tensor in[4];
         std::vector<Tensor> many;
@@ -469,6 +513,10 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
     GradModeGuard no_grad(false);
     for (auto [p, v] : m.assigns) {
       Tensor target = params[p];
+      if (vals[v].impl() == target.impl()) {  // the kernel wrote it in place
+        target.impl()->storage->bump_version();
+        continue;
+      }
       target.copy_(vals[v]);
     }
   }

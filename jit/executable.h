@@ -16,6 +16,7 @@ struct ExecutableStats {
   size_t kernels = 0;          // fused groups compiled to kernels
   size_t ops = 0;              // ops run eagerly (matmul, conv, data movement, taped ops)
   size_t planned_bytes = 0;    // workspace for intermediates, reused across calls
+  size_t in_place = 0;         // assigns whose kernel writes into the param itself
 };
 
 /// How a fused node's kernel is called for operands of these shapes and strides: the loop

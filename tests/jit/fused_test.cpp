@@ -307,6 +307,47 @@ TEST_F(Fused, MemoryPlanReusesBuffers) {
   }
 }
 
+// An update assigned to the param it reads element for element (an optimizer step) is written
+// by its kernel into the param itself; one whose param is read later, or is read through a
+// transpose, is computed aside and copied.
+TEST_F(Fused, UpdatesWriteIntoTheirParamsWhereNothingReadsThemAfter) {
+  ir::Graph g = ir::parse(R"(graph @step(%0: f32[8,8]) params(%1: f32[8,8], %2: f32[8,8], %3: f32[8,8]) -> (f32[8,8]) {
+  %4 = mul %0, 0.5 : f32[8,8]
+  %5 = sub %1, %4 : f32[8,8]
+  %6 = exp %5 : f32[8,8]
+  assign %1, %6
+  %7 = permute %2 {axes=[1,0]} : f32[8,8]
+  %8 = add %7, %0 : f32[8,8]
+  %9 = neg %8 : f32[8,8]
+  assign %2, %9
+  %10 = add %3, 1.0 : f32[8,8]
+  %11 = sqrt %10 : f32[8,8]
+  %12 = matmul %3, %0 : f32[8,8]
+  assign %3, %11
+  return %12
+})");
+  ir::Graph fused = ir::fuse(g);
+  for (ir::Node& n : fused.nodes) n.grad = false;
+  jit::Executable exec(fused);
+  EXPECT_EQ(exec.stats().in_place, 1u) << ir::print(fused);  // only %1's update
+  NoGradGuard no_grad;
+  Tensor x = randn({8, 8});
+  std::vector<Tensor> fast = {randn({8, 8}), randn({8, 8}), rand({8, 8})};
+  std::vector<Tensor> ref;
+  for (const Tensor& p : fast) ref.push_back(p.clone());
+  const void* data = fast[0].data_ptr();
+  uint32_t version = fast[0].impl()->storage->version();
+  Tensor args[] = {x};
+  for (int call = 0; call < 2; ++call) {
+    Tensor got = exec.run(args, fast)[0];
+    Tensor want = jit::run_graph(g, args, ref)[0];
+    EXPECT_TRUE(test::close_enough(got, want));
+    for (size_t i = 0; i < fast.size(); ++i) EXPECT_TRUE(test::close_enough(fast[i], ref[i])) << "param " << i;
+  }
+  EXPECT_EQ(fast[0].data_ptr(), data);
+  EXPECT_EQ(fast[0].impl()->storage->version(), version + 2);  // each write counts
+}
+
 // What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it
 // on and checks the words; here it only has to run).
 TEST_F(Fused, MissReasonsNameTheChange) {
