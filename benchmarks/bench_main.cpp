@@ -21,7 +21,7 @@
 namespace {
 
 struct Row {
-  double ns = 0, bytes_per_s = 0, flops_per_s = 0, peak_mb = -1;
+  double ns = 0, bytes_per_s = 0, flops_per_s = 0, peak_mb = -1, saved_mb = -1;
   bool reads_only = false;  // a copy loop counting only the bytes it reads
 };
 
@@ -43,6 +43,7 @@ class TableReporter : public benchmark::ConsoleReporter {
       if (auto it = r.counters.find("bytes_per_second"); it != r.counters.end()) row.bytes_per_s = it->second;
       if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) row.flops_per_s = it->second;
       if (auto it = r.counters.find("peak_MB"); it != r.counters.end()) row.peak_mb = it->second;
+      if (auto it = r.counters.find("saved_MB"); it != r.counters.end()) row.saved_mb = it->second;
       row.reads_only = r.report_label == kiln::bench::kReadsOnly;
       // With --benchmark_repetitions the table shows each impl's median repetition.
       std::vector<Row>& reps = runs_[c][impl];
@@ -146,6 +147,8 @@ class TableReporter : public benchmark::ConsoleReporter {
       for (const char* impl : {"kiln", "jit_bwd", "jit"})
         if (auto it = rows_.at(c).find(impl); it != rows_.at(c).end() && it->second.peak_mb >= 0)
           line += fmt::format(" {} {:.1f} MB,", impl, it->second.peak_mb);
+      if (auto it = rows_.at(c).find("jit_bwd"); it != rows_.at(c).end() && it->second.saved_mb >= 0)
+        line += fmt::format(" (jit_bwd's forward saves {:.1f} MB for its backward),", it->second.saved_mb);
       if (!line.empty()) fmt::print("{}: peak memory per step:{}\n", c, line.substr(0, line.size() - 1));
     }
     auto mm = rows_.find("matmul_1024");

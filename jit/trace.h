@@ -18,14 +18,18 @@
 // - Tensors the function creates from nothing (zeros, arange, a tensor from a vector) are
 //   constants of the trace, as are plain C++ numbers it uses: a learning rate held in a double
 //   is baked in. Pass a value that changes between calls as a 0-d tensor argument, or keep it
-//   in a 0-d tensor the function reads (the optimizers here do). Random draws (randn,
-//   bernoulli: a dropout mask) inside the function throw for now, rather than becoming a
-//   constant replayed on every call: draw outside and pass the tensor in.
+//   in a 0-d tensor the function reads (the optimizers here do). Random draws (rand, randn,
+//   bernoulli, dropout) are ops reading the generator's state, bound anew at each call: every
+//   call draws what the function would eagerly. randint and randperm throw inside a trace.
 // - Reading a value while tracing (item(), to_vector(), printing, branching on data) throws:
 //   values exist only when the compiled function runs.
 // - A function that calls backward() (without retain_graph or create_graph) has used its own
 //   gradients: it runs untaped and fused, and its results carry no gradient history (a
 //   second backward() on the loss it returns throws).
+// - A function that only computes, called with grad mode on and inputs (or captured tensors)
+//   that require grad, runs one compiled forward; its results hang off one autograd node
+//   whose backward runs one compiled backward graph (traced from the same vjp rules, split
+//   from the forward by a min cut). create_graph=true through it throws.
 // - A new input signature (dtypes, shapes, devices, requires-grad, grad mode) is traced anew.
 #pragma once
 
