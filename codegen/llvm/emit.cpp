@@ -361,6 +361,16 @@ struct KernelEmitter {
   std::vector<std::vector<std::string>> strides;  // per operand, per dim ("" when known)
   std::vector<std::string> ptrs;
   std::map<uint32_t, std::string> acc;  // reduction node result -> its accumulator alloca
+  struct Reduction {
+    uint32_t value;
+    OpId op;
+    DType acc;
+  };
+  // A full value the last reduction pass computes anyway (softmax's exp(x - max)) that a full
+  // output needs too: the pass stores it into that output, and the final pass reads it back
+  // instead of computing it again. value -> output slot.
+  std::map<uint32_t, size_t> stash;
+  bool final_pass = false;
 
   KernelEmitter(const ir::Graph& b, const KernelLayout& l, const MathTarget& t)
       : body(b), L(l), e(t), n_in(b.inputs.size()), n_out(b.outputs.size()) {
@@ -410,7 +420,11 @@ struct KernelEmitter {
     if (auto it = memo.find(v); it != memo.end()) return it->second;
     Val r;
     DType dt = body.type(v).dtype;
-    if (input_index[v] >= 0) {
+    auto stashed = final_pass ? stash.find(v) : stash.end();
+    if (stashed != stash.end()) {
+      Ty t = ty_of(dt);
+      r = e.inst(t, fmt::format("load {}, ptr {}", ll(t), address(n_in + stashed->second, idx)));
+    } else if (input_index[v] >= 0) {
       Ty t = ty_of(dt);
       std::string p = address(static_cast<size_t>(input_index[v]), idx);
       r = e.inst(t, fmt::format("load {}, ptr {}", ll(t), p));
@@ -462,6 +476,34 @@ struct KernelEmitter {
     e.line(fmt::format("store {} {}, ptr {}", ll(t), v.as(t), p));
   }
 
+  // Picks stash entries: the input of a last-level reduction that some full output's final value
+  // is computed from (not through a reduction), kept in that output (same dtype) between passes.
+  template <class Full> void plan_stash(const std::vector<Reduction>& reds, int max_level, const Full& full_output) {
+    std::vector<char> taken(n_out, 0);
+    for (const Reduction& r : reds) {
+      if (level[r.value] != max_level) continue;
+      uint32_t v = body.nodes[producer[r.value]].inputs[0];
+      if (producer[v] < 0 || body.nodes[producer[v]].kind != ir::NodeKind::Op || stash.count(v)) continue;
+      for (size_t o = 0; o < n_out; ++o) {
+        if (taken[o] || !full_output(o) || body.type(body.outputs[o]).dtype != body.type(v).dtype) continue;
+        if (!reads(body.outputs[o], v)) continue;
+        stash[v] = o;
+        taken[o] = 1;
+        break;
+      }
+    }
+  }
+  // Whether computing `from` per element reads `v` (reductions' results are loaded, not
+  // computed, in the final pass).
+  bool reads(uint32_t from, uint32_t v) const {
+    if (from == v) return true;
+    int p = producer[from];
+    if (p < 0 || is_reduction(from)) return false;
+    for (uint32_t u : body.nodes[static_cast<size_t>(p)].inputs)
+      if (reads(u, v)) return true;
+    return false;
+  }
+
   // Emits nested loops over `dims` (in order) around body(idx).
   void loops(const std::vector<int>& dims, size_t at, std::vector<std::string>& idx,
              const std::function<void(std::vector<std::string>&)>& fn) {
@@ -494,11 +536,6 @@ struct KernelEmitter {
     e.block(done);
   }
 
-  struct Reduction {
-    uint32_t value;
-    OpId op;
-    DType acc;
-  };
   std::string identity(OpId op, DType t) {
     double inf = std::numeric_limits<double>::infinity();
     bool f = is_float(t);
@@ -564,6 +601,7 @@ struct KernelEmitter {
       if ((L.reduced >> k & 1) && !(L.reduced >> (k + 1) & 1)) trailing = false;
 
     auto full_output = [&](size_t o) { return operand(n_in + o).broadcast == 0 || L.reduced == 0; };
+    if (trailing && !reds.empty()) plan_stash(reds, max_level, full_output);
     if (reds.empty()) {
       loops(all, 0, idx, [&](std::vector<std::string>& ix) {
         std::map<uint32_t, Val> memo;
@@ -582,7 +620,9 @@ struct KernelEmitter {
             for (const Reduction& r : reds) {
               if (level[r.value] != lv) continue;
               const ir::Node& n = body.nodes[producer[r.value]];
-              Val x = e.cast(value(n.inputs[0], jx, memo), body.type(n.inputs[0]).dtype, r.acc);
+              Val in = value(n.inputs[0], jx, memo);
+              if (auto st = stash.find(n.inputs[0]); st != stash.end() && lv == max_level) store(st->second, in, jx);
+              Val x = e.cast(in, body.type(n.inputs[0]).dtype, r.acc);
               Ty at = ty_of(r.acc);
               Val cur = e.inst(at, fmt::format("load {}, ptr {}", ll(at), acc[r.value]));
               e.line(fmt::format("store {} {}, ptr {}", ll(at), combine(r.op, r.acc, cur, x).r, acc[r.value]));
@@ -594,12 +634,14 @@ struct KernelEmitter {
         }
         bool any_full = false;
         for (size_t o = 0; o < n_out; ++o) any_full = any_full || full_output(o);
+        final_pass = true;
         if (any_full)
           loops(reduced, 0, ix, [&](std::vector<std::string>& jx) {
             std::map<uint32_t, Val> memo;
             for (size_t o = 0; o < n_out; ++o)
               if (full_output(o)) store(o, value(body.outputs[o], jx, memo), jx);
           });
+        final_pass = false;
       });
     } else {
       // Outputs start at the identity; then every element is combined into its output.

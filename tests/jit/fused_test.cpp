@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/backend.h"
 #include "ir/passes.h"
 #include "jit/executable.h"
 #include "jit/kernels.h"
@@ -346,6 +347,50 @@ TEST_F(Fused, UpdatesWriteIntoTheirParamsWhereNothingReadsThemAfter) {
   }
   EXPECT_EQ(fast[0].data_ptr(), data);
   EXPECT_EQ(fast[0].impl()->storage->version(), version + 2);  // each write counts
+}
+
+// Softmax's row passes compute exp once: the sum's pass keeps exp(x - max) in the output and
+// the final pass divides what it reads back (log_softmax, whose output does not read the exp,
+// keeps nothing).
+TEST_F(Fused, SoftmaxKernelComputesExpOnce) {
+  auto exp_calls = [](const char* text) {
+    ir::Graph fused = ir::fuse(ir::parse(text));
+    const ir::Node* group = nullptr;
+    for (const ir::Node& n : fused.nodes)
+      if (n.kind == ir::NodeKind::Fused) group = &n;
+    EXPECT_NE(group, nullptr) << ir::print(fused);
+    if (!group) return -1;
+    codegen::KernelLayout layout;
+    layout.rank = 2;
+    layout.reduced = 0b10;
+    layout.parallel_dim = 0;
+    layout.inputs = {{DType::F32, 0, true}};
+    layout.outputs = {{DType::F32, 0, true}};
+    std::string src = codegen::cpu_backend().emit(*group->body, layout, "exp_once");
+    int calls = 0;
+    for (size_t at = src.find("call"); at != std::string::npos; at = src.find("call", at + 1))
+      calls += src.compare(src.find('@', at), 10, "@Sleef_exp") == 0;
+    return calls;
+  };
+  EXPECT_EQ(exp_calls(R"(graph @softmax(%0: f32[4,8]) -> (f32[4,8]) {
+  %1 = max_reduce %0 {axes=[1], keepdim=true} : f32[4,1]
+  %2 = sub %0, %1 : f32[4,8]
+  %3 = exp %2 : f32[4,8]
+  %4 = sum %3 {axes=[1], keepdim=true} : f32[4,1]
+  %5 = div %3, %4 : f32[4,8]
+  return %5
+})"), 1);
+  EXPECT_EQ(exp_calls(R"(graph @log_softmax(%0: f32[4,8]) -> (f32[4,8]) {
+  %1 = max_reduce %0 {axes=[1], keepdim=true} : f32[4,1]
+  %2 = sub %0, %1 : f32[4,8]
+  %3 = exp %2 : f32[4,8]
+  %4 = sum %3 {axes=[1], keepdim=true} : f32[4,1]
+  %5 = log %4 : f32[4,1]
+  %6 = sub %2, %5 : f32[4,8]
+  return %6
+})"), 1);
+  // And the stashed softmax gives eager's answer on rows longer than a vector.
+  expect_fused_matches([](std::vector<Tensor> in) { return softmax(in[0] * 3.0, -1); }, {randn({37, 100})});
 }
 
 // What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it
