@@ -32,6 +32,14 @@ Dims keepdim_shape(const Dims& domain, const Dims& axes) {
   return s;
 }
 
+// The domain without the reduced axes: a reduction's result with keepdim=false.
+Dims squeezed_shape(const Dims& domain, const Dims& axes) {
+  Dims s;
+  for (size_t d = 0; d < domain.size(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end()) s.push_back(domain[d]);
+  return s;
+}
+
 bool is_suffix(const Dims& axes, size_t rank) {
   for (size_t k = 0; k < axes.size(); ++k)
     if (axes[k] != static_cast<int64_t>(rank - axes.size() + k)) return false;
@@ -124,6 +132,22 @@ struct Fuser {
       return G.trailing && g.type(v).shape == reduced;
     };
     OpFamily f = op_family(n.op);
+    // Work on reduced values without their kept dims (sum(x, {-1}) * 2): reduced space, reading
+    // only such values of the group and numbers (an outside [N] would broadcast against the
+    // domain's last dim, not its kept one).
+    if ((f == OpFamily::Pointwise || f == OpFamily::Cast) && G.has_reduction && G.trailing &&
+        shape == squeezed_shape(G.domain, G.axes) && shape != reduced) {
+      bool any = false;
+      for (uint32_t v : n.inputs) {
+        if (inside(v)) {
+          if (space[v] != Space::Reduced || g.type(v).shape != shape) return Space::Outside;
+          any = true;
+        } else if (g.type(v).shape.product() != 1) {
+          return Space::Outside;
+        }
+      }
+      return any ? Space::Reduced : Space::Outside;
+    }
     if (f == OpFamily::Pointwise || f == OpFamily::Cast || n.op == OpId::Expand) {
       for (uint32_t v : n.inputs)
         if (!operand_ok(v)) return Space::Outside;
@@ -167,13 +191,35 @@ struct Fuser {
     }
   }
 
-  // Merges group h into group gi when both are pointwise over the same domain and neither
-  // reaches the other through outside nodes (gelu: 0.5 * x and the tanh chain of x).
+  // Merges group h into group gi when they share a domain, at most one has a reduction, and
+  // neither reaches the other through outside nodes (gelu: 0.5 * x and the tanh chain of x;
+  // x * y feeding a sum that another operand's group started). The pointwise group's values
+  // are full size; the merge must leave the reduced space's rules intact: reduced-space work
+  // reads no full value, and full-size work reads reduced values only in keepdim form after
+  // a trailing reduction.
   void merge(int gi, int h) {
     if (h < 0 || h == gi) return;
     Group& G = groups[gi];
     Group& H = groups[h];
-    if (G.has_reduction || H.has_reduction || G.domain != H.domain || H.members.empty()) return;
+    if ((G.has_reduction && H.has_reduction) || G.domain != H.domain || H.members.empty()) return;
+    if (G.has_reduction || H.has_reduction) {
+      const Group& R = G.has_reduction ? G : H;
+      int r = G.has_reduction ? gi : h, p = G.has_reduction ? h : gi;
+      const Group& P = G.has_reduction ? H : G;
+      Dims keepdim = keepdim_shape(R.domain, R.axes);
+      for (size_t m : P.members)
+        for (uint32_t w : g.nodes[m].inputs)
+          if (group_of_value[w] == r && space[w] == Space::Reduced && !(R.trailing && g.type(w).shape == keepdim)) return;
+      for (size_t m : R.members) {
+        if (space[g.nodes[m].result] != Space::Reduced) continue;
+        for (uint32_t w : g.nodes[m].inputs)
+          if (group_of_value[w] == p && !fusible_reduction(g.nodes[m].op)) return;
+      }
+      if (!R.trailing)  // after a leading reduction nothing reads the reduced values
+        for (size_t m : P.members)
+          for (uint32_t w : g.nodes[m].inputs)
+            if (group_of_value[w] == r && space[w] == Space::Reduced) return;
+    }
     auto reaches = [&](const Group& from, int from_id, int to) {
       for (size_t m : from.members)
         for (uint32_t w : g.nodes[m].inputs) {
@@ -190,6 +236,11 @@ struct Fuser {
     G.members.insert(G.members.end(), H.members.begin(), H.members.end());
     std::sort(G.members.begin(), G.members.end());
     G.compute += H.compute;
+    if (H.has_reduction) {
+      G.has_reduction = true;
+      G.axes = H.axes;
+      G.trailing = H.trailing;
+    }
     H.members.clear();
     H.compute = 0;
   }

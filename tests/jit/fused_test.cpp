@@ -393,6 +393,17 @@ TEST_F(Fused, SoftmaxKernelComputesExpOnce) {
   expect_fused_matches([](std::vector<Tensor> in) { return softmax(in[0] * 3.0, -1); }, {randn({37, 100})});
 }
 
+// Work on a reduction's non-keepdim result fuses (reduced space), and a pointwise group merges
+// into the reduction group it feeds; both give eager's answers, strided operands included.
+TEST_F(Fused, SqueezedReductionsAndMergedProducersMatchEager) {
+  expect_fused_matches([](std::vector<Tensor> in) { return sqrt(sum(exp(in[0]), {-1}) / 8.0) + 1.0; },
+                       {randn({33, 70})});
+  expect_fused_matches([](std::vector<Tensor> in) { return amax(in[0] * 2.0, {1, 2}) - 3.0; }, {randn({5, 6, 7})});
+  expect_fused_matches(
+      [](std::vector<Tensor> in) { return in[0] * in[1] * 2.0 - sum(exp(in[0]), {-1}, true); },
+      {randn({40, 9}), randn({9, 40}).t()});
+}
+
 // What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it
 // on and checks the words; here it only has to run).
 TEST_F(Fused, MissReasonsNameTheChange) {
