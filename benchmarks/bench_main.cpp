@@ -147,9 +147,11 @@ class TableReporter : public benchmark::ConsoleReporter {
       for (const char* impl : {"kiln", "jit_bwd", "jit"})
         if (auto it = rows_.at(c).find(impl); it != rows_.at(c).end() && it->second.peak_mb >= 0)
           line += fmt::format(" {} {:.1f} MB,", impl, it->second.peak_mb);
+      if (line.empty()) continue;
+      line.pop_back();
       if (auto it = rows_.at(c).find("jit_bwd"); it != rows_.at(c).end() && it->second.saved_mb >= 0)
-        line += fmt::format(" (jit_bwd's forward saves {:.1f} MB for its backward),", it->second.saved_mb);
-      if (!line.empty()) fmt::print("{}: peak memory per step:{}\n", c, line.substr(0, line.size() - 1));
+        line += fmt::format(" (jit_bwd's forward saves {:.1f} MB for its backward)", it->second.saved_mb);
+      fmt::print("{}: peak memory per step:{}\n", c, line);
     }
     auto mm = rows_.find("matmul_1024");
     auto mlp = rows_.find(kiln::bench::mlp_step_name(256));
