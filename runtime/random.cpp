@@ -83,7 +83,7 @@ int64_t counters_for(OpId id, DType dtype, int64_t n) {
 
 // Writes the n values of the draw whose state operand is `state` (seed, first counter) into p:
 // value c * k + j is fn(the words of counter first + c, j).
-template <class T, class F> void fill_draws(const Tensor& state, T* p, int64_t n, int64_t k, F fn) {
+template <class T, class F> void fill_draws(const Tensor& state, T* p, int64_t n, int k, F fn) {
   std::vector<int64_t> st = state.contiguous().to_vector<int64_t>();
   uint64_t seed = static_cast<uint64_t>(st[0]), base = static_cast<uint64_t>(st[1]);
   int64_t counters = (n + k - 1) / k;
@@ -95,13 +95,17 @@ template <class T, class F> void fill_draws(const Tensor& state, T* p, int64_t n
       int64_t c0 = blk * kBlock, m = std::min(kBlock, counters - c0);
       words(seed, base + static_cast<uint64_t>(c0), m, r[0].c);
       int64_t i0 = c0 * k, count = std::min(m * k, n - i0);
-      for (int64_t i = 0; i < count; ++i) p[i0 + i] = fn(r[i / k], static_cast<int>(i % k));
+      T* out = p + i0;
+      int64_t whole = count / k;  // counters whose k values all land
+      for (int64_t c = 0; c < whole; ++c)
+        for (int j = 0; j < k; ++j) out[c * k + j] = fn(r[c], j);
+      for (int64_t i = whole * k; i < count; ++i) out[i] = fn(r[whole], static_cast<int>(i - whole * k));
     }
   });
 }
 
 // Draws into out, through a fresh buffer of T unless out already is one.
-template <class T, class F> void draw_into(const Tensor& state, const Tensor& out, int64_t k, F fn) {
+template <class T, class F> void draw_into(const Tensor& state, const Tensor& out, int k, F fn) {
   Tensor t = out.dtype() == dtype_of<T>() ? out : empty(out.shape(), dtype_of<T>());
   fill_draws(state, t.data<T>(), t.numel(), k, fn);
   if (t.impl() != out.impl()) copy_into(t, out);
