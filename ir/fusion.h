@@ -14,7 +14,8 @@
 
 namespace kiln::ir {
 
-/// dtypes the fused kernels compute and store (f16/bf16 stay eager for now).
+/// dtypes a fused reduction reads and writes (f16/bf16 reductions stay eager; f16/bf16
+/// pointwise work and casts fuse, computed in f32 and rounded after each op as eagerly).
 bool fusible_dtype(DType t);
 /// Reductions a group can hold: sum, prod, max_reduce, min_reduce.
 bool fusible_reduction(OpId op);

@@ -34,22 +34,25 @@
 namespace kiln::codegen {
 namespace {
 
-enum class Ty : uint8_t { F32, F64, I8, I32, I64 };
+enum class Ty : uint8_t { F32, F64, I8, I16, I32, I64 };
 const char* ll(Ty t) {
   switch (t) {
     case Ty::F32: return "float";
     case Ty::F64: return "double";
     case Ty::I8: return "i8";
+    case Ty::I16: return "i16";
     case Ty::I32: return "i32";
     case Ty::I64: return "i64";
   }
   return "?";
 }
 bool is_fp(Ty t) { return t == Ty::F32 || t == Ty::F64; }
-// Registers hold bool and u8 as i8 (bool as 0 or 1); both convert as unsigned.
+// Registers hold bool and u8 as i8 (bool as 0 or 1); both convert as unsigned. f16 and bf16
+// values live in float registers (holding a value the 16-bit type has), in memory as i16.
+bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
 Ty ty_of(DType d) {
   switch (d) {
-    case DType::F32: return Ty::F32;
+    case DType::F32: case DType::F16: case DType::BF16: return Ty::F32;
     case DType::F64: return Ty::F64;
     case DType::I32: return Ty::I32;
     case DType::I64: return Ty::I64;
@@ -58,6 +61,9 @@ Ty ty_of(DType d) {
   }
   throw Error(fmt::format("codegen: fused kernels do not handle {}", dtype_name(d)));
 }
+
+// How a dtype is stored.
+Ty mem_ty(DType d) { return is_half(d) ? Ty::I16 : ty_of(d); }
 
 // An integer literal of type t (i8 and i32 keep the low bits).
 std::string int_literal(int64_t i, Ty t) {
@@ -158,13 +164,15 @@ struct Emitter {
       decls.insert(fmt::format("declare {} @{}({})", b, fn, a));
       return inst(to, fmt::format("call {} @{}({} {})", b, fn, a, v.r));
     }
-    auto bits = [](Ty t) { return t == Ty::I8 ? 8 : t == Ty::I32 ? 32 : 64; };
+    auto bits = [](Ty t) { return t == Ty::I8 ? 8 : t == Ty::I16 ? 16 : t == Ty::I32 ? 32 : 64; };
     if (bits(from) < bits(to))
       return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "zext" : "sext", a, v.r, b));
     return inst(to, fmt::format("trunc {} {} to {}", a, v.r, b));
   }
   // Any dtype to any dtype, as the eager cast does; to bool means "is nonzero".
   Val cast(const Val& v, DType from, DType to) {
+    if (is_half(to) && from != to) return round_to(cast(v, from, DType::F32), to);  // via float, as eagerly
+    if (is_half(from)) from = DType::F32;  // the register holds a float
     if (to == DType::Bool && from != DType::Bool) {
       Ty f = ty_of(from);
       std::string c = is_fp(f) ? fmt::format("fcmp une {} {}, {}", ll(f), v.as(f), literal(0, f))
@@ -176,6 +184,74 @@ struct Emitter {
     return convert(v, ty_of(from), ty_of(to), uns);
   }
   Val bool_of(const Mask& m) { return inst(Ty::I8, fmt::format("zext i1 {} to i8", m.r)); }
+
+  // f16 and bf16, as runtime/half.h converts (round to nearest even; NaN kept quiet; f16's
+  // subnormals through a float add): the bits of float register x in dtype t, and back.
+  Val half_bits(const Val& x, DType t) {
+    Val xi = inst(Ty::I32, fmt::format("bitcast float {} to i32", x.as(Ty::F32)));
+    auto i32 = [&](const std::string& rhs) { return inst(Ty::I32, rhs).r; };
+    auto sel = [&](const std::string& c, const std::string& a, const std::string& b) {
+      return i32(fmt::format("select i1 {}, i32 {}, i32 {}", c, a, b));
+    };
+    std::string bits;
+    if (t == DType::BF16) {
+      std::string mag = i32(fmt::format("and i32 {}, 2147483647", xi.r));
+      std::string nan = inst(Ty::I8, fmt::format("icmp ugt i32 {}, 2139095040", mag)).r;
+      std::string top = i32(fmt::format("lshr i32 {}, 16", xi.r));
+      std::string quiet = i32(fmt::format("or i32 {}, 64", top));
+      std::string odd = i32(fmt::format("and i32 {}, 1", top));
+      std::string bias = i32(fmt::format("add i32 {}, 32767", odd));
+      std::string rounded = i32(fmt::format("lshr i32 {}, 16", i32(fmt::format("add i32 {}, {}", xi.r, bias))));
+      bits = sel(nan, quiet, rounded);
+    } else {
+      std::string sign = i32(fmt::format("and i32 {}, 32768", i32(fmt::format("lshr i32 {}, 16", xi.r))));
+      std::string mag = i32(fmt::format("and i32 {}, 2147483647", xi.r));
+      std::string special = inst(Ty::I8, fmt::format("icmp uge i32 {}, 2139095040", mag)).r;
+      std::string nan = inst(Ty::I8, fmt::format("icmp ugt i32 {}, 2139095040", mag)).r;
+      std::string spec_bits = sel(nan, "32256", "31744");  // 0x7e00, 0x7c00
+      std::string big = inst(Ty::I8, fmt::format("icmp uge i32 {}, 1199570944", mag)).r;  // 65536
+      std::string tiny = inst(Ty::I8, fmt::format("icmp ult i32 {}, 947912704", mag)).r;
+      std::string magf = inst(Ty::F32, fmt::format("bitcast i32 {} to float", mag)).r;
+      std::string plus = inst(Ty::F32, fmt::format("fadd float {}, 0x3FE0000000000000", magf)).r;
+      std::string sub = i32(fmt::format("sub i32 {}, 1056964608", i32(fmt::format("bitcast float {} to i32", plus))));
+      std::string odd = i32(fmt::format("and i32 {}, 1", i32(fmt::format("lshr i32 {}, 13", mag))));
+      std::string rebias = i32(fmt::format("add i32 {}, {}", mag, i32(fmt::format("add i32 {}, -939520001", odd))));
+      std::string normal = i32(fmt::format("lshr i32 {}, 13", rebias));
+      std::string v = sel(tiny, sub, normal);
+      v = sel(big, "31744", v);
+      v = sel(special, spec_bits, v);
+      bits = i32(fmt::format("or i32 {}, {}", sign, v));
+    }
+    return inst(Ty::I16, fmt::format("trunc i32 {} to i16", bits));
+  }
+  Val half_value(const Val& h, DType t) {
+    Val w = inst(Ty::I32, fmt::format("zext i16 {} to i32", h.r));
+    auto i32 = [&](const std::string& rhs) { return inst(Ty::I32, rhs).r; };
+    if (t == DType::BF16) return inst(Ty::F32, fmt::format("bitcast i32 {} to float", i32(fmt::format("shl i32 {}, 16", w.r))));
+    std::string sign = i32(fmt::format("shl i32 {}, 16", i32(fmt::format("and i32 {}, 32768", w.r))));
+    std::string exp = i32(fmt::format("and i32 {}, 31", i32(fmt::format("lshr i32 {}, 10", w.r))));
+    std::string man = i32(fmt::format("and i32 {}, 1023", w.r));
+    std::string man13 = i32(fmt::format("shl i32 {}, 13", man));
+    std::string inf = i32(fmt::format("or i32 {}, {}", i32(fmt::format("or i32 {}, 2139095040", sign)), man13));
+    std::string normal = i32(fmt::format("or i32 {}, {}", i32(fmt::format("or i32 {}, {}", sign,
+        i32(fmt::format("shl i32 {}, 23", i32(fmt::format("add i32 {}, 112", exp)))))), man13));
+    std::string is_inf = inst(Ty::I8, fmt::format("icmp eq i32 {}, 31", exp)).r;
+    std::string bits = i32(fmt::format("select i1 {}, i32 {}, i32 {}", is_inf, inf, normal));
+    Val f = inst(Ty::F32, fmt::format("bitcast i32 {} to float", bits));
+    // zero or subnormal: man * 2^-24, with the sign
+    std::string sv = inst(Ty::F32, fmt::format("fmul float {}, 0x3E70000000000000",
+                                               inst(Ty::F32, fmt::format("uitofp i32 {} to float", man)).r)).r;
+    std::string neg = inst(Ty::F32, fmt::format("fneg float {}", sv)).r;
+    std::string has_sign = inst(Ty::I8, fmt::format("icmp ne i32 {}, 0", sign)).r;
+    std::string sub = inst(Ty::F32, fmt::format("select i1 {}, float {}, float {}", has_sign, neg, sv)).r;
+    std::string is_sub = inst(Ty::I8, fmt::format("icmp eq i32 {}, 0", exp)).r;
+    return inst(Ty::F32, fmt::format("select i1 {}, float {}, float {}", is_sub, sub, f.r));
+  }
+  // A float rounded to dtype t's precision and range, kept in a float register.
+  Val round_to(const Val& x, DType t) {
+    Val xf = x.number ? Val(this, literal(x.c, Ty::F32), Ty::F32) : x;
+    return half_value(half_bits(xf, t), t);
+  }
 
   // A call to a SLEEF scalar function with the host's vector variants attached.
   Val math(const MathFn& f, const Val& x, const Val* y = nullptr) {
@@ -411,7 +487,7 @@ struct KernelEmitter {
       off = off.empty() ? term : e.inst(Ty::I64, fmt::format("add i64 {}, {}", off, term)).r;
     }
     if (off.empty()) off = "0";
-    Ty t = ty_of(operand_dtype(k));
+    Ty t = mem_ty(operand_dtype(k));
     return e.inst(Ty::I64, fmt::format("getelementptr {}, ptr {}, i64 {}", ll(t), ptrs[k], off)).r;
   }
 
@@ -422,12 +498,9 @@ struct KernelEmitter {
     DType dt = body.type(v).dtype;
     auto stashed = final_pass ? stash.find(v) : stash.end();
     if (stashed != stash.end()) {
-      Ty t = ty_of(dt);
-      r = e.inst(t, fmt::format("load {}, ptr {}", ll(t), address(n_in + stashed->second, idx)));
+      r = load(address(n_in + stashed->second, idx), dt);
     } else if (input_index[v] >= 0) {
-      Ty t = ty_of(dt);
-      std::string p = address(static_cast<size_t>(input_index[v]), idx);
-      r = e.inst(t, fmt::format("load {}, ptr {}", ll(t), p));
+      r = load(address(static_cast<size_t>(input_index[v]), idx), dt);
     } else {
       const ir::Node& n = body.nodes.at(producer.at(v));
       if (n.kind == ir::NodeKind::Const) {
@@ -445,7 +518,8 @@ struct KernelEmitter {
       } else if (n.op == OpId::Reshape || n.op == OpId::Expand) {
         r = value(n.inputs[0], idx, memo);  // same element, by the group's construction
       } else if (op_family(n.op) == OpFamily::Pointwise) {
-        DType cd = n.attrs.dtype;
+        // f16/bf16 ops compute in f32 (numbers too) and round their result, as eagerly.
+        DType cd = is_half(n.attrs.dtype) ? DType::F32 : n.attrs.dtype;
         std::vector<Val> args;
         size_t t = 0;
         for (int k = 0; k < op_arity(n.op); ++k) {
@@ -459,6 +533,10 @@ struct KernelEmitter {
         r = pointwise(e, n.op, args);
         bool mask = op_def(n.op).promote == Promote::Compare || op_def(n.op).promote == Promote::Logical;
         DType produced = mask ? DType::Bool : cd;
+        if (!mask && is_half(n.attrs.dtype)) {
+          r = e.round_to(r, n.attrs.dtype);
+          produced = n.attrs.dtype;
+        }
         if (!mask && cd == DType::Bool) r = e.cast(r, DType::U8, DType::Bool);  // true + true is true
         if (produced != dt) r = e.cast(r, produced, dt);
       } else {
@@ -471,9 +549,19 @@ struct KernelEmitter {
 
   void store(size_t out, const Val& v, const std::vector<std::string>& idx) {
     DType dt = body.type(body.outputs[out]).dtype;
-    Ty t = ty_of(dt);
     std::string p = address(n_in + out, idx);
+    if (is_half(dt)) {  // the register already holds a value of dt: its bits, exactly
+      Val f = v.number ? Val(&e, literal(v.c, Ty::F32), Ty::F32) : v;
+      e.line(fmt::format("store i16 {}, ptr {}", e.half_bits(f, dt).r, p));
+      return;
+    }
+    Ty t = ty_of(dt);
     e.line(fmt::format("store {} {}, ptr {}", ll(t), v.as(t), p));
+  }
+  Val load(const std::string& p, DType dt) {
+    Ty t = mem_ty(dt);
+    Val x = e.inst(t, fmt::format("load {}, ptr {}", ll(t), p));
+    return is_half(dt) ? e.half_value(x, dt) : x;
   }
 
   // Picks stash entries: the input of a last-level reduction that some full output's final value

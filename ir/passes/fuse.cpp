@@ -84,13 +84,17 @@ struct Fuser {
 
   bool fusible(const Node& n) const {
     if (n.kind != NodeKind::Op || (opt.keep_out && opt.keep_out(n))) return false;
-    if (!fusible_dtype(g.type(n.result).dtype)) return false;
-    for (uint32_t v : n.inputs)
-      if (!fusible_dtype(g.type(v).dtype)) return false;
+    // f16/bf16 pointwise work and casts fuse (computed in f32, rounded where eager rounds);
+    // reductions of them stay eager.
+    if (fusible_reduction(n.op)) {
+      if (!fusible_dtype(g.type(n.result).dtype)) return false;
+      for (uint32_t v : n.inputs)
+        if (!fusible_dtype(g.type(v).dtype)) return false;
+    }
     for (int64_t d : g.type(n.result).shape)
       if (is_symbol(d)) return false;
     OpFamily f = op_family(n.op);
-    if (f == OpFamily::Pointwise) return fusible_dtype(n.attrs.dtype);
+    if (f == OpFamily::Pointwise) return true;
     return f == OpFamily::Cast || fusible_reduction(n.op) || n.op == OpId::Reshape || n.op == OpId::Expand;
   }
 

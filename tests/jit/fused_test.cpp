@@ -404,6 +404,26 @@ TEST_F(Fused, SqueezedReductionsAndMergedProducersMatchEager) {
       {randn({40, 9}), randn({9, 40}).t()});
 }
 
+// f16 and bf16 groups compute in f32 and round each result as eager mode does: the same bits
+// (close_enough compares 16-bit floats bitwise), with overflow to inf, subnormals, NaN, signed
+// zeros and rounding ties among the inputs, and a transposed operand.
+TEST_F(Fused, HalfGroupsGiveEagersBits) {
+  std::vector<float> values = {0.f, -0.f, 1e-7f, -3e-6f, 6.1e-5f, 65504.f, 65520.f, 1e6f, -1e6f,
+                               NAN, INFINITY, -INFINITY, 1.f + 1.f / 2048, 1.f + 3.f / 2048, 0.1f, 3.14159f};
+  std::vector<float> noise = (randn({240}) * 4).to_vector<float>();
+  values.insert(values.end(), noise.begin(), noise.end());
+  for (DType dt : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = from_vector(values).reshape({16, 16}).to(dt);
+    Tensor y = (randn({16, 16}) * 3).to(dt);
+    expect_fused_matches([](std::vector<Tensor> in) { return exp(in[0]) * in[1] + 1.5; }, {x, y});
+    expect_fused_matches([](std::vector<Tensor> in) { return (in[0] / (in[1] + 0.25)).to(DType::F32) * 2.0; }, {x, y});
+    expect_fused_matches([](std::vector<Tensor> in) { return sqrt(abs(in[0])) * 1000.0 - in[1].t(); }, {x, y});
+    expect_fused_matches([](std::vector<Tensor> in) { return where(in[0] > in[1], in[0] * 0.5, in[1]).to(DType::F64) + 1e-3; }, {x, y});
+    expect_fused_matches([dt](std::vector<Tensor> in) { return (in[0].to(DType::F32) * 3.0 + 0.1).to(dt) * in[1]; }, {x, y});
+  }
+}
+
 // What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it
 // on and checks the words; here it only has to run).
 TEST_F(Fused, MissReasonsNameTheChange) {
