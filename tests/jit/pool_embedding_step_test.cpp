@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "ir/graph.h"
@@ -52,6 +54,53 @@ TEST(PoolEmbeddingStep, TracedBackwardMatchesEagerOnEveryCall) {
     expect_same(got, step(eager, t));
     expect_same(traced.table.grad(), eager.table.grad());
     expect_same(traced.scale.grad(), eager.scale.grad());
+  }
+}
+
+// The same network with dropout on the planes, trained by each optimizer with gradients
+// accumulated over two traced calls (forward and backward) before each update: eager's losses,
+// weights and gradients after every step, with the same dropout masks.
+TEST(PoolEmbeddingStep, DropoutEachOptimizerAndAccumulationMatchEager) {
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+  std::vector<std::pair<const char*, Make>> optimizers = {
+      {"sgd", [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), 0.05, optim::SgdOptions{.momentum = 0.9}); }},
+      {"adam", [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(std::move(p), 0.01); }},
+      {"adamw", [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(std::move(p), 0.01); }},
+  };
+  for (auto& [name, make] : optimizers) {
+    SCOPED_TRACE(name);
+    manual_seed(33);
+    Params eager, traced;
+    traced.table = eager.table.detach().clone().requires_grad_();
+    traced.scale = eager.scale.detach().clone().requires_grad_();
+    auto eager_opt = make({eager.table, eager.scale}), traced_opt = make({traced.table, traced.scale});
+    auto half_step = [](Params& p, const Tensor& tokens) {
+      Tensor h = embedding(tokens, p.table).reshape({2, 3, 3, 4}).permute({0, 3, 1, 2}) * p.scale;
+      h = nn::dropout(h, 0.3, true);
+      Tensor m = max_pool2d(h, {2, 2}, {1, 1}, {1, 1}, true);
+      Tensor loss = (avg_pool2d(m, {3, 3}, {2, 2}, {1, 1}, false) * 2.0).pow(2.0).sum();
+      loss.backward();
+      return loss;
+    };
+    Tensor tokens = randint(0, 12, {2, 9});
+    auto fast = jit::trace([&](Tensor t) { return half_step(traced, t); }, {tokens});
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(testing::Message() << "step " << step);
+      Tensor a = randint(0, 12, {2, 9}), b = randint(0, 12, {2, 9});
+      manual_seed(100 + step);
+      traced_opt->zero_grad();
+      Tensor got_a = fast(a), got_b = fast(b);
+      traced_opt->step();
+      manual_seed(100 + step);
+      eager_opt->zero_grad();
+      Tensor want_a = half_step(eager, a).detach(), want_b = half_step(eager, b).detach();
+      eager_opt->step();
+      expect_same(got_a, want_a);
+      expect_same(got_b, want_b);
+      expect_same(traced.table.detach(), eager.table.detach());
+      expect_same(traced.scale.detach(), eager.scale.detach());
+      expect_same(traced.table.grad(), eager.table.grad());
+    }
   }
 }
 
