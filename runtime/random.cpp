@@ -20,18 +20,21 @@
 namespace kiln {
 namespace {
 
+// One counter's four words, in a block of words the Philox kernel wrote word by word.
 struct Philox {
-  uint32_t c[4];
+  const uint32_t* w;
+  int64_t stride;
+  uint32_t operator[](int k) const { return w[k * stride]; }
 };
 
-// The 64 random bits of counter first + i (c0, c1), for i in [0, n), in blocks.
+// The 64 random bits of counter first + i (words 0 and 1), for i in [0, n), in blocks.
 template <class F> void for_each_bits(uint64_t seed, uint64_t first, int64_t n, F fn) {
   constexpr int64_t kBlock = 256;
-  Philox r[kBlock];
+  uint32_t words[4 * kBlock];
   for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
     int64_t m = std::min(kBlock, n - i0);
-    simd::kernels().philox(seed, first + static_cast<uint64_t>(i0), m, r[0].c);
-    for (int64_t i = 0; i < m; ++i) fn(i0 + i, (uint64_t{r[i].c[0]} << 32) | r[i].c[1]);
+    simd::kernels().philox(seed, first + static_cast<uint64_t>(i0), m, words);
+    for (int64_t i = 0; i < m; ++i) fn(i0 + i, (uint64_t{words[i]} << 32) | words[m + i]);
   }
 }
 
@@ -66,7 +69,7 @@ Tensor state_for(int64_t n) {
 }
 
 inline double uniform53(const Philox& r) {  // [0, 1) with 53 random bits
-  uint64_t bits = (uint64_t{r.c[0]} << 21) ^ (r.c[1] >> 11);
+  uint64_t bits = (uint64_t{r[0]} << 21) ^ (r[1] >> 11);
   return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1p-53;
 }
 
@@ -90,16 +93,16 @@ template <class T, class F> void fill_draws(const Tensor& state, T* p, int64_t n
   simd::PhiloxFn words = simd::kernels().philox;
   constexpr int64_t kBlock = 1024;
   parallel_for(0, (counters + kBlock - 1) / kBlock, 8, [&](int64_t b, int64_t e) {
-    Philox r[kBlock];
+    uint32_t w[4 * kBlock];
     for (int64_t blk = b; blk < e; ++blk) {
       int64_t c0 = blk * kBlock, m = std::min(kBlock, counters - c0);
-      words(seed, base + static_cast<uint64_t>(c0), m, r[0].c);
+      words(seed, base + static_cast<uint64_t>(c0), m, w);
       int64_t i0 = c0 * k, count = std::min(m * k, n - i0);
       T* out = p + i0;
       int64_t whole = count / k;  // counters whose k values all land
       for (int64_t c = 0; c < whole; ++c)
-        for (int j = 0; j < k; ++j) out[c * k + j] = fn(r[c], j);
-      for (int64_t i = whole * k; i < count; ++i) out[i] = fn(r[whole], static_cast<int>(i - whole * k));
+        for (int j = 0; j < k; ++j) out[c * k + j] = fn(Philox{w + c, m}, j);
+      for (int64_t i = whole * k; i < count; ++i) out[i] = fn(Philox{w + whole, m}, static_cast<int>(i - whole * k));
     }
   });
 }
@@ -113,7 +116,7 @@ template <class T, class F> void draw_into(const Tensor& state, const Tensor& ou
 
 // randn: Box-Muller on two independent uniforms; 1 - u keeps the log finite.
 double normal(const Philox& r) {
-  double u1 = 1.0 - static_cast<double>(r.c[2]) * 0x1p-32;
+  double u1 = 1.0 - static_cast<double>(r[2]) * 0x1p-32;
   double u2 = uniform53(r);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
@@ -134,13 +137,13 @@ TensorType draw_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
 void rand_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   if (a.dtype == DType::F64) {
     return draw_into<double>(in[0], out, 2, [](const Philox& r, int j) {
-      uint64_t bits = (uint64_t{r.c[2 * j]} << 21) ^ (r.c[2 * j + 1] >> 11);
+      uint64_t bits = (uint64_t{r[2 * j]} << 21) ^ (r[2 * j + 1] >> 11);
       return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1p-53;
     });
   }
   int drop = a.dtype == DType::F32 ? 8 : a.dtype == DType::F16 ? 21 : 24;
   float unit = std::ldexp(1.0f, drop - 32);
-  draw_into<float>(in[0], out, 4, [drop, unit](const Philox& r, int j) { return static_cast<float>(r.c[j] >> drop) * unit; });
+  draw_into<float>(in[0], out, 4, [drop, unit](const Philox& r, int j) { return static_cast<float>(r[j] >> drop) * unit; });
 }
 
 void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) {

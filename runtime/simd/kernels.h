@@ -29,7 +29,7 @@ using ReduceColsFn = void (*)(int64_t rows, int64_t cols, const void* x, int64_t
                               void* acc);
 
 /// Philox 4x32-10 (runtime/random.cpp's generator): the four words of counters first ..
-/// first + n - 1 under key `seed`, four per counter, into out.
+/// first + n - 1 under key `seed`, word by word: word w of counter first + i at out[w * n + i].
 using PhiloxFn = void (*)(uint64_t seed, uint64_t first, int64_t n, uint32_t* out);
 
 struct KernelTable {

@@ -366,35 +366,51 @@ template <ReduceKind K> void fill_reduce(KernelTable& t) {
 
 }  // namespace
 
-// Sixteen counters at a time in arrays, so the 32x32->64-bit products vectorize.
+// Philox 4x32-10, eight counters per 32-bit lane vector. A 32x32->64-bit product takes the
+// even lanes and (shifted down) the odd lanes as 64-bit lanes, one multiply each (vpmuludq on
+// x86); the halves are put back with shifts, masks and ors.
+using U32x8 = uint32_t __attribute__((vector_size(32)));
+using U64x4 = uint64_t __attribute__((vector_size(32)));
+
+[[gnu::always_inline]] inline void mulhilo(const U32x8& x, uint32_t m, U32x8& hi, U32x8& lo) {
+  const U64x4 low = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+  U64x4 w = (U64x4)x;  // a vector cast reinterprets the bits
+  U64x4 even = (w & low) * m, odd = (w >> 32) * m;
+  hi = (U32x8)((even >> 32) | (odd & ~low));
+  lo = (U32x8)((even & low) | (odd << 32));
+}
+
 void philox(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
-  constexpr int B = 16;
+  constexpr int B = 8;
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
   for (int64_t i = 0; i < n; i += B) {
-    uint32_t c0[B], c1[B], c2[B], c3[B];
-    for (int j = 0; j < B; ++j) {
-      uint64_t c = first + static_cast<uint64_t>(i + j);
-      c0[j] = static_cast<uint32_t>(c);
-      c1[j] = static_cast<uint32_t>(c >> 32);
-      c2[j] = c3[j] = 0;
-    }
+    uint64_t start = first + static_cast<uint64_t>(i);
+    U32x8 lo = static_cast<uint32_t>(start) + U32x8{} , c0 = lo + lane;
+    // The high word carries where the low word wrapped (a true comparison is all ones: -1).
+    U32x8 c1 = static_cast<uint32_t>(start >> 32) - (U32x8)(c0 < lo), c2 = {}, c3 = {};
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
     for (int r = 0; r < 10; ++r) {
-      for (int j = 0; j < B; ++j) {
-        uint64_t p0 = uint64_t{0xD2511F53u} * c0[j], p1 = uint64_t{0xCD9E8D57u} * c2[j];
-        uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ k0;
-        uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
-        c0[j] = n0;
-        c1[j] = static_cast<uint32_t>(p1);
-        c2[j] = n2;
-        c3[j] = static_cast<uint32_t>(p0);
-      }
+      U32x8 hi0, lo0, hi1, lo1;
+      mulhilo(c0, 0xD2511F53u, hi0, lo0);
+      mulhilo(c2, 0xCD9E8D57u, hi1, lo1);
+      U32x8 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+      c0 = n0;
+      c1 = lo1;
+      c2 = n2;
+      c3 = lo0;
       k0 += 0x9E3779B9u;
       k1 += 0xBB67AE85u;
     }
-    int m = static_cast<int>(std::min<int64_t>(B, n - i));
-    for (int j = 0; j < m; ++j) {
-      uint32_t* o = out + 4 * (i + j);
-      o[0] = c0[j], o[1] = c1[j], o[2] = c2[j], o[3] = c3[j];
+    int64_t m = std::min<int64_t>(B, n - i);
+    if (m == B) {
+      std::memcpy(out + i, &c0, sizeof c0);
+      std::memcpy(out + n + i, &c1, sizeof c1);
+      std::memcpy(out + 2 * n + i, &c2, sizeof c2);
+      std::memcpy(out + 3 * n + i, &c3, sizeof c3);
+    } else {
+      for (int64_t j = 0; j < m; ++j) {
+        out[i + j] = c0[j], out[n + i + j] = c1[j], out[2 * n + i + j] = c2[j], out[3 * n + i + j] = c3[j];
+      }
     }
   }
 }
