@@ -209,9 +209,30 @@ void pointwise_loop(int64_t n, void* out, const void* const* in, uint32_t broadc
     using V = Vec<E, W>;
     for (; i + W <= n; i += W)
       store_result<kNormalizeBool>(out, i, Fm::f(V::load(p[K] + (i & mask[K]))...));
+    if (i == n) return;
+    // The tail goes through the same W-wide code (unused lanes repeat the last element): the
+    // vector and scalar math functions may differ in the last bit, and an element's bits must
+    // not depend on where it falls in a row (a transposed operand makes other rows).
+    int64_t rest = n - i;
+    alignas(64) E tail[N][W];
+    const E* q[N];
+    for (size_t k = 0; k < N; ++k) {
+      if (!mask[k]) {
+        q[k] = splat[k];
+        continue;
+      }
+      for (int l = 0; l < W; ++l) tail[k][l] = p[k][i + std::min<int64_t>(l, rest - 1)];
+      q[k] = tail[k];
+    }
+    using R = decltype(Fm::f(V::load(q[K])...));
+    constexpr size_t kOut = std::is_same_v<R, V> ? sizeof(E) : 1;  // a mask stores bool bytes
+    alignas(64) unsigned char result[W * sizeof(E)];
+    store_result<kNormalizeBool>(result, 0, Fm::f(V::load(q[K])...));
+    std::memcpy(static_cast<unsigned char*>(out) + i * kOut, result, static_cast<size_t>(rest) * kOut);
+  } else {
+    using S = Vec<E, 1>;
+    for (; i < n; ++i) store_result<kNormalizeBool>(out, i, Fm::f(S::load(p[K] + (i & mask[K]))...));
   }
-  using S = Vec<E, 1>;
-  for (; i < n; ++i) store_result<kNormalizeBool>(out, i, Fm::f(S::load(p[K] + (i & mask[K]))...));
 }
 
 template <class Fm, class E, int Arity, bool kNormalizeBool = false>
