@@ -20,6 +20,10 @@ Graph fold(const Graph& g);
 Graph cse(const Graph& g);
 /// Drops nodes whose values reach no output and no assign.
 Graph dce(const Graph& g);
+/// Computes permute(matmul(a, b)) (last two dims swapped, the product read by nothing else) as
+/// matmul(bT, aT), in the layout its reader wants. Changes rounding, not meaning: jit runs it
+/// only on fused plans.
+Graph transpose_matmul(const Graph& g);
 
 struct FuseOptions {
   /// Nodes that must stay ops (jit keeps the ones it tapes for autograd out of kernels).

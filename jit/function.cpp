@@ -242,6 +242,7 @@ namespace {
 // The graph as it runs: fused (unless fusion is off) and verified.
 ir::Graph fused(ir::Graph g, const std::string& name) {
   if (!fusion_enabled()) return g;
+  g = ir::transpose_matmul(g);  // within rounding, as fused results are
   ir::FuseOptions fo;
   fo.keep_out = [](const ir::Node& n) { return n.grad; };
   g = ir::fuse(g, fo);
