@@ -12,8 +12,9 @@
 // - reductions over trailing dims: for each kept index, one pass over the reduced dims per
 //   reduction level (softmax: max, then sum), then a last pass that stores the full outputs;
 //   reduced outputs are stored after the pass that completes them;
-// - reductions over other dims: outputs start at the identity, then one loop nest over all dims
-//   combines each element into its output (these groups have no ops after the reductions).
+// - reductions over other dims (no ops after them in the group): when the innermost dim is
+//   reduced, as above; else outputs start at the identity, then one loop nest over all dims
+//   combines each element into its output (the innermost loop runs over kept indices).
 #include "codegen/llvm/emit.h"
 
 #include <fmt/format.h>
@@ -695,7 +696,10 @@ struct KernelEmitter {
         std::map<uint32_t, Val> memo;
         for (size_t o = 0; o < n_out; ++o) store(o, value(body.outputs[o], ix, memo), ix);
       });
-    } else if (trailing) {
+    } else if (trailing || (L.reduced >> (L.rank - 1) & 1)) {
+      // Per kept index, passes over the reduced dims (accumulating in registers). Also for
+      // reductions over leading dims when the innermost dim is reduced too: combining each
+      // element into its output in memory would chain every step of the innermost loop.
       loops(kept, 0, idx, [&](std::vector<std::string>& ix) {
         for (int lv = 1; lv <= max_level; ++lv) {
           for (const Reduction& r : reds) {

@@ -424,6 +424,20 @@ TEST_F(Fused, HalfGroupsGiveEagersBits) {
   }
 }
 
+// A reduction over leading dims whose innermost dim is reduced too (a conv bias's gradient,
+// summed over batch and space) runs per kept index with register accumulators, beside a
+// full-size output of the same group.
+TEST_F(Fused, LeadingReductionsWithAReducedInnerDimMatchEager) {
+  auto fn = [](std::vector<Tensor> in) {
+    Tensor y = relu(in[0]) * in[1];
+    return y * 2.0 + sum(y, {0, 2, 3}, true);
+  };
+  expect_fused_matches(fn, {randn({32, 16, 8, 8}), randn({32, 16, 8, 8})});
+  expect_fused_matches(fn, {randn({3, 5, 7, 9}), randn({9}).expand({3, 5, 7, 9})});
+  expect_fused_matches([](std::vector<Tensor> in) { return sum(exp(in[0]) * in[0], {0, 2}) * 3.0; },
+                       {randn({6, 4, 33}).permute({2, 1, 0}).contiguous().permute({2, 1, 0})});
+}
+
 // What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it
 // on and checks the words; here it only has to run).
 TEST_F(Fused, MissReasonsNameTheChange) {
