@@ -200,6 +200,17 @@ KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::spa
   return a;
 }
 
+namespace {
+// Per value, the value whose storage it shares: itself, or for a view the base it views.
+std::vector<uint32_t> view_bases(const ir::Graph& g) {
+  std::vector<uint32_t> base(g.types.size());
+  for (uint32_t v = 0; v < base.size(); ++v) base[v] = v;
+  for (const ir::Node& n : g.nodes)
+    if (n.kind == ir::NodeKind::Op && op_def(n.op).view) base[n.result] = base[n.inputs[0]];
+  return base;
+}
+}  // namespace
+
 struct Executable::Impl {
   ir::Graph g;
   std::vector<std::unique_ptr<KernelStep>> steps;  // per node; set for fused nodes
@@ -224,14 +235,12 @@ struct Executable::Impl {
     bool taped = false;
     for (const ir::Node& n : g.nodes) taped = taped || (n.kind == ir::NodeKind::Op && n.grad);
     if (taped) return;  // a tape may keep any value alive past the call
-    // The value whose storage each value shares (views), and who may not be planned.
-    std::vector<uint32_t> base(g.types.size());
-    for (uint32_t v = 0; v < base.size(); ++v) base[v] = v;
+    // Who may not be planned: values whose storage an output or assign keeps (views included).
+    std::vector<uint32_t> base = view_bases(g);
     std::vector<char> pinned(g.types.size(), 0);
     std::vector<int64_t> last(g.types.size(), -1);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const ir::Node& n = g.nodes[i];
-      if (n.kind == ir::NodeKind::Op && op_def(n.op).view) base[n.result] = base[n.inputs[0]];
       for (uint32_t v : n.inputs) last[base[v]] = static_cast<int64_t>(i);
       if (n.kind == ir::NodeKind::Assign) pinned[base[n.inputs[1]]] = 1;
     }
@@ -275,12 +284,10 @@ struct Executable::Impl {
   // a view of it and no output is the param: the group can write into the param itself.
   void plan_in_place() {
     in_place.assign(g.types.size(), -1);
-    std::vector<uint32_t> base(g.types.size());
-    for (uint32_t v = 0; v < base.size(); ++v) base[v] = v;
+    std::vector<uint32_t> base = view_bases(g);
     std::vector<int64_t> def(g.types.size(), -1), last_read(g.types.size(), -1);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const ir::Node& n = g.nodes[i];
-      if (n.kind == ir::NodeKind::Op && op_def(n.op).view) base[n.result] = base[n.inputs[0]];
       for (uint32_t v : ir::defined_values(n)) def[v] = static_cast<int64_t>(i);
       if (n.kind != ir::NodeKind::Assign)
         for (uint32_t v : n.inputs) last_read[base[v]] = static_cast<int64_t>(i);

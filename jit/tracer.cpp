@@ -105,21 +105,14 @@ class Tracer final : public Recorder {
     for (size_t i = 0; i < results.size(); ++i)
       if (results[i].defined() && results[i].requires_grad()) diff.push_back(i), outs.push_back(results[i]);
     std::vector<Trace::Wrt> where;
-    for (size_t i = 0; i < arg_tensors_.size(); ++i)
-      if (arg_tensors_[i].requires_grad()) where.push_back({false, i, -1}), wrt.push_back(arg_tensors_[i]);
+    for (size_t i = 0; i < args_.size(); ++i)
+      if (args_[i].requires_grad()) where.push_back({false, i, -1}), wrt.push_back(args_[i]);
     for (size_t i = 0; i < t_.params.size(); ++i)
       if (t_.params[i].requires_grad()) where.push_back({true, i, -1}), wrt.push_back(t_.params[i]);
     if (outs.empty() || wrt.empty()) return;
     size_t nodes = g.nodes.size(), inputs = g.inputs.size();
     std::vector<Tensor> seeds;
-    for (const Tensor& o : outs) {
-      Tensor p = Tensor::placeholder(o.type());
-      uint32_t v = g.add_value(o.type());
-      g.inputs.push_back(v);
-      value_[p.impl()] = v;
-      keep_.push_back(p);
-      seeds.push_back(p);
-    }
+    for (const Tensor& o : outs) seeds.push_back(new_input(o.type()));
     try {
       joint_grads_ = autograd::grad(outs, wrt, seeds, /*retain_graph=*/true, false, /*allow_unused=*/true);
     } catch (const Error&) {
@@ -175,7 +168,8 @@ class Tracer final : public Recorder {
       n.loc = call_site();
       t_.graph.nodes.push_back(std::move(n));
     } else if (!self.has_storage()) {
-      KILN_CHECK(!args_.count(s), "jit::trace: an in-place write into an argument ({}) of the traced "
+      bool argument = std::any_of(args_.begin(), args_.end(), [&](const Tensor& a) { return a.impl() == s; });
+      KILN_CHECK(!argument, "jit::trace: an in-place write into an argument ({}) of the traced "
                  "function is not supported; return the new value instead", self.type().str());
       auto it = value_.find(s);
       KILN_CHECK(it != value_.end(), "jit::trace: in-place write into a tensor from another trace");
@@ -201,12 +195,8 @@ class Tracer final : public Recorder {
   Tensor random_state(int64_t n) override {
     ir::Graph& g = t_.graph;
     if (!rng_.defined()) {
-      rng_ = Tensor::placeholder(TensorType{DType::I64, {2}});
-      uint32_t v = g.add_value(rng_.type());
       t_.rng_input = static_cast<int>(g.inputs.size());
-      g.inputs.push_back(v);
-      value_[rng_.impl()] = v;
-      keep_.push_back(rng_);
+      rng_ = new_input(TensorType{DType::I64, {2}});
     }
     Tensor s = t_.rng_draws == 0 ? rng_ : rng_ + from_vector<int64_t>({0, t_.rng_draws});
     t_.rng_draws += n;
@@ -235,14 +225,9 @@ class Tracer final : public Recorder {
     std::vector<Tensor> args;
     for (const Tensor& x : inputs) {
       KILN_CHECK(x.defined(), "jit::trace: argument {} is undefined", args.size());
-      Tensor p = Tensor::placeholder(x.type());
+      Tensor p = new_input(x.type());
       if (x.requires_grad()) p.requires_grad_();
-      uint32_t v = t_.graph.add_value(x.type());
-      t_.graph.inputs.push_back(v);
-      value_[p.impl()] = v;
-      args_.insert(p.impl());
-      arg_tensors_.push_back(p);
-      keep_.push_back(p);
+      args_.push_back(p);
       args.push_back(p);
     }
     t_.num_args = args.size();
@@ -250,6 +235,17 @@ class Tracer final : public Recorder {
   }
 
  private:
+  // A placeholder for a new input of the graph (an argument, a result's gradient, the
+  // generator's state).
+  Tensor new_input(const TensorType& type) {
+    Tensor p = Tensor::placeholder(type);
+    uint32_t v = t_.graph.add_value(type);
+    t_.graph.inputs.push_back(v);
+    value_[p.impl()] = v;
+    keep_.push_back(p);
+    return p;
+  }
+
   Tensor define(ir::Node n, const TensorType& type) {
     Tensor out = Tensor::placeholder(type);
     value_[out.impl()] = n.result;
@@ -337,8 +333,7 @@ class Tracer final : public Recorder {
   // Tensors whose grad() the function replaced before it used them, with their gradient then.
   std::vector<std::pair<Tensor, Tensor>> grad_at_start_;
   std::unordered_set<const TensorImpl*> grad_written_;  // tensors whose grad() the function set
-  std::unordered_set<const TensorImpl*> args_;                   // the arguments' placeholders
-  std::vector<Tensor> arg_tensors_;                              // the same, in order
+  std::vector<Tensor> args_;                                     // the arguments' placeholders
   std::vector<Tensor> joint_grads_;  // differentiate(): per Trace::wrt, its traced gradient
   Tensor rng_;                       // the generator's state, once the function draws
   std::unordered_set<uint32_t> stale_;  // views and aliases of values since written in place
