@@ -161,7 +161,6 @@ Tensor rng_for(const Trace& t) { return t.rng_input >= 0 ? random_state(t.rng_dr
 // gradients it leaves back into the params' grad().
 std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
   const Trace& t = plan.trace;
-  KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
   std::vector<Tensor> outs =
       t.grad_inputs.empty() && t.rng_input < 0
           ? plan.exec->run(inputs, t.params)
@@ -178,7 +177,6 @@ std::vector<Tensor> run(const Plan& plan, std::span<const Tensor> inputs) {
 // A differentiable plan's call: the forward, untaped, then one autograd node for its results.
 std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor> inputs) {
   const Trace& t = plan.trace;
-  KILN_CHECK(inputs.size() == t.num_args, "jit::Function: expected {} arguments, got {}", t.num_args, inputs.size());
   // The arguments, then the generator's state when the function draws.
   std::vector<Tensor> bound(inputs.begin(), inputs.end());
   if (t.rng_input >= 0) bound.push_back(rng_for(t));
@@ -391,6 +389,8 @@ std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> input
 
 std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
   std::shared_ptr<Plan> plan = plan_for(*state_, inputs);
+  size_t arity = plan->trace.num_args;
+  KILN_CHECK(inputs.size() == arity, "jit::Function: expected {} arguments, got {}", arity, inputs.size());
   return plan->backward ? run_differentiable(*plan, inputs) : run(*plan, inputs);
 }
 
