@@ -131,7 +131,9 @@ bad "run on a graph that fails verify" 1 'verify:' run "$DATA/bad_type.ir"
 ok "codegen" codegen "$DATA/softmax.ir" --target=cpu
 has "codegen group" '^; ---- group 0: kiln_[0-9a-f]{32} -> f32\[64,128\] \(5 ops\)$'
 has "codegen define" '^define void @kiln_[0-9a-f]{32}\(ptr'
-has "codegen vector math" 'Sleef_expf'
+has "codegen inline exp" 'call float @llvm\.rint\.f32'
+has "codegen reductions interleave" 'llvm\.loop\.interleave\.count'
+has "codegen prefetches the next row" 'call void @llvm\.prefetch'
 ok "codegen of a graph without groups" codegen "$DATA/symbolic.ir"
 has "codegen no groups" 'no fused groups'
 bad "codegen cuda" 1 "target 'cuda' is not built in" codegen "$DATA/softmax.ir" --target=cuda
