@@ -20,6 +20,7 @@
 
 #include "benchmarks/bench_cases.h"
 #include "benchmarks/copy_limit.h"
+#include "runtime/files.h"
 
 using namespace kiln;
 
@@ -149,14 +150,9 @@ BENCHMARK(BM_CacheHitEager)->Name("call_cached[1]/kiln");
 // --kiln-first-call): trace, passes, fusion, then either the LLVM compile (disk cache off) or
 // the object read from a warm disk cache, and the run. The child reports its own time.
 double child_first_call_ms(const std::string& cache_dir) {
-  std::string cmd = fmt::format("KILN_CACHE_DIR='{}' '/proc/{}/exe' --kiln-first-call", cache_dir, ::getpid());
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char line[128] = {0};
-  double ms = -1;
-  if (std::fgets(line, sizeof line, p)) ms = std::atof(line);
-  ::pclose(p);
-  return ms;
+  std::optional<std::string> out = files::run_program({fmt::format("/proc/{}/exe", ::getpid()), "--kiln-first-call"},
+                                                      {"KILN_CACHE_DIR=" + cache_dir});
+  return out && !out->empty() ? std::atof(out->c_str()) : -1;
 }
 void BM_FirstCall(benchmark::State& s, bool warm) {
   std::string dir = (std::filesystem::temp_directory_path() / fmt::format("kiln-bench-cache-{}", ::getpid())).string();

@@ -2,12 +2,11 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 
 #include "ir/passes.h"
 #include "runtime/check.h"
+#include "runtime/files.h"
 #include "runtime/log.h"
 
 namespace kiln::ir {
@@ -19,14 +18,19 @@ constexpr PassInfo kPasses[] = {
 #undef PASS
 };
 
-// Writes the graph that made a pass fail where the user can find it.
+// Writes the graph that made a pass fail where the user can find it: KILN_REPRO_DIR, else this
+// user's private scratch folder, always as a new file (O_EXCL: never through someone's symlink,
+// never over another file). Says why when it could not.
 std::string write_reproducer(const Graph& g) {
   std::string text = print(g, {.locations = false});
-  std::filesystem::path dir = std::getenv("KILN_REPRO_DIR") ? std::getenv("KILN_REPRO_DIR")
-                                                            : std::filesystem::temp_directory_path();
-  std::filesystem::path file = dir / fmt::format("kiln-repro-{:016x}.ir", std::hash<std::string>{}(text));
-  std::ofstream(file) << text;
-  return file.string();
+  try {
+    const char* env = std::getenv("KILN_REPRO_DIR");
+    std::string dir = env && *env ? env : files::user_temp_dir();
+    return files::write_new(dir, fmt::format("kiln-repro-{:016x}-", std::hash<std::string>{}(text)), ".ir", text,
+                            "reproducer");
+  } catch (const Error& e) {
+    return fmt::format("(nowhere: {})", e.what());
+  }
 }
 
 }  // namespace

@@ -12,13 +12,18 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <random>
+#include <map>
+#include <mutex>
+#include <set>
 #include <vector>
 
+#include "runtime/error.h"
+#include "runtime/files.h"
 #include "runtime/log.h"
 
 namespace kiln::jit {
@@ -27,6 +32,7 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
 constexpr size_t kHeader = 32;
+constexpr int64_t kMaxEntry = int64_t{256} << 20;  // kernels are kilobytes; anything near this is not ours
 
 uint64_t checksum(const std::string& identity, const std::string& object) {
   XXH64_state_t* s = XXH64_createState();
@@ -55,17 +61,30 @@ uint64_t cap_bytes() {
   return mb << 20;
 }
 
-// Creates the directory (and its parents) for this user only.
-bool ensure_dir(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::is_directory(dir, ec)) return true;
-  fs::path parent = dir.parent_path();
-  if (!parent.empty() && parent != dir && !ensure_dir(parent)) return false;
-  return ::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST;
+// The cache is usable only in a private folder (ours, not writable by others, not a symlink):
+// it holds machine code kiln runs. Checked on every read and write (one lstat; both are rare:
+// once per kernel a process loads or compiles), so a folder swapped for a symlink meanwhile is
+// caught too; a refusal is said once per folder. A missing folder is a plain miss for a read.
+bool dir_usable(const std::string& dir, bool create) {
+  struct stat st;
+  if (!create && ::lstat(dir.c_str(), &st) != 0) return false;
+  std::string problem = create ? files::ensure_private_dir(dir) : files::private_dir_problem(dir);
+  if (problem.empty()) return true;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (warned.insert(dir).second)
+    warn(fmt::format("disk cache disabled: {}: {}. Use a folder of your own (KILN_CACHE_DIR), or KILN_CACHE_DIR=off", dir,
+                     problem));
+  return false;
 }
 
-// Removes the least recently used entries until the directory is under 90% of the cap.
-void evict(const fs::path& dir) {
+constexpr auto kStaleTemp = std::chrono::hours(1);  // a writer that died mid-write left it
+constexpr int kWritesPerScan = 64;
+
+// Scans the folder: removes stale temporary files, then the least recently used entries until
+// it is under 90% of the cap. Returns the bytes of entries left.
+uint64_t scan_and_evict(const fs::path& dir) {
   struct Entry {
     fs::path path;
     uint64_t size;
@@ -74,14 +93,22 @@ void evict(const fs::path& dir) {
   std::vector<Entry> entries;
   uint64_t total = 0;
   std::error_code ec;
+  auto now = fs::file_time_type::clock::now();
   for (const auto& f : fs::directory_iterator(dir, ec)) {
-    if (f.path().extension() != ".kobj" || !f.is_regular_file(ec)) continue;
+    if (!f.is_regular_file(ec) || f.is_symlink(ec)) continue;
+    std::string name = f.path().filename().string();
+    if (name.rfind(".tmp-", 0) == 0) {
+      if (now - f.last_write_time(ec) > kStaleTemp && fs::remove(f.path(), ec))
+        log(LogTopic::Cache, fmt::format("disk cache: removed stale {}", name));
+      continue;
+    }
+    if (f.path().extension() != ".kobj") continue;
     Entry e{f.path(), static_cast<uint64_t>(f.file_size(ec)), f.last_write_time(ec)};
     total += e.size;
     entries.push_back(std::move(e));
   }
   uint64_t cap = cap_bytes();
-  if (total <= cap) return;
+  if (total <= cap) return total;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const Entry& e : entries) {
     if (total <= cap / 10 * 9) break;
@@ -90,6 +117,22 @@ void evict(const fs::path& dir) {
       log(LogTopic::Cache, fmt::format("disk cache: evicted {} ({} bytes)", e.path.filename().string(), e.size));
     }
   }
+  return total;
+}
+
+// Eviction without a directory scan per write: the first write of a process scans, later ones
+// add their size to an estimate and scan again when it passes the cap or every 64 writes
+// (other processes write too).
+void maybe_evict(const fs::path& dir, uint64_t written) {
+  static std::mutex mu;
+  static std::map<std::string, std::pair<uint64_t, int>> estimate;  // dir -> (bytes, writes since scan)
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = estimate.try_emplace(dir.string(), 0, 0);
+  auto& [bytes, writes] = it->second;
+  bytes += written;
+  if (!fresh && bytes <= cap_bytes() && ++writes < kWritesPerScan) return;
+  bytes = scan_and_evict(dir);
+  writes = 0;
 }
 
 }  // namespace
@@ -109,26 +152,41 @@ std::string disk_cache_path(const std::string& identity) {
   return (fs::path(dir) / fmt::format("{:016x}{:016x}.kobj", h.high64, h.low64)).string();
 }
 
-std::optional<std::string> disk_cache_get(const std::string& identity) {
-  std::string path = disk_cache_path(identity);
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto reject = [&](const char* why) -> std::optional<std::string> {
-    log(LogTopic::Cache, fmt::format("disk cache: ignoring {}: {}", path, why));
+std::optional<std::string> disk_cache_decode(std::string_view bytes, const std::string& identity, std::string* why) {
+  auto reject = [&](const char* reason) -> std::optional<std::string> {
+    if (why) *why = reason;
     return std::nullopt;
   };
   if (bytes.size() < kHeader || std::memcmp(bytes.data(), kMagic, 8) != 0) return reject("not a kiln cache entry");
   uint64_t id_len = read_u64(bytes.data() + 8), obj_len = read_u64(bytes.data() + 16);
   uint64_t sum = read_u64(bytes.data() + 24);
-  if (id_len > bytes.size() || obj_len > bytes.size() || kHeader + id_len + obj_len != bytes.size())
-    return reject("truncated or padded");
-  std::string id = bytes.substr(kHeader, id_len);
-  std::string object = bytes.substr(kHeader + id_len);
+  uint64_t body = bytes.size() - kHeader;  // each length checked alone first: their sum may wrap
+  if (id_len > body || obj_len > body || id_len + obj_len != body) return reject("truncated or padded");
+  std::string_view id = bytes.substr(kHeader, id_len);
   if (id != identity) return reject("written for another kernel (hash collision)");
-  if (checksum(id, object) != sum) return reject("checksum mismatch");
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used: evicted last
+  std::string object(bytes.substr(kHeader + id_len));
+  if (checksum(identity, object) != sum) return reject("checksum mismatch");
+  return object;
+}
+
+std::optional<std::string> disk_cache_get(const std::string& identity) {
+  std::string path = disk_cache_path(identity);
+  if (path.empty() || !dir_usable(fs::path(path).parent_path().string(), /*create=*/false)) return std::nullopt;
+  auto reject = [&](const std::string& why) -> std::optional<std::string> {
+    log(LogTopic::Cache, fmt::format("disk cache: ignoring {}: {}", path, why));
+    return std::nullopt;
+  };
+  std::string bytes;
+  try {
+    if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return std::nullopt;  // the usual miss: the caller says it
+    bytes = files::read_bounded(path, kMaxEntry, "disk cache", /*no_follow=*/true);
+  } catch (const Error& e) {
+    return reject(e.what());
+  }
+  std::string why;
+  std::optional<std::string> object = disk_cache_decode(bytes, identity, &why);
+  if (!object) return reject(why);
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);  // recently used: evicted last
   return object;
 }
 
@@ -136,10 +194,7 @@ void disk_cache_put(const std::string& identity, const std::string& object) {
   std::string path = disk_cache_path(identity);
   if (path.empty()) return;
   fs::path dir = fs::path(path).parent_path();
-  if (!ensure_dir(dir)) {
-    log(LogTopic::Cache, fmt::format("disk cache: cannot create {}", dir.string()));
-    return;
-  }
+  if (!dir_usable(dir.string(), /*create=*/true)) return;
   std::string bytes(kMagic, 8);
   auto put = [&](uint64_t v) { bytes.append(reinterpret_cast<const char*>(&v), 8); };
   put(identity.size());
@@ -147,24 +202,18 @@ void disk_cache_put(const std::string& identity, const std::string& object) {
   put(checksum(identity, object));
   bytes += identity;
   bytes += object;
-  std::random_device rd;
-  fs::path tmp = dir / fmt::format(".tmp-{}-{:08x}", ::getpid(), rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return;
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w <= 0) break;
-    done += static_cast<size_t>(w);
-  }
-  bool ok = done == bytes.size() && ::fsync(fd) == 0;
-  ::close(fd);
-  std::error_code ec;
-  if (!ok || (fs::rename(tmp, path, ec), ec)) {
-    fs::remove(tmp, ec);
+  std::string tmp;
+  try {
+    tmp = files::write_new(dir.string(), ".tmp-", "", bytes, "disk cache");
+  } catch (const Error& e) {
+    log(LogTopic::Cache, e.what());  // best effort: a full or read-only disk costs a recompile
     return;
   }
-  evict(dir);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return;
+  }
+  maybe_evict(dir, bytes.size());
 }
 
 }  // namespace kiln::jit

@@ -9,12 +9,17 @@
 // past the cap, the least recently used files go.
 //
 // The cache holds machine code that kiln runs without further checks: it is trusted local
-// state. Never point KILN_CACHE_DIR at a folder that others can write.
+// state. So the folder must be the user's own: a real directory (not a symlink), owned by this
+// user and not writable by others; else kiln warns once and runs without the cache. Entries are
+// read without following symlinks and bounded in size; a writer that died mid-write leaves a
+// temporary file that a later scan removes after an hour. Eviction scans the folder on a
+// process's first write, then every 64 writes or when its running estimate passes the cap.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kiln::jit {
 
@@ -24,6 +29,10 @@ std::string disk_cache_dir();
 std::optional<std::string> disk_cache_get(const std::string& identity);
 /// Stores `object` for `identity` (best effort: a full or read-only disk only costs a recompile).
 void disk_cache_put(const std::string& identity, const std::string& object);
+/// An entry's object when `bytes` is a sound entry written for `identity`; else nullopt, with the
+/// reason in `why` (the reader's checks, apart from the file handling; fuzzed).
+std::optional<std::string> disk_cache_decode(std::string_view bytes, const std::string& identity,
+                                             std::string* why = nullptr);
 /// The file an identity maps to (for tests and tools).
 std::string disk_cache_path(const std::string& identity);
 

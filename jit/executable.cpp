@@ -467,7 +467,6 @@ Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
 Executable::~Executable() = default;
 
 const ir::Graph& Executable::graph() const { return impl_->g; }
-ir::Graph& Executable::mutable_graph() { return impl_->g; }
 
 ExecutableStats Executable::stats() const {
   size_t in_place = 0;

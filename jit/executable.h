@@ -47,7 +47,6 @@ class Executable {
   std::vector<Tensor> run(std::span<const Tensor> inputs, std::span<const Tensor> params) const;
 
   const ir::Graph& graph() const;
-  ir::Graph& mutable_graph();  // for resolving source locations before printing
   ExecutableStats stats() const;
 
   struct Impl;

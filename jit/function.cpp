@@ -396,10 +396,14 @@ std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
 
 void Function::compile(std::span<const Tensor> inputs) const { plan_for(*state_, inputs); }
 
-const ir::Graph& Function::graph() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  KILN_CHECK(state_->last != nullptr, "jit::Function::graph: the function has not been called yet");
-  ir::Graph& g = state_->last->exec->mutable_graph();
+ir::Graph Function::graph() const {
+  std::shared_ptr<Plan> last;  // keeps the plan alive if another thread evicts it meanwhile
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    KILN_CHECK(state_->last != nullptr, "jit::Function::graph: the function has not been called yet");
+    last = state_->last;
+  }
+  ir::Graph g = last->exec->graph();  // a copy: the plan others run is never written
   resolve_locations(g);
   return g;
 }

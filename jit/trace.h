@@ -87,8 +87,10 @@ class Function {
     return out.empty() ? Tensor() : out[0];
   }
 
-  /// The optimized graph of the most recently used signature (traces `inputs` if none yet).
-  const ir::Graph& graph() const;
+  /// A copy of the optimized graph of the most recently used signature, with source lines
+  /// resolved (throws before the first call). A snapshot: safe while other threads call the
+  /// function and its cache evicts plans.
+  ir::Graph graph() const;
   Stats stats() const;
   /// Bound on cached signatures; past it the least recently used plan is dropped.
   void set_cache_limit(size_t plans);

@@ -13,6 +13,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/files.h"
 #include "runtime/recorder.h"
 
 namespace kiln::jit {
@@ -371,16 +372,18 @@ void resolve_locations(ir::Graph& g) {
   for (ir::Node& n : g.nodes)
     if (!n.loc.known() && !n.loc.module.empty()) pending[n.loc.module].push_back(&n.loc);
   for (auto& [module, locs] : pending) {
-    std::string cmd = fmt::format("addr2line -e '{}'", module);
-    for (ir::SourceLoc* l : locs) cmd += fmt::format(" {:#x}", l->offset);
-    cmd += " 2>/dev/null";
-    FILE* f = popen(cmd.c_str(), "r");
-    if (!f) continue;
-    char line[4096];
+    // No shell: the module path is one argv entry, whatever characters it holds.
+    std::vector<std::string> argv = {"addr2line", "-e", module};
+    for (ir::SourceLoc* l : locs) argv.push_back(fmt::format("{:#x}", l->offset));
+    std::optional<std::string> out = files::run_program(argv);
+    if (!out) continue;
+    size_t at = 0;
     for (ir::SourceLoc* l : locs) {
-      if (!fgets(line, sizeof line, f)) break;
-      std::string s(line);
-      while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+      if (at >= out->size()) break;
+      size_t eol = out->find('\n', at);
+      std::string s = out->substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+      at = eol == std::string::npos ? out->size() : eol + 1;
+      while (!s.empty() && s.back() == '\r') s.pop_back();
       size_t colon = s.rfind(':');
       if (colon == std::string::npos || s.compare(0, 2, "??") == 0) continue;
       std::string file = s.substr(0, colon);
@@ -390,7 +393,6 @@ void resolve_locations(ir::Graph& g) {
       l->file = slash == std::string::npos ? file : file.substr(slash + 1);
       l->line = ln;
     }
-    pclose(f);
   }
 }
 

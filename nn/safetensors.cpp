@@ -2,11 +2,12 @@
 #include "nn/safetensors.h"
 
 #include <cstring>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/files.h"
 
 namespace kiln {
 namespace {
@@ -31,41 +32,51 @@ const char* code_of(DType t) {
 
 struct Parsed {
   json header;
-  std::vector<char> data;
+  std::string_view data;  // the bytes after the header
 };
 
-Parsed read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  KILN_CHECK(f.good(), "load_safetensors: cannot open {}", path);
-  f.seekg(0, std::ios::end);
-  int64_t size = f.tellg();
-  f.seekg(0);
+// Parses the header of the file in `bytes`. The JSON may only be as deep as the format's
+// (a tensor's shape array inside its entry) and arrays may hold at most 64 values, checked as
+// it parses: a hostile header (100 MB of one array) fails at once, not after building it.
+Parsed parse(std::string_view bytes, const std::string& path) {
+  uint64_t size = bytes.size();
   KILN_CHECK(size >= 8, "load_safetensors: {}: file too short ({} bytes) for a header", path, size);
-  unsigned char lb[8];
-  f.read(reinterpret_cast<char*>(lb), 8);
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | lb[i];
-  KILN_CHECK(n <= kMaxHeader && n <= static_cast<uint64_t>(size - 8),
-             "load_safetensors: {}: header length {} exceeds the file ({} bytes)", path, n, size);
-  std::string text(n, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(n));
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  KILN_CHECK(n <= kMaxHeader && n <= size - 8, "load_safetensors: {}: header length {} exceeds the file ({} bytes)",
+             path, n, size);
+  std::vector<size_t> array_sizes;
+  json::parser_callback_t bound = [&](int depth, json::parse_event_t event, json&) {
+    if (depth > 3) throw Error(fmt::format("load_safetensors: {}: the header nests deeper than the format does", path));
+    if (event == json::parse_event_t::array_start) array_sizes.push_back(0);
+    if (event == json::parse_event_t::array_end && !array_sizes.empty()) array_sizes.pop_back();
+    if (event == json::parse_event_t::value && !array_sizes.empty() && ++array_sizes.back() > 64)
+      throw Error(fmt::format("load_safetensors: {}: a header array holds more than 64 values", path));
+    return true;
+  };
   Parsed p;
   try {
-    p.header = json::parse(text);
+    p.header = json::parse(bytes.substr(8, n), bound);
   } catch (const json::exception& e) {
     throw Error(fmt::format("load_safetensors: {}: header is not valid JSON: {}", path, e.what()));
   }
   KILN_CHECK(p.header.is_object(), "load_safetensors: {}: header must be a JSON object", path);
-  p.data.resize(static_cast<size_t>(size - 8 - static_cast<int64_t>(n)));
-  f.read(p.data.data(), static_cast<std::streamsize>(p.data.size()));
-  KILN_CHECK(f.good() || p.data.empty(), "load_safetensors: {}: read failed", path);
+  p.data = bytes.substr(8 + n);
   return p;
+}
+
+std::string read_file(const std::string& path) {
+  return files::read_bounded(path, std::numeric_limits<int64_t>::max(), "load_safetensors");
 }
 
 }  // namespace
 
 std::map<std::string, Tensor> load_safetensors(const std::string& path) {
-  Parsed p = read_file(path);
+  return safetensors_from_bytes(read_file(path), path);
+}
+
+std::map<std::string, Tensor> safetensors_from_bytes(std::string_view bytes, const std::string& path) {
+  Parsed p = parse(bytes, path);
   std::map<std::string, Tensor> out;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto& [name, entry] : p.header.items()) {
@@ -116,7 +127,8 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
 }
 
 std::map<std::string, std::string> safetensors_metadata(const std::string& path) {
-  Parsed p = read_file(path);
+  std::string bytes = read_file(path);
+  Parsed p = parse(bytes, path);
   std::map<std::string, std::string> out;
   if (!p.header.contains("__metadata__")) return out;
   const json& m = p.header["__metadata__"];
@@ -146,16 +158,13 @@ void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::s
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  std::ofstream f(path, std::ios::binary);
-  KILN_CHECK(f.good(), "save_safetensors: cannot write {}", path);
   uint64_t n = text.size();
-  unsigned char lb[8];
-  for (int i = 0; i < 8; ++i) lb[i] = static_cast<unsigned char>(n >> (8 * i));
-  f.write(reinterpret_cast<const char*>(lb), 8);
-  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  char lb[8];
+  for (int i = 0; i < 8; ++i) lb[i] = static_cast<char>(n >> (8 * i));
+  std::vector<std::string_view> pieces = {{lb, 8}, text};
   for (const Tensor& t : data)
-    f.write(static_cast<const char*>(t.data_ptr()), t.numel() * dtype_size(t.dtype()));
-  KILN_CHECK(f.good(), "save_safetensors: writing {} failed", path);
+    pieces.emplace_back(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * dtype_size(t.dtype())));
+  files::write_atomic(path, pieces, "save_safetensors");  // never a truncated checkpoint over the old one
 }
 
 }  // namespace kiln

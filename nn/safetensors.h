@@ -4,19 +4,23 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "runtime/tensor.h"
 
 namespace kiln {
 
 /// Writes `tensors` (any layout; stored contiguous, little-endian) with optional string
-/// metadata. dtypes: f64 f32 f16 bf16 i64 i32 u8 bool.
+/// metadata. dtypes: f64 f32 f16 bf16 i64 i32 u8 bool. The file is replaced atomically (written
+/// beside it, then renamed): a crash mid-save leaves the old file, never a truncated one.
 void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});
 /// Reads every tensor of a safetensors file. The file is treated as hostile: the header
 /// length, JSON, dtypes, shapes and offsets are all checked, and anything wrong throws
 /// kiln::Error naming the file and the entry.
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
+/// The same reader over a file's bytes in memory; `name` stands for the file in errors.
+std::map<std::string, Tensor> safetensors_from_bytes(std::string_view bytes, const std::string& name = "<bytes>");
 /// The metadata of a safetensors file ("__metadata__").
 std::map<std::string, std::string> safetensors_metadata(const std::string& path);
 

@@ -202,8 +202,12 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op = "broadcast"
 /// True when shapes match and |a - b| <= atol + rtol * |b| everywhere (NaNs equal if equal_nan).
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
               bool equal_nan = false);
-/// NumPy .npy files (format 1.0-3.0; little-endian; C or Fortran order).
+/// NumPy .npy files (format 1.0-3.0; little-endian; C or Fortran order). The reader treats the
+/// file as hostile (every length checked against its real size; a clear kiln::Error naming
+/// `path` otherwise); the writer replaces `path` atomically (a temporary file, then rename).
 Tensor load_npy(const std::string& path);
+/// The same reader over bytes in memory; `name` stands for the file in errors.
+Tensor npy_from_bytes(std::string_view bytes, const std::string& name = "<bytes>");
 void save_npy(const Tensor& t, const std::string& path);
 
 // ---- threads -----------------------------------------------------------------------------

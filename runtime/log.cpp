@@ -36,12 +36,23 @@ unsigned topics() {
 
 bool log_enabled(LogTopic t) { return topics() >> static_cast<unsigned>(t) & 1; }
 
+namespace {
+std::mutex& stderr_mu() {
+  static std::mutex mu;
+  return mu;
+}
+}  // namespace
+
 void log(LogTopic t, std::string_view message) {
   if (!log_enabled(t)) return;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(stderr_mu());
   std::fprintf(stderr, "[kiln:%s] %.*s\n", kNames[static_cast<unsigned>(t)], static_cast<int>(message.size()),
                message.data());
+}
+
+void warn(std::string_view message) {
+  std::lock_guard<std::mutex> lock(stderr_mu());
+  std::fprintf(stderr, "[kiln:warning] %.*s\n", static_cast<int>(message.size()), message.data());
 }
 
 }  // namespace kiln

@@ -11,5 +11,8 @@ enum class LogTopic : uint8_t { Jit, Codegen, Cache };
 bool log_enabled(LogTopic topic);
 /// Writes "[kiln:<topic>] message" to stderr when the topic is on.
 void log(LogTopic topic, std::string_view message);
+/// Writes "[kiln:warning] message" to stderr whatever KILN_LOG says: something the user must
+/// fix, that kiln works around (an unsafe cache folder).
+void warn(std::string_view message);
 
 }  // namespace kiln

@@ -1,11 +1,11 @@
 // runtime/npy.cpp -- NumPy .npy files. The reader treats the file as hostile: every length is
 // checked before it is used, and any malformed header gives a kiln::Error naming the file.
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/files.h"
 
 namespace kiln {
 namespace {
@@ -64,14 +64,17 @@ Dims parse_shape(const std::string& v, const std::string& path) {
 
 }  // namespace
 
-Tensor load_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  KILN_CHECK(f.good(), "load_npy: cannot open {}", path);
-  f.seekg(0, std::ios::end);
-  int64_t file_size = f.tellg();
-  f.seekg(0);
+Tensor npy_from_bytes(std::string_view bytes, const std::string& path) {
+  int64_t file_size = static_cast<int64_t>(bytes.size());
+  size_t at = 0;  // the read position
+  auto read = [&](void* dst, int64_t n) {
+    if (n < 0 || static_cast<uint64_t>(n) > bytes.size() - at) return false;
+    if (n > 0) std::memcpy(dst, bytes.data() + at, static_cast<size_t>(n));
+    at += static_cast<size_t>(n);
+    return true;
+  };
   char pre[10];
-  KILN_CHECK(file_size >= 10 && f.read(pre, 10), "load_npy: {}: file too short for a .npy header", path);
+  KILN_CHECK(file_size >= 10 && read(pre, 10), "load_npy: {}: file too short for a .npy header", path);
   KILN_CHECK(std::memcmp(pre, kMagic, 6) == 0, "load_npy: {}: not a .npy file (bad magic)", path);
   int major = static_cast<unsigned char>(pre[6]);
   KILN_CHECK(major >= 1 && major <= 3, "load_npy: {}: unsupported format version {}", path, major);
@@ -81,7 +84,7 @@ Tensor load_npy(const std::string& path) {
     header_start = 10;
   } else {
     char b[2];
-    KILN_CHECK(file_size >= 12 && f.read(b, 2), "load_npy: {}: truncated header", path);
+    KILN_CHECK(file_size >= 12 && read(b, 2), "load_npy: {}: truncated header", path);
     header_len = static_cast<unsigned char>(pre[8]) | (static_cast<unsigned char>(pre[9]) << 8) |
                  (static_cast<int64_t>(static_cast<unsigned char>(b[0])) << 16) |
                  (static_cast<int64_t>(static_cast<unsigned char>(b[1])) << 24);
@@ -90,8 +93,7 @@ Tensor load_npy(const std::string& path) {
   KILN_CHECK(header_len <= 1 << 20 && header_start + header_len <= file_size,
              "load_npy: {}: header length {} exceeds the file", path, header_len);
   std::string h(static_cast<size_t>(header_len), '\0');
-  KILN_CHECK(static_cast<bool>(f.read(h.data(), header_len)), "load_npy: {}: truncated header", path);
-
+  KILN_CHECK(read(h.data(), header_len), "load_npy: {}: truncated header", path);
   std::string descr = dict_value(h, "descr", path);
   KILN_CHECK(descr.size() == 5 && (descr[0] == '\'' || descr[0] == '"') && descr[4] == descr[0],
              "load_npy: {}: unsupported descr {}", path, descr);
@@ -114,7 +116,7 @@ Tensor load_npy(const std::string& path) {
   Dims stored = shape;
   if (fortran == "True") std::reverse(stored.begin(), stored.end());
   Tensor t = empty(stored, found->dtype);
-  KILN_CHECK(static_cast<bool>(f.read(static_cast<char*>(t.data_ptr()), nbytes)), "load_npy: {}: read failed", path);
+  KILN_CHECK(read(t.data_ptr(), nbytes), "load_npy: {}: read failed", path);
   if (found->dtype == DType::Bool) {  // only 0 and 1 are valid bools
     auto* p = static_cast<uint8_t*>(t.data_ptr());
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] != 0;
@@ -125,6 +127,11 @@ Tensor load_npy(const std::string& path) {
     t = t.permute(order).contiguous();
   }
   return t;
+}
+
+
+Tensor load_npy(const std::string& path) {
+  return npy_from_bytes(files::read_bounded(path, std::numeric_limits<int64_t>::max(), "load_npy"), path);
 }
 
 void save_npy(const Tensor& t, const std::string& path) {
@@ -143,18 +150,13 @@ void save_npy(const Tensor& t, const std::string& path) {
   size_t total = 10 + h.size() + 1;
   h.append((64 - total % 64) % 64, ' ');
   h.push_back('\n');
-  std::ofstream f(path, std::ios::binary);
-  KILN_CHECK(f.good(), "save_npy: cannot write {}", path);
-  f.write(kMagic, 6);
-  char ver[2] = {1, 0};
-  f.write(ver, 2);
   uint16_t len = static_cast<uint16_t>(h.size());
-  char lb[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-  f.write(lb, 2);
-  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  char head[10] = {kMagic[0], kMagic[1], kMagic[2], kMagic[3], kMagic[4], kMagic[5], 1, 0,
+                   static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
   Tensor c = t.contiguous();
-  f.write(static_cast<const char*>(c.data_ptr()), c.numel() * dtype_size(c.dtype()));
-  KILN_CHECK(f.good(), "save_npy: writing {} failed", path);
+  std::string_view pieces[] = {{head, 10}, h,
+                               {static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * dtype_size(c.dtype()))}};
+  files::write_atomic(path, pieces, "save_npy");
 }
 
 }  // namespace kiln

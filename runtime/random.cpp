@@ -5,8 +5,8 @@
 // the counters it used. rand and randn are ops whose operand is that state (seed, offset), so a
 // traced function draws as eagerly.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include "runtime/api.h"
@@ -38,9 +38,12 @@ template <class F> void for_each_bits(uint64_t seed, uint64_t first, int64_t n, 
   }
 }
 
+// The state is one (seed, offset) pair under one lock: with two atomics, a draw racing
+// manual_seed could pair the new seed with the old offset (or the reverse).
 struct Generator {
-  std::atomic<uint64_t> seed{0x5eed};
-  std::atomic<uint64_t> offset{0};
+  std::mutex mu;
+  uint64_t seed = 0x5eed;
+  uint64_t offset = 0;
 };
 Generator& gen() {
   static Generator g;
@@ -49,7 +52,11 @@ Generator& gen() {
 
 // Reserves n counters; returns (seed, first counter).
 std::pair<uint64_t, uint64_t> reserve(int64_t n) {
-  return {gen().seed.load(), gen().offset.fetch_add(static_cast<uint64_t>(n))};
+  Generator& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  uint64_t first = g.offset;
+  g.offset += static_cast<uint64_t>(n);
+  return {g.seed, first};
 }
 
 // For draws that are no ops (randint, randperm): while tracing they would become a constant,
@@ -175,8 +182,10 @@ Tensor random_state(int64_t n) {
 }
 
 void manual_seed(uint64_t seed) {
-  gen().seed.store(seed);
-  gen().offset.store(0);
+  Generator& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.seed = seed;
+  g.offset = 0;
 }
 
 Tensor rand(const Dims& shape, DType dtype) {

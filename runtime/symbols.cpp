@@ -25,6 +25,13 @@ int64_t dim_symbol(std::string_view name) {
   KILN_CHECK(!name.empty(), "dim_symbol: empty name");
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
+  // The table lives as long as the process: a bound, so that text naming ever new symbols
+  // (a hostile IR file, parsed again and again) cannot grow it without end.
+  constexpr size_t kMaxSymbols = size_t{1} << 16;
+  auto found = t.ids.find(std::string(name));
+  if (found != t.ids.end()) return found->second;
+  KILN_CHECK(t.names.size() < kMaxSymbols, "dim_symbol: more than {} distinct dimension names in this process ('{}')",
+             kMaxSymbols, name);
   auto [it, fresh] = t.ids.try_emplace(std::string(name), 0);
   if (fresh) {
     t.names.emplace_back(name);

@@ -144,5 +144,35 @@ TEST(Cache, ConcurrentCallsWithTwoSignaturesAreCorrect) {
   EXPECT_LE(s.traces, 1 + 2 * kThreads);
 }
 
+// graph() while other threads call with alternating signatures and a one-plan cache evicts the
+// plan graph() reads: it returns a snapshot, so it never reads freed memory or a graph being
+// written (TSan runs this; scripts/run.sh sanitize).
+TEST(Cache, GraphIsASnapshotSafeBesideEvictingCalls) {
+  manual_seed(12);
+  auto fn = [](Tensor x) { return exp(x) * 2 + x; };
+  Tensor a = randn({3, 4}), b = randn({5, 4});
+  jit::Function f = jit::trace(fn, {a});
+  f.set_cache_limit(1);
+  f(a);
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t)
+    callers.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        const Tensor& x = (t + i) % 2 ? a : b;
+        if (!test::same_result(f(x), fn(x))) ++wrong;
+      }
+    });
+  for (int i = 0; i < 200; ++i) {
+    ir::Graph g = f.graph();
+    std::string in = g.type(g.inputs.at(0)).str();
+    EXPECT_TRUE(in == "f32[3,4]" || in == "f32[5,4]") << in;
+  }
+  stop = true;
+  for (std::thread& th : callers) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 }  // namespace
 }  // namespace kiln

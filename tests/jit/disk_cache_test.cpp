@@ -95,6 +95,60 @@ TEST_F(DiskCache, TheSizeCapEvictsTheLeastRecentlyUsed) {
   EXPECT_TRUE(jit::disk_cache_get("third").has_value());
 }
 
+// The cache holds code kiln runs: a folder others can write, or a symlink, is refused (with a
+// warning) rather than read from or written to.
+TEST_F(DiskCache, AFolderOthersCanWriteIsNotUsed) {
+  fs::path open = dir_ / "open";
+  fs::create_directories(open);
+  ::chmod(open.c_str(), 0777);
+  ::setenv("KILN_CACHE_DIR", open.c_str(), 1);
+  jit::disk_cache_put("kernel F", "bytes");
+  EXPECT_TRUE(fs::is_empty(open)) << "wrote into a folder others can write";
+  ::chmod(open.c_str(), 0700);
+  jit::disk_cache_put("kernel F", "bytes");
+  ASSERT_TRUE(jit::disk_cache_get("kernel F").has_value());
+  ::chmod(open.c_str(), 0777);  // someone opened it up afterwards: its entries are not trusted
+  EXPECT_FALSE(jit::disk_cache_get("kernel F").has_value());
+
+  fs::path link = dir_ / "link";
+  fs::create_directory_symlink(open, link);
+  ::chmod(open.c_str(), 0700);
+  ::setenv("KILN_CACHE_DIR", link.c_str(), 1);
+  EXPECT_FALSE(jit::disk_cache_get("kernel F").has_value()) << "read through a symlinked folder";
+}
+
+TEST_F(DiskCache, AnEntryThatIsASymlinkIsIgnored) {
+  jit::disk_cache_put("kernel G", "object");
+  std::string path = jit::disk_cache_path("kernel G");
+  fs::rename(path, dir_ / "elsewhere");
+  fs::create_symlink(dir_ / "elsewhere", path);
+  EXPECT_FALSE(jit::disk_cache_get("kernel G").has_value());
+}
+
+TEST_F(DiskCache, StaleTemporaryFilesAreCollected) {
+  ::setenv("KILN_CACHE_DIR", (dir_ / "fresh").c_str(), 1);  // a folder this process has not written yet
+  fs::create_directories(dir_ / "fresh");
+  ::chmod((dir_ / "fresh").c_str(), 0700);
+  write((dir_ / "fresh" / ".tmp-dead-writer").string(), "half an entry");
+  write((dir_ / "fresh" / ".tmp-live-writer").string(), "being written");
+  fs::last_write_time(dir_ / "fresh" / ".tmp-dead-writer", fs::file_time_type::clock::now() - std::chrono::hours(2));
+  jit::disk_cache_put("kernel H", "object");  // a process's first write scans the folder
+  EXPECT_FALSE(fs::exists(dir_ / "fresh" / ".tmp-dead-writer"));
+  EXPECT_TRUE(fs::exists(dir_ / "fresh" / ".tmp-live-writer"));
+}
+
+TEST(DiskCacheDecode, RejectsEveryMalformedEntry) {
+  std::string why;
+  EXPECT_FALSE(jit::disk_cache_decode("", "id", &why).has_value());
+  EXPECT_EQ(why, "not a kiln cache entry");
+  std::string header("KILNOBJ1", 8);
+  auto u64 = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  // Lengths whose sum wraps around to the body's size must not pass.
+  std::string wrap = header + u64(~uint64_t{0}) + u64(3) + u64(0) + "abcd";
+  EXPECT_FALSE(jit::disk_cache_decode(wrap, "a", &why).has_value());
+  EXPECT_EQ(why, "truncated or padded");
+}
+
 TEST_F(DiskCache, OffDisablesIt) {
   ::setenv("KILN_CACHE_DIR", "off", 1);
   EXPECT_EQ(jit::disk_cache_dir(), "");

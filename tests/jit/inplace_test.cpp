@@ -116,7 +116,8 @@ TEST(InPlace, TracedFunctionsCallingTracedFunctionsInline) {
   Tensor x = randn({4});
   expect_same(outer(x), (exp(x * 2) * w + arange(4).to(f32)) - 1);
   EXPECT_EQ(outer.stats().traces, 1);
-  for (const ir::Node& n : outer.graph().nodes) EXPECT_NE(n.kind, ir::NodeKind::Assign);
+  ir::Graph outer_graph = outer.graph();
+  for (const ir::Node& n : outer_graph.nodes) EXPECT_NE(n.kind, ir::NodeKind::Assign);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and hostile files (each must throw kiln::Error, never crash), plus a byte-mutation fuzz loop.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -378,3 +379,38 @@ TEST_F(Safetensors, MutatedFilesLoadOrThrowButNeverCrash) {
   EXPECT_GT(rejected, 1000);  // the mutations do reach the checks
   EXPECT_GT(loaded, 0);       // and some keep the file valid (e.g. a changed data byte)
 }
+
+
+// A hostile header fails as it parses, before it is built: a huge array, or nesting deeper
+// than the format's. (100 MB of one array once took seconds and gigabytes of JSON values.)
+TEST_F(Safetensors, HostileHeadersFailFast) {
+  std::string huge = "{\"x\":{\"dtype\":\"F32\",\"shape\":[";
+  for (int i = 0; i < (1 << 20); ++i) huge += "1,";
+  huge += "1],\"data_offsets\":[0,4]}}";
+  auto t0 = std::chrono::steady_clock::now();
+  expect_rejected(file_of(huge, f32_bytes({1})), {"load_safetensors", "more than 64 values"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  expect_rejected(file_of("{\"x\":{\"dtype\":[[[[[\"F32\"]]]]]}}", ""), {"load_safetensors", "nests deeper"});
+  expect_rejected(file_of("{\"__metadata__\":{\"k\":{\"deep\":{\"er\":1}}}}", ""), {"nests deeper"});
+}
+
+TEST_F(Safetensors, ReadsFromMemoryAsFromAFile) {
+  save_safetensors({{"a", from_vector<float>({1, 2, 3})}}, path_);
+  auto t = safetensors_from_bytes(read_bytes(path_), "in-memory");
+  expect_close(t.at("a"), {1, 2, 3}, 0);
+  expect_error([&] { safetensors_from_bytes("abc", "in-memory"); }, {"load_safetensors", "in-memory", "too short"});
+}
+
+// A save replaces the old file as a whole: no temporary file is left beside it.
+TEST_F(Safetensors, SaveReplacesTheFileAtomically) {
+  save_safetensors({{"a", from_vector<float>({1})}}, path_);
+  save_safetensors({{"b", from_vector<float>({2, 3})}}, path_);
+  auto t = load_safetensors(path_);
+  EXPECT_EQ(t.count("a"), 0u);
+  expect_close(t.at("b"), {2, 3}, 0);
+  std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  std::string stem = std::filesystem::path(path_).filename().string();
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(f.path().filename().string().find("." + stem + ".tmp-"), std::string::npos) << f.path();
+}
+

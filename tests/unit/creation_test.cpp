@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "runtime/ops/loops.h"
 #include "runtime/simd/kernels.h"
@@ -229,6 +231,28 @@ TEST(Random, DrawsDoNotDependOnTheThreadCount) {
   std::vector<float> four = randn({200000}).to_vector<float>();
   set_num_threads(saved);
   EXPECT_EQ(one, four);
+}
+
+// manual_seed and draws from other threads: the generator's (seed, offset) changes as one. A
+// reseed restarts the offset at 0 and only the drawing thread advances it, so each draw sees
+// either the last offset plus the draw's size (no reseed between) or 0 (a reseed). With seed and
+// offset stored apart, a draw could pair the new seed with the old offset.
+TEST(Random, ManualSeedAndConcurrentDrawsSeeTheStateAsOne) {
+  std::atomic<bool> stop{false};
+  std::thread seeder([&] {
+    for (uint64_t s = 1; !stop.load(); ++s) manual_seed(1000 + s % 7);
+  });
+  int64_t prev_seed = -1, prev_offset = -1, violations = 0;
+  for (int i = 0; i < 200000; ++i) {
+    std::vector<int64_t> st = random_state(3).to_vector<int64_t>();
+    if (i > 0 && st[1] != 0 && (st[0] != prev_seed || st[1] != prev_offset + 3)) ++violations;
+    prev_seed = st[0];
+    prev_offset = st[1];
+  }
+  stop = true;
+  seeder.join();
+  EXPECT_EQ(violations, 0);
+  manual_seed(0);
 }
 
 TEST(Random, RandIsUniformOnTheHalfOpenUnitInterval) {

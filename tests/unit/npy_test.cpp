@@ -255,3 +255,31 @@ TEST(Npy, SurvivesMutatedFiles) {
   EXPECT_GT(loaded, 0);
   EXPECT_GT(rejected, 0);
 }
+
+namespace kiln {
+namespace {
+
+TEST(Npy, ReadsFromMemoryAsFromAFile) {
+  Bytes file = make_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", raw(std::vector<float>{1.5f, -2}));
+  Tensor t = npy_from_bytes(file, "mem");
+  test::expect_close(t, {1.5, -2}, 0);
+  test::expect_error([] { npy_from_bytes("\x93NUMPY", "mem"); }, {"load_npy", "mem", "too short"});
+}
+
+// save_npy replaces the file whole, and a symlink planted at the path is replaced, not followed.
+TEST(Npy, SaveReplacesTheFileAtomically) {
+  std::string path = temp_path("atomic"), target = temp_path("atomic-target");
+  std::remove(path.c_str());
+  { std::ofstream(target) << "not yours"; }
+  std::filesystem::create_symlink(target, path);
+  save_npy(from_vector<float>({1, 2}), path);
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  test::expect_close(load_npy(path), {1, 2}, 0);
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not yours");
+  std::remove(path.c_str());
+  std::remove(target.c_str());
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,116 @@
+// tests/ir/pipeline_test.cpp -- a pass that fails leaves a reproducer the user can replay: a new
+// private file (never a predictable name that someone else could plant a symlink at), named in
+// the error with the kiln-ir command. And the parser's global state stays bounded.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "ir/graph.h"
+#include "ir/passes.h"
+#include "runtime/error.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+namespace {
+namespace fs = std::filesystem;
+
+// Verifies after canonicalize: the type below disagrees with add's rule, so the pass "fails".
+constexpr const char* kBroken = R"(graph @f(%0: f32[2,3], %1: f32[3]) -> (f32[3]) {
+  %2 = add %0, %1 : f32[3]
+  return %2
+})";
+
+std::string failure_of(const ir::Graph& g) {
+  try {
+    ir::run_passes(g, std::vector<std::string>{"canonicalize"});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The path between "the input graph is in " and the next ';'.
+std::string reproducer_path(const std::string& msg) {
+  const std::string key = "the input graph is in ";
+  size_t at = msg.find(key);
+  if (at == std::string::npos) return "";
+  at += key.size();
+  return msg.substr(at, msg.find(';', at) - at);
+}
+
+class Reproducer : public testing::Test {
+ protected:
+  void SetUp() override {
+    tmp_ = fs::path(testing::TempDir()) / ("kiln-pipeline-test-" + std::to_string(::getpid()));
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+    saved_tmpdir_ = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "";
+    saved_repro_ = std::getenv("KILN_REPRO_DIR") ? std::getenv("KILN_REPRO_DIR") : "";
+    ::setenv("TMPDIR", tmp_.c_str(), 1);
+    ::unsetenv("KILN_REPRO_DIR");
+  }
+  void TearDown() override {
+    auto restore = [](const char* name, const std::string& v) {
+      if (v.empty()) ::unsetenv(name);
+      else ::setenv(name, v.c_str(), 1);
+    };
+    restore("TMPDIR", saved_tmpdir_);
+    restore("KILN_REPRO_DIR", saved_repro_);
+    fs::remove_all(tmp_);
+  }
+  fs::path tmp_;
+  std::string saved_tmpdir_, saved_repro_;
+};
+
+TEST_F(Reproducer, GoesToANewPrivateFileNamedInTheError) {
+  ir::Graph g = ir::parse(kBroken);
+  std::string msg = failure_of(g);
+  ASSERT_NE(msg.find("pass canonicalize failed on @f"), std::string::npos) << msg;
+  std::string path = reproducer_path(msg);
+  ASSERT_FALSE(path.empty()) << msg;
+  EXPECT_EQ(fs::path(path).parent_path(), tmp_ / ("kiln-" + std::to_string(::geteuid())));
+  EXPECT_NE(msg.find("kiln-ir opt " + path + " --passes=canonicalize"), std::string::npos) << msg;
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "readable by others";
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(ir::print(ir::parse(text)), ir::print(g));
+  // The same failure again gets a file of its own: nothing predictable to plant a link at.
+  EXPECT_NE(reproducer_path(failure_of(g)), path);
+}
+
+TEST_F(Reproducer, AScratchFolderSomeoneElseMadeIsRefusedAndTheErrorStillExplains) {
+  fs::path planted = tmp_ / ("kiln-" + std::to_string(::geteuid()));
+  fs::create_directories(tmp_ / "attacker");
+  fs::create_directory_symlink(tmp_ / "attacker", planted);
+  std::string msg = failure_of(ir::parse(kBroken));
+  EXPECT_NE(msg.find("pass canonicalize failed on @f"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nowhere"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("symlink"), std::string::npos) << msg;
+  EXPECT_TRUE(fs::is_empty(tmp_ / "attacker"));
+}
+
+// Dimension names are interned for the process's life: a bound keeps hostile text (ever new
+// names) from growing the table without end.
+TEST(DimSymbols, TheTableIsBounded) {
+  int64_t b = dim_symbol("B");
+  std::string error;
+  for (int i = 0; i < (1 << 17) && error.empty(); ++i) {
+    try {
+      dim_symbol("pipeline_test_dim_" + std::to_string(i));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("more than 65536 distinct dimension names"), std::string::npos) << error;
+  EXPECT_EQ(dim_symbol("B"), b);  // names already known still resolve
+}
+
+}  // namespace
+}  // namespace kiln
