@@ -79,7 +79,9 @@ std::map<std::string, Tensor> safetensors_from_bytes(std::string_view bytes, con
   Parsed p = parse(bytes, path);
   std::map<std::string, Tensor> out;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto& [name, entry] : p.header.items()) {
+  for (auto& item : p.header.items()) {
+    const std::string name = item.key();  // named, not bound: lambdas capture it (clang 14)
+    const json& entry = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& why) {
       return Error(fmt::format("load_safetensors: {}: tensor \"{}\": {}", path, name, why));

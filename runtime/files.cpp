@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <vector>
 
 #include "runtime/error.h"
@@ -97,13 +98,16 @@ std::string read_bounded(const std::string& path, int64_t max_bytes, const char*
 }
 
 std::string write_new(const std::string& dir, const std::string& prefix, const std::string& suffix,
-                      std::span<const std::string_view> pieces, const char* what) {
-  std::string name = (fs::path(dir.empty() ? "." : dir) / (prefix + "XXXXXX" + suffix)).string();
-  std::vector<char> buf(name.begin(), name.end());
-  buf.push_back('\0');
-  int fd = ::mkstemps(buf.data(), static_cast<int>(suffix.size()));  // O_EXCL, mode 0600
+                      std::span<const std::string_view> pieces, const char* what, unsigned mode) {
+  std::random_device rd;
+  std::string path;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    path = (fs::path(dir.empty() ? "." : dir) / fmt::format("{}{:08x}{:08x}{}", prefix, rd(), rd(), suffix)).string();
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) throw Error(fmt::format("{}: cannot write a new file in {}: {}", what, dir.empty() ? "." : dir, errno_text()));
-  std::string path(buf.data());
   bool ok = write_all(fd, pieces);
   int saved = errno;
   ::close(fd);
@@ -122,7 +126,8 @@ void write_atomic(const std::string& path, std::string_view bytes, const char* w
 void write_atomic(const std::string& path, std::span<const std::string_view> pieces, const char* what) {
   fs::path target(path);
   std::string dir = target.parent_path().string();
-  std::string tmp = write_new(dir, "." + target.filename().string() + ".tmp-", "", pieces, what);
+  // Mode 0666 less the umask, as a plain new file gets: a checkpoint is not a private file.
+  std::string tmp = write_new(dir, "." + target.filename().string() + ".tmp-", "", pieces, what, 0666);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string why = errno_text();
     ::unlink(tmp.c_str());

@@ -30,20 +30,22 @@ std::string user_temp_dir();
 /// be opened, is not a regular file, is larger than the bound, or changes size while read.
 std::string read_bounded(const std::string& path, int64_t max_bytes, const char* what, bool no_follow = false);
 
-/// Writes `bytes` to `path` through a new file beside it (O_EXCL, 0600 before the umask), then
-/// fsync and rename: readers and a crash see the old file or the new one, never a partial one.
+/// Writes `bytes` to `path` through a new file beside it (O_EXCL; mode 0666 less the umask, as
+/// any new file), then fsync and rename: readers and a crash see the old file or the new one,
+/// never a partial one; a symlink at `path` is replaced, never followed.
 /// Throws kiln::Error naming `what` and the path on failure; the temporary file is removed.
 void write_atomic(const std::string& path, std::string_view bytes, const char* what);
 /// The same for a file written in pieces (a header, then each tensor's bytes), never copied whole.
 void write_atomic(const std::string& path, std::span<const std::string_view> pieces, const char* what);
 
-/// Creates a new file in `dir` named prefix + random + suffix with O_EXCL (mkstemps), writes
-/// `bytes` and returns its path. Throws kiln::Error on failure.
+/// Creates a new file in `dir` named prefix + random + suffix with O_EXCL and O_NOFOLLOW (never
+/// an existing file or link), `mode` before the umask (default: this user only), writes the
+/// pieces, fsyncs and returns its path. Throws kiln::Error on failure.
 std::string write_new(const std::string& dir, const std::string& prefix, const std::string& suffix,
-                      std::span<const std::string_view> pieces, const char* what);
+                      std::span<const std::string_view> pieces, const char* what, unsigned mode = 0600);
 inline std::string write_new(const std::string& dir, const std::string& prefix, const std::string& suffix,
-                             std::string_view bytes, const char* what) {
-  return write_new(dir, prefix, suffix, std::span<const std::string_view>(&bytes, 1), what);
+                             std::string_view bytes, const char* what, unsigned mode = 0600) {
+  return write_new(dir, prefix, suffix, std::span<const std::string_view>(&bytes, 1), what, mode);
 }
 
 /// Runs a program without a shell (posix_spawnp with an argv array, so no argument is ever

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh -- builds the libFuzzer targets (tools/fuzz) with clang++-14 in build-fuzz and
-# runs each for a while, starting from the seeds in tools/fuzz/corpus and the tests/ir graphs.
+# runs each for a while: one per reader of untrusted bytes (IR text: parse, verify; .npy;
+# safetensors; disk-cache entries), each from its seeds (tools/fuzz/corpus* and, for IR, the
+# tests/ir graphs).
 #   scripts/fuzz.sh [SECONDS]     seconds per target (default 20)
 #   KILN_FUZZ_SEED=N              libFuzzer's seed (default 1, so CI runs repeat)
 # A crash leaves its input in build-fuzz/artifacts/ and fails the script; replay it with
@@ -10,7 +12,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 jobs="${KILN_JOBS:-$(nproc)}"
 dir=build-fuzz
-targets=(parse_fuzz verify_fuzz)
+targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz)
 
 cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
@@ -24,12 +26,21 @@ for f in tests/ir/*/*.ir; do
   name="${f#tests/ir/}"
   awk '/^\/\/ EXPECT/ { exit } { print }' "$f" >"$dir/seeds-golden/${name//\//_}"
 done
+# Seeds and options per target: IR text gets the IR seeds and dictionary.
+args_for() {
+  case "$1" in
+    parse_fuzz | verify_fuzz) echo "tools/fuzz/corpus $dir/seeds-golden -dict=tools/fuzz/ir.dict -max_len=4096" ;;
+    npy_fuzz) echo "tools/fuzz/corpus-npy -max_len=4096" ;;
+    safetensors_fuzz) echo "tools/fuzz/corpus-safetensors -dict=tools/fuzz/safetensors.dict -max_len=4096" ;;
+    disk_cache_fuzz) echo "tools/fuzz/corpus-disk-cache -max_len=1024" ;;
+  esac
+}
 for t in "${targets[@]}"; do
   mkdir -p "$dir/corpus-$t"  # what the runs found, kept between runs; the seeds stay read-only
   echo "fuzz: $t for ${seconds}s"
-  KILN_REPRO_DIR="$dir/repro" "$dir/tools/fuzz/$t" "$dir/corpus-$t" tools/fuzz/corpus \
-    "$dir/seeds-golden" \
-    -dict=tools/fuzz/ir.dict -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  # shellcheck disable=SC2046  # args_for's words are meant to split
+  KILN_REPRO_DIR="$dir/repro" "$dir/tools/fuzz/$t" "$dir/corpus-$t" $(args_for "$t") \
+    -timeout=10 -rss_limit_mb=2048 \
     -max_total_time="$seconds" -seed="${KILN_FUZZ_SEED:-1}" -print_final_stats=1 \
     -artifact_prefix="$dir/artifacts/$t-" 2>"$dir/$t.log" || {
     tail -n 60 "$dir/$t.log"

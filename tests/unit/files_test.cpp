@@ -62,7 +62,12 @@ TEST_F(Files, WriteAtomicReplacesTheFileAndLeavesNothingElse) {
   EXPECT_EQ(entries(), 1u) << "a temporary file was left behind";
   struct stat st {};
   ASSERT_EQ(::stat(p.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 077, 0u) << "created for this user only";
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask) << "a saved file gets the mode any new file gets";
+  std::string priv = files::write_new(dir_.string(), "private-", "", "x", "test");
+  ASSERT_EQ(::stat(priv.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "write_new's files are this user's only";
 }
 
 // The last step (the rename) failing: here the target is a folder, which a file cannot replace
