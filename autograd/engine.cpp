@@ -9,6 +9,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/profiler.h"
 #include "runtime/recorder.h"
 
 namespace kiln {
@@ -61,6 +62,7 @@ void check_saved(const Node& n) {
 // The gradients of n's inputs (one per operand slot) from those of its outputs.
 // (A custom node's inputs are all tensors, in `next` order.)
 Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool create_graph) {
+  profiler::Scope event(profiler::Kind::Autograd, profiler::enabled() ? node_name(n) : std::string());
   if (n.custom) {
     KILN_CHECK(!create_graph, "backward: create_graph=true reached {}, a compiled function, whose "
                "backward graph is not itself differentiable; to differentiate twice, call the "

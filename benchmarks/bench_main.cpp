@@ -114,6 +114,7 @@ class TableReporter : public benchmark::ConsoleReporter {
         fmt::print("{}: the copy loop reads {:.1f} GB/s (and writes as much)\n", c, it->second.bytes_per_s / 1e9);
     print_gemm_reference();
     print_step_memory();
+    print_profiler_cost();
     fmt::print("kiln SIMD: {}; threads: {}\n", kiln_isa(), kiln::num_threads());
 #ifdef KILN_HAVE_TORCH
     const char* wait = std::getenv("OMP_WAIT_POLICY");
@@ -137,6 +138,18 @@ class TableReporter : public benchmark::ConsoleReporter {
       if (gemm > 0 && block > 0)
         fmt::print("{}: {} convs at {:.1f} GFLOP/s, {:.0f}% of matmul_1024's {:.1f} GFLOP/s\n", impl,
                    kiln::bench::kBlockName, block / 1e9, 100 * block / gemm, gemm / 1e9);
+    }
+  }
+
+  // What recording a profile costs, per call of two eager ops and per cached jit call.
+  void print_profiler_cost() const {
+    auto r = rows_.find("call_cached[1]");
+    if (r == rows_.end()) return;
+    for (const char* impl : {"kiln", "jit"}) {
+      auto off = r->second.find(impl), on = r->second.find(std::string(impl) + "_profiled");
+      if (off == r->second.end() || on == r->second.end()) continue;
+      fmt::print("profiler: call_cached[1] {} takes {:.0f} ns off, {:.0f} ns recording ({} events per call)\n", impl,
+                 off->second.ns, on->second.ns, std::string(impl) == "kiln" ? "2 op" : "1 jit-call and 1 kernel");
     }
   }
 

@@ -146,6 +146,33 @@ void BM_CacheHitEager(benchmark::State& s) {
 BENCHMARK(BM_CacheHit)->Name("call_cached[1]/jit");
 BENCHMARK(BM_CacheHitEager)->Name("call_cached[1]/kiln");
 
+// The same two calls while the profiler records (bench_main prints the cost per event site
+// beside the rows above, where it is off). Recording restarts now and then, which drops what
+// was recorded: memory stays bounded however long Google Benchmark runs.
+template <class F> void run_profiled(benchmark::State& s, F fn) {
+  benchmark::DoNotOptimize(fn());
+  profiler::start();
+  int64_t n = 0;
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(fn());
+    if (++n % 20000 == 0) profiler::start();
+  }
+  profiler::stop();
+}
+void BM_CacheHitProfiled(benchmark::State& s) {
+  NoGradGuard g;
+  Tensor x = randn({1});
+  jit::Function f = jit::trace(bench::two_ops, {x});
+  run_profiled(s, [&] { return f(x); });
+}
+void BM_CacheHitEagerProfiled(benchmark::State& s) {
+  NoGradGuard g;
+  Tensor x = randn({1});
+  run_profiled(s, [&] { return bench::two_ops(x); });
+}
+BENCHMARK(BM_CacheHitProfiled)->Name("call_cached[1]/jit_profiled");
+BENCHMARK(BM_CacheHitEagerProfiled)->Name("call_cached[1]/kiln_profiled");
+
 // The first call of the gelu chain in a fresh process (this binary, run again with
 // --kiln-first-call): trace, passes, fusion, then either the LLVM compile (disk cache off) or
 // the object read from a warm disk cache, and the run. The child reports its own time.

@@ -3,7 +3,9 @@
 // and reports test accuracy. Eager kiln: autograd, nn layers, Adam, a cosine schedule.
 // With --jit the whole training step (forward, backward, Adam) runs as a traced graph, and the
 // traced step and forward are written as IR text (digits_step.ir, digits_forward.ir) for
-// kiln-ir to dump, verify, optimize, draw and run.
+// kiln-ir to dump, verify, optimize, draw and run. With --profile[=trace.json] the second epoch
+// (the first warm one) is profiled: a Chrome trace (open it in https://ui.perfetto.dev) and a
+// table of where its time went.
 #include <kiln/kiln.h>
 #include <zlib.h>
 
@@ -73,12 +75,15 @@ void progress(int epoch, int epochs, int64_t step, int64_t steps, double loss, d
 int main(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   bool use_jit = false;
-  std::string data_path = kDefaultData;
+  std::string data_path = kDefaultData, profile_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jit") use_jit = true;
+    else if (a == "--profile") profile_path = "digits_profile.json";
+    else if (a.rfind("--profile=", 0) == 0) profile_path = a.substr(10);
     else data_path = a;
   }
+  const int profiled_epoch = 2;
   auto [images, labels] = load_digits(data_path);
   manual_seed(0);
   Tensor order = randperm(images.shape()[0]);
@@ -108,6 +113,7 @@ int main(int argc, char** argv) {
   auto t0 = clock::now();
   int64_t steps = 0;
   for (int epoch = 1; epoch <= epochs; ++epoch) {
+    if (!profile_path.empty() && epoch == profiled_epoch) profiler::start();
     auto e0 = clock::now();
     int64_t step = 0, seen = 0;
     double loss_sum = 0;
@@ -123,6 +129,11 @@ int main(int argc, char** argv) {
     }
     auto test_t = test.get(arange(test.size()));
     std::printf("  test accuracy %.2f%%\n", 100 * accuracy(net, test_t[0], test_t[1]));
+    if (!profile_path.empty() && epoch == profiled_epoch) {
+      profiler::stop(profile_path);
+      std::printf("epoch %d profiled: trace written to %s (open it in https://ui.perfetto.dev)\n%s", epoch,
+                  profile_path.c_str(), profiler::summary(25).c_str());
+    }
   }
   double total = std::chrono::duration<double>(clock::now() - t0).count();
   auto test_t = test.get(arange(test.size()));

@@ -26,6 +26,7 @@
 #include "runtime/log.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
+#include "runtime/profiler.h"
 #include "runtime/recorder.h"
 
 namespace kiln::jit {
@@ -45,7 +46,22 @@ struct KernelStep {
   Kernel kernel;
   KernelArgs args;
   std::vector<Dims> input_strides;  // as prepared
+  std::string label;                // for the profiler: "fused max_reduce+sub+exp+sum+div"
 };
+
+// A fused group's ops, named for people (its kernel's symbol is a hash).
+std::string group_label(const ir::Graph& body) {
+  std::string ops;
+  for (const ir::Node& n : body.nodes) {
+    if (n.kind != ir::NodeKind::Op) continue;
+    if (ops.size() > 48) {
+      ops += "+...";
+      break;
+    }
+    ops += (ops.empty() ? "" : "+") + std::string(op_name(n.op));
+  }
+  return "fused " + ops;
+}
 
 // The strides of an operand read over `domain` (NumPy broadcasting from the right; 0 where it
 // broadcasts or the dim has size 1).
@@ -410,6 +426,16 @@ struct Executable::Impl {
       ptrs[ins.size() + j] = out.data_ptr();
       vals[n.results[j]] = std::move(out);
     }
+    profiler::Scope event(profiler::Kind::Kernel, k.label);
+    if (event) {
+      event.arg("kernel", k.kernel.symbol);
+      int64_t bytes = 0;
+      for (const Tensor& t : ins) bytes += t.numel() * dtype_size(t.dtype());
+      for (uint32_t v : n.results) bytes += vals[v].numel() * dtype_size(vals[v].dtype());
+      event.arg("ops", static_cast<int64_t>(n.body->nodes.size()));
+      event.arg("bytes", bytes);
+      event.arg("graph", "@" + g.name);
+    }
     if (k.args.split_dim >= 0) return run_split(k, ins.size(), ptrs, n.results, vals);
     codegen::KernelFn fn = k.kernel.fn;
     const int64_t* sizes = k.args.sizes.data();
@@ -431,6 +457,7 @@ Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
     switch (n.kind) {
       case ir::NodeKind::Fused:
         m.steps[i] = std::make_unique<KernelStep>();
+        m.steps[i]->label = group_label(*n.body);
         ++m.kernels;
         break;
       case ir::NodeKind::Assign: {

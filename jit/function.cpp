@@ -20,6 +20,7 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
+#include "runtime/profiler.h"
 
 namespace kiln::jit {
 
@@ -311,8 +312,12 @@ struct Function::State {
                                        why.empty() ? miss_reason(before, now) : why, fmt::join(now, ", ")));
     }
     auto plan = std::make_shared<Plan>();
-    plan->trace = trace_function(fn, inputs, name, names, /*differentiate=*/true);
+    {
+      profiler::Scope event(profiler::Kind::Jit, "trace");
+      plan->trace = trace_function(fn, inputs, name, names, /*differentiate=*/true);
+    }
     plan->described = std::move(now);
+    profiler::Scope event(profiler::Kind::Jit, "optimize, partition, fuse");
     ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
     for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
     if (plan->trace.joint) {
@@ -350,7 +355,7 @@ Function::Function(TensorFn fn, std::string name, ParamNames names) : state_(std
 
 namespace {
 // The plan for the signature of `inputs`: cached, else traced and compiled now.
-std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> inputs) {
+std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> inputs, bool* traced = nullptr) {
   thread_local Signature key;
   signature(inputs, key);
   std::shared_ptr<Plan> plan;
@@ -379,6 +384,7 @@ std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> input
       ++s.stats.misses;
     }
   }
+  if (traced) *traced = !plan;
   if (!plan) {
     Signature copy = key;  // compile may trace a function that calls this one
     plan = s.compile(inputs, copy, why);
@@ -388,7 +394,14 @@ std::shared_ptr<Plan> plan_for(Function::State& s, std::span<const Tensor> input
 }  // namespace
 
 std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
-  std::shared_ptr<Plan> plan = plan_for(*state_, inputs);
+  profiler::Scope event(profiler::Kind::Jit, profiler::enabled() ? "@" + state_->name : std::string());
+  bool traced = false;
+  std::shared_ptr<Plan> plan = plan_for(*state_, inputs, &traced);
+  if (event) {
+    event.arg("call", traced ? "miss: traced and compiled" : "hit");
+    event.arg("signature", fmt::format("{}", fmt::join(describe(inputs), ", ")));
+    event.arg("plan", plan->backward ? "forward + compiled backward" : "inference or whole step");
+  }
   size_t arity = plan->trace.num_args;
   KILN_CHECK(inputs.size() == arity, "jit::Function: expected {} arguments, got {}", arity, inputs.size());
   return plan->backward ? run_differentiable(*plan, inputs) : run(*plan, inputs);

@@ -11,6 +11,7 @@
 
 #include "jit/disk_cache.h"
 #include "runtime/log.h"
+#include "runtime/profiler.h"
 
 namespace kiln::jit {
 namespace {
@@ -48,7 +49,13 @@ std::string kernel_source(const ir::Graph& body, const codegen::KernelLayout& la
 
 Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout) {
   Kernel k;
-  std::string src = kernel_source(body, layout, &k.symbol);
+  profiler::Scope event(profiler::Kind::Compile, "kernel");
+  std::string src;
+  {
+    profiler::Scope emit(profiler::Kind::Compile, "emit LLVM IR");
+    src = kernel_source(body, layout, &k.symbol);
+  }
+  if (event) event.arg("kernel", k.symbol);
   Cache& c = cache();
   std::promise<codegen::KernelFn> promise;
   std::shared_future<codegen::KernelFn> future;
@@ -64,6 +71,7 @@ Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout) {
     }
   }
   if (future.valid()) {  // compiled, or being compiled by another thread
+    if (event) event.arg("found", "in memory");
     k.fn = future.get();
     return k;
   }
@@ -71,14 +79,23 @@ Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout) {
   try {
     auto t0 = std::chrono::steady_clock::now();
     std::string identity = fmt::format("{}\n{}\n{}", kKilnVersion, be.target_id(), src);
-    std::optional<std::string> object = disk_cache_get(identity);
+    std::optional<std::string> object;
+    {
+      profiler::Scope read(profiler::Kind::Compile, "disk cache read");
+      object = disk_cache_get(identity);
+    }
     bool from_disk = object.has_value();
+    if (event) event.arg("found", from_disk ? "disk cache hit" : "disk cache miss: compiled");
     if (!from_disk) {
       if (log_enabled(LogTopic::Codegen)) log(LogTopic::Codegen, fmt::format("kernel {}:\n{}", k.symbol, src));
       object = be.compile(src);
+      profiler::Scope write(profiler::Kind::Compile, "disk cache write");
       disk_cache_put(identity, *object);
     }
-    k.fn = be.load(*object, k.symbol);
+    {
+      profiler::Scope link(profiler::Kind::Compile, "link");
+      k.fn = be.load(*object, k.symbol);
+    }
     {
       std::lock_guard<std::mutex> lock(c.mu);
       ++(from_disk ? c.stats.disk_hits : c.stats.compiles);

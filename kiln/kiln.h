@@ -16,4 +16,5 @@
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
+#include "runtime/profiler.h"
 #include "runtime/tensor.h"

@@ -1,11 +1,16 @@
 // runtime/allocator.cpp -- the caching CPU allocator.
 #include "runtime/allocator.h"
 
+#include <fmt/format.h>
+
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
-#include <new>
 #include <vector>
+
+#include "runtime/error.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 namespace {
@@ -14,6 +19,9 @@ constexpr size_t kAlign = 64;
 constexpr int kSubClasses = 4;  // 2^k, 1.25*2^k, 1.5*2^k, 1.75*2^k: at most 25% waste
 constexpr int kNumClasses = 64 * kSubClasses;
 constexpr size_t kMaxBytes = size_t{1} << 62;  // beyond this the size classes overflow
+
+std::atomic<void* (*)(size_t, size_t)> g_get{[](size_t align, size_t bytes) { return std::aligned_alloc(align, bytes); }};
+std::atomic<void (*)(void*)> g_put{[](void* p) { std::free(p); }};
 
 // Size class of a request and the block size that class hands out.
 int size_class(size_t n, size_t* block) {
@@ -37,9 +45,10 @@ class CachingCpuAllocator final : public Allocator {
   ~CachingCpuAllocator() override { empty_cache(); }
 
   void* allocate(size_t nbytes) override {
-    if (nbytes > kMaxBytes) throw std::bad_alloc();
+    if (nbytes > kMaxBytes) throw OutOfMemory(fmt::format("out of memory: {} bytes is more than any allocation can be", nbytes));
     size_t block;
     int c = size_class(nbytes == 0 ? 1 : nbytes, &block);
+    void* cached_hit = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.allocations;
@@ -47,25 +56,35 @@ class CachingCpuAllocator final : public Allocator {
       if (stats_.in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.in_use;
       auto& list = free_[c];
       if (!list.empty()) {
-        void* p = list.back();
+        cached_hit = list.back();
         list.pop_back();
         stats_.cached -= static_cast<int64_t>(block);
         ++stats_.cache_hits;
-        return p;
+      } else {
+        ++stats_.system_allocs;
       }
-      ++stats_.system_allocs;
+    }
+    if (cached_hit) {
+      sample();
+      return cached_hit;
     }
     size_t bytes = (block + kAlign - 1) / kAlign * kAlign;  // aligned_alloc wants a multiple
-    void* p = std::aligned_alloc(kAlign, bytes);
+    void* p = g_get.load()(kAlign, bytes);
     if (!p) {  // free what we hold and try once more before giving up
       empty_cache();
-      p = std::aligned_alloc(kAlign, bytes);
+      p = g_get.load()(kAlign, bytes);
       if (!p) {
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.in_use -= static_cast<int64_t>(block);
-        throw std::bad_alloc();
+        int64_t in_use;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.in_use -= static_cast<int64_t>(block);
+          in_use = stats_.in_use;
+        }
+        throw OutOfMemory(fmt::format("out of memory: cannot allocate {} bytes ({} bytes in use; the allocator "
+                                      "returned its cached blocks and tried again)", nbytes, in_use));
       }
     }
+    sample();
     return p;
   }
 
@@ -79,10 +98,11 @@ class CachingCpuAllocator final : public Allocator {
       if (stats_.cached + static_cast<int64_t>(block) <= cap_) {
         free_[c].push_back(p);
         stats_.cached += static_cast<int64_t>(block);
-        return;
+        p = nullptr;
       }
     }
-    std::free(p);
+    if (p) g_put.load()(p);
+    sample();
   }
 
   AllocatorStats stats() const override {
@@ -115,10 +135,17 @@ class CachingCpuAllocator final : public Allocator {
       }
       stats_.cached = 0;
     }
-    for (void* p : drop) std::free(p);
+    for (void* p : drop) g_put.load()(p);
   }
 
  private:
+  // The profiler's memory track (one relaxed load when it is off).
+  void sample() {
+    if (!profiler::enabled()) return;
+    AllocatorStats s = stats();
+    profiler::counter("memory", {{"allocated", s.in_use}, {"cached", s.cached}, {"peak", s.peak_in_use}});
+  }
+
   mutable std::mutex mu_;
   std::vector<void*> free_[kNumClasses];
   AllocatorStats stats_;
@@ -130,6 +157,10 @@ class CachingCpuAllocator final : public Allocator {
 Allocator& cpu_allocator() {
   static auto* a = new CachingCpuAllocator();  // never destroyed: tensors may outlive statics
   return *a;
+}
+
+SystemMemory set_cpu_system_memory(SystemMemory memory) {
+  return {g_get.exchange(memory.get), g_put.exchange(memory.put)};
 }
 
 }  // namespace kiln

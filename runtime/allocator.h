@@ -38,4 +38,14 @@ class Allocator {
 /// faults on every op. KILN_CPU_CACHE_MB caps what it keeps (default 2048); 0 turns caching off.
 Allocator& cpu_allocator();
 
+/// Where the CPU allocator gets memory from the system and gives it back (std::aligned_alloc
+/// and std::free by default). Tests swap it to inject a failing allocation; returns the one it
+/// replaces. A `get` that returns nullptr is out of memory: the allocator empties its cache,
+/// asks once more, then throws kiln::OutOfMemory.
+struct SystemMemory {
+  void* (*get)(size_t align, size_t bytes);
+  void (*put)(void* p);
+};
+SystemMemory set_cpu_system_memory(SystemMemory memory);
+
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/formulas.h"
+#include "runtime/profiler.h"
 #include "runtime/recorder.h"
 
 namespace kiln {
@@ -64,13 +65,23 @@ Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
   }
   Tensor out;
   {
+    profiler::Scope event(profiler::Kind::Op, op_name(id));
+    if (event) {
+      std::string types;
+      for (const Tensor& t : in) types += (types.empty() ? "" : ", ") + t.type().str();
+      event.arg("inputs", types);
+    }
     // Kernels may run other ops for their own bookkeeping; those are never taped.
     GradModeGuard no_grad(false);
-    if (op.view) {
-      out = op.view(in[0], attrs);
-    } else {
-      out = Tensor::empty(type);
-      op.cpu(id, in, attrs, out);
+    try {
+      if (op.view) {
+        out = op.view(in[0], attrs);
+      } else {
+        out = Tensor::empty(type);
+        op.cpu(id, in, attrs, out);
+      }
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(fmt::format("{} (giving {}): {}", op_name(id), type.str(), e.what()));
     }
   }
   if (taped) record_grad(id, in, attrs, out);

@@ -12,6 +12,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Memory ran out: an allocation failed after the allocator returned what it had cached and tried
+/// again. The message names the op (when one was running) and the bytes.
+struct OutOfMemory : Error {
+  using Error::Error;
+};
+
 /// A broken invariant inside kiln. Library code never catches it.
 struct InternalError : std::logic_error {
   using std::logic_error::logic_error;

@@ -18,6 +18,7 @@
 
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
+#include "runtime/profiler.h"
 #include "runtime/recorder.h"
 
 extern "C" int openblas_get_num_threads(void);
@@ -90,7 +91,11 @@ struct Job {
 class Pool {
  public:
   explicit Pool(int n) : size_(std::max(1, n)) {
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { work(); });
+    for (int i = 1; i < size_; ++i)
+      workers_.emplace_back([this, i] {
+        profiler::name_thread("kiln worker " + std::to_string(i));
+        work();
+      });
   }
   ~Pool() {
     {
@@ -131,6 +136,11 @@ class Pool {
     if (!skip) {
       InstallState state(job.state);
       int64_t n = job.end - job.begin;
+      profiler::Scope event(profiler::Kind::Parallel, "parallel_for chunk");
+      if (event) {
+        event.arg("chunk", c);
+        event.arg("of", job.chunks);
+      }
       try {
         job.fn(job.ctx, job.begin + n * c / job.chunks, job.begin + n * (c + 1) / job.chunks);
       } catch (...) {

@@ -18,6 +18,7 @@
 #include "codegen/backend.h"
 #include "codegen/llvm/emit.h"
 #include "runtime/check.h"
+#include "runtime/profiler.h"
 
 namespace kiln::codegen {
 namespace {
@@ -86,12 +87,17 @@ class LlvmBackend final : public Backend {
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
     LLVMPassBuilderOptionsSetLoopInterleaving(po, 1);
     LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-    LLVMErrorRef perr = LLVMRunPasses(m, "default<O3>", tm, po);
+    LLVMErrorRef perr;
+    {
+      profiler::Scope event(profiler::Kind::Compile, "LLVM optimize");
+      perr = LLVMRunPasses(m, "default<O3>", tm, po);
+    }
     LLVMDisposePassBuilderOptions(po);
     std::string object;
     if (perr) {
       error = take_error(perr);
     } else {
+      profiler::Scope event(profiler::Kind::Compile, "LLVM codegen");
       LLVMMemoryBufferRef obj = nullptr;
       if (LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &err, &obj)) {
         error = take_message(err);
