@@ -1,8 +1,11 @@
 // tests/unit/allocator_test.cpp -- the caching CPU allocator: size classes, reuse, statistics.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "tests/unit/test_util.h"
@@ -92,8 +95,67 @@ TEST(Allocator, TensorsOfOneSizeReuseMemory) {
 TEST(Allocator, RefusesImpossibleSizes) {
   Allocator& a = cpu_allocator();
   int64_t in_use = a.stats().in_use;
-  EXPECT_THROW(a.allocate(size_t{1} << 62), std::bad_alloc);
-  EXPECT_THROW(a.allocate(SIZE_MAX), std::bad_alloc);
-  EXPECT_THROW(a.allocate(SIZE_MAX / 2 + 2), std::bad_alloc);
+  EXPECT_THROW(a.allocate(size_t{1} << 62), OutOfMemory);
+  EXPECT_THROW(a.allocate(SIZE_MAX), OutOfMemory);
+  EXPECT_THROW(a.allocate(SIZE_MAX / 2 + 2), OutOfMemory);
   EXPECT_EQ(a.stats().in_use, in_use);
 }
+
+namespace kiln {
+namespace {
+
+// Out of memory, injected through the allocator's system-memory interface: the allocator
+// returns its cached blocks, asks once more, and only then gives up with a kiln::OutOfMemory that
+// names the op and the bytes. The process goes on.
+std::atomic<int> g_calls{0};
+std::atomic<size_t> g_fail_from{~size_t{0}};
+std::atomic<int> g_fail_first{0};
+void* failing_get(size_t align, size_t bytes) {
+  ++g_calls;
+  if (bytes >= g_fail_from.load()) return nullptr;
+  if (g_fail_first.load() > 0 && g_fail_first.fetch_sub(1) > 0) return nullptr;
+  return std::aligned_alloc(align, bytes);
+}
+void plain_put(void* p) { std::free(p); }
+
+struct InjectFailures {
+  SystemMemory saved = set_cpu_system_memory({failing_get, plain_put});
+  ~InjectFailures() {
+    set_cpu_system_memory(saved);
+    g_fail_from = ~size_t{0};
+    g_fail_first = 0;
+  }
+};
+
+TEST(Allocator, OutOfMemoryIsAnErrorNamingTheOpAndTheBytes) {
+  Tensor a = ones({1 << 22}), b = ones({1 << 22});  // 16 MiB each, allocated before the failures
+  InjectFailures inject;
+  g_fail_from = size_t{1} << 24;
+  g_calls = 0;
+  try {
+    Tensor c = a + b;
+    ADD_FAILURE() << "expected kiln::OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("add"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("f32[4194304]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("16777216 bytes"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(g_calls.load(), 2) << "asked once, then once more after emptying the cache";
+  g_fail_from = ~size_t{0};
+  EXPECT_EQ((a + b).sum().item<double>(), 2.0 * (1 << 22));  // and the process goes on
+}
+
+TEST(Allocator, AFailedRequestEmptiesTheCacheAndRetriesOnce) {
+  { Tensor keep = ones({1 << 16}); }  // a freed block now sits in the cache
+  ASSERT_GT(cpu_allocator().stats().cached, 0);
+  InjectFailures inject;
+  g_fail_first = 1;
+  Tensor t = ones({1 << 20});  // a size class the cache does not hold: goes to the system
+  EXPECT_EQ(cpu_allocator().stats().cached, 0) << "the cache was not emptied before the retry";
+  EXPECT_EQ(g_fail_first.load(), 0) << "the injected failure was not reached";
+  EXPECT_EQ(t.sum().item<double>(), double(1 << 20));
+}
+
+}  // namespace
+}  // namespace kiln
