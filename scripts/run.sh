@@ -5,6 +5,9 @@
 #                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
 #                          (arguments go to kiln_bench, e.g. --benchmark_filter=conv)
+#   scripts/run.sh sanitize  the library and the whole suite under AddressSanitizer and
+#                          UndefinedBehaviorSanitizer (build-asan), then the concurrency tests
+#                          under ThreadSanitizer (build-tsan); any report fails the run
 #   scripts/run.sh bench --torch-isolation [CASES [BENCHMARK ARGS...]]
 #                          LibTorch's cases alone in a process beside LibTorch's after kiln's in
 #                          one process (scripts/bench_torch_isolation.sh)
@@ -38,6 +41,10 @@ case "$what" in
     rm -rf build/kernel-cache
     KILN_CACHE_DIR="$PWD/build/kernel-cache" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
     ;;
+  sanitize)
+    scripts/deps.sh
+    scripts/sanitize.sh
+    ;;
   bench)
     scripts/deps.sh --bench
     # Benchmarks on explicitly: `run.sh demo` leaves build-release configured without them.
@@ -51,7 +58,7 @@ case "$what" in
     fi
     ;;
   *)
-    echo "usage: scripts/run.sh demo|test|bench" >&2
+    echo "usage: scripts/run.sh demo|test|sanitize|bench" >&2
     exit 2
     ;;
 esac

@@ -1,8 +1,10 @@
 // tests/jit/differential_test.cpp -- random programs run eagerly, traced, and from the traced
 // graph's text: the same bits op by op, and within rounding through fused kernels.
 #include <fmt/format.h>
+#include <gtest/gtest-spi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "ir/passes.h"
@@ -15,7 +17,42 @@
 namespace kiln {
 namespace {
 
-constexpr uint64_t kPrograms = 250;
+// How many programs, from which seed: KILN_DIFF_PROGRAMS (default 250) and KILN_DIFF_SEED
+// (default 0). The README gives the command for a 10,000-program run.
+uint64_t env_or(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+const uint64_t kPrograms = env_or("KILN_DIFF_PROGRAMS", 250);
+const uint64_t kFirstSeed = env_or("KILN_DIFF_SEED", 0);
+
+// Runs check(seed) for every seed, each program's failures captured rather than reported, so the
+// run goes on and counts them all: each failing seed is reported once with its first failure
+// (the first 10 in full), and the total at the end.
+template <class Check> void for_each_program(const char* mode, Check check) {
+  std::vector<uint64_t> failed;
+  for (uint64_t seed = kFirstSeed; seed < kFirstSeed + kPrograms; ++seed) {
+    testing::TestPartResultArray results;
+    {
+      testing::ScopedFakeTestPartResultReporter capture(testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD,
+                                                        &results);
+      check(seed);
+    }
+    for (int i = 0; i < results.size(); ++i) {
+      if (!results.GetTestPartResult(i).failed()) continue;
+      failed.push_back(seed);
+      std::string first = results.GetTestPartResult(i).message();
+      if (failed.size() <= 10) ADD_FAILURE() << mode << ": seed " << seed << " fails; first difference:\n" << first;
+      else ADD_FAILURE() << mode << ": seed " << seed << " fails";
+      break;
+    }
+  }
+  std::printf("%s: %zu of %llu programs (seeds %llu to %llu) failed%s\n", mode, failed.size(),
+              static_cast<unsigned long long>(kPrograms), static_cast<unsigned long long>(kFirstSeed),
+              static_cast<unsigned long long>(kFirstSeed + kPrograms - 1), failed.empty() ? "" : ":");
+  for (uint64_t s : failed) std::printf(" %llu", static_cast<unsigned long long>(s));
+  if (!failed.empty()) std::printf("\n");
+}
 
 void expect_all_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
                         const char* what) {
@@ -78,10 +115,7 @@ void check_program(uint64_t seed) {
 
 TEST(Differential, RandomProgramsAgreeEagerTracedFusedAndReparsed) {
   jit::KernelCacheStats before = jit::kernel_cache_stats();
-  for (uint64_t seed = 0; seed < kPrograms; ++seed) {
-    check_program(seed);
-    if (testing::Test::HasFailure()) break;  // one program's report is enough to read
-  }
+  for_each_program("forward", check_program);
   jit::KernelCacheStats after = jit::kernel_cache_stats();
   EXPECT_GT(fused_groups, static_cast<int>(kPrograms) / 4);
   if (jit::fusion_enabled()) {
@@ -142,7 +176,7 @@ void check_gradients(test::Program& p, uint64_t seed) {
 }
 
 TEST(Differential, RandomProgramsGradientsAgreeCompiledAndEager) {
-  for (uint64_t seed = 0; seed < kPrograms; ++seed) {
+  for_each_program("backward", [](uint64_t seed) {
     SCOPED_TRACE(fmt::format("seed {}", seed));
     test::Program p = test::random_program(seed, 6 + static_cast<int>(seed % 10));
     SCOPED_TRACE("the program:\n" + p.text);
@@ -151,8 +185,7 @@ TEST(Differential, RandomProgramsGradientsAgreeCompiledAndEager) {
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }
-    if (testing::Test::HasFailure()) break;
-  }
+  });
   EXPECT_GT(compiled_backwards, static_cast<int>(kPrograms) / 3);
   std::printf("%d of %d programs ran a compiled backward\n", compiled_backwards, static_cast<int>(kPrograms));
 }
