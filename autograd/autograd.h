@@ -32,6 +32,8 @@ namespace autograd {
 /// grad(). grad_outputs may be empty when every output has one element (then 1 is used).
 /// retain_graph keeps the saved tensors for another backward; create_graph records the
 /// backward pass itself, so its results can be differentiated again (it implies retain_graph).
+/// With create_graph, a leaf's grad() holds a graph that holds the leaf: a reference cycle (as
+/// in PyTorch) that frees nothing until the grad is reset (x.set_grad({}) or zero_grad()).
 void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
 

@@ -56,7 +56,11 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction, i
   Tensor safe = where(keep, where(t < 0, lp.shape()[1], t), 0);
   Tensor picked = -gather(lp, 1, safe.unsqueeze(1)).squeeze(1);
   Tensor losses = where(keep, picked, 0.0);
-  if (reduction == Reduction::Mean) return sum(losses) / sum(keep.to(losses.dtype()));
+  if (reduction == Reduction::Mean) {
+    Tensor total = sum(losses);  // one statement each: the traced graph's order is fixed
+    Tensor count = sum(keep.to(losses.dtype()));
+    return total / count;
+  }
   if (reduction == Reduction::None) return losses.reshape(target.shape());
   return sum(losses);
 }
@@ -74,7 +78,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   Tensor keep = (target.reshape({-1}) != ignore_index).to(lp.dtype());
   Tensor smooth = -mean(lp, {1}) * keep;
   Tensor s;
-  if (reduction == Reduction::Mean) s = sum(smooth) / sum(keep);
+  if (reduction == Reduction::Mean) {
+    Tensor total = sum(smooth);
+    s = total / sum(keep);
+  }
   else if (reduction == Reduction::Sum) s = sum(smooth);
   else s = smooth.reshape(target.shape());
   return nll * (1.0 - label_smoothing) + s * label_smoothing;

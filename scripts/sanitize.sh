@@ -18,8 +18,9 @@ cmake -S . -B build-asan "${flags[@]}" -DKILN_SANITIZE=address >/dev/null
 ninja -C build-asan -j "$jobs"
 rm -rf build-asan/kernel-cache
 # detect_leaks: kiln keeps a few process-wide caches on purpose (never freed, still reachable).
+# allocator_may_return_null: an impossible size is an OutOfMemory error (tested), not an abort.
 # The downstream-install test builds a project of its own without the sanitizer runtime.
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:allocator_may_return_null=1" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   KILN_DIFF_PROGRAMS="${KILN_SANITIZE_DIFF_PROGRAMS:-60}" \
   KILN_CACHE_DIR="$PWD/build-asan/kernel-cache" \
@@ -29,7 +30,7 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
 cmake -S . -B build-tsan "${flags[@]}" -DKILN_SANITIZE=thread >/dev/null
 ninja -C build-tsan -j "$jobs" kiln_unit_tests kiln_jit_tests
 rm -rf build-tsan/kernel-cache
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$PWD/scripts/tsan.supp"
 export KILN_CACHE_DIR="$PWD/build-tsan/kernel-cache"
 # OpenBLAS's own threads synchronize in ways TSan cannot see; kiln runs it single-threaded inside
 # its pool anyway (runtime/parallel.cpp), so keep it from starting any.

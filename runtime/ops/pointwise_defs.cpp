@@ -79,7 +79,10 @@ const OpDef defs::GeluTanh = pointwise_def<fm::GeluTanh>([](const VjpArgs& a) {
   Tensor x2 = x * x;
   Tensor t = tanh((x + x2 * x * kGeluC) * kGeluK);
   Tensor du = (x2 * (3.0 * kGeluC) + 1.0) * kGeluK;
-  return Grads{a.grad * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * du)};
+  Tensor left = (t + 1.0) * 0.5;
+  Tensor sech2 = 1.0 - t * t;
+  Tensor right = x * 0.5 * sech2 * du;
+  return Grads{a.grad * (left + right)};
 });
 // silu(x) = x sigmoid(x); d/dx = s (1 + x (1 - s))
 const OpDef defs::Silu = pointwise_def<fm::Silu>([](const VjpArgs& a) {
@@ -111,10 +114,18 @@ const OpDef defs::Mul = pointwise_def<fm::Mul>([](const VjpArgs& a) {
                a.needs_grad(1) ? a.grad * a.operand(0) : Tensor()};
 }, kSaveInputs, 0b11);
 // a / b; d/db = -a / b^2
+// (Each op in a statement of its own, here and below: C++ leaves the order in which a call's
+// operands are computed open, and the traced backward graph must not depend on the compiler.)
 const OpDef defs::Div = pointwise_def<fm::Div>([](const VjpArgs& a) {
   Tensor b = a.operand(1);
-  return Grads{a.needs_grad(0) ? a.grad / b : Tensor(),
-               a.needs_grad(1) ? -a.grad * a.operand(0) / (b * b) : Tensor()};
+  Tensor ga, gb;
+  if (a.needs_grad(0)) ga = a.grad / b;
+  if (a.needs_grad(1)) {
+    Tensor num = -a.grad * a.operand(0);
+    Tensor den = b * b;
+    gb = num / den;
+  }
+  return Grads{ga, gb};
 }, kSaveInputs, 0b01);
 // pow(a, b); d/da = b a^(b-1) (0 where b = 0), d/db = a^b log(a) (0 where a = 0 and b >= 0)
 const OpDef defs::Pow = pointwise_def<fm::Pow>([](const VjpArgs& a) {

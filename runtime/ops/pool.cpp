@@ -368,7 +368,9 @@ Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const
   KILN_CHECK(x.defined(), "max_pool2d: the input is an undefined tensor");
   if (!(grad_enabled() && x.requires_grad())) return pool(OpId::MaxPool2d, x, kernel, stride, padding, ceil_mode);
   Tensor idx = pool(OpId::MaxPool2dIndices, x, kernel, stride, padding, ceil_mode);
-  return gather(x.flatten(-2), -1, idx.flatten(-2)).reshape(idx.shape());
+  Tensor rows = x.flatten(-2);  // one statement each: the traced graph's order is fixed
+  Tensor where_max = idx.flatten(-2);
+  return gather(rows, -1, where_max).reshape(idx.shape());
 }
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   bool count_include_pad) {

@@ -165,8 +165,8 @@ TEST_F(Fused, CastsAndIntegerLiteralsGiveEagersAnswers) {
   }
   Tensor big = from_vector<int64_t>({0, 1, -3, int64_t{1} << 60}, {2, 2});
   const int64_t k = (int64_t{1} << 53) + 1;
-  expect_fused_matches([k](std::vector<Tensor> in) { return (in[0] + k) * 3 - k; }, {big});
-  expect_fused_matches([k](std::vector<Tensor> in) { return in[0] * 2 + full({2, 2}, k, i64); }, {big});
+  expect_fused_matches([=](std::vector<Tensor> in) { return (in[0] + k) * 3 - k; }, {big});
+  expect_fused_matches([=](std::vector<Tensor> in) { return in[0] * 2 + full({2, 2}, k, i64); }, {big});
 }
 
 TEST_F(Fused, EmptyTensors) {

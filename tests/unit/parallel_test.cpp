@@ -217,7 +217,8 @@ TEST(ParallelFor, SetNumThreadsChangesTheCount) {
 // one, the pool's workers the others, while the other callers' calls run too.
 TEST(ParallelFor, ConcurrentCallersEachGetThePoolsWorkers) {
   ThreadCountGuard guard;
-  for (auto [callers, threads] : {std::pair{2, 2}, {2, 4}, {4, 2}, {4, 4}, {3, 3}}) {
+  for (auto shape : {std::pair{2, 2}, {2, 4}, {4, 2}, {4, 4}, {3, 3}}) {
+    int callers = shape.first, threads = shape.second;  // named: lambdas capture them (clang 14)
     set_num_threads(threads);
     constexpr int kReps = 10;
     constexpr int64_t kN = 1000;
