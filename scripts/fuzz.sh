@@ -5,18 +5,18 @@
 # tests/ir graphs).
 #   scripts/fuzz.sh [SECONDS]     seconds per target (default 20)
 #   KILN_FUZZ_SEED=N              libFuzzer's seed (default 1, so CI runs repeat)
-# A crash leaves its input in build-fuzz/artifacts/ and fails the script; replay it with
-#   build-fuzz/tools/fuzz/<target> build-fuzz/artifacts/<file>
+# The targets live in build-asan (scripts/configure_asan.sh), beside the sanitizer suite, on one
+# instrumented library. A crash leaves its input in build-asan/artifacts/ and fails the script;
+# replay it with
+#   build-asan/tools/fuzz/<target> build-asan/artifacts/<file>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 jobs="${KILN_JOBS:-$(nproc)}"
-dir=build-fuzz
+dir=build-asan
 targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz)
 
-cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
-  -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null
+scripts/configure_asan.sh
 ninja -C "$dir" -j "$jobs" "${targets[@]}"
 
 mkdir -p "$dir/artifacts" "$dir/repro" "$dir/seeds-golden"
