@@ -179,6 +179,22 @@ struct WholeRun {
 };
 WholeRun whole_run;
 
+// The span's event in the calling thread's buffer; null when a recording that started since
+// cleared the buffer (the span is not part of it).
+Event* event_of(ThreadBuffer& b, size_t slot, int64_t start_ns) {
+  return slot < b.events.size() && b.events[slot].ts_ns == start_ns ? &b.events[slot] : nullptr;
+}
+
+void append_arg(size_t slot, int64_t start_ns, std::string_view key, std::string_view json_value) {
+  std::unique_lock<std::mutex> lock;
+  Event* e = event_of(current(lock), slot, start_ns);
+  if (!e) return;
+  if (!e->args.empty()) e->args += ',';
+  append_json_string(e->args, key);
+  e->args += ':';
+  e->args += json_value;
+}
+
 }  // namespace
 
 void Scope::begin(Kind kind, std::string_view name) {
@@ -192,39 +208,24 @@ void Scope::begin(Kind kind, std::string_view name) {
 void Scope::end() {
   int64_t t = now_ns();
   std::unique_lock<std::mutex> lock;
-  ThreadBuffer& b = current(lock);
-  // A recording that started meanwhile cleared the buffer: this span is not part of it.
-  if (slot_ < b.events.size() && b.events[slot_].ts_ns == start_ns_) b.events[slot_].dur_ns = t - start_ns_;
+  if (Event* e = event_of(current(lock), slot_, start_ns_)) e->dur_ns = t - start_ns_;
 }
 
 void Scope::arg(std::string_view key, std::string_view value) {
   if (!on_) return;
-  std::unique_lock<std::mutex> lock;
-  ThreadBuffer& b = current(lock);
-  if (slot_ >= b.events.size() || b.events[slot_].ts_ns != start_ns_) return;
-  std::string& a = b.events[slot_].args;
-  if (!a.empty()) a += ',';
-  append_json_string(a, key);
-  a += ':';
-  append_json_string(a, value);
+  std::string json;
+  append_json_string(json, value);
+  append_arg(slot_, start_ns_, key, json);
 }
 
 void Scope::arg(std::string_view key, int64_t value) {
-  if (!on_) return;
-  std::unique_lock<std::mutex> lock;
-  ThreadBuffer& b = current(lock);
-  if (slot_ >= b.events.size() || b.events[slot_].ts_ns != start_ns_) return;
-  std::string& a = b.events[slot_].args;
-  if (!a.empty()) a += ',';
-  append_json_string(a, key);
-  a += fmt::format(":{}", value);
+  if (on_) append_arg(slot_, start_ns_, key, std::to_string(value));
 }
 
 void Scope::rename(std::string_view name) {
   if (!on_) return;
   std::unique_lock<std::mutex> lock;
-  ThreadBuffer& b = current(lock);
-  if (slot_ < b.events.size() && b.events[slot_].ts_ns == start_ns_) b.events[slot_].name = name;
+  if (Event* e = event_of(current(lock), slot_, start_ns_)) e->name = name;
 }
 
 void counter(std::string_view name, std::initializer_list<std::pair<const char*, int64_t>> values) {

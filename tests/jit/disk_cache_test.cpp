@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "jit/disk_cache.h"
 
@@ -135,6 +138,32 @@ TEST_F(DiskCache, StaleTemporaryFilesAreCollected) {
   jit::disk_cache_put("kernel H", "object");  // a process's first write scans the folder
   EXPECT_FALSE(fs::exists(dir_ / "fresh" / ".tmp-dead-writer"));
   EXPECT_TRUE(fs::exists(dir_ / "fresh" / ".tmp-live-writer"));
+}
+
+// Threads writing and reading entries at once (the same identities and their own): a read
+// finds nothing or the whole object, never a mix (writes go through a temporary file and a
+// rename). TSan runs this (scripts/sanitize.sh).
+TEST_F(DiskCache, ThreadsWritingAndReadingAtOnceSeeWholeEntries) {
+  constexpr int kThreads = 6, kRounds = 40;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        std::string shared = "shared kernel " + std::to_string(r % 4);
+        std::string own = "kernel of thread " + std::to_string(t) + " round " + std::to_string(r);
+        std::string object = std::string(3000 + 100 * (r % 4), static_cast<char>('a' + r % 4));
+        jit::disk_cache_put(shared, object);
+        jit::disk_cache_put(own, own + " object");
+        std::optional<std::string> got = jit::disk_cache_get(shared);
+        if (got && *got != object) ++wrong;
+        if (jit::disk_cache_get(own).value_or("") != own + " object") ++wrong;
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  for (const auto& f : fs::directory_iterator(jit::disk_cache_dir()))  // no temporary left behind
+    EXPECT_EQ(f.path().extension(), ".kobj") << f.path();
 }
 
 TEST(DiskCacheDecode, RejectsEveryMalformedEntry) {
