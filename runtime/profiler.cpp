@@ -222,12 +222,6 @@ void Scope::arg(std::string_view key, int64_t value) {
   if (on_) append_arg(slot_, start_ns_, key, std::to_string(value));
 }
 
-void Scope::rename(std::string_view name) {
-  if (!on_) return;
-  std::unique_lock<std::mutex> lock;
-  if (Event* e = event_of(current(lock), slot_, start_ns_)) e->name = name;
-}
-
 void counter(std::string_view name, std::initializer_list<std::pair<const char*, int64_t>> values) {
   if (!enabled()) return;
   std::string args;

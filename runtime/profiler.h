@@ -75,8 +75,6 @@ class Scope {
   /// Adds an argument shown with the event (a string or a number).
   void arg(std::string_view key, std::string_view value);
   void arg(std::string_view key, int64_t value);
-  /// Renames the span (a jit call learns whether it hit only after it started).
-  void rename(std::string_view name);
 
  private:
   void begin(Kind kind, std::string_view name);
