@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# scripts/check_includes.sh -- keeps heavy headers where DESIGN.md puts them: LLVM's only in
-# codegen/llvm/*.cpp, CUDA's only in files named *cuda*, oneDNN's only in
-# runtime/ops/conv_onednn.cpp (and its reference benchmark), and none in a public header (the
-# headers kiln/kiln.h reaches). Exits 1 listing each offending line.
+# scripts/check_includes.sh -- keeps the layers of DESIGN.md in order and heavy headers where it
+# puts them. A layer includes only itself and the layers above it (runtime, autograd, ir,
+# codegen, jit, distributed, nn, then tools); LLVM's headers only in codegen/llvm/*.cpp, CUDA's
+# only in files named *cuda*, oneDNN's only in runtime/ops/conv_onednn.cpp (and its reference
+# benchmark), and none in a public header (the headers kiln/kiln.h reaches). Exits 1 listing
+# each offending line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
 report() { echo "check_includes: $1"; bad=1; }
+
+# The layer order: each folder may include the folders listed before it, and itself.
+layers=(runtime autograd ir codegen jit distributed nn tools)
+for ((i = 0; i < ${#layers[@]}; ++i)); do
+  layer="${layers[i]}"
+  [[ -d "$layer" ]] || continue
+  allowed=("${layers[@]:0:i+1}")
+  while IFS= read -r hit; do
+    target="$(sed -nE 's/.*#include\s*"([a-z_]+)\/.*/\1/p' <<<"$hit")"
+    ok=0
+    for a in "${allowed[@]}"; do [[ "$target" == "$a" ]] && ok=1; done
+    ((ok)) || report "$layer may not include $target/ (it may include: ${allowed[*]}): $hit"
+  done < <(grep -rnE '#include\s*"[a-z_]+/' --include='*.h' --include='*.cpp' --include='*.def' "$layer" || true)
+done
 
 while IFS= read -r hit; do
   file="${hit%%:*}"
