@@ -45,6 +45,13 @@ class Lexer {
       if (t.text.size() == 1) fail(t.line, t.col, "expected an operand number after '$'");
       return t;
     }
+    if (c == '@' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '"') {  // @"a name with any bytes"
+      get();
+      t = string(t);
+      t.kind = Tok::Global;
+      if (t.text.empty()) fail(t.line, t.col, "expected a name after '@'");
+      return t;
+    }
     if (c == '%' || c == '@') {
       get();
       t.kind = c == '%' ? Tok::Value : Tok::Global;
@@ -52,17 +59,7 @@ class Lexer {
       if (t.text.empty()) fail(t.line, t.col, fmt::format("expected a name after '{}'", c));
       return t;
     }
-    if (c == '"') {
-      get();
-      t.kind = Tok::String;
-      while (pos_ < src_.size() && src_[pos_] != '"') {
-        if (src_[pos_] == '\n') fail(t.line, t.col, "unterminated string");
-        t.text += get();
-      }
-      if (pos_ >= src_.size()) fail(t.line, t.col, "unterminated string");
-      get();
-      return t;
-    }
+    if (c == '"') return string(t);
     if (std::isdigit(static_cast<unsigned char>(c)) || ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
                                                         (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) ||
                                                          src_.substr(pos_ + 1, 3) == "inf" ||
@@ -108,6 +105,38 @@ class Lexer {
         break;
       }
     }
+  }
+  // A quoted string, the printer's escapes undone: \" \\ and \xNN (any byte).
+  Token string(Token t) {
+    get();  // the opening quote
+    t.kind = Tok::String;
+    auto hex = [&](char h) -> int {
+      if (h >= '0' && h <= '9') return h - '0';
+      if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+      if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+      return -1;
+    };
+    while (pos_ < src_.size() && src_[pos_] != '"') {
+      if (src_[pos_] == '\n') fail(t.line, t.col, "unterminated string");
+      if (src_[pos_] != '\\') {
+        t.text += get();
+        continue;
+      }
+      int line = line_, col = col_;
+      get();
+      char e = pos_ < src_.size() ? get() : '\0';
+      if (e == '"' || e == '\\') {
+        t.text += e;
+      } else if (e == 'x' && pos_ + 1 < src_.size() && hex(src_[pos_]) >= 0 && hex(src_[pos_ + 1]) >= 0) {
+        int hi = hex(get()), lo = hex(get());
+        t.text += static_cast<char>(hi * 16 + lo);
+      } else {
+        fail(line, col, "unknown escape in a string (the text knows \\\", \\\\ and \\xNN)");
+      }
+    }
+    if (pos_ >= src_.size()) fail(t.line, t.col, "unterminated string");
+    get();
+    return t;
   }
   std::string word() {
     std::string w;
@@ -326,12 +355,27 @@ class Parser {
     int line = tok_.line, col = tok_.col;
     advance();
     t.shape = dims(true);
+    if (tok_.kind == Tok::Global) t.device = device();
     int64_t reach = 1;  // as check_shape() counts; a symbol counts as 1 here
     for (int64_t d : t.shape) {
       if (d > 0 && reach > INT64_MAX / 16 / d) fail_at(line, col, fmt::format("type {} is too large", t.str()));
       reach *= std::max<int64_t>(d, 1);
     }
     return t;
+  }
+
+  // A type's device, as TensorType::str() writes it: @cpu, @cuda:N.
+  Device device() {
+    std::string name = tok_.text;
+    int at_line = tok_.line, at_col = tok_.col;
+    advance();
+    if (name == "cpu") return cpu;
+    if (name != "cuda") fail_at(at_line, at_col, fmt::format("unknown device '@{}' (expected @cpu or @cuda:N)", name));
+    expect(":");
+    int line = tok_.line, col = tok_.col;
+    int64_t index = integer();
+    if (index < 0 || index > INT16_MAX) fail_at(line, col, fmt::format("cuda device index {} out of range", index));
+    return cuda(static_cast<int>(index));
   }
 
   Scalar literal() {

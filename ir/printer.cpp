@@ -2,6 +2,8 @@
 // definition order, attributes print in one fixed order, numbers in their shortest exact form.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <ostream>
 
@@ -18,6 +20,27 @@ template <class T> std::string float_literal(T v) {
   std::string s = fmt::format("{}", v);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
+}
+
+// A string as the parser reads it back: quoted, with '"', '\' and every byte outside printable
+// ASCII escaped (\xNN), so a name or file holding anything round-trips.
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (u < 0x20 || u >= 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out + '"';
+}
+
+// A graph's name after '@': bare when it is a word the lexer reads whole, else quoted.
+std::string global_name(std::string_view name) {
+  bool bare = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+  });
+  return bare ? std::string(name) : quoted(name);
 }
 
 std::string scalar_literal(const Scalar& s) {
@@ -114,7 +137,7 @@ struct Printer {
 
   std::string location(const Node& n) const {
     if (!opt.locations || !n.loc.known()) return "";
-    return fmt::format(" loc(\"{}\":{})", n.loc.file, n.loc.line);
+    return fmt::format(" loc({}:{})", quoted(n.loc.file), n.loc.line);
   }
 
   std::string node(const Node& n) const {
@@ -170,11 +193,11 @@ struct Printer {
     for (size_t i = 0; i < g.params.size(); ++i) {
       define(g.params[i]);
       std::string label = i < g.param_names.size() && !g.param_names[i].empty()
-                              ? fmt::format(" \"{}\"", g.param_names[i]) : "";
+                              ? " " + quoted(g.param_names[i]) : "";
       params.push_back(fmt::format("{}: {}{}", name(g.params[i]), g.type(g.params[i]).str(), label));
     }
     for (uint32_t v : g.outputs) outs.push_back(g.type(v).str());
-    out += fmt::format("graph @{}({})", g.name, fmt::join(ins, ", "));
+    out += fmt::format("graph @{}({})", global_name(g.name), fmt::join(ins, ", "));
     if (!params.empty()) out += fmt::format(" params({})", fmt::join(params, ", "));
     out += fmt::format(" -> ({}) {{\n", fmt::join(outs, ", "));
     for (const Node& n : g.nodes) {

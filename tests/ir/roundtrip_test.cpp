@@ -201,6 +201,40 @@ TEST(RoundTrip, RenumbersValuesDensely) {
             "graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2]\n  return %1\n}\n");
 }
 
+// Device annotations read back as the types TensorType::str() writes.
+TEST(RoundTrip, ReadsDevices) {
+  const char* text =
+      "graph @f(%0: f32[2,3]@cuda:0, %1: i64[]@cuda:7, %2: f32[2]) -> (f32[2,3]@cuda:0) {\n"
+      "  %3 = exp %0 : f32[2,3]@cuda:0\n"
+      "  return %3\n"
+      "}\n";
+  Graph g = parse(text);
+  EXPECT_EQ(g.type(g.inputs[0]).device, cuda(0));
+  EXPECT_EQ(g.type(g.inputs[1]).device, cuda(7));
+  EXPECT_EQ(g.type(g.inputs[2]).device, cpu);
+  EXPECT_EQ(print(g), text);
+  // @cpu is the default, so it prints as nothing.
+  Graph c = parse("graph @f(%0: f32[2]@cpu) -> (f32[2]) {\n  return %0\n}\n");
+  EXPECT_EQ(c.type(c.inputs[0]).device, cpu);
+}
+
+// Names and file names hold any bytes: quotes, backslashes, newlines, UTF-8.
+TEST(RoundTrip, EscapesStrings) {
+  Graph g = parse("graph @f(%0: f32[2]) params(%1: f32[2] \"w\") -> (f32[2]) {\n  %2 = add %0, %1 : f32[2]\n  return %2\n}\n");
+  g.name = "train step \"v2\"";
+  g.param_names[0] = "layers.0\\w\n\xc3\xa9";
+  g.nodes[0].loc.file = "/src/my \"dir\"/a.cpp";
+  g.nodes[0].loc.line = 12;
+  std::string text = print(g);
+  EXPECT_NE(text.find("@\"train step \\\"v2\\\"\"("), std::string::npos) << text;
+  EXPECT_NE(text.find("\"layers.0\\\\w\\x0a\\xc3\\xa9\""), std::string::npos) << text;
+  Graph back = parse(text);
+  EXPECT_EQ(back.name, g.name);
+  EXPECT_EQ(back.param_names[0], g.param_names[0]);
+  EXPECT_EQ(back.nodes[0].loc.file, g.nodes[0].loc.file);
+  EXPECT_EQ(print(back), text);
+}
+
 // The whole message, so the position is checked exactly.
 std::string parse_error(const std::string& text) {
   try {
@@ -228,6 +262,18 @@ TEST(ParseErrors, NameFileLineAndColumn) {
             "net.ir:2:15: unexpected character '#'");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2], %0: f32[2]) -> (f32[2]) {\n  return %0\n}\n"),
             "net.ir:1:22: %0 is defined twice");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]@tpu:0) -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:20: unknown device '@tpu' (expected @cpu or @cuda:N)");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]@cuda:40000) -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:26: cuda device index 40000 out of range");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]@cuda) -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:25: expected ':', found ')'");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) params(%1: f32[2] \"a\\qb\") -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:42: unknown escape in a string (the text knows \\\", \\\\ and \\xNN)");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) params(%1: f32[2] \"a\\x4\") -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:42: unknown escape in a string (the text knows \\\", \\\\ and \\xNN)");
+  EXPECT_EQ(parse_error("graph @\"\"(%0: f32[2]) -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:7: expected a name after '@'");
 }
 
 }  // namespace
