@@ -17,6 +17,7 @@ packages=(
   llvm-19-dev            # the JIT's CPU code generator (codegen/llvm)
   libxxhash-dev          # the kernel caches' keys and the disk cache's checksums
   libcli11-dev           # kiln-ir's command line (tools/)
+  libdlpack-dev          # to_dlpack / from_dlpack: tensors shared with other libraries
   clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizers for scripts/fuzz.sh (tools/fuzz)
 )
 case "${1:-}" in
