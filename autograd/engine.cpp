@@ -138,7 +138,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     if (grad_outputs.empty() || !grad_outputs[i].defined()) {
       KILN_CHECK(out.numel() == 1, "backward: output {} has {} elements; pass a gradient for "
                  "it (backward works implicitly only on one-element outputs)", out.type().str(), out.numel());
-      g = ones(out.shape(), out.dtype());
+      g = ones(out.shape(), out.dtype(), out.device());
     } else {
       g = grad_outputs[i];
       KILN_CHECK(g.shape() == out.shape(), "backward: gradient {} does not match output {}",

@@ -364,18 +364,21 @@ class Parser {
     return t;
   }
 
-  // A type's device, as TensorType::str() writes it: @cpu, @cuda:N.
+  // A device as Device::str() writes it, `cpu` or `cuda:N` (after a type's '@', or in attrs).
   Device device() {
     std::string name = tok_.text;
-    int at_line = tok_.line, at_col = tok_.col;
-    advance();
-    if (name == "cpu") return cpu;
-    if (name != "cuda") fail_at(at_line, at_col, fmt::format("unknown device '@{}' (expected @cpu or @cuda:N)", name));
-    expect(":");
     int line = tok_.line, col = tok_.col;
-    int64_t index = integer();
-    if (index < 0 || index > INT16_MAX) fail_at(line, col, fmt::format("cuda device index {} out of range", index));
-    return cuda(static_cast<int>(index));
+    advance();
+    if (accept(":")) {
+      if (tok_.kind != Tok::Int) fail(fmt::format("expected a device index, found {}", describe()));
+      name += ":" + tok_.text;
+      advance();
+    }
+    try {
+      return parse_device(name);
+    } catch (const Error& e) {
+      fail_at(line, col, e.what());
+    }
   }
 
   Scalar literal() {
@@ -444,6 +447,11 @@ class Parser {
       else if (key == "ceil_mode") field = kAttrCeilMode, a.ceil_mode = boolean();
       else if (key == "count_include_pad") field = kAttrCountIncludePad, a.count_include_pad = boolean();
       else if (key == "value") field = kAttrValue, a.value = literal();
+      else if (key == "device") {
+        field = kAttrDevice;
+        if (tok_.kind != Tok::Ident) fail(fmt::format("expected a device, found {}", describe()));
+        a.device = device();
+      }
       else if (key == "dtype") {
         field = kAttrDType;
         if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &a.dtype)) fail(fmt::format("expected a dtype, found {}", describe()));

@@ -115,6 +115,7 @@ struct Printer {
     add(kAttrCeilMode, a.ceil_mode ? "true" : "false");
     add(kAttrCountIncludePad, a.count_include_pad ? "true" : "false");
     add(kAttrValue, scalar_literal(a.value));
+    add(kAttrDevice, a.device.str());
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
   }
 
@@ -229,6 +230,7 @@ std::string_view attr_name(AttrField f) {
     case kAttrCeilMode: return "ceil_mode";
     case kAttrCountIncludePad: return "count_include_pad";
     case kAttrValue: return "value";
+    case kAttrDevice: return "device";
   }
   return "?";
 }

@@ -34,7 +34,7 @@ TensorType ShapeInference::infer(const Graph& g, const Node& n) {
     t.shape = concrete(t.shape);
     args.push_back(Tensor::placeholder(t));
   }
-  TensorType t = op_def(n.op).infer(n.op, args, n.attrs);
+  TensorType t = infer_type(n.op, args, n.attrs);
   t.shape = symbolic(t.shape);
   return t;
 }

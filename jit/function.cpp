@@ -95,7 +95,7 @@ class CompiledBackward final : public NodeBackward {
       const TensorType& type = result_types_[k];
       Tensor g = grads[k];
       // A result no gradient reached (the loss was taken of another one) contributes zeros.
-      if (!g.defined()) g = zeros(type.shape, type.dtype);
+      if (!g.defined()) g = zeros(type.shape, type.dtype, type.device);
       else if (g.dtype() != type.dtype) g = g.to(type.dtype);
       in.push_back(g);
     }
@@ -239,8 +239,16 @@ void set_fusion_enabled(bool on) { g_fusion.store(on ? 1 : 0, std::memory_order_
 namespace {
 
 // The graph as it runs: fused (unless fusion is off) and verified.
+// Fused kernels are CPU code: a graph with values on another device runs op by op, each op
+// through its device's backend, until that device has a kernel generator.
+bool on_cpu(const ir::Graph& g) {
+  for (const TensorType& t : g.types)
+    if (!t.device.is_cpu()) return false;
+  return true;
+}
+
 ir::Graph fused(ir::Graph g, const std::string& name) {
-  if (!fusion_enabled()) return g;
+  if (!fusion_enabled() || !on_cpu(g)) return g;
   g = ir::transpose_matmul(g);  // within rounding, as fused results are
   ir::FuseOptions fo;
   fo.keep_out = [](const ir::Node& n) { return n.grad; };

@@ -73,21 +73,30 @@ void Module::zero_grad() {
   for (Tensor& p : parameters()) p.zero_grad();
 }
 
+namespace {
+
+// Points a parameter's (or buffer's) impl at new data, so every handle to it sees the data;
+// its gradient is dropped (it no longer matches).
+void rebind(Tensor* t, const Tensor& data) {
+  Tensor c = data.contiguous();
+  TensorImpl* impl = t->impl();
+  impl->storage = c.impl()->storage;
+  impl->offset = c.offset();
+  impl->strides = c.strides();
+  impl->dtype = c.dtype();
+  impl->device = c.device();
+  impl->view_base.reset();
+  t->zero_grad();
+}
+
+}  // namespace
+
 void Module::to(DType dtype) {
   KILN_CHECK(is_float(dtype), "Module::to: parameters must stay floating point, got {}", dtype_name(dtype));
   NoGradGuard no_grad;
   visit("", [&](const std::string&, const Module& m) {
     auto convert = [&](Tensor* t) {
-      if (!t->defined() || !is_float(t->dtype()) || t->dtype() == dtype) return;
-      Tensor c = t->to(dtype).contiguous();
-      // Rebind the impl in place so every handle to this parameter sees the new data.
-      TensorImpl* impl = t->impl();
-      impl->storage = c.impl()->storage;
-      impl->offset = c.offset();
-      impl->strides = c.strides();
-      impl->dtype = dtype;
-      impl->view_base.reset();
-      t->zero_grad();
+      if (t->defined() && is_float(t->dtype()) && t->dtype() != dtype) rebind(t, t->to(dtype));
     };
     for (auto& [n, t] : m.params_) convert(t);
     for (auto& [n, t] : m.buffers_) convert(t);
@@ -95,7 +104,14 @@ void Module::to(DType dtype) {
 }
 
 void Module::to(Device device) {
-  KILN_CHECK(device.is_cpu(), "Module::to: device {} is not available in this build", device.str());
+  NoGradGuard no_grad;
+  visit("", [&](const std::string&, const Module& m) {
+    auto move = [&](Tensor* t) {
+      if (t->defined() && t->device() != device) rebind(t, t->to(device));
+    };
+    for (auto& [n, t] : m.params_) move(t);
+    for (auto& [n, t] : m.buffers_) move(t);
+  });
 }
 
 std::map<std::string, Tensor> Module::state_dict() const {

@@ -43,7 +43,9 @@ class Module {
   void zero_grad();
   /// Converts every parameter and floating buffer to `dtype`, in place (handles stay valid).
   void to(DType dtype);
-  /// Moves every parameter and buffer to `device` (only the CPU exists in this build).
+  /// Moves every parameter and buffer to `device`, in place (handles stay valid; gradients are
+  /// dropped). As in PyTorch, move a model before making its optimizer, whose state is made
+  /// where the parameters are.
   void to(Device device);
 
   /// Parameters and buffers by dotted name (the tensors themselves, not copies).

@@ -2,6 +2,7 @@
 #include <array>
 
 #include "runtime/autograd_meta.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/formulas.h"
@@ -43,15 +44,39 @@ Recorder* active_recorder() { return t_recorder; }
 RecorderGuard::RecorderGuard(Recorder* r) : prev_(t_recorder) { t_recorder = r; }
 RecorderGuard::~RecorderGuard() { t_recorder = prev_; }
 
-Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
-  const OpDef& op = op_def(id);
+namespace {
+
+// The device an op runs on: its inputs', where a 0-d CPU tensor may meet any device.
+Device op_device(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
+  int first = -1;  // the first input that is not a CPU scalar
   for (size_t i = 0; i < in.size(); ++i) {
     KILN_CHECK(in[i].defined(), "{}: input {} is an undefined tensor", op_name(id), i);
-    KILN_CHECK(in[i].device() == in[0].device(),
-               "{}: expected all inputs on one device, got {} and {}", op_name(id),
-               in[0].type().str(), in[i].type().str());
+    if (in[i].device().is_cpu() && in[i].dim() == 0) continue;
+    if (first < 0) {
+      first = static_cast<int>(i);
+    } else {
+      KILN_CHECK(in[i].device() == in[first].device(),
+                 "{}: expected all inputs on one device (or 0-d on the CPU), got {} and {}", op_name(id),
+                 in[first].type().str(), in[i].type().str());
+    }
   }
-  TensorType type = op.infer(id, in, attrs);
+  if (id == OpId::ToDevice) return attrs.device;
+  return first >= 0 ? in[first].device() : cpu;
+}
+
+}  // namespace
+
+TensorType infer_type(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
+  Device device = op_device(id, in, attrs);
+  TensorType type = op_def(id).infer(id, in, attrs);
+  type.device = device;
+  return type;
+}
+
+Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
+  const OpDef& op = op_def(id);
+  TensorType type = infer_type(id, in, attrs);
+  Device device = type.device;
   bool taped = false;
   if (grad_enabled()) {
     for (const Tensor& t : in) taped = taped || requires_grad(t.impl());
@@ -78,7 +103,8 @@ Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
         out = op.view(in[0], attrs);
       } else {
         out = Tensor::empty(type);
-        op.cpu(id, in, attrs, out);
+        if (id == OpId::ToDevice) copy_between(in[0], out);
+        else backend(device).run(id, in, attrs, out);
       }
     } catch (const OutOfMemory& e) {
       throw OutOfMemory(fmt::format("{} (giving {}): {}", op_name(id), type.str(), e.what()));

@@ -57,7 +57,7 @@ Tensor by_row_blocks(const Tensor& x, int64_t trailing, F fn, std::initializer_l
   int64_t rows = 1;
   for (int64_t i = 0; i < x.dim() - trailing; ++i) rows *= x.shape()[i];
   int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
-  if (taped || active_recorder() || in_parallel_region() || x.numel() < 4 * kBlockElems || rows < 2 ||
+  if (taped || active_recorder() || in_parallel_region() || !x.device().is_cpu() || x.numel() < 4 * kBlockElems || rows < 2 ||
       row_elems > kBlockElems)
     return fn(x);
   int64_t block = std::max<int64_t>(1, kBlockElems / row_elems);
@@ -173,7 +173,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   KILN_CHECK(indices.numel() == 0 || active_recorder() ||
                  (min(indices).item<int64_t>() >= 0 && max(indices).item<int64_t>() < num_classes),
              "one_hot: indices must lie in [0, {})", num_classes);
-  return (indices.unsqueeze(-1) == arange(num_classes)).to(DType::I64);
+  return (indices.unsqueeze(-1) == arange(num_classes).to(indices.device())).to(DType::I64);
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {

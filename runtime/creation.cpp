@@ -17,6 +17,8 @@ Tensor empty(const Dims& shape, DType dtype, Device device) {
 }
 
 Tensor full(const Dims& shape, Scalar value, DType dtype, Device device) {
+  // Another device's memory is written through its backend: made here, then copied there.
+  if (!device.is_cpu()) return full(shape, value, dtype, cpu).to(device);
   Tensor t = empty(shape, dtype, device);
   int64_t n = t.numel(), es = dtype_size(dtype);
   char* p = static_cast<char*>(t.data_ptr());

@@ -1,15 +1,19 @@
-// runtime/device.h -- where a tensor's memory lives: the CPU or a CUDA device.
+// runtime/device.h -- where a tensor's memory lives: the CPU, a CUDA device, or a device whose
+// backend a program registers itself (runtime/backend.h).
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 
 namespace kiln {
 
-enum class DeviceType : uint8_t { CPU, CUDA };
+enum class DeviceType : uint8_t { CPU, CUDA, Plugin };
+inline constexpr int kNumDeviceTypes = 3;
 
-/// `cpu` or `cuda:N`. CUDA support is loaded at run time, so a device is just a name here.
+/// `cpu`, `cuda:N`, or `plugin:N` (an out-of-tree backend, such as the tests' fake device).
+/// A device is just a name here: what runs on it is the backend registered for its type.
 struct Device {
   DeviceType type = DeviceType::CPU;
   int16_t index = 0;
@@ -22,6 +26,12 @@ struct Device {
 
 inline constexpr Device cpu{DeviceType::CPU, 0};
 inline Device cuda(int index = 0) { return Device{DeviceType::CUDA, static_cast<int16_t>(index)}; }
+inline Device plugin(int index = 0) { return Device{DeviceType::Plugin, static_cast<int16_t>(index)}; }
+/// "cpu", "cuda", "plugin".
+const char* device_type_name(DeviceType type);
+/// The device a name means, as Device::str() writes it ("cpu", "cuda:1"; "cuda" is "cuda:0").
+/// Throws kiln::Error naming what was expected.
+Device parse_device(std::string_view name);
 std::ostream& operator<<(std::ostream& os, Device d);
 
 }  // namespace kiln

@@ -39,6 +39,7 @@ struct Attrs {
   bool ceil_mode = false;                 // max_pool2d (and its indices, backward)
   bool count_include_pad = true;          // avg_pool2d (and its backward)
   Scalar value;                           // pad: fill value
+  Device device = cpu;                    // to_device: where the result goes
   /// Pointwise ops: bit i set means operand i is the number imm[i] rather than a tensor, so
   /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.
   uint8_t imm_mask = 0;
@@ -51,7 +52,7 @@ enum AttrField : uint32_t {
   kAttrPadding = 1 << 4, kAttrDilation = 1 << 5, kAttrPads = 1 << 6, kAttrDim = 1 << 7,
   kAttrSlice = 1 << 8 /* start, stop, step */, kAttrGroups = 1 << 9, kAttrDType = 1 << 10,
   kAttrKeepdim = 1 << 11, kAttrCeilMode = 1 << 12, kAttrCountIncludePad = 1 << 13,
-  kAttrValue = 1 << 14,
+  kAttrValue = 1 << 14, kAttrDevice = 1 << 15,
 };
 
 /// How a pointwise op treats dtypes. The API casts inputs to the compute dtype; the op's
@@ -114,8 +115,15 @@ const char* op_name(OpId id);    // "add"
 int op_arity(OpId id);           // operands, tensors and immediates; -1: any number
 OpFamily op_family(OpId id);
 
+/// The type op `id` gives for `in`: its OpDef's shape/dtype rule, on the device apply() runs it
+/// on. Throws kiln::Error naming the op when the inputs don't fit.
+TensorType infer_type(OpId id, std::span<const Tensor> in, const Attrs& attrs = {});
+
 /// Runs op `id` on `in`: checks types, then records it for a tracer when one is active, else
-/// runs the CPU kernel (or makes the view). The single place any op executes.
+/// runs the kernel of the inputs' device backend (runtime/backend.h), or makes the view. The
+/// single place any op executes. The inputs share one device, except that a 0-d CPU tensor
+/// may meet tensors on any device (PyTorch's CPU-scalar rule: a learning rate, a step count).
+/// to_device alone moves data between devices.
 Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs = {});
 inline Tensor apply(OpId id, std::initializer_list<Tensor> in, const Attrs& attrs = {}) {
   return apply(id, std::span<const Tensor>(in.begin(), in.size()), attrs);

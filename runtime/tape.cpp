@@ -4,6 +4,7 @@
 
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/ops/loops.h"
 #include "runtime/ops/pointwise.h"
@@ -223,7 +224,7 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
   if (rec) {
     rec->record_assign(self, v);  // the trace writes it when the compiled function runs
   } else {
-    copy_into(value, self);  // reads value first where it shares memory with self
+    copy_between(value, self);  // reads value first where it shares memory with self
     if (s->storage) s->storage->bump_version();
   }
   if (record) {

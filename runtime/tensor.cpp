@@ -7,6 +7,7 @@
 #include "runtime/allocator.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/op.h"
 #include "runtime/recorder.h"
@@ -30,9 +31,9 @@ std::string TensorType::str() const {
 }
 std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.str(); }
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
-  KILN_CHECK(device.is_cpu(), "empty: device {} is not available in this build", device.str());
-  data_ = cpu_allocator().allocate(nbytes);
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  allocator_ = &backend(device).allocator(device);
+  data_ = allocator_->allocate(nbytes);
   if (Recorder* r = active_recorder()) r->on_new_storage(this);
 }
 
@@ -42,7 +43,7 @@ Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(vo
 }
 
 Storage::~Storage() {
-  if (owned_) cpu_allocator().deallocate(data_, nbytes_);
+  if (allocator_) allocator_->deallocate(data_, nbytes_);
   else if (deleter_) deleter_(data_);
 }
 
@@ -141,6 +142,7 @@ template <class T> T Tensor::item() const {
   KILN_CHECK(defined(), "item: the tensor is undefined");
   KILN_CHECK(numel() == 1, "item: tensor {} has {} elements, expected exactly one", type().str(),
              numel());
+  if (!device().is_cpu() && has_storage()) return to(cpu).item<T>();  // the value, read on the host
   return visit_dtype(dtype(), [&](auto v) -> T {
     using S = decltype(v);
     S s = *static_cast<const S*>(data_ptr());
@@ -151,6 +153,7 @@ template <class T> T Tensor::item() const {
 
 template <class T> std::vector<T> Tensor::to_vector() const {
   KILN_CHECK(defined(), "to_vector: the tensor is undefined");
+  if (!device().is_cpu() && has_storage()) return to(cpu).to_vector<T>();  // read on the host
   Tensor c = contiguous();
   std::vector<T> out(static_cast<size_t>(c.numel()));
   visit_dtype(c.dtype(), [&](auto v) {
@@ -246,6 +249,12 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : apply(OpId::Copy, {*this}); }
 Tensor Tensor::clone() const { return apply(OpId::Copy, {*this}); }
 Tensor Tensor::to(DType t) const { return dtype() == t ? *this : cast(*this, t); }
+Tensor Tensor::to(Device d) const {
+  if (device() == d) return *this;
+  Attrs a;
+  a.device = d;
+  return apply(OpId::ToDevice, {*this}, a);
+}
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }
 Tensor Tensor::sum(const Dims& dims, bool keepdim) const { return kiln::sum(*this, dims, keepdim); }

@@ -18,6 +18,8 @@
 
 namespace kiln {
 
+class Allocator;  // runtime/allocator.h
+
 /// dtype + shape + device: the one spelling of a tensor's type, printed `f32[2,3]` (a device
 /// other than the CPU follows: `f32[2,3]@cuda:0`) in IR, errors and kernel names.
 struct TensorType {
@@ -58,7 +60,7 @@ class Storage final : public RefCounted {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  bool owned_ = false;  // true: from the device allocator
+  Allocator* allocator_ = nullptr;  // the device's, for memory it allocated (else deleter_)
   std::function<void(void*)> deleter_;
   std::atomic<uint32_t> version_{0};
 };
@@ -172,6 +174,8 @@ class Tensor {
   Tensor contiguous() const;  // *this when already contiguous
   Tensor clone() const;
   Tensor to(DType dtype) const;  // *this when the dtype already matches
+  /// A copy on `device` (*this when already there); gradients flow back to this device.
+  Tensor to(Device device) const;
 
   // Reductions and common ops as methods, for LibTorch-style code.
   Tensor sum() const;

@@ -18,6 +18,7 @@ Tensor evaluate(const Graph& g, const Node& n, const std::vector<Tensor>& known)
     in.push_back(known[v]);
   }
   const TensorType& type = g.type(n.result);
+  if (!type.device.is_cpu()) return {};  // constants are host data; device values stay computed
   for (int64_t d : type.shape)
     if (is_symbol(d)) return {};
   if (type.shape.product() > kMaxFoldedElements) return {};

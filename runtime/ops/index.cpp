@@ -394,7 +394,7 @@ TensorType index_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 
 // Zeros of type t in g's dtype, as a broadcast scalar: the scatter that follows copies it once.
 Tensor zeros_as(const TensorType& t, const Tensor& g) {
-  return zeros({}, g.dtype()).expand(t.shape);
+  return zeros({}, g.dtype(), g.device()).expand(t.shape);
 }
 
 }  // namespace

@@ -231,6 +231,16 @@ const OpDef defs::Copy{
     .saves = kSaveNothing,
 };
 
+// to_device(x): a copy of x on attrs.device (apply() moves it, through the backends); the
+// gradient goes back to x's device.
+const OpDef defs::ToDevice{
+    .infer = same_type_rule,
+    .cpu = [](OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_into(in[0], out); },
+    .vjp = [](const VjpArgs& a) { return Grads{a.grad.to(a.in_types[0].device)}; },
+    .saves = kSaveNothing,
+    .attrs = kAttrDevice,
+};
+
 // cat(xs): concatenation along attrs.dim.
 const OpDef defs::Cat{
     .infer = cat_rule,

@@ -148,6 +148,11 @@ std::map<OpId, std::vector<Case>> all_cases() {
   };
   c[OpId::Expand] = {{"expand", {leaf({3, 1})}, [](std::span<const Tensor> in) { return in[0].expand({2, 3, 4}) * 1.0; }}};
   c[OpId::Copy] = {{"contiguous", {leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].t().contiguous(); }}};
+  c[OpId::ToDevice] = {{"to_device", {leaf({3, 4})}, [](std::span<const Tensor> in) {
+    Attrs a;
+    a.device = cpu;  // x.to(cpu) would return x itself; the op copies
+    return apply(OpId::ToDevice, {in[0].t()}, a);
+  }}};
   c[OpId::Cat] = {{"cat", {leaf({2, 3}), leaf({4, 3})}, [](std::span<const Tensor> in) { return cat({in[0], in[1]}, 0); }},
                   {"stack", {leaf({2, 3}), leaf({2, 3})}, [](std::span<const Tensor> in) { return stack({in[0], in[1].t().t()}, 1); }}};
   c[OpId::Pad] = {{"pad", {leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {1, 2, 0, 1}, 0.5); }},

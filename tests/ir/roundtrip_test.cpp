@@ -92,6 +92,7 @@ graph @movement(%0: f32[2,3], %1: i64[2,3], %2: i64[2]) -> (f32[4,2,2], f32[2,6]
   %11 = scatter_add %0, %1, %9 {dim=1} : f32[2,3]
   %12 = pad %0 {pads=[1,2], value=-1.5} : f32[2,6]
   %13 = index_add %0, %2, %10 {dim=0} : f32[2,3]
+  %14 = to_device %0 {device=cpu} : f32[2,3]
   return %7, %12
 }
 )";
@@ -263,11 +264,15 @@ TEST(ParseErrors, NameFileLineAndColumn) {
   EXPECT_EQ(parse_error("graph @f(%0: f32[2], %0: f32[2]) -> (f32[2]) {\n  return %0\n}\n"),
             "net.ir:1:22: %0 is defined twice");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]@tpu:0) -> (f32[2]) {\n  return %0\n}\n"),
-            "net.ir:1:20: unknown device '@tpu' (expected @cpu or @cuda:N)");
+            "net.ir:1:20: unknown device 'tpu:0' (expected cpu, cuda:N or plugin:N)");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]@cuda:40000) -> (f32[2]) {\n  return %0\n}\n"),
-            "net.ir:1:26: cuda device index 40000 out of range");
+            "net.ir:1:20: unknown device 'cuda:40000' (expected cpu, cuda:N or plugin:N)");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]@cuda) -> (f32[2]) {\n  return %0\n}\n"),
-            "net.ir:1:25: expected ':', found ')'");
+            "net.ir:2:3: result 0 is declared f32[2] but returns f32[2]@cuda:0");  // @cuda is cuda:0
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]@cuda:x) -> (f32[2]) {\n  return %0\n}\n"),
+            "net.ir:1:26: expected a device index, found 'x'");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = to_device %0 {device=gpu} : f32[2]\n  return %1\n}\n"),
+            "net.ir:2:29: unknown device 'gpu' (expected cpu, cuda:N or plugin:N)");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]) params(%1: f32[2] \"a\\qb\") -> (f32[2]) {\n  return %0\n}\n"),
             "net.ir:1:42: unknown escape in a string (the text knows \\\", \\\\ and \\xNN)");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]) params(%1: f32[2] \"a\\x4\") -> (f32[2]) {\n  return %0\n}\n"),
