@@ -234,6 +234,18 @@ TEST_F(Fused, ExpIsWithinOneUlp) {
 }
 
 // A new batch size retraces and replans but compiles no kernel: kernels take sizes as arguments.
+// A fused kernel's bits do not depend on its operands' layouts: over a transposed operand the
+// loop reads lanes one by one (SLEEF's scalar variants), over contiguous ones in vectors (its
+// vector variants), and the two give the same bits, as eager's kernels do.
+TEST_F(Fused, BitsDoNotDependOnTheLayout) {
+  NoGradGuard no_grad;
+  manual_seed(31);
+  auto fn = [](Tensor a, Tensor b) { return pow(a, b) + erf(a) * log1p(b * b) + tanh(a - b); };
+  Tensor a = (rand({37, 29}) * 4.0).t(), b = randn({29, 37});
+  jit::Function strided = jit::trace(fn, {a, b}), contiguous = jit::trace(fn, {a.contiguous(), b});
+  test::expect_same(strided(a, b), contiguous(a.contiguous(), b));
+}
+
 TEST_F(Fused, NewBatchSizesCompileNothing) {
   NoGradGuard no_grad;
   Tensor w = randn({16, 32}), bias = randn({32});

@@ -137,6 +137,36 @@ TEST_P(UnaryLayout, LargeInputsUseEveryThreadAndTail) {
   }
 }
 
+// As for unary ops below: a binary op's bits do not depend on its operands' layouts. Each of a
+// transposed operand, a strided one, a broadcast row and a broadcast single element gives what
+// their contiguous copies give, bit for bit.
+TEST_P(BinaryLayout, BitsDoNotDependOnTheLayout) {
+  const BinaryCase& c = GetParam();
+  manual_seed(27);
+  auto same_bits = [](const Tensor& x, const Tensor& y) {
+    Tensor a = x.contiguous(), b = y.contiguous();
+    if (!(a.type() == b.type())) return false;
+    size_t bytes = static_cast<size_t>(a.numel() * dtype_size(a.dtype()));
+    return std::memcmp(a.data_ptr(), b.data_ptr(), bytes) == 0;
+  };
+  for (DType t : {f32, f64, f16, i64}) {
+    if (!accepts(c.id, t)) continue;
+    SCOPED_TRACE(dname(t));
+    for (Dims shape : {Dims{5, 7}, Dims{13, 9}, Dims{3, 37}}) {
+      Tensor a = operand({shape[1], shape[0]}, t, c.lo, c.hi, c.whole).t();  // transposed
+      Tensor b = operand({shape[0], 2 * shape[1]}, t, c.lo_b, c.hi_b, c.whole).slice(1, 0, 2 * shape[1], 2);
+      Tensor row = operand({1, shape[1]}, t, c.lo_b, c.hi_b, c.whole).expand(shape);
+      Tensor one = operand({1, 1}, t, c.lo_b, c.hi_b, c.whole).expand(shape);
+      EXPECT_TRUE(same_bits(c.fn(a, b), c.fn(a.contiguous(), b.contiguous()))) << shape_str(shape);
+      EXPECT_TRUE(same_bits(c.fn(b, a), c.fn(b.contiguous(), a.contiguous()))) << shape_str(shape);
+      EXPECT_TRUE(same_bits(c.fn(a, row), c.fn(a.contiguous(), row.contiguous()))) << shape_str(shape);
+      EXPECT_TRUE(same_bits(c.fn(row, a), c.fn(row.contiguous(), a.contiguous()))) << shape_str(shape);
+      EXPECT_TRUE(same_bits(c.fn(a, one), c.fn(a.contiguous(), one.contiguous()))) << shape_str(shape);
+      EXPECT_TRUE(same_bits(c.fn(one, b), c.fn(one.contiguous(), b.contiguous()))) << shape_str(shape);
+    }
+  }
+}
+
 // An element's bits do not depend on the layout it is read in: a transposed input (short rows,
 // all in the vector tail) gives what its contiguous copy gives, bit for bit. (The jit relies on
 // it: a trace drops copies that change only the layout.)
