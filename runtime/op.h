@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "runtime/tensor.h"
@@ -91,6 +92,29 @@ using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Ten
 using ViewFn = Tensor (*)(const Tensor&, const Attrs&);
 using VjpFn = Grads (*)(const VjpArgs&);
 
+/// How a reduction combines its elements: lowering data that the eager kernels and every code
+/// generator read (OpDef::combine). None: the op is no combining reduction (argmax is not).
+enum class Combine : uint8_t { None, Sum, Prod, Max, Min };
+/// The dtype a combining reduction of dtype `t` accumulates in: f32 for f16 and bf16, f32 and
+/// f64 as they are, i64 for integers and bool.
+DType accumulator_dtype(DType t);
+/// What an accumulator of dtype `acc` starts from (and a reduction over nothing gives):
+/// 0, 1, -inf or the lowest integer (max), +inf or the largest integer (min).
+Scalar reduction_identity(Combine combine, DType acc);
+/// The same, as a value of element type E (the eager kernels' accumulators; E is a float or an
+/// integer type, so the rule lives here once for every reader).
+template <class E> constexpr E reduction_identity_as(Combine combine) {
+  constexpr bool f = std::numeric_limits<E>::has_infinity;
+  switch (combine) {
+    case Combine::Sum: return E(0);
+    case Combine::Prod: return E(1);
+    case Combine::Max: return f ? -std::numeric_limits<E>::infinity() : std::numeric_limits<E>::lowest();
+    case Combine::Min: return f ? std::numeric_limits<E>::infinity() : std::numeric_limits<E>::max();
+    case Combine::None: break;
+  }
+  return E(0);
+}
+
 /// What a derivative rule reads, so the tape keeps only that.
 enum SaveMask : uint8_t { kSaveNothing = 0, kSaveInputs = 1, kSaveOutput = 2, kSaveBoth = 3 };
 
@@ -108,6 +132,7 @@ struct OpDef {
   uint32_t attrs = 0;               // the Attrs fields it reads (AttrField)
   uint8_t linear_in = 0;            // pointwise: bit k, the op is linear in operand k, so the
                                     // rule reads its value only for the other operands
+  Combine combine = Combine::None;  // combining reductions: how elements combine
 };
 
 const OpDef& op_def(OpId id);

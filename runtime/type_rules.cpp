@@ -72,7 +72,7 @@ TensorType reduce_rule(OpId id, std::span<const Tensor> in, const Attrs& attrs) 
     bool reduced = a < axes.size() && axes[a] == i;
     if (reduced) {
       ++a;
-      KILN_CHECK(x.shape()[i] > 0 || id == OpId::Sum || id == OpId::Prod,
+      KILN_CHECK(x.shape()[i] > 0 || op_def(id).combine == Combine::Sum || op_def(id).combine == Combine::Prod,
                  "{}: cannot reduce over dim {} of size 0 in {}", op_name(id), i, x.type().str());
       if (attrs.keepdim) shape.push_back(1);
     } else {
@@ -81,7 +81,8 @@ TensorType reduce_rule(OpId id, std::span<const Tensor> in, const Attrs& attrs) 
   }
   DType out = x.dtype();
   if (id == OpId::Argmax || id == OpId::Argmin) out = DType::I64;
-  if ((id == OpId::Sum || id == OpId::Prod) && !is_float(x.dtype())) out = DType::I64;
+  if ((op_def(id).combine == Combine::Sum || op_def(id).combine == Combine::Prod) && !is_float(x.dtype()))
+    out = DType::I64;
   return {out, shape, x.device()};
 }
 

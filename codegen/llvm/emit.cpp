@@ -459,9 +459,6 @@ Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a) {
   throw Error(fmt::format("codegen: {} is not a pointwise op", op_name(op)));
 }
 
-// What a reduction accumulates in (as the eager kernels): f32/f64 as is, the rest in i64.
-DType acc_dtype(DType t) { return is_float(t) ? t : DType::I64; }
-
 struct KernelEmitter {
   const ir::Graph& body;
   const KernelLayout& L;
@@ -548,9 +545,9 @@ struct KernelEmitter {
       } else if (ir::fusible_reduction(n.op)) {
         auto a = acc.find(v);
         KILN_CHECK(a != acc.end(), "codegen: reduction %{} used before its pass", v);
-        Ty at = ty_of(acc_dtype(body.type(n.inputs[0]).dtype));
+        Ty at = ty_of(accumulator_dtype(body.type(n.inputs[0]).dtype));
         Val x = e.inst(at, fmt::format("load {}, ptr {}", ll(at), a->second));
-        r = e.cast(x, acc_dtype(body.type(n.inputs[0]).dtype), dt);
+        r = e.cast(x, accumulator_dtype(body.type(n.inputs[0]).dtype), dt);
       } else if (op_family(n.op) == OpFamily::Cast) {
         r = e.cast(value(n.inputs[0], idx, memo), body.type(n.inputs[0]).dtype, dt);
       } else if (n.op == OpId::Reshape || n.op == OpId::Expand) {
@@ -704,28 +701,24 @@ struct KernelEmitter {
     ix[row] = saved;
   }
 
+  // The reduction's starting value, as the eager kernels start from (runtime/op.h).
   std::string identity(OpId op, DType t) {
-    double inf = std::numeric_limits<double>::infinity();
-    bool f = is_float(t);
-    switch (op) {
-      case OpId::Sum: return literal(0, ty_of(t));
-      case OpId::Prod: return literal(1, ty_of(t));
-      case OpId::MaxReduce: return f ? literal(-inf, ty_of(t)) : std::to_string(std::numeric_limits<int64_t>::lowest());
-      default: return f ? literal(inf, ty_of(t)) : std::to_string(std::numeric_limits<int64_t>::max());
-    }
+    Scalar v = reduction_identity(op_def(op).combine, t);
+    return is_float(t) ? literal(v.to_double(), ty_of(t)) : std::to_string(v.to_int());
   }
   // acc op x, vectorizable: reassociation allowed for float sums and products.
   Val combine(OpId op, DType t, const Val& a, const Val& x) {
     Ty ty = ty_of(t);
     bool f = is_fp(ty);
-    switch (op) {
-      case OpId::Sum: return e.inst(ty, fmt::format("{} {} {}, {}", f ? "fadd reassoc" : "add", ll(ty), a.r, x.r));
-      case OpId::Prod: return e.inst(ty, fmt::format("{} {} {}, {}", f ? "fmul reassoc" : "mul", ll(ty), a.r, x.r));
-      default: break;
+    const char* minmax = nullptr;
+    switch (op_def(op).combine) {
+      case Combine::Sum: return e.inst(ty, fmt::format("{} {} {}, {}", f ? "fadd reassoc" : "add", ll(ty), a.r, x.r));
+      case Combine::Prod: return e.inst(ty, fmt::format("{} {} {}, {}", f ? "fmul reassoc" : "mul", ll(ty), a.r, x.r));
+      case Combine::Max: minmax = f ? "maximum" : "smax"; break;
+      case Combine::Min: minmax = f ? "minimum" : "smin"; break;
+      case Combine::None: throw InternalError(fmt::format("codegen: {} is not a combining reduction", op_name(op)));
     }
-    bool max = op == OpId::MaxReduce;
-    std::string fn = f ? fmt::format("llvm.{}.{}", max ? "maximum" : "minimum", ty == Ty::F32 ? "f32" : "f64")
-                       : fmt::format("llvm.{}.i64", max ? "smax" : "smin");
+    std::string fn = fmt::format("llvm.{}.{}", minmax, f ? (ty == Ty::F32 ? "f32" : "f64") : "i64");
     e.decls.insert(fmt::format("declare {0} @{1}({0}, {0})", ll(ty), fn));
     return e.inst(ty, fmt::format("call {0} @{1}({0} {2}, {0} {3})", ll(ty), fn, a.r, x.r));
   }
@@ -755,7 +748,7 @@ struct KernelEmitter {
     int max_level = 0;
     for (const ir::Node& n : body.nodes) {
       if (n.kind != ir::NodeKind::Op || !ir::fusible_reduction(n.op)) continue;
-      reds.push_back({n.result, n.op, acc_dtype(body.type(n.inputs[0]).dtype)});
+      reds.push_back({n.result, n.op, accumulator_dtype(body.type(n.inputs[0]).dtype)});
       max_level = std::max(max_level, level[n.result]);
     }
     std::vector<int> kept, reduced, all;
@@ -824,8 +817,8 @@ struct KernelEmitter {
           if (full_output(o)) continue;
           const ir::Node& n = body.nodes.at(producer.at(body.outputs[o]));
           DType dt = body.type(body.outputs[o]).dtype;
-          Val id(&e, identity(n.op, acc_dtype(dt)), ty_of(acc_dtype(dt)));
-          store(o, e.cast(id, acc_dtype(dt), dt), ix);
+          Val id(&e, identity(n.op, accumulator_dtype(dt)), ty_of(accumulator_dtype(dt)));
+          store(o, e.cast(id, accumulator_dtype(dt), dt), ix);
         }
       });
       loops(all, 0, idx, [&](std::vector<std::string>& ix) {

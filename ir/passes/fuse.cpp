@@ -21,7 +21,7 @@ namespace kiln::ir {
 bool fusible_dtype(DType t) { return t != DType::F16 && t != DType::BF16; }
 
 bool fusible_reduction(OpId op) {
-  return op == OpId::Sum || op == OpId::Prod || op == OpId::MaxReduce || op == OpId::MinReduce;
+  return op_def(op).combine != Combine::None;
 }
 
 namespace {

@@ -18,34 +18,28 @@ namespace {
 using simd::ReduceKind;
 
 ReduceKind kind_of(OpId id) {
-  switch (id) {
-    case OpId::Sum: return ReduceKind::Sum;
-    case OpId::Prod: return ReduceKind::Prod;
-    case OpId::MaxReduce: return ReduceKind::Max;
-    default: return ReduceKind::Min;
+  switch (op_def(id).combine) {
+    case Combine::Sum: return ReduceKind::Sum;
+    case Combine::Prod: return ReduceKind::Prod;
+    case Combine::Max: return ReduceKind::Max;
+    case Combine::Min: return ReduceKind::Min;
+    case Combine::None: break;
   }
+  throw InternalError(fmt::format("{} is not a combining reduction", op_name(id)));
 }
 
-// What a reduction accumulates in: f32 for f16/bf16, i64 for integers and bool.
-DType acc_dtype(DType t) {
-  if (t == DType::F16 || t == DType::BF16) return DType::F32;
-  return is_float(t) ? t : DType::I64;
+Combine combine_of(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return Combine::Sum;
+    case ReduceKind::Prod: return Combine::Prod;
+    case ReduceKind::Max: return Combine::Max;
+    case ReduceKind::Min: return Combine::Min;
+  }
+  return Combine::None;
 }
 
 void fill_identity(ReduceKind k, const Tensor& acc) {
-  bool f = is_float(acc.dtype());
-  Scalar v;
-  switch (k) {
-    case ReduceKind::Sum: v = 0; break;
-    case ReduceKind::Prod: v = 1; break;
-    case ReduceKind::Max:
-      v = f ? Scalar(-std::numeric_limits<double>::infinity()) : Scalar(std::numeric_limits<int64_t>::lowest());
-      break;
-    case ReduceKind::Min:
-      v = f ? Scalar(std::numeric_limits<double>::infinity()) : Scalar(std::numeric_limits<int64_t>::max());
-      break;
-  }
-  copy_into(full({}, v, acc.dtype()), acc);
+  copy_into(full({}, reduction_identity(combine_of(k), acc.dtype()), acc.dtype()), acc);
 }
 
 // Long reductions are cut into runs of a fixed length, each reduced into a partial result on
@@ -211,7 +205,7 @@ void reduce_into(ReduceKind kind, const Tensor& x_in, const Dims& axes, const Te
 void reduce_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   const Tensor& x = in[0];
   Dims axes = normalize_axes(a.axes, x.dim(), op_name(id));
-  DType t = acc_dtype(x.dtype());
+  DType t = accumulator_dtype(x.dtype());
   Tensor xs = x.to(t);
   Tensor acc = out.dtype() == t ? out : Tensor::empty({t, out.shape(), out.device()});
   reduce_into(kind_of(id), xs, axes, acc);
@@ -295,14 +289,25 @@ Grads extremum_vjp(const VjpArgs& a) {
 
 }  // namespace
 
+DType accumulator_dtype(DType t) {
+  if (t == DType::F16 || t == DType::BF16) return DType::F32;
+  return is_float(t) ? t : DType::I64;
+}
+
+Scalar reduction_identity(Combine combine, DType acc) {
+  KILN_ASSERT(combine != Combine::None);
+  if (is_float(acc)) return reduction_identity_as<double>(combine);
+  return reduction_identity_as<int64_t>(combine);
+}
+
 // sum(x): over attrs.axes (empty: all), keepdim per attrs.keepdim; integers sum into i64.
-const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing, .attrs = kAttrAxes | kAttrKeepdim};
+const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Sum};
 // prod(x): as sum, multiplying.
-const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim};
+const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Prod};
 // max_reduce(x): largest element over the axes; NaN wins.
-const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim};
+const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Max};
 // min_reduce(x): smallest element over the axes; NaN wins.
-const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim};
+const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Min};
 // argmax(x): i64 index of the first largest element over one axis (or all).
 const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
 // argmin(x): i64 index of the first smallest element over one axis (or all).

@@ -259,12 +259,11 @@ template <class Fm, int Arity> void fill_pointwise(PointwiseFn* row) {
 // ---- reductions ------------------------------------------------------------------------
 
 template <ReduceKind K, class E> constexpr E identity() {
-  if constexpr (K == ReduceKind::Sum) return E(0);
-  if constexpr (K == ReduceKind::Prod) return E(1);
-  if constexpr (K == ReduceKind::Max)
-    return kIsFloat<E> ? -std::numeric_limits<E>::infinity() : std::numeric_limits<E>::lowest();
-  if constexpr (K == ReduceKind::Min)
-    return kIsFloat<E> ? std::numeric_limits<E>::infinity() : std::numeric_limits<E>::max();
+  constexpr Combine c = K == ReduceKind::Sum    ? Combine::Sum
+                        : K == ReduceKind::Prod ? Combine::Prod
+                        : K == ReduceKind::Max  ? Combine::Max
+                                                : Combine::Min;
+  return reduction_identity_as<E>(c);  // runtime/op.h: the one rule
 }
 template <ReduceKind K, class T> T combine(T a, T b) {
   if constexpr (K == ReduceKind::Sum) return a + b;
