@@ -23,6 +23,7 @@
 #include "jit/run.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/loop_layout.h"
 #include "runtime/log.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
@@ -63,26 +64,9 @@ std::string group_label(const ir::Graph& body) {
   return "fused " + ops;
 }
 
-// The strides of an operand read over `domain` (NumPy broadcasting from the right; 0 where it
-// broadcasts or the dim has size 1).
-std::vector<int64_t> strides_over(const Dims& shape, const Dims& strides, const Dims& domain) {
-  size_t r = domain.size();
-  std::vector<int64_t> s(r, 0);
-  int64_t lead = static_cast<int64_t>(r) - static_cast<int64_t>(shape.size());
-  KILN_CHECK(lead >= 0, "fused group: operand {} has more dims than its domain {}", shape_str(shape), shape_str(domain));
-  for (size_t j = 0; j < r; ++j) {
-    int64_t jd = static_cast<int64_t>(j) - lead;
-    if (jd < 0 || domain[j] == 1 || shape[jd] == 1) continue;
-    KILN_CHECK(shape[jd] == domain[j], "fused group: operand {} does not broadcast to {}", shape_str(shape),
-               shape_str(domain));
-    s[j] = strides[jd];
-  }
-  return s;
-}
-
 // Contiguous strides over the domain's dims that are not in `reduced` (0 on those).
-std::vector<int64_t> output_strides(const Dims& domain, uint64_t reduced) {
-  std::vector<int64_t> s(domain.size(), 0);
+Dims output_strides(const Dims& domain, uint64_t reduced) {
+  Dims s(domain.size(), 0);
   int64_t acc = 1;
   for (size_t j = domain.size(); j-- > 0;) {
     if (reduced >> j & 1) continue;
@@ -137,34 +121,25 @@ KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::spa
   uint64_t red = 0;
   for (int64_t a : gs.reduce_axes) red |= uint64_t{1} << a;
   size_t n_in = shapes.size(), n_ops = n_in + body.outputs.size();
-  std::vector<std::vector<int64_t>> st;
-  for (size_t k = 0; k < n_in; ++k) st.push_back(strides_over(shapes[k], operand_strides[k], S));
+  std::vector<Dims> st;
+  for (size_t k = 0; k < n_in; ++k) st.push_back(broadcast_strides(shapes[k], operand_strides[k], S, "fused group"));
   for (uint32_t o : body.outputs)
     st.push_back(body.type(o).shape == S ? output_strides(S, 0) : output_strides(S, red));
 
-  // Merge dim j into the previous one when every operand steps through both as one.
+  // Dims merged where every operand steps through two as one, never a reduced with a kept one.
+  Dims sizes = S;
+  uint64_t reduced = red;
+  merge_dims(sizes, st, &reduced);
   struct Dim {
     int64_t size;
     bool reduced;
     std::vector<int64_t> strides;
   };
   std::vector<Dim> dims;
-  for (size_t j = 0; j < S.size(); ++j) {
-    if (S[j] == 1) continue;
-    bool r = red >> j & 1;
+  for (size_t j = 0; j < sizes.size(); ++j) {
     std::vector<int64_t> s(n_ops);
     for (size_t k = 0; k < n_ops; ++k) s[k] = st[k][j];
-    if (!dims.empty() && dims.back().reduced == r) {
-      Dim& last = dims.back();
-      bool mergeable = true;
-      for (size_t k = 0; k < n_ops && mergeable; ++k) mergeable = last.strides[k] == s[k] * S[j];
-      if (mergeable) {
-        last.size *= S[j];
-        last.strides = s;
-        continue;
-      }
-    }
-    dims.push_back({S[j], r, s});
+    dims.push_back({sizes[j], (reduced >> j & 1) != 0, std::move(s)});
   }
   if (dims.empty()) dims.push_back({1, false, std::vector<int64_t>(n_ops, 0)});
   KILN_CHECK(dims.size() <= 16, "fused group: {} loop dims is more than a kernel takes", dims.size());

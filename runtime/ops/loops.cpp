@@ -12,49 +12,27 @@
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/loop_layout.h"
 #include "runtime/parallel.h"
 
 namespace kiln {
 
 Dims broadcast_byte_strides(const Tensor& t, const Dims& shape) {
-  size_t r = shape.size(), tr = t.shape().size();
-  KILN_ASSERT(tr <= r);
-  Dims s(r, 0);
-  int64_t es = dtype_size(t.dtype());
-  for (size_t i = 0; i < tr; ++i) {
-    size_t d = r - tr + i;
-    s[d] = t.shape()[i] == 1 ? 0 : t.strides()[i] * es;
-  }
+  Dims s = broadcast_strides(t.shape(), t.strides(), shape, "broadcast");
+  for (int64_t& v : s) v *= dtype_size(t.dtype());
   return s;
 }
 
 namespace {
 
-// Drops size-1 dims and merges neighbours that are contiguous for every operand.
+// Drops size-1 dims and merges neighbours that are contiguous for every operand; at least one
+// dim remains.
 void coalesce(Dims& shape, StridedOperands& ops) {
-  Dims out_shape;
-  Dims out_strides[kMaxOperands];
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!out_shape.empty()) {
-      bool mergeable = true;
-      for (int k = 0; k < ops.count; ++k)
-        mergeable = mergeable && out_strides[k].back() == ops.strides[k][d] * shape[d];
-      if (mergeable) {
-        out_shape.back() *= shape[d];
-        for (int k = 0; k < ops.count; ++k) out_strides[k].back() = ops.strides[k][d];
-        continue;
-      }
-    }
-    out_shape.push_back(shape[d]);
-    for (int k = 0; k < ops.count; ++k) out_strides[k].push_back(ops.strides[k][d]);
+  merge_dims(shape, std::span<Dims>(ops.strides, static_cast<size_t>(ops.count)));
+  if (shape.empty()) {
+    shape.push_back(1);
+    for (int k = 0; k < ops.count; ++k) ops.strides[k].push_back(0);
   }
-  if (out_shape.empty()) {
-    out_shape.push_back(1);
-    for (int k = 0; k < ops.count; ++k) out_strides[k].push_back(0);
-  }
-  shape = std::move(out_shape);
-  for (int k = 0; k < ops.count; ++k) ops.strides[k] = std::move(out_strides[k]);
 }
 
 }  // namespace

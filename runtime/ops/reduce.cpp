@@ -5,6 +5,7 @@
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/loop_layout.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
 #include "runtime/ops/vjp_util.h"
@@ -161,21 +162,7 @@ void reduce_into(ReduceKind kind, const Tensor& x_in, const Dims& axes, const Te
     (reduced ? x.red_shape : x.kept_shape).push_back(x_in.shape()[d]);
     (reduced ? x.red_strides : x.kept_strides).push_back(x_in.strides()[d]);
   }
-  auto merge = [](Dims& shape, Dims& strides) {
-    Dims s, st;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (!s.empty() && st.back() == strides[i] * shape[i]) {
-        s.back() *= shape[i];
-        st.back() = strides[i];
-      } else {
-        s.push_back(shape[i]);
-        st.push_back(strides[i]);
-      }
-    }
-    shape = std::move(s);
-    strides = std::move(st);
-  };
-  merge(x.red_shape, x.red_strides);
+  merge_dims(x.red_shape, std::span<Dims>(&x.red_strides, 1));
   Tensor held = x_in;
   x.base = static_cast<const char*>(held.data_ptr());
   char* out = static_cast<char*>(acc.data_ptr());
