@@ -204,6 +204,7 @@ std::vector<uint32_t> view_bases(const ir::Graph& g) {
 
 struct Executable::Impl {
   ir::Graph g;
+  bool compiled = true;  // false: fused groups run their bodies op by op (jit::run_graph)
   std::vector<std::unique_ptr<KernelStep>> steps;  // per node; set for fused nodes
   std::vector<std::pair<size_t, uint32_t>> assigns;  // (param index, value)
   std::vector<char> bound_output;                    // per output: an input or param itself
@@ -423,9 +424,10 @@ struct Executable::Impl {
   }
 };
 
-Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
+Executable::Executable(ir::Graph g, bool kernels) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.g = std::move(g);
+  m.compiled = kernels;
   m.steps.resize(m.g.nodes.size());
   for (size_t i = 0; i < m.g.nodes.size(); ++i) {
     const ir::Node& n = m.g.nodes[i];
@@ -462,6 +464,10 @@ Executable::Executable(ir::Graph g) : impl_(std::make_unique<Impl>()) {
   m.drop_after.resize(m.g.nodes.size());
   for (uint32_t v = 0; v < last.size(); ++v)
     if (last[v] >= 0 && !kept[v]) m.drop_after[static_cast<size_t>(last[v])].push_back(v);
+  if (!m.compiled) {  // no kernel writes a workspace or a param in place
+    m.in_place.assign(m.g.types.size(), -1);
+    return;
+  }
   m.plan_memory();
   m.plan_in_place();
 }
@@ -480,7 +486,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
   const Impl& m = *impl_;
   const ir::Graph& g = m.g;
   // Called while tracing (a compiled function inside a traced one): the ops are recorded, inline.
-  if (active_recorder()) return run_graph(g, inputs, params);
+  if (active_recorder() && m.compiled) return run_graph(g, inputs, params);
   KILN_CHECK(inputs.size() == g.inputs.size() && params.size() == g.params.size(),
              "jit: @{} takes {} inputs and {} params, got {} and {}", g.name, g.inputs.size(), g.params.size(),
              inputs.size(), params.size());
@@ -494,7 +500,16 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
     switch (n.kind) {
       case ir::NodeKind::Const: vals[n.result] = n.constant; break;
       case ir::NodeKind::Assign: break;  // applied after every node ran
-      case ir::NodeKind::Fused: m.run_fused(i, vals, ws, params); break;
+      case ir::NodeKind::Fused:
+        if (m.compiled) {
+          m.run_fused(i, vals, ws, params);
+        } else {  // the group's reference semantics: its body, op by op
+          std::vector<Tensor> ins;
+          for (uint32_t v : n.inputs) ins.push_back(vals[v]);
+          std::vector<Tensor> outs = run_graph(*n.body, ins, {});
+          for (size_t k = 0; k < n.results.size(); ++k) vals[n.results[k]] = outs.at(k);
+        }
+        break;
       case ir::NodeKind::Op: {
         Tensor in[4];
         std::vector<Tensor> many;

@@ -38,9 +38,11 @@ KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std:
 
 class Executable {
  public:
-  /// `g` is verified and fused; its Fused nodes run as kernels (compiled on first use), the
-  /// rest as in jit::run_graph, whose semantics this keeps.
-  explicit Executable(ir::Graph g);
+  /// `g` is verified (and usually fused). Each op node runs through apply(); with `kernels`,
+  /// each Fused node runs as one compiled kernel (compiled on first use), planned into a
+  /// workspace or written into the param it updates. Without, a Fused node runs its body op by
+  /// op: the reference semantics, which is jit::run_graph.
+  explicit Executable(ir::Graph g, bool kernels = true);
   ~Executable();
 
   /// Runs with `inputs` bound to graph.inputs and `params` to graph.params.

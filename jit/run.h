@@ -12,7 +12,8 @@ struct Graph;
 
 namespace kiln::jit {
 
-/// Runs `g` with the eager kernels: `inputs` bind g.inputs and `params` bind g.params, in
+/// Runs `g` with the eager kernels (an Executable without kernels: one interpreter, not two):
+/// `inputs` bind g.inputs and `params` bind g.params, in
 /// order. Assign nodes write into the param tensors after every node has run. Nodes recorded
 /// with grad mode on are taped when the caller's grad mode is on. Returns one tensor per
 /// g.outputs (a constant's data is copied, so callers may write into what they get). Expects a
