@@ -42,6 +42,25 @@ constexpr bool is_float(DType t) {
 }
 constexpr bool is_integral(DType t) { return t == DType::I32 || t == DType::I64 || t == DType::U8; }
 
+/// How a value of one dtype becomes another: the one rule that eager copies and casts
+/// (runtime/ops/loops.cpp) and every code generator (codegen/) implement, case by case.
+enum class CastKind : uint8_t {
+  Same,          // the bits as they are
+  ToBool,        // nonzero is true (NaN is nonzero)
+  FromBool,      // false is 0, true is 1
+  FloatToFloat,  // rounded to nearest even; f16 and bf16 go through f32
+  IntToFloat,    // rounded to nearest even (u8 read unsigned); to f16 and bf16 through f32
+  FloatToInt,    // toward zero, saturating at the target's ends; NaN gives 0 (C++ leaves it undefined)
+  IntToInt,      // widened with the source's sign (u8 unsigned), narrowed by dropping high bits
+};
+constexpr CastKind cast_kind(DType from, DType to) {
+  if (from == to) return CastKind::Same;
+  if (to == DType::Bool) return CastKind::ToBool;
+  if (from == DType::Bool) return CastKind::FromBool;
+  if (is_float(from)) return is_float(to) ? CastKind::FloatToFloat : CastKind::FloatToInt;
+  return is_float(to) ? CastKind::IntToFloat : CastKind::IntToInt;
+}
+
 /// The dtype two tensors combine to (NumPy/PyTorch rules: bool < integers < floats; within a
 /// kind the wider wins; f16 with bf16 gives f32; u8 with i32 gives i32).
 DType promote(DType a, DType b);

@@ -171,19 +171,27 @@ struct Emitter {
       return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "zext" : "sext", a, v.r, b));
     return inst(to, fmt::format("trunc {} {} to {}", a, v.r, b));
   }
-  // Any dtype to any dtype, as the eager cast does; to bool means "is nonzero".
+  // Any dtype to any dtype, case by case as runtime/dtype.h's CastKind says (eager's rule).
   Val cast(const Val& v, DType from, DType to) {
-    if (is_half(to) && from != to) return round_to(cast(v, from, DType::F32), to);  // via float, as eagerly
-    if (is_half(from)) from = DType::F32;  // the register holds a float
-    if (to == DType::Bool && from != DType::Bool) {
-      Ty f = ty_of(from);
-      std::string c = is_fp(f) ? fmt::format("fcmp une {} {}, {}", ll(f), v.as(f), literal(0, f))
-                               : fmt::format("icmp ne {} {}, 0", ll(f), v.as(f));
-      Val m = inst(Ty::I8, c);
-      return bool_of(Mask{this, m.r});
-    }
+    DType held = is_half(from) ? DType::F32 : from;  // the register of an f16 or bf16 holds a float
     bool uns = from == DType::U8 || from == DType::Bool;
-    return convert(v, ty_of(from), ty_of(to), uns);
+    switch (cast_kind(from, to)) {
+      case CastKind::Same: return v;
+      case CastKind::ToBool: {
+        Ty f = ty_of(held);
+        std::string c = is_fp(f) ? fmt::format("fcmp une {} {}, {}", ll(f), v.as(f), literal(0, f))
+                                 : fmt::format("icmp ne {} {}, 0", ll(f), v.as(f));
+        return bool_of(Mask{this, inst(Ty::I8, c).r});
+      }
+      case CastKind::FloatToFloat:
+      case CastKind::IntToFloat:
+      case CastKind::FromBool:
+        if (is_half(to)) return round_to(convert(v, ty_of(held), Ty::F32, uns), to);
+        return convert(v, ty_of(held), ty_of(to), uns);
+      case CastKind::FloatToInt:  // llvm.fpto[su]i.sat: toward zero, saturating, NaN to 0
+      case CastKind::IntToInt: return convert(v, ty_of(held), ty_of(to), uns);
+    }
+    throw InternalError("codegen: unknown cast");
   }
   Val bool_of(const Mask& m) { return inst(Ty::I8, fmt::format("zext i1 {} to i8", m.r)); }
 

@@ -86,29 +86,30 @@ void for_each_row(const Dims& shape_in, const StridedOperands& ops_in, int64_t g
 
 namespace {
 
-template <class T> float widen(T v) { return static_cast<float>(v); }
-
 template <class S, class D> void convert_typed(const char* src, int64_t ss, char* dst, int64_t ds, int64_t n) {
   auto one = [](const char* s, char* d) {
     S v;
     std::memcpy(&v, s, sizeof(S));
+    auto value = [](S x) {  // f16 and bf16 are read as float
+      if constexpr (kIsHalf<S>) return static_cast<float>(x);
+      else return x;
+    };
     D out;
-    if constexpr (std::is_same_v<D, bool>) {
-      if constexpr (kIsHalf<S>) out = static_cast<float>(v) != 0.0f;
-      else out = v != S(0);
-    } else if constexpr ((kIsHalf<S>) && !std::is_integral_v<D>) {
-      out = static_cast<D>(static_cast<float>(v));
-    } else if constexpr (kIsHalf<D>) {
-      out = D(static_cast<float>(v));
-    } else if constexpr (!std::is_integral_v<S> && std::is_integral_v<D>) {
-      // Out-of-range float (f16 and bf16 too) to int is undefined in C++; saturate (NaN gives 0).
-      double x = static_cast<double>(v);
+    constexpr CastKind kind = cast_kind(dtype_of<S>(), dtype_of<D>());
+    if constexpr (kind == CastKind::Same) {
+      out = v;
+    } else if constexpr (kind == CastKind::ToBool) {
+      out = value(v) != 0;
+    } else if constexpr (kind == CastKind::FloatToInt) {
+      double x = static_cast<double>(value(v));
       if (!(x == x)) out = D(0);
       else if (x <= static_cast<double>(std::numeric_limits<D>::lowest())) out = std::numeric_limits<D>::lowest();
       else if (x >= static_cast<double>(std::numeric_limits<D>::max())) out = std::numeric_limits<D>::max();
-      else out = static_cast<D>(v);
-    } else {
-      out = static_cast<D>(v);
+      else out = static_cast<D>(value(v));
+    } else if constexpr (kIsHalf<D>) {  // FloatToFloat, IntToFloat, FromBool: through f32
+      out = D(static_cast<float>(value(v)));
+    } else {  // FloatToFloat, IntToFloat, FromBool, IntToInt: C++'s conversions are the rule
+      out = static_cast<D>(value(v));
     }
     std::memcpy(d, &out, sizeof(D));
   };

@@ -163,6 +163,15 @@ TEST_F(Fused, CastsAndIntegerLiteralsGiveEagersAnswers) {
       expect_fused_matches([to](std::vector<Tensor> in) { return (in[0] * 2.0).to(to); }, {x});
     }
   }
+  // Every pair of the dtypes fused kernels take (runtime/dtype.h's CastKind, each case).
+  Tensor mixed = from_vector<double>({0.0, -0.0, 1.0, -1.0, 3.7, -200.5, 1e6, NAN, 255.0, 256.0, -129.0, 65.25}, {2, 6});
+  for (DType from : {f32, f64, i32, i64, u8, boolean}) {
+    Tensor x = mixed.to(from);
+    for (DType to : {f32, f64, i32, i64, u8, boolean}) {
+      SCOPED_TRACE(fmt::format("{} to {} ({})", dtype_name(from), dtype_name(to), int(cast_kind(from, to))));
+      expect_fused_matches([to](std::vector<Tensor> in) { return (in[0] + in[0]).to(to) + (in[0]).to(to); }, {x});
+    }
+  }
   Tensor big = from_vector<int64_t>({0, 1, -3, int64_t{1} << 60}, {2, 2});
   const int64_t k = (int64_t{1} << 53) + 1;
   expect_fused_matches([=](std::vector<Tensor> in) { return (in[0] + k) * 3 - k; }, {big});
