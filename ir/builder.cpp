@@ -5,6 +5,16 @@
 
 namespace kiln::ir {
 
+int64_t Graph::dim(std::string_view name) {
+  KILN_CHECK(!name.empty(), "dim: a symbolic dim needs a name");
+  for (size_t k = 0; k < dim_names.size(); ++k)
+    if (dim_names[k] == name) return symbol_dim(k);
+  KILN_CHECK(dim_names.size() < kMaxDimNames, "@{}: more than {} symbolic dim names ('{}')", this->name, kMaxDimNames,
+             name);
+  dim_names.emplace_back(name);
+  return symbol_dim(dim_names.size() - 1);
+}
+
 Builder::Builder(std::string name) { g_.name = std::move(name); }
 
 uint32_t Builder::input(const TensorType& type) {

@@ -30,6 +30,8 @@ class Builder {
   void output(uint32_t value);
   /// The graph, verified.
   Graph finish();
+  /// The symbolic dim named `name` in the graph being built (`f32[B,3]`: b.dim("B")).
+  int64_t dim(std::string_view name) { return g_.dim(name); }
 
  private:
   Graph g_;

@@ -74,12 +74,17 @@ struct Graph {
   std::vector<std::string> param_names;   // one per param; "" when unnamed
   std::vector<Node> nodes;                // topological order
   std::vector<uint32_t> outputs;
+  /// Names of the symbolic dims its types use: symbol_dim(k) is named dim_names[k].
+  std::vector<std::string> dim_names;
 
   uint32_t add_value(const TensorType& t) {
     types.push_back(t);
     return static_cast<uint32_t>(types.size() - 1);
   }
   const TensorType& type(uint32_t v) const { return types.at(v); }
+  /// The symbolic dim named `name` in this graph, added if new (at most kMaxDimNames).
+  int64_t dim(std::string_view name);
+  static constexpr size_t kMaxDimNames = 4096;
 };
 
 struct PrintOptions {

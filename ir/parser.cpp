@@ -257,6 +257,7 @@ class Parser {
       if (!(out_types[i] == g_.type(g_.outputs[i])))
         fail_at(ret_line_, ret_col_, fmt::format("result {} is declared {} but returns {}", i, out_types[i].str(),
                                                  g_.type(g_.outputs[i]).str()));
+    g_.dim_names = dim_names_;
     return std::move(g_);
   }
 
@@ -333,7 +334,7 @@ class Parser {
     if (!is("]")) {
       do {
         if (symbols && tok_.kind == Tok::Ident) {
-          d.push_back(dim_symbol(tok_.text));
+          d.push_back(symbol(tok_.text));
           advance();
         } else {
           int line = tok_.line, col = tok_.col;
@@ -346,6 +347,17 @@ class Parser {
     }
     expect("]");
     return d;
+  }
+
+  // The symbolic dim `name`, interned for this parse only (one table for the graph and its
+  // fused bodies, so a name means one dim throughout).
+  int64_t symbol(const std::string& name) {
+    for (size_t k = 0; k < dim_names_.size(); ++k)
+      if (dim_names_[k] == name) return symbol_dim(k);
+    if (dim_names_.size() >= Graph::kMaxDimNames)
+      fail(fmt::format("more than {} symbolic dim names", Graph::kMaxDimNames));
+    dim_names_.push_back(name);
+    return symbol_dim(dim_names_.size() - 1);
   }
 
   TensorType type() {
@@ -618,6 +630,7 @@ class Parser {
     if (g_.outputs.size() != names.size())
       fail_at(yl, yc, fmt::format("fused defines {} values but yields {}", names.size(), g_.outputs.size()));
     expect("}");
+    g_.dim_names = dim_names_;
     n.body = std::make_shared<Graph>(std::move(g_));
     g_ = std::move(outer);
     values_ = std::move(outer_values);
@@ -644,6 +657,8 @@ class Parser {
   Lexer lex_;
   Token tok_;
   Graph g_;
+  std::vector<std::string> dim_names_;
+  DimNamesScope names_in_messages_{&dim_names_};
   std::map<std::string, uint32_t> values_;
   bool in_body_ = false;  // parsing a fused group's body
   int ret_line_ = 0, ret_col_ = 0;

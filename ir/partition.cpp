@@ -169,6 +169,7 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results) {
   // The forward: what the results and the saved values need.
   Graph& f = p.forward;
   f.name = joint.name;
+  f.dim_names = joint.dim_names;
   f.types = joint.types;
   f.inputs.assign(joint.inputs.begin(), joint.inputs.begin() + static_cast<ptrdiff_t>(num_args));
   f.params = joint.params;
@@ -190,6 +191,7 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results) {
   // saved (recomputed from saved ones).
   Graph& b = p.backward;
   b.name = joint.name + ".backward";
+  b.dim_names = joint.dim_names;
   b.types = joint.types;
   b.inputs = saved_values;
   b.inputs.insert(b.inputs.end(), joint.inputs.begin() + static_cast<ptrdiff_t>(num_args), joint.inputs.end());

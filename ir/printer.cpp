@@ -236,6 +236,7 @@ std::string_view attr_name(AttrField f) {
 }
 
 std::string print(const Graph& g, const PrintOptions& options) {
+  DimNamesScope names(&g.dim_names);
   Printer p{g, options, {}, 0, {}};
   p.run();
   return p.out;
@@ -244,6 +245,7 @@ std::string print(const Graph& g, const PrintOptions& options) {
 std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << print(g); }
 
 std::string print_node(const Graph& g, const Node& n) {
+  DimNamesScope names(&g.dim_names);
   Printer p{g, {}, {}, 0, {}};
   p.number.assign(g.types.size(), -1);
   for (size_t v = 0; v < g.types.size(); ++v) p.number[v] = static_cast<int64_t>(v);  // raw ids

@@ -10,6 +10,7 @@
 
 namespace kiln::ir {
 void verify(const Graph& g) {
+  DimNamesScope names(&g.dim_names);  // messages name g's symbolic dims
   std::vector<bool> defined(g.types.size(), false);
   auto fail_node = [&](size_t i, const std::string& what) {
     // The line the node has in print(g): the header, then every earlier node's lines.

@@ -13,6 +13,7 @@
 #include "nn/safetensors.h"
 #include "runtime/allocator.h"
 #include "runtime/api.h"
+#include "runtime/backend.h"
 #include "runtime/dlpack.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"

@@ -14,12 +14,20 @@
 
 namespace kiln {
 
+namespace {
+thread_local const std::vector<std::string>* t_dim_names = nullptr;
+}  // namespace
+
+DimNamesScope::DimNamesScope(const std::vector<std::string>* names) : prev_(t_dim_names) { t_dim_names = names; }
+DimNamesScope::~DimNamesScope() { t_dim_names = prev_; }
+
 std::string shape_str(const Dims& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ',';
-    std::string_view name = is_symbol(shape[i]) ? dim_symbol_name(shape[i]) : std::string_view();
-    s += name.empty() ? std::to_string(shape[i]) : std::string(name);  // lists in errors may be negative
+    const std::vector<std::string>* names = t_dim_names;
+    bool named = is_symbol(shape[i]) && names && symbol_index(shape[i]) < names->size();
+    s += named ? (*names)[symbol_index(shape[i])] : std::to_string(shape[i]);  // lists in errors may be negative
   }
   return s + "]";
 }

@@ -32,13 +32,25 @@ struct TensorType {
   }
 };
 std::ostream& operator<<(std::ostream& os, const TensorType& t);
-/// "[2,3]"; a symbolic dim prints as its name: "[B,784]".
+/// "[2,3]"; a symbolic dim prints as its name ("[B,784]") where a DimNamesScope names it.
 std::string shape_str(const Dims& shape);
-/// Symbolic dims (the IR's `f32[B,784]`): a negative size naming an interned symbol.
-int64_t dim_symbol(std::string_view name);
-/// The name of symbolic dim `dim`; empty when `dim` names no symbol.
-std::string_view dim_symbol_name(int64_t dim);
+/// Symbolic dims (the IR's `f32[B,784]`): a negative size, -(k + 1) for entry k of the names
+/// its graph keeps (ir::Graph::dim_names). Names are per graph, so no table outlives a parse.
 inline bool is_symbol(int64_t dim) { return dim < 0; }
+inline int64_t symbol_dim(size_t k) { return -static_cast<int64_t>(k) - 1; }
+inline size_t symbol_index(int64_t dim) { return static_cast<size_t>(-(dim + 1)); }
+/// While alive, shape_str() and TensorType::str() on this thread print symbolic dims with
+/// `names` (the IR's printer, parser and verifier install their graph's). Scopes nest.
+class DimNamesScope {
+ public:
+  explicit DimNamesScope(const std::vector<std::string>* names);
+  ~DimNamesScope();
+  DimNamesScope(const DimNamesScope&) = delete;
+  DimNamesScope& operator=(const DimNamesScope&) = delete;
+
+ private:
+  const std::vector<std::string>* prev_;
+};
 
 /// A block of device memory that tensors view. Views of one tensor share one Storage, and with
 /// it the version counter that in-place ops bump (autograd uses it to detect stale saves).

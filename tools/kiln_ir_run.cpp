@@ -39,8 +39,11 @@ class SymbolSizes {
     for (int64_t& d : out) {
       if (!is_symbol(d)) continue;
       auto it = sizes_.find(d);
-      KILN_CHECK(it != sizes_.end(), "run: {} has symbolic dim {}, which no --input binds", what,
-                 dim_symbol_name(d));
+      if (it == sizes_.end()) {
+        std::string name = shape_str({d});  // "[B]"
+        throw Error(fmt::format("run: {} has symbolic dim {}, which no --input binds", what,
+                                name.substr(1, name.size() - 2)));
+      }
       d = it->second;
     }
     return out;
@@ -130,6 +133,7 @@ void run_module(const Module& m, const RunOptions& opt) {
              "run: the file holds {} params for @{}'s {}", m.params.size(), g.name,
              g.params.size());
   manual_seed(opt.seed);
+  DimNamesScope names(&g.dim_names);  // messages name the graph's symbolic dims
   SymbolSizes sym;
   std::vector<Tensor> inputs = bind_inputs(g, opt, sym);
   std::vector<Tensor> params = bind_params(m, sym);

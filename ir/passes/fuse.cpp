@@ -304,6 +304,7 @@ struct Fuser {
     f.grad = false;
     auto body = std::make_shared<Graph>();
     body->name = g.name + ".fused";
+    body->dim_names = g.dim_names;
     std::vector<uint32_t> inner(g.types.size(), kNoValue);
     auto operand = [&](uint32_t v) {
       if (inner[v] != kNoValue) return inner[v];

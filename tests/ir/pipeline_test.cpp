@@ -1,6 +1,7 @@
 // tests/ir/pipeline_test.cpp -- a pass that fails leaves a reproducer the user can replay: a new
 // private file (never a predictable name that someone else could plant a symlink at), named in
 // the error with the kiln-ir command. And the parser's global state stays bounded.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,20 +97,30 @@ TEST_F(Reproducer, AScratchFolderSomeoneElseMadeIsRefusedAndTheErrorStillExplain
   EXPECT_TRUE(fs::is_empty(tmp_ / "attacker"));
 }
 
-// Dimension names are interned for the process's life: a bound keeps hostile text (ever new
-// names) from growing the table without end.
-TEST(DimSymbols, TheTableIsBounded) {
-  int64_t b = dim_symbol("B");
-  std::string error;
-  for (int i = 0; i < (1 << 17) && error.empty(); ++i) {
-    try {
-      dim_symbol("pipeline_test_dim_" + std::to_string(i));
-    } catch (const Error& e) {
-      error = e.what();
-    }
+// Dimension names belong to the graph that uses them (interned per parse): parsing text with
+// ever new names grows nothing that outlives the graph, the same name means one dim within a
+// graph (its fused bodies included), and one text holds a bounded number of names.
+TEST(DimSymbols, NamesArePerGraph) {
+  using ir::Graph, ir::parse, ir::print;
+  auto text = [](const std::string& name) {
+    return fmt::format("graph @f(%0: f32[{0},3]) -> (f32[{0},3]) {{\n  %1 = exp %0 : f32[{0},3]\n  return %1\n}}\n", name);
+  };
+  for (int i = 0; i < 1000; ++i) {
+    Graph g = parse(text("fresh_name_" + std::to_string(i)));
+    ASSERT_EQ(g.dim_names.size(), 1u);
+    EXPECT_EQ(g.type(g.inputs[0]).shape[0], symbol_dim(0));  // each parse starts afresh
   }
-  EXPECT_NE(error.find("more than 65536 distinct dimension names"), std::string::npos) << error;
-  EXPECT_EQ(dim_symbol("B"), b);  // names already known still resolve
+  Graph g = parse(text("B"));
+  EXPECT_EQ(print(g), text("B"));
+  std::string many = "graph @f(";
+  for (size_t i = 0; i <= Graph::kMaxDimNames; ++i) many += fmt::format("{}%{}: f32[d{}]", i ? ", " : "", i, i);
+  many += ") -> () {\n  return\n}\n";
+  try {
+    parse(many);
+    ADD_FAILURE() << "parsed more names than a graph holds";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 4096 symbolic dim names"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
