@@ -199,13 +199,7 @@ TEST_F(FakeDeviceTest, ATrainingStepEagerAndTracedGivesTheCpusBits) {
   EXPECT_EQ(on_traced.fc1.weight.device(), kFake);
   optim::AdamW opt_cpu(on_cpu.parameters(), 0.01), opt_eager(on_eager.parameters(), 0.01),
       opt_traced(on_traced.parameters(), 0.01);
-  auto step = [](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(net(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::train_step<Mlp>;
   Tensor x0 = randn({8, 6}), y0 = randint(0, 4, {8});
   jit::Function traced = jit::trace([&](Tensor x, Tensor y) { return step(on_traced, opt_traced, x, y); },
                                     {x0.to(kFake), y0.to(kFake)});

@@ -8,9 +8,21 @@
 
 #include "ir/graph.h"
 #include "jit/trace.h"
+#include "nn/loss.h"
+#include "nn/optim.h"
 #include "tests/unit/test_util.h"  // expect_error
 
 namespace kiln::test {
+
+/// One training step as users write it: zero the gradients, the loss, backward, the update.
+template <class Net>
+Tensor train_step(Net& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss = cross_entropy(net(x), y);
+  loss.backward();
+  opt.step();
+  return loss;
+}
 
 /// True when a and b have one type and the same bytes, element by element (row-major).
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {

@@ -196,13 +196,7 @@ TEST(TrainStep, AStepThatCallsBackwardRunsUntapedAndFused) {
   manual_seed(10);
   Twins t;
   optim::SGD eager_opt(t.eager.parameters(), 0.1), traced_opt(t.traced.parameters(), 0.1);
-  auto step = [](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(net(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
+  auto step = test::train_step<Mlp>;
   std::vector<Batch> data = batches(3);
   auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, traced_opt, x, y); },
                          {data[0].x, data[0].y});
