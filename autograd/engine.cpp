@@ -72,14 +72,8 @@ Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool 
     return n.custom->backward(n.saved_in, grads, needs);
   }
   uint32_t needs = 0;
-  {  // operand slot k of a pointwise op may be an immediate; map tensor edges to slots
-    int t = 0;
-    for (int k = 0; t < static_cast<int>(n.next.size()); ++k) {
-      if (n.attrs.imm_mask >> k & 1) continue;
-      if (n.next[t].node || n.next[t].leaf) needs |= 1u << k;
-      ++t;
-    }
-  }
+  for (size_t t = 0; t < n.next.size(); ++t)  // bits by operand slot (numbers take slots too)
+    if (n.next[t].node || n.next[t].leaf) needs |= 1u << slot_of_input(n.attrs.imm_mask, static_cast<int>(t));
   if (!needs) return {};
   const OpDef& op = op_def(n.op);
   KILN_CHECK(op.vjp, "backward: {} has no derivative", op_name(n.op));
@@ -191,12 +185,10 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     Grads grads = any ? run_node(*n, keep, g, create_graph) : Grads();
     int arity = static_cast<int>(n->next.size());
     if (!retain_graph) n->release();
-    int t = 0;
-    for (int k = 0; t < arity; ++k) {
-      if (n->attrs.imm_mask >> k & 1) continue;
+    for (int t = 0; t < arity; ++t) {
+      int k = slot_of_input(n->attrs.imm_mask, t);
       const Edge& e = n->next[t];
       const TensorType& type = n->in_types[t];
-      ++t;
       if (!e.node && !e.leaf) continue;
       Tensor gk = static_cast<size_t>(k) < grads.size() ? grads[k] : Tensor();
       if (e.node) {

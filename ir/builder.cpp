@@ -45,13 +45,11 @@ uint32_t Builder::op(OpId id, std::vector<uint32_t> in, Attrs attrs) {
     KILN_CHECK(v < g_.types.size(), "Builder::op: {} uses value {}, which does not exist", op_name(id), v);
   if (op_family(id) == OpFamily::Pointwise) {
     // The compute dtype: the first operand's that is not where's condition, else the numbers'.
-    size_t t = 0;
     bool found = false;
     for (int k = 0; k < op_arity(id) && !found; ++k) {
-      if (attrs.imm_mask >> k & 1) continue;
-      uint32_t v = in.at(t++);
-      if (id == OpId::Where && k == 0) continue;
-      attrs.dtype = g_.type(v).dtype;
+      int t = input_of_slot(attrs.imm_mask, k);
+      if (t < 0 || (id == OpId::Where && k == 0)) continue;
+      attrs.dtype = g_.type(in.at(static_cast<size_t>(t))).dtype;
       found = true;
     }
     for (int k = 0; k < op_arity(id) && !found; ++k)

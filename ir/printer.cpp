@@ -78,10 +78,10 @@ struct Printer {
   std::string operands(const Node& n) const {
     std::vector<std::string> parts;
     if (op_family(n.op) == OpFamily::Pointwise) {
-      size_t t = 0;
       for (int k = 0; k < op_arity(n.op); ++k) {
-        if (n.attrs.imm_mask >> k & 1) parts.push_back(scalar_literal(n.attrs.imm[k]));
-        else if (t < n.inputs.size()) parts.push_back(name(n.inputs[t++]));
+        int t = input_of_slot(n.attrs.imm_mask, k);
+        if (t < 0) parts.push_back(scalar_literal(n.attrs.imm[k]));
+        else if (static_cast<size_t>(t) < n.inputs.size()) parts.push_back(name(n.inputs[static_cast<size_t>(t)]));
       }
     } else {
       for (uint32_t v : n.inputs) parts.push_back(name(v));
@@ -260,11 +260,9 @@ std::string node_key(const Graph& g, const Node& n) {
 }
 
 DType pointwise_compute_dtype(const Graph& g, const Node& n) {
-  size_t t = 0;
   for (int k = 0; k < op_arity(n.op); ++k) {
-    if (n.attrs.imm_mask >> k & 1) continue;
-    uint32_t v = n.inputs.at(t++);
-    if (!(n.op == OpId::Where && k == 0)) return g.type(v).dtype;
+    int t = input_of_slot(n.attrs.imm_mask, k);
+    if (t >= 0 && !(n.op == OpId::Where && k == 0)) return g.type(n.inputs.at(static_cast<size_t>(t))).dtype;
   }
   // Numbers only: a comparison computes in their common dtype, other ops in their result's.
   Promote p = op_def(n.op).promote;

@@ -47,6 +47,21 @@ struct Attrs {
   Scalar imm[3];
 };
 
+/// A pointwise op's operand slots: slot k holds the number attrs.imm[k] where bit k of imm_mask
+/// is set, and the tensor inputs fill the other slots in order. These two maps are the rule's
+/// one home. (For other ops imm_mask is 0 and slot k is input k.)
+/// The tensor input slot k reads, or -1 where slot k is a number.
+inline int input_of_slot(uint8_t imm_mask, int k) {
+  if (imm_mask >> k & 1) return -1;
+  return k - __builtin_popcount(imm_mask & ((1u << k) - 1));
+}
+/// The slot tensor input t fills.
+inline int slot_of_input(uint8_t imm_mask, int t) {
+  int k = 0;
+  for (;; ++k)
+    if (!(imm_mask >> k & 1) && t-- == 0) return k;
+}
+
 /// The Attrs fields an op reads, as a bit set (OpDef::attrs): the IR prints and parses these.
 enum AttrField : uint32_t {
   kAttrAxes = 1 << 0, kAttrShape = 1 << 1, kAttrKernel = 1 << 2, kAttrStride = 1 << 3,

@@ -28,12 +28,10 @@ AutogradMeta& meta(TensorImpl* t) {
 void drop_unread_inputs(Node& n, const OpDef& op) {
   int needing = 0;
   for (const Edge& e : n.next) needing += e.node || e.leaf;
-  int t = 0;
-  for (int k = 0; t < static_cast<int>(n.saved_in.size()); ++k) {
-    if (n.attrs.imm_mask >> k & 1) continue;
+  for (size_t t = 0; t < n.saved_in.size(); ++t) {
+    int k = slot_of_input(n.attrs.imm_mask, static_cast<int>(t));
     bool own = n.next[t].node || n.next[t].leaf;
     if ((op.linear_in >> k & 1) && needing == static_cast<int>(own)) n.saved_in[t] = Tensor();
-    ++t;
   }
 }
 
@@ -121,12 +119,8 @@ Node::~Node() {
 }
 
 Tensor VjpArgs::operand(int k) const {
-  if (!(attrs.imm_mask >> k & 1)) {
-    int t = 0;  // tensor inputs fill the non-immediate slots in order
-    for (int j = 0; j < k; ++j) t += !(attrs.imm_mask >> j & 1);
-    return in[t];
-  }
-  return scalar_tensor(attrs.imm[k], attrs.dtype);
+  int t = input_of_slot(attrs.imm_mask, k);
+  return t >= 0 ? in[t] : scalar_tensor(attrs.imm[k], attrs.dtype);
 }
 
 // ---- Tensor's autograd methods ---------------------------------------------------------

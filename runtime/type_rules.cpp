@@ -31,14 +31,14 @@ TensorType pointwise_rule(OpId id, std::span<const Tensor> in, const Attrs& attr
   KILN_CHECK(op.kinds & kind_bit(ct), "{}: does not support dtype {}", op_name(id),
              dtype_name(ct));
   Dims shape;
-  size_t t = 0;
   for (int k = 0; k < arity; ++k) {
-    if (attrs.imm_mask & (1u << k)) continue;
-    const Tensor& x = in[t++];
+    int t = input_of_slot(attrs.imm_mask, k);
+    if (t < 0) continue;
+    const Tensor& x = in[t];
     DType want = (id == OpId::Where && k == 0) ? DType::Bool : ct;
     KILN_CHECK(x.dtype() == want, "{}: operand {} is {}, expected dtype {}", op_name(id), k,
                x.type().str(), dtype_name(want));
-    shape = t == 1 ? x.shape() : broadcast_shapes(shape, x.shape(), op_name(id));
+    shape = t == 0 ? x.shape() : broadcast_shapes(shape, x.shape(), op_name(id));
   }
   bool to_bool = op.promote == Promote::Compare || op.promote == Promote::Logical;
   return {to_bool ? DType::Bool : ct, shape, in.empty() ? cpu : in[0].device()};

@@ -564,12 +564,12 @@ struct KernelEmitter {
         // f16/bf16 ops compute in f32 (numbers too) and round their result, as eagerly.
         DType cd = is_half(n.attrs.dtype) ? DType::F32 : n.attrs.dtype;
         std::vector<Val> args;
-        size_t t = 0;
         for (int k = 0; k < op_arity(n.op); ++k) {
-          if (n.attrs.imm_mask >> k & 1) {
+          int t = input_of_slot(n.attrs.imm_mask, k);
+          if (t < 0) {
             args.push_back(Val(&e, literal(n.attrs.imm[k], cd), ty_of(cd)));
           } else {
-            uint32_t u = n.inputs.at(t++);
+            uint32_t u = n.inputs.at(static_cast<size_t>(t));
             args.push_back(e.cast(value(u, idx, memo), body.type(u).dtype, cd));
           }
         }

@@ -78,8 +78,8 @@ class Canonicalizer {
 
   // The value of pointwise operand k, or kNoValue when it is an immediate.
   static uint32_t tensor_operand(const Node& n, int k) {
-    if (n.attrs.imm_mask >> k & 1) return kNoValue;
-    return n.inputs.at(k - __builtin_popcount(n.attrs.imm_mask & ((1u << k) - 1)));
+    int t = input_of_slot(n.attrs.imm_mask, k);
+    return t < 0 ? kNoValue : n.inputs.at(static_cast<size_t>(t));
   }
 
   // Operand `keep` when operand `unit` is the op's identity `want` and `keep` alone already has

@@ -98,15 +98,15 @@ void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Te
   ops.count = ctx.arity + 1;
   ops.base[0] = static_cast<char*>(out.data_ptr());
   ops.strides[0] = broadcast_byte_strides(out, shape);
-  size_t t = 0;
   for (int k = 0; k < ctx.arity; ++k) {
-    if (a.imm_mask & (1u << k)) {
+    int t = input_of_slot(a.imm_mask, k);
+    if (t < 0) {
       store_scalar(a.imm[k], ctx.kernel_type, imm[k]);
       ops.base[k + 1] = imm[k];
       ops.strides[k + 1] = Dims(shape.size(), 0);
       ctx.in_type[k] = ctx.kernel_type;
     } else {
-      const Tensor& x = in[t++];
+      const Tensor& x = in[t];
       ops.base[k + 1] = static_cast<char*>(x.data_ptr());
       ops.strides[k + 1] = broadcast_byte_strides(x, shape);
       ctx.in_type[k] = x.dtype();

@@ -110,3 +110,25 @@ TEST(KernelTable, HonoursKilnIsa) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A pointwise op's numbers take operand slots; tensors fill the rest in order (runtime/op.h).
+TEST(OperandSlots, NumbersAndTensorsShareTheSlots) {
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(input_of_slot(0, k), k);   // no numbers: slot k is input k
+  EXPECT_EQ(input_of_slot(0b010, 0), 0);                            // where(c, 2.0, y)
+  EXPECT_EQ(input_of_slot(0b010, 1), -1);
+  EXPECT_EQ(input_of_slot(0b010, 2), 1);
+  EXPECT_EQ(input_of_slot(0b101, 1), 0);                            // clamp(2.0, x, 5.0)
+  for (uint8_t mask : {0b000, 0b001, 0b010, 0b100, 0b011, 0b101, 0b110})
+    for (int k = 0; k < 3; ++k) {
+      int t = input_of_slot(mask, k);
+      if (t >= 0) {
+        EXPECT_EQ(slot_of_input(mask, t), k) << int(mask) << " slot " << k;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace kiln
