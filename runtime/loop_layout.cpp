@@ -1,8 +1,6 @@
 // runtime/loop_layout.cpp -- see loop_layout.h.
 #include "runtime/loop_layout.h"
 
-#include <vector>
-
 #include "runtime/check.h"
 #include "runtime/tensor.h"
 
@@ -23,30 +21,30 @@ Dims broadcast_strides(const Dims& shape, const Dims& strides, const Dims& domai
 }
 
 void merge_dims(Dims& shape, std::span<Dims> strides, uint64_t* groups) {
-  Dims out_shape;
-  std::vector<Dims> out_strides(strides.size());
+  // In place (dim d moves to w <= d), so the eager loops pay no allocation per op.
+  size_t w = 0;
   uint64_t out_groups = 0;
   bool prev_group = false;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     bool group = groups && (*groups >> d & 1);
-    if (!out_shape.empty() && group == prev_group) {
+    if (w > 0 && group == prev_group) {
       bool mergeable = true;
-      for (size_t k = 0; k < strides.size() && mergeable; ++k)
-        mergeable = out_strides[k].back() == strides[k][d] * shape[d];
+      for (size_t k = 0; k < strides.size() && mergeable; ++k) mergeable = strides[k][w - 1] == strides[k][d] * shape[d];
       if (mergeable) {
-        out_shape.back() *= shape[d];
-        for (size_t k = 0; k < strides.size(); ++k) out_strides[k].back() = strides[k][d];
+        shape[w - 1] *= shape[d];
+        for (Dims& s : strides) s[w - 1] = s[d];
         continue;
       }
     }
-    if (group) out_groups |= uint64_t{1} << out_shape.size();
-    out_shape.push_back(shape[d]);
-    for (size_t k = 0; k < strides.size(); ++k) out_strides[k].push_back(strides[k][d]);
+    if (group) out_groups |= uint64_t{1} << w;
+    shape[w] = shape[d];
+    for (Dims& s : strides) s[w] = s[d];
+    ++w;
     prev_group = group;
   }
-  shape = std::move(out_shape);
-  for (size_t k = 0; k < strides.size(); ++k) strides[k] = std::move(out_strides[k]);
+  shape.resize(w);
+  for (Dims& s : strides) s.resize(w);
   if (groups) *groups = out_groups;
 }
 
