@@ -130,61 +130,52 @@ KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::spa
   Dims sizes = S;
   uint64_t reduced = red;
   merge_dims(sizes, st, &reduced);
-  struct Dim {
-    int64_t size;
-    bool reduced;
-    std::vector<int64_t> strides;
-  };
-  std::vector<Dim> dims;
-  for (size_t j = 0; j < sizes.size(); ++j) {
-    std::vector<int64_t> s(n_ops);
-    for (size_t k = 0; k < n_ops; ++k) s[k] = st[k][j];
-    dims.push_back({sizes[j], (reduced >> j & 1) != 0, std::move(s)});
+  if (sizes.empty()) {  // all ones: one loop of one
+    sizes.push_back(1);
+    for (Dims& s : st) s.push_back(0);
   }
-  if (dims.empty()) dims.push_back({1, false, std::vector<int64_t>(n_ops, 0)});
-  KILN_CHECK(dims.size() <= 16, "fused group: {} loop dims is more than a kernel takes", dims.size());
+  KILN_CHECK(sizes.size() <= 16, "fused group: {} loop dims is more than a kernel takes", sizes.size());
+  auto is_reduced = [&](int d) { return (reduced >> d & 1) != 0; };
 
   KernelArgs a;
   codegen::KernelLayout& L = a.layout;
-  L.rank = static_cast<int>(dims.size());
-  for (int d = 0; d < L.rank; ++d) {
-    a.sizes.push_back(dims[d].size);
-    if (dims[d].reduced) L.reduced |= 1u << d;
-  }
+  L.rank = static_cast<int>(sizes.size());
+  a.sizes.assign(sizes.begin(), sizes.end());
+  L.reduced = static_cast<uint32_t>(reduced);
   a.strides.assign(n_ops * L.rank, 0);
   for (size_t k = 0; k < n_ops; ++k) {
     codegen::OperandLayout o;
     o.dtype = body.type(k < n_in ? body.inputs[k] : body.outputs[k - n_in]).dtype;
     for (int d = 0; d < L.rank; ++d) {
-      int64_t s = dims[d].strides[k];
+      int64_t s = st[k][d];
       a.strides[k * L.rank + d] = s;
       if (s == 0) o.broadcast |= 1u << d;
     }
-    o.unit_inner = dims.back().strides[k] == 1;
+    o.unit_inner = st[k].back() == 1;
     (k < n_in ? L.inputs : L.outputs).push_back(o);
   }
   // Threads split the outermost dim that is kept (outputs there are disjoint).
   L.parallel_dim = -1;
   for (int d = 0; d < L.rank; ++d)
-    if (!dims[d].reduced) {
+    if (!is_reduced(d)) {
       L.parallel_dim = d;
       break;
     }
   int64_t total = 1;
-  for (const Dim& d : dims) total *= std::max<int64_t>(d.size, 1);
-  a.range = L.parallel_dim >= 0 ? dims[L.parallel_dim].size : 0;
+  for (int64_t size : sizes) total *= std::max<int64_t>(size, 1);
+  a.range = L.parallel_dim >= 0 ? sizes[L.parallel_dim] : 0;
   int64_t per_index = a.range > 0 ? std::max<int64_t>(total / a.range, 1) : total;
   a.grain = std::max<int64_t>(1, kParallelWork / per_index);
-  bool empty = std::any_of(dims.begin(), dims.end(), [](const Dim& d) { return d.size == 0; });
+  bool empty = sizes.product() == 0;
   if (a.range < kFewKept && L.reduced != 0 && !empty) {
     int d = 0;
-    while (!dims[d].reduced) ++d;  // the outermost reduced dim
-    int64_t run = std::max<int64_t>(1, kReduceRun / std::max<int64_t>(total / dims[d].size, 1));
+    while (!is_reduced(d)) ++d;  // the outermost reduced dim
+    int64_t run = std::max<int64_t>(1, kReduceRun / std::max<int64_t>(total / sizes[d], 1));
     std::vector<OpId> combine = terminal_reductions(body);
-    if (!combine.empty() && dims[d].size > run) {
+    if (!combine.empty() && sizes[d] > run) {
       a.split_dim = d;
       a.run = run;
-      a.runs = (dims[d].size + run - 1) / run;
+      a.runs = (sizes[d] + run - 1) / run;
       a.combine = std::move(combine);
     }
   }
@@ -370,14 +361,18 @@ struct Executable::Impl {
     std::vector<Tensor> ins;
     ins.reserve(n.inputs.size());
     for (uint32_t v : n.inputs) ins.push_back(vals[v]);
-    std::call_once(k.once, [&] {
-      try {
-        prepare(k, n, ins);
-      } catch (const Error& e) {
-        k.refused = e.what();
-        log(LogTopic::Codegen, fmt::format("@{}: a fused group runs op by op: {}", g.name, k.refused));
-      }
-    });
+    if (compiled) {
+      std::call_once(k.once, [&] {
+        try {
+          prepare(k, n, ins);
+        } catch (const Error& e) {
+          k.refused = e.what();
+          log(LogTopic::Codegen, fmt::format("@{}: a fused group runs op by op: {}", g.name, k.refused));
+        }
+      });
+    }
+    // Without a kernel for these strides (or without kernels at all): the group's reference
+    // semantics, its body op by op.
     bool same = k.ready;
     for (size_t j = 0; same && j < ins.size(); ++j) same = ins[j].strides() == k.input_strides[j];
     if (!same) {
@@ -500,16 +495,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
     switch (n.kind) {
       case ir::NodeKind::Const: vals[n.result] = n.constant; break;
       case ir::NodeKind::Assign: break;  // applied after every node ran
-      case ir::NodeKind::Fused:
-        if (m.compiled) {
-          m.run_fused(i, vals, ws, params);
-        } else {  // the group's reference semantics: its body, op by op
-          std::vector<Tensor> ins;
-          for (uint32_t v : n.inputs) ins.push_back(vals[v]);
-          std::vector<Tensor> outs = run_graph(*n.body, ins, {});
-          for (size_t k = 0; k < n.results.size(); ++k) vals[n.results[k]] = outs.at(k);
-        }
-        break;
+      case ir::NodeKind::Fused: m.run_fused(i, vals, ws, params); break;
       case ir::NodeKind::Op: {
         Tensor in[4];
         std::vector<Tensor> many;

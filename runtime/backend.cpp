@@ -31,10 +31,6 @@ void register_backend(DeviceType type, DeviceBackend* b) {
   g_backends[static_cast<size_t>(type)].store(b, std::memory_order_release);
 }
 
-bool has_backend(DeviceType type) {
-  return g_backends[static_cast<size_t>(type)].load(std::memory_order_acquire) != nullptr;
-}
-
 DeviceBackend& backend(Device d) {
   DeviceBackend* b = g_backends[static_cast<size_t>(d.type)].load(std::memory_order_acquire);
   if (!b) {

@@ -32,7 +32,6 @@ class DeviceBackend {
 void register_backend(DeviceType type, DeviceBackend* backend);
 /// The backend of device `d`; throws kiln::Error when none is registered for its type.
 DeviceBackend& backend(Device d);
-bool has_backend(DeviceType type);
 
 /// dst = src (broadcast, converted) between any two devices: through the backend of the one
 /// that is not the CPU, and through host memory between two devices of different types.

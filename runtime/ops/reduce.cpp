@@ -29,18 +29,8 @@ ReduceKind kind_of(OpId id) {
   throw InternalError(fmt::format("{} is not a combining reduction", op_name(id)));
 }
 
-Combine combine_of(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::Sum: return Combine::Sum;
-    case ReduceKind::Prod: return Combine::Prod;
-    case ReduceKind::Max: return Combine::Max;
-    case ReduceKind::Min: return Combine::Min;
-  }
-  return Combine::None;
-}
-
 void fill_identity(ReduceKind k, const Tensor& acc) {
-  copy_into(full({}, reduction_identity(combine_of(k), acc.dtype()), acc.dtype()), acc);
+  copy_into(full({}, reduction_identity(simd::combine_of(k), acc.dtype()), acc.dtype()), acc);
 }
 
 // Long reductions are cut into runs of a fixed length, each reduced into a partial result on

@@ -21,6 +21,16 @@ using PointwiseFn = void (*)(int64_t n, void* out, const void* const* in, uint32
 
 enum class ReduceKind : uint8_t { Sum, Prod, Max, Min };
 inline constexpr int kNumReduceKinds = 4;
+/// The op list's name for a kind (runtime/op.h), whose rules (identity, accumulator) apply.
+constexpr Combine combine_of(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return Combine::Sum;
+    case ReduceKind::Prod: return Combine::Prod;
+    case ReduceKind::Max: return Combine::Max;
+    case ReduceKind::Min: return Combine::Min;
+  }
+  return Combine::None;
+}
 /// Reduces n contiguous elements of x into *acc (combining with what *acc holds).
 using ReduceRowFn = void (*)(int64_t n, const void* x, void* acc);
 /// acc[j] = acc[j] (op) x[i * row_stride + j] for i < rows, j < cols: a reduction over an

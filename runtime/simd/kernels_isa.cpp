@@ -259,11 +259,7 @@ template <class Fm, int Arity> void fill_pointwise(PointwiseFn* row) {
 // ---- reductions ------------------------------------------------------------------------
 
 template <ReduceKind K, class E> constexpr E identity() {
-  constexpr Combine c = K == ReduceKind::Sum    ? Combine::Sum
-                        : K == ReduceKind::Prod ? Combine::Prod
-                        : K == ReduceKind::Max  ? Combine::Max
-                                                : Combine::Min;
-  return reduction_identity_as<E>(c);  // runtime/op.h: the one rule
+  return reduction_identity_as<E>(combine_of(K));  // runtime/op.h: the one rule
 }
 template <ReduceKind K, class T> T combine(T a, T b) {
   if constexpr (K == ReduceKind::Sum) return a + b;
