@@ -433,6 +433,7 @@ Stats Function::stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   Stats st = state_->stats;
   st.saved_bytes = state_->last ? static_cast<int64_t>(state_->last->saved_bytes) : 0;
+  st.kernels = state_->last ? static_cast<int64_t>(state_->last->exec->stats().kernels) : 0;
   return st;
 }
 

@@ -56,6 +56,8 @@ struct Stats {
   /// For the plan used last, when it is differentiable: the bytes of computed values each call
   /// keeps for its backward (arguments and captured tensors are not counted).
   int64_t saved_bytes = 0;
+  /// For the plan used last: the fused kernels one call runs.
+  int64_t kernels = 0;
 };
 
 /// Whether traced functions run fused kernels (default on). Off (or KILN_FUSION=0), the

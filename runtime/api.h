@@ -53,84 +53,60 @@ Tensor bernoulli(const Tensor& p);                 // 1 with probability p, same
 Tensor bernoulli(const Dims& shape, double p, DType dtype = f32);
 Tensor randperm(int64_t n);
 
-// ---- pointwise --------------------------------------------------------------------------
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor sign(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor log1p(const Tensor& x);
-Tensor expm1(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor reciprocal(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
-/// relu's backward from its output y: grad where y > 0, else 0 (PyTorch's threshold_backward).
-Tensor relu_grad(const Tensor& y, const Tensor& grad);
-/// gelu(x) = x * Phi(x); approximate = "tanh" uses the tanh formula (PyTorch's names).
-Tensor gelu(const Tensor& x, const std::string& approximate = "none");
-Tensor silu(const Tensor& x);
-Tensor floor(const Tensor& x);
-Tensor ceil(const Tensor& x);
-Tensor round(const Tensor& x);  // half to even
-Tensor logical_not(const Tensor& x);
+// ---- pointwise ----------------------------------------------------------------------------
+// One public function per pointwise op in runtime/ops.def, named as the op and generated from
+// that list (a new op gets its function with no line written here). By arity: unary ops
+// take name(x) (exp(x), relu(x), ...); binary ops take name(a, b), name(a, number) and
+// name(number, a) (add, pow, maximum, eq, logical_and, ...); ternary ops take name(a, b, c)
+// (where, clamp).
+// Each op's meaning (NaN rules, rounding, promotion) is documented with its formula in
+// runtime/ops/formulas.h. Notably: div is true division (integers give f32); round is half to
+// even; maximum/minimum propagate NaN; relu_grad(y, g) is relu's backward from its output y
+// (PyTorch's threshold_backward); gelu_tanh is gelu's tanh approximation.
+// KILN_IF_POINTWISE_<family>(code) keeps `code` for pointwise ops only (for ops.def consumers).
+#define KILN_IF_POINTWISE_Pointwise(...) __VA_ARGS__
+#define KILN_IF_POINTWISE_Cast(...)
+#define KILN_IF_POINTWISE_Reduce(...)
+#define KILN_IF_POINTWISE_View(...)
+#define KILN_IF_POINTWISE_Copy(...)
+#define KILN_IF_POINTWISE_Other(...)
+#define KILN_POINTWISE_API_1(name) Tensor name(const Tensor& x);
+#define KILN_POINTWISE_API_2(name)                \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, Scalar b);        \
+  Tensor name(Scalar a, const Tensor& b);
+#define KILN_POINTWISE_API_3(name) Tensor name(const Tensor& a, const Tensor& b, const Tensor& c);
+#define KILN_POINTWISE_API(name, arity) KILN_POINTWISE_API_##arity(name)
+#define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_POINTWISE_API(name, arity))
+#include "runtime/ops.def"
+#undef OP
 
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give f32
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, Scalar b);
-Tensor pow(Scalar a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor logical_and(const Tensor& a, const Tensor& b);
-Tensor logical_and(const Tensor& a, Scalar b);
-Tensor logical_and(Scalar a, const Tensor& b);
-Tensor logical_or(const Tensor& a, const Tensor& b);
-Tensor logical_or(const Tensor& a, Scalar b);
-Tensor logical_or(Scalar a, const Tensor& b);
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// gelu(x, "none") is gelu(x); gelu(x, "tanh") is gelu_tanh(x) (PyTorch's names).
+Tensor gelu(const Tensor& x, const std::string& approximate);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
 Tensor where(const Tensor& cond, Scalar a, Scalar b);
 /// min(max(x, lo), hi); a missing bound is skipped.
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
-Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi);
 Tensor cast(const Tensor& x, DType dtype);
 
 // Operators (NumPy broadcasting and promotion). Numbers are not boxed into tensors.
 Tensor operator-(const Tensor& x);
-#define KILN_BINARY_OPERATOR(op, fn)                   \
+#define KILN_BINARY_OPERATOR(op)                       \
   Tensor operator op(const Tensor& a, const Tensor& b); \
   Tensor operator op(const Tensor& a, Scalar b);        \
-  Tensor operator op(Scalar a, const Tensor& b);        \
-  Tensor fn(const Tensor& a, Scalar b);                 \
-  Tensor fn(Scalar a, const Tensor& b);
-KILN_BINARY_OPERATOR(+, add)
-KILN_BINARY_OPERATOR(-, sub)
-KILN_BINARY_OPERATOR(*, mul)
-KILN_BINARY_OPERATOR(/, div)
-KILN_BINARY_OPERATOR(==, eq)
-KILN_BINARY_OPERATOR(!=, ne)
-KILN_BINARY_OPERATOR(<, lt)
-KILN_BINARY_OPERATOR(<=, le)
-KILN_BINARY_OPERATOR(>, gt)
-KILN_BINARY_OPERATOR(>=, ge)
+  Tensor operator op(Scalar a, const Tensor& b);
+KILN_BINARY_OPERATOR(+)
+KILN_BINARY_OPERATOR(-)
+KILN_BINARY_OPERATOR(*)
+KILN_BINARY_OPERATOR(/)
+KILN_BINARY_OPERATOR(==)
+KILN_BINARY_OPERATOR(!=)
+KILN_BINARY_OPERATOR(<)
+KILN_BINARY_OPERATOR(<=)
+KILN_BINARY_OPERATOR(>)
+KILN_BINARY_OPERATOR(>=)
 #undef KILN_BINARY_OPERATOR
-Tensor maximum(const Tensor& a, Scalar b);
-Tensor minimum(const Tensor& a, Scalar b);
 
 // ---- reductions: `dims` empty means all; negative dims count from the end -----------------
 Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);

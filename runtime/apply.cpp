@@ -13,6 +13,8 @@ namespace kiln {
 
 static_assert(int(Promote::Float) == int(fm::P::Float) && int(Promote::Logical) == int(fm::P::Logical));
 static_assert(kBool == fm::B && kInt == fm::I && kFloat == fm::F);
+static_assert(int(kSaveNothing) == fm::Nothing && int(kSaveInputs) == fm::Inputs &&
+              int(kSaveOutput) == fm::Output && int(kSaveBoth) == fm::Both);
 
 namespace {
 

@@ -87,6 +87,9 @@ uint8_t kind_bit(DType t);
 /// What a derivative rule sees. Rules use only ordinary Tensor ops (never storage), so the
 /// same rule serves eager backward and, replayed on a tracer's tensors, IR autodiff.
 struct VjpArgs {
+  /// One gradient per operand (pointwise: per operand slot, immediates included); an undefined
+  /// Tensor means none. The engine sums each back to its input's shape and dtype.
+  using Grads = std::vector<Tensor>;
   OpId op;
   std::span<const Tensor> in;  // the tensor inputs, as given to apply() (when the op saves them)
   std::span<const TensorType> in_types;  // their types (always)
@@ -98,9 +101,7 @@ struct VjpArgs {
   /// Operand k: a tensor input, or a pointwise immediate as a 0-d tensor of the compute dtype.
   Tensor operand(int k) const;
 };
-/// One gradient per operand (pointwise: per operand slot, immediates included); an undefined
-/// Tensor means none. The engine sums each back to its input's shape and dtype.
-using Grads = std::vector<Tensor>;
+using Grads = VjpArgs::Grads;
 
 using InferFn = TensorType (*)(OpId, std::span<const Tensor>, const Attrs&);
 using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out);
@@ -113,9 +114,10 @@ enum class Combine : uint8_t { None, Sum, Prod, Max, Min };
 /// The dtype a combining reduction of dtype `t` accumulates in: f32 for f16 and bf16, f32 and
 /// f64 as they are, i64 for integers and bool.
 DType accumulator_dtype(DType t);
-/// What an accumulator of dtype `acc` starts from (and a reduction over nothing gives):
-/// 0, 1, -inf or the lowest integer (max), +inf or the largest integer (min).
-Scalar reduction_identity(Combine combine, DType acc);
+/// What a reduction computing in dtype `t` starts from (and a reduction over nothing gives):
+/// 0, 1, -inf or t's lowest value (max), +inf or t's largest value (min); for bool, false and
+/// true. Exact in t, so a kernel may also start an output of the result's dtype at it.
+Scalar reduction_identity(Combine combine, DType t);
 /// The same, as a value of element type E (the eager kernels' accumulators; E is a float or an
 /// integer type, so the rule lives here once for every reader).
 template <class E> constexpr E reduction_identity_as(Combine combine) {

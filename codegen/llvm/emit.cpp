@@ -819,14 +819,15 @@ struct KernelEmitter {
         final_pass = false;
       });
     } else {
-      // Outputs start at the identity; then every element is combined into its output.
+      // Outputs start at the identity (exact in the output's dtype: the accumulator's would
+      // not be, INT64_MIN as an i32); then every element is combined into its output, in the
+      // accumulator's dtype as the other loops combine.
       loops(kept, 0, idx, [&](std::vector<std::string>& ix) {
         for (size_t o = 0; o < n_out; ++o) {
           if (full_output(o)) continue;
           const ir::Node& n = body.nodes.at(producer.at(body.outputs[o]));
           DType dt = body.type(body.outputs[o]).dtype;
-          Val id(&e, identity(n.op, accumulator_dtype(dt)), ty_of(accumulator_dtype(dt)));
-          store(o, e.cast(id, accumulator_dtype(dt), dt), ix);
+          store(o, Val(&e, identity(n.op, dt), ty_of(dt)), ix);
         }
       });
       loops(all, 0, idx, [&](std::vector<std::string>& ix) {
@@ -839,12 +840,12 @@ struct KernelEmitter {
           }
           KILN_CHECK(is_reduction(v), "codegen: after a reduction over leading dims only its result can leave");
           const ir::Node& n = body.nodes[producer[v]];
-          DType dt = body.type(v).dtype;
+          DType dt = body.type(v).dtype, in_dt = body.type(n.inputs[0]).dtype, acc_dt = accumulator_dtype(in_dt);
           Ty t = ty_of(dt);
-          Val x = e.cast(value(n.inputs[0], ix, memo), body.type(n.inputs[0]).dtype, dt);
+          Val x = e.cast(value(n.inputs[0], ix, memo), in_dt, acc_dt);
           std::string p = address(n_in + o, ix);
-          Val cur = e.inst(t, fmt::format("load {}, ptr {}", ll(t), p));
-          e.line(fmt::format("store {} {}, ptr {}", ll(t), combine(n.op, dt, cur, x).r, p));
+          Val cur = e.cast(e.inst(t, fmt::format("load {}, ptr {}", ll(t), p)), dt, acc_dt);
+          e.line(fmt::format("store {} {}, ptr {}", ll(t), e.cast(combine(n.op, acc_dt, cur, x), acc_dt, dt).r, p));
         }
       });
     }

@@ -26,18 +26,21 @@ struct Operand {
 /// The CPU kernel of every pointwise op: the strided driver around its vectorized formula.
 void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out);
 
-/// A pointwise op's OpDef: promotion and dtype kinds from its formula Fm, the shared shape
-/// rule and kernel, and its derivative.
+/// A pointwise op's OpDef, all from its block Fm in formulas.h: promotion, dtype kinds, what
+/// its derivative reads and the derivative itself, with the shared shape rule and kernel.
 template <class Fm>
-constexpr OpDef pointwise_def(VjpFn vjp, uint8_t saves = kSaveInputs, uint8_t linear_in = 0) {
+constexpr OpDef pointwise_def() {
+  constexpr bool differentiable = Fm::saves != fm::NoDerivative;
+  VjpFn vjp = nullptr;
+  if constexpr (differentiable) vjp = [](const VjpArgs& a) -> Grads { return Fm::df(a); };
   return OpDef{.promote = static_cast<Promote>(Fm::promote),
                .kinds = Fm::kinds,
                .infer = pointwise_rule,
                .cpu = pointwise_cpu,
                .vjp = vjp,
-               .differentiable = vjp != nullptr,
-               .saves = vjp ? saves : uint8_t{kSaveNothing},
-               .linear_in = linear_in};
+               .differentiable = differentiable,
+               .saves = differentiable ? uint8_t(Fm::saves) : uint8_t{kSaveNothing},
+               .linear_in = Fm::linear_in};
 }
 
 /// The dtype op `id` computes in for these operands (NumPy promotion, then the op's Promote).

@@ -1,4 +1,6 @@
-// runtime/ops/pointwise_api.cpp -- the public pointwise functions and operators.
+// runtime/ops/pointwise_api.cpp -- the public pointwise functions: one per pointwise op,
+// generated from ops.def (declared the same way in runtime/api.h), then the operators and the
+// few overloads with a shape of their own (gelu's approximate, where's and clamp's numbers).
 #include <limits>
 
 #include "runtime/api.h"
@@ -7,62 +9,26 @@
 
 namespace kiln {
 
-#define KILN_UNARY(fn, Name) \
-  Tensor fn(const Tensor& x) { return pointwise(OpId::Name, {x}); }
-KILN_UNARY(neg, Neg)
-KILN_UNARY(abs, Abs)
-KILN_UNARY(sign, Sign)
-KILN_UNARY(exp, Exp)
-KILN_UNARY(log, Log)
-KILN_UNARY(log1p, Log1p)
-KILN_UNARY(expm1, Expm1)
-KILN_UNARY(sqrt, Sqrt)
-KILN_UNARY(rsqrt, Rsqrt)
-KILN_UNARY(reciprocal, Reciprocal)
-KILN_UNARY(sin, Sin)
-KILN_UNARY(cos, Cos)
-KILN_UNARY(tanh, Tanh)
-KILN_UNARY(erf, Erf)
-KILN_UNARY(sigmoid, Sigmoid)
-KILN_UNARY(relu, Relu)
-KILN_UNARY(silu, Silu)
-KILN_UNARY(floor, Floor)
-KILN_UNARY(ceil, Ceil)
-KILN_UNARY(round, Round)
-KILN_UNARY(logical_not, LogicalNot)
-#undef KILN_UNARY
+#define KILN_POINTWISE_FN_1(Name, name) \
+  Tensor name(const Tensor& x) { return pointwise(OpId::Name, {x}); }
+#define KILN_POINTWISE_FN_2(Name, name)                                                   \
+  Tensor name(const Tensor& a, const Tensor& b) { return pointwise(OpId::Name, {a, b}); } \
+  Tensor name(const Tensor& a, Scalar b) { return pointwise(OpId::Name, {a, b}); }        \
+  Tensor name(Scalar a, const Tensor& b) { return pointwise(OpId::Name, {a, b}); }
+#define KILN_POINTWISE_FN_3(Name, name)                               \
+  Tensor name(const Tensor& a, const Tensor& b, const Tensor& c) {    \
+    return pointwise(OpId::Name, {a, b, c});                          \
+  }
+#define KILN_POINTWISE_FN(Name, name, arity) KILN_POINTWISE_FN_##arity(Name, name)
+#define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_POINTWISE_FN(Name, name, arity))
+#include "runtime/ops.def"
+#undef OP
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh",
              "gelu: approximate must be \"none\" or \"tanh\", got \"{}\"", approximate);
-  return pointwise(approximate == "tanh" ? OpId::GeluTanh : OpId::Gelu, {x});
+  return approximate == "tanh" ? gelu_tanh(x) : gelu(x);
 }
-
-#define KILN_BINARY(fn, Name)                                                               \
-  Tensor fn(const Tensor& a, const Tensor& b) { return pointwise(OpId::Name, {a, b}); }     \
-  Tensor fn(const Tensor& a, Scalar b) { return pointwise(OpId::Name, {a, b}); }            \
-  Tensor fn(Scalar a, const Tensor& b) { return pointwise(OpId::Name, {a, b}); }
-KILN_BINARY(add, Add)
-KILN_BINARY(sub, Sub)
-KILN_BINARY(mul, Mul)
-KILN_BINARY(div, Div)
-KILN_BINARY(eq, Eq)
-KILN_BINARY(ne, Ne)
-KILN_BINARY(lt, Lt)
-KILN_BINARY(le, Le)
-KILN_BINARY(gt, Gt)
-KILN_BINARY(ge, Ge)
-KILN_BINARY(logical_and, LogicalAnd)
-KILN_BINARY(logical_or, LogicalOr)
-#undef KILN_BINARY
-Tensor pow(const Tensor& a, const Tensor& b) { return pointwise(OpId::Pow, {a, b}); }
-Tensor pow(const Tensor& a, Scalar b) { return pointwise(OpId::Pow, {a, b}); }
-Tensor pow(Scalar a, const Tensor& b) { return pointwise(OpId::Pow, {a, b}); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return pointwise(OpId::Maximum, {a, b}); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return pointwise(OpId::Minimum, {a, b}); }
-Tensor maximum(const Tensor& a, Scalar b) { return pointwise(OpId::Maximum, {a, b}); }
-Tensor minimum(const Tensor& a, Scalar b) { return pointwise(OpId::Minimum, {a, b}); }
-Tensor relu_grad(const Tensor& y, const Tensor& grad) { return pointwise(OpId::ReluGrad, {y, grad}); }
 
 #define KILN_OPERATOR(op, fn)                                               \
   Tensor operator op(const Tensor& a, const Tensor& b) { return fn(a, b); } \
@@ -81,7 +47,6 @@ KILN_OPERATOR(>=, ge)
 #undef KILN_OPERATOR
 Tensor operator-(const Tensor& x) { return neg(x); }
 
-Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return pointwise(OpId::Where, {c, a, b}); }
 Tensor where(const Tensor& c, const Tensor& a, Scalar b) { return pointwise(OpId::Where, {c, a, b}); }
 Tensor where(const Tensor& c, Scalar a, const Tensor& b) { return pointwise(OpId::Where, {c, a, b}); }
 Tensor where(const Tensor& c, Scalar a, Scalar b) { return pointwise(OpId::Where, {c, a, b}); }
@@ -110,9 +75,6 @@ std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   auto [l, h] = clamp_bounds(x, lo, hi);
   return pointwise(OpId::Clamp, {x, l, h});
-}
-Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
-  return pointwise(OpId::Clamp, {x, lo, hi});
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

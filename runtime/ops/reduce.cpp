@@ -271,10 +271,14 @@ DType accumulator_dtype(DType t) {
   return is_float(t) ? t : DType::I64;
 }
 
-Scalar reduction_identity(Combine combine, DType acc) {
+Scalar reduction_identity(Combine combine, DType t) {
   KILN_ASSERT(combine != Combine::None);
-  if (is_float(acc)) return reduction_identity_as<double>(combine);
-  return reduction_identity_as<int64_t>(combine);
+  if (is_float(t)) return reduction_identity_as<double>(combine);
+  return visit_dtype(t, [&](auto v) {
+    using E = decltype(v);
+    if constexpr (std::is_integral_v<E>) return Scalar(static_cast<int64_t>(reduction_identity_as<E>(combine)));
+    else return Scalar(reduction_identity_as<double>(combine));  // not reached: floats above
+  });
 }
 
 // sum(x): over attrs.axes (empty: all), keepdim per attrs.keepdim; integers sum into i64.

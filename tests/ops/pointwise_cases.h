@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/ops/reference.h"
+#include "tests/ops/op_specs.h"
 
 namespace kiln::test {
 
@@ -32,105 +32,47 @@ struct BinaryCase {
 inline void PrintTo(const UnaryCase& c, std::ostream* os) { *os << c.name; }
 inline void PrintTo(const BinaryCase& c, std::ostream* os) { *os << c.name; }
 
-inline const double kSqrt2 = std::sqrt(2.0);
-inline const double kPi = std::acos(-1.0);
-
+/// Every unary and binary pointwise op in ops.def, with its reference from op_specs.h.
+template <OpId id> UnaryCase unary_case(const char* name, Tensor (*fn)(const Tensor&)) {
+  using S = Spec<id>;
+  return {name, id, fn, &S::ref, S::domain[0].lo, S::domain[0].hi};
+}
+template <OpId id> BinaryCase binary_case(const char* name, Tensor (*fn)(const Tensor&, const Tensor&)) {
+  using S = Spec<id>;
+  return {name, id, fn, &S::ref, S::domain[0].lo, S::domain[0].hi, S::domain[1].lo, S::domain[1].hi,
+          S::domain[0].whole};
+}
 inline const std::vector<UnaryCase>& unary_cases() {
-  static const std::vector<UnaryCase> cases = {
-      {"neg", OpId::Neg, [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }, -10,
-       10},
-      {"abs", OpId::Abs, [](const Tensor& x) { return abs(x); },
-       [](double x) { return std::fabs(x); }, -10, 10},
-      {"sign", OpId::Sign, [](const Tensor& x) { return sign(x); },
-       [](double x) { return x > 0   ? 1.0
-                             : x < 0 ? -1.0
-                                     : x; }, -10, 10},  // NaN, +-0 stay
-      {"exp", OpId::Exp, [](const Tensor& x) { return exp(x); },
-       [](double x) { return std::exp(x); }, -10, 10},
-      {"log", OpId::Log, [](const Tensor& x) { return log(x); },
-       [](double x) { return std::log(x); }, 0.01, 100},
-      {"log1p", OpId::Log1p, [](const Tensor& x) { return log1p(x); },
-       [](double x) { return std::log1p(x); }, -0.99, 10},
-      {"expm1", OpId::Expm1, [](const Tensor& x) { return expm1(x); },
-       [](double x) { return std::expm1(x); }, -5, 5},
-      {"sqrt", OpId::Sqrt, [](const Tensor& x) { return sqrt(x); },
-       [](double x) { return std::sqrt(x); }, 0, 100},
-      {"rsqrt", OpId::Rsqrt, [](const Tensor& x) { return rsqrt(x); },
-       [](double x) { return 1 / std::sqrt(x); }, 0.01, 100},
-      {"reciprocal", OpId::Reciprocal, [](const Tensor& x) { return reciprocal(x); },
-       [](double x) { return 1 / x; }, -10, 10},
-      {"sin", OpId::Sin, [](const Tensor& x) { return sin(x); },
-       [](double x) { return std::sin(x); }, -10, 10},
-      {"cos", OpId::Cos, [](const Tensor& x) { return cos(x); },
-       [](double x) { return std::cos(x); }, -10, 10},
-      {"tanh", OpId::Tanh, [](const Tensor& x) { return tanh(x); },
-       [](double x) { return std::tanh(x); }, -5, 5},
-      {"erf", OpId::Erf, [](const Tensor& x) { return erf(x); },
-       [](double x) { return std::erf(x); }, -3, 3},
-      {"sigmoid", OpId::Sigmoid, [](const Tensor& x) { return sigmoid(x); },
-       [](double x) { return 1 / (1 + std::exp(-x)); }, -10, 10},
-      {"relu", OpId::Relu, [](const Tensor& x) { return relu(x); },
-       [](double x) { return std::isnan(x) ? x : std::max(x, 0.0); }, -10, 10},
-      {"gelu", OpId::Gelu, [](const Tensor& x) { return gelu(x); },
-       [](double x) { return 0.5 * x * (1 + std::erf(x / kSqrt2)); }, -6, 6},
-      {"gelu_tanh", OpId::GeluTanh, [](const Tensor& x) { return gelu(x, "tanh"); },
-       [](double x) {
-         return 0.5 * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x)));
-       },
-       -6, 6},
-      {"silu", OpId::Silu, [](const Tensor& x) { return silu(x); },
-       [](double x) { return x / (1 + std::exp(-x)); }, -10, 10},
-      {"floor", OpId::Floor, [](const Tensor& x) { return floor(x); },
-       [](double x) { return std::floor(x); }, -10, 10},
-      {"ceil", OpId::Ceil, [](const Tensor& x) { return ceil(x); },
-       [](double x) { return std::ceil(x); }, -10, 10},
-      {"round", OpId::Round, [](const Tensor& x) { return round(x); },
-       [](double x) { return std::nearbyint(x); }, -10, 10},  // default rounding: half to even
-      {"logical_not", OpId::LogicalNot, [](const Tensor& x) { return logical_not(x); },
-       [](double x) { return x == 0 ? 1.0 : 0.0; }, -2, 2},
-  };
+  static const std::vector<UnaryCase> cases = [] {
+    std::vector<UnaryCase> v;
+#define KILN_CASE_1(Name, name) v.push_back(unary_case<OpId::Name>(#name, [](const Tensor& x) { return name(x); }));
+#define KILN_CASE_2(Name, name)
+#define KILN_CASE_3(Name, name)
+#define KILN_CASE(Name, name, arity) KILN_CASE_##arity(Name, name)
+#define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_CASE(Name, name, arity))
+#include "runtime/ops.def"
+#undef OP
+#undef KILN_CASE_1
+#undef KILN_CASE_2
+    return v;
+  }();
   return cases;
 }
-
 inline const std::vector<BinaryCase>& binary_cases() {
-  static const std::vector<BinaryCase> cases = {
-      {"add", OpId::Add, [](const Tensor& a, const Tensor& b) { return add(a, b); },
-       [](double a, double b) { return a + b; }, -10, 10, -10, 10},
-      {"sub", OpId::Sub, [](const Tensor& a, const Tensor& b) { return sub(a, b); },
-       [](double a, double b) { return a - b; }, -10, 10, -10, 10},
-      {"mul", OpId::Mul, [](const Tensor& a, const Tensor& b) { return mul(a, b); },
-       [](double a, double b) { return a * b; }, -10, 10, -10, 10},
-      {"div", OpId::Div, [](const Tensor& a, const Tensor& b) { return div(a, b); },
-       [](double a, double b) { return a / b; }, -10, 10, -10, 10},
-      {"pow", OpId::Pow, [](const Tensor& a, const Tensor& b) { return pow(a, b); },
-       [](double a, double b) { return std::pow(a, b); }, 0.1, 4, -3, 3},
-      {"maximum", OpId::Maximum, [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
-       [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); },
-       -10, 10, -10, 10},
-      {"minimum", OpId::Minimum, [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
-       [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); },
-       -10, 10, -10, 10},
-      {"eq", OpId::Eq, [](const Tensor& a, const Tensor& b) { return eq(a, b); },
-       [](double a, double b) { return double(a == b); }, -3, 3, -3, 3, true},
-      {"ne", OpId::Ne, [](const Tensor& a, const Tensor& b) { return ne(a, b); },
-       [](double a, double b) { return double(a != b); }, -3, 3, -3, 3, true},
-      {"lt", OpId::Lt, [](const Tensor& a, const Tensor& b) { return lt(a, b); },
-       [](double a, double b) { return double(a < b); }, -3, 3, -3, 3, true},
-      {"le", OpId::Le, [](const Tensor& a, const Tensor& b) { return le(a, b); },
-       [](double a, double b) { return double(a <= b); }, -3, 3, -3, 3, true},
-      {"gt", OpId::Gt, [](const Tensor& a, const Tensor& b) { return gt(a, b); },
-       [](double a, double b) { return double(a > b); }, -3, 3, -3, 3, true},
-      {"ge", OpId::Ge, [](const Tensor& a, const Tensor& b) { return ge(a, b); },
-       [](double a, double b) { return double(a >= b); }, -3, 3, -3, 3, true},
-      {"logical_and", OpId::LogicalAnd,
-       [](const Tensor& a, const Tensor& b) { return logical_and(a, b); },
-       [](double a, double b) { return double(a != 0 && b != 0); }, -2, 2, -2, 2, true},
-      {"relu_grad", OpId::ReluGrad, [](const Tensor& a, const Tensor& b) { return relu_grad(a, b); },
-       [](double a, double b) { return a > 0 ? b : 0.0; }, -3, 3, -10, 10, true},
-      {"logical_or", OpId::LogicalOr,
-       [](const Tensor& a, const Tensor& b) { return logical_or(a, b); },
-       [](double a, double b) { return double(a != 0 || b != 0); }, -2, 2, -2, 2, true},
-  };
+  static const std::vector<BinaryCase> cases = [] {
+    std::vector<BinaryCase> v;
+#define KILN_CASE_1(Name, name)
+#define KILN_CASE_2(Name, name) \
+  v.push_back(binary_case<OpId::Name>(#name, [](const Tensor& a, const Tensor& b) { return name(a, b); }));
+#define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_CASE(Name, name, arity))
+#include "runtime/ops.def"
+#undef OP
+#undef KILN_CASE_1
+#undef KILN_CASE_2
+#undef KILN_CASE_3
+#undef KILN_CASE
+    return v;
+  }();
   return cases;
 }
 
