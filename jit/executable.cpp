@@ -22,10 +22,10 @@
 #include "jit/kernels.h"
 #include "jit/run.h"
 #include "runtime/autograd_meta.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/loop_layout.h"
 #include "runtime/log.h"
-#include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 #include "runtime/profiler.h"
 #include "runtime/recorder.h"
@@ -351,7 +351,7 @@ struct Executable::Impl {
     for (size_t j = 0; j < results.size(); ++j) {
       Attrs attrs;
       attrs.axes = {0};
-      copy_into(apply(a.combine[j], {partial[j]}, attrs), vals[results[j]]);
+      copy_between(apply(a.combine[j], {partial[j]}, attrs), vals[results[j]]);
     }
   }
 
