@@ -17,7 +17,7 @@ namespace kiln::ir {
 /// dtypes a fused reduction reads and writes (f16/bf16 reductions stay eager; f16/bf16
 /// pointwise work and casts fuse, computed in f32 and rounded after each op as eagerly).
 bool fusible_dtype(DType t);
-/// Reductions a group can hold: sum, prod, max_reduce, min_reduce.
+/// Reductions a group can hold: sum, prod, amax, amin.
 bool fusible_reduction(OpId op);
 
 struct GroupShape {

@@ -47,7 +47,7 @@ struct KernelStep {
   Kernel kernel;
   KernelArgs args;
   std::vector<Dims> input_strides;  // as prepared
-  std::string label;                // for the profiler: "fused max_reduce+sub+exp+sum+div"
+  std::string label;                // for the profiler: "fused amax+sub+exp+sum+div"
 };
 
 // A fused group's ops, named for people (its kernel's symbol is a hash).

@@ -109,20 +109,28 @@ KILN_BINARY_OPERATOR(>=)
 #undef KILN_BINARY_OPERATOR
 
 // ---- reductions: `dims` empty means all; negative dims count from the end -----------------
-Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+// One public function per reduction in runtime/ops.def, named as the op and generated from
+// that list: name(x, dims = {}, keepdim = false). sum, prod, amax, amin (integers and bool sum
+// and multiply in i64; amax and amin propagate NaN), argmax, argmin (the i64 index of the
+// first largest or smallest element along one dim, or in the flattened tensor without one; a
+// NaN counts as both).
+#define KILN_IF_REDUCE_Pointwise(...)
+#define KILN_IF_REDUCE_Cast(...)
+#define KILN_IF_REDUCE_Reduce(...) __VA_ARGS__
+#define KILN_IF_REDUCE_View(...)
+#define KILN_IF_REDUCE_Copy(...)
+#define KILN_IF_REDUCE_Other(...)
+#define OP(Name, name, arity, family) \
+  KILN_IF_REDUCE_##family(Tensor name(const Tensor& x, const Dims& dims = {}, bool keepdim = false);)
+#include "runtime/ops.def"
+#undef OP
 Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
-Tensor prod(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
-Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
-Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor max(const Tensor& x);  // over all elements
 Tensor min(const Tensor& x);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; see argmax
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
-/// Index (i64) of the first largest element along `dim`; over the flattened tensor without dim.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
-Tensor argmax(const Tensor& x);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
-Tensor argmin(const Tensor& x);
 /// Variance with Bessel's correction by default (correction = 1), like torch.var.
 Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);

@@ -65,6 +65,9 @@ Dims normalize_axes(const Dims& axes, int64_t rank, const char* op) {
 TensorType reduce_rule(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
   KILN_CHECK(in.size() == 1, "{}: expected one tensor, got {}", op_name(id), in.size());
   const Tensor& x = in[0];
+  bool arg = id == OpId::Argmax || id == OpId::Argmin;
+  KILN_CHECK(!arg || attrs.axes.size() <= 1, "{}: expected one dim or none, got {} for {}", op_name(id),
+             shape_str(attrs.axes), x.type().str());
   Dims axes = normalize_axes(attrs.axes, x.dim(), op_name(id));
   Dims shape;
   size_t a = 0;
@@ -80,7 +83,7 @@ TensorType reduce_rule(OpId id, std::span<const Tensor> in, const Attrs& attrs) 
     }
   }
   DType out = x.dtype();
-  if (id == OpId::Argmax || id == OpId::Argmin) out = DType::I64;
+  if (arg) out = DType::I64;
   if ((op_def(id).combine == Combine::Sum || op_def(id).combine == Combine::Prod) && !is_float(x.dtype()))
     out = DType::I64;
   return {out, shape, x.device()};

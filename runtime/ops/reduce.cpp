@@ -285,9 +285,9 @@ Scalar reduction_identity(Combine combine, DType t) {
 const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Sum};
 // prod(x): as sum, multiplying.
 const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Prod};
-// max_reduce(x): largest element over the axes; NaN wins.
+// amax(x): largest element over the axes; NaN wins.
 const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Max};
-// min_reduce(x): smallest element over the axes; NaN wins.
+// amin(x): smallest element over the axes; NaN wins.
 const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Min};
 // argmax(x): i64 index of the first largest element over one axis (or all).
 const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
@@ -303,17 +303,16 @@ Tensor reduce(OpId id, const Tensor& x, const Dims& dims, bool keepdim) {
 }
 }  // namespace
 
-Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::Sum, x, dims, keepdim); }
-Tensor prod(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::Prod, x, dims, keepdim); }
-Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::MaxReduce, x, dims, keepdim); }
-Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::MinReduce, x, dims, keepdim); }
+// The public functions, one per reduction in ops.def (declared so in runtime/api.h).
+#define OP(Name, name, arity, family) \
+  KILN_IF_REDUCE_##family(Tensor name(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::Name, x, dims, keepdim); })
+#include "runtime/ops.def"
+#undef OP
 Tensor max(const Tensor& x) { return amax(x); }
 Tensor min(const Tensor& x) { return amin(x); }
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) { return amax(x, {dim}, keepdim); }
 Tensor min(const Tensor& x, int64_t dim, bool keepdim) { return amin(x, {dim}, keepdim); }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return reduce(OpId::Argmax, x, {dim}, keepdim); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return reduce(OpId::Argmin, x, {dim}, keepdim); }
-Tensor argmax(const Tensor& x) { return reduce(OpId::Argmax, x.reshape({-1}), {0}, false); }
-Tensor argmin(const Tensor& x) { return reduce(OpId::Argmin, x.reshape({-1}), {0}, false); }
 
 }  // namespace kiln

@@ -70,8 +70,8 @@ const char* const kReduce = R"(
 graph @reduce(%0: f32[2,3,4]) -> (f32[3], i64[], f16[2,3,4]) {
   %1 = sum %0 {axes=[0,2], keepdim=false} : f32[3]
   %2 = prod %0 {axes=[-2], keepdim=true} : f32[2,1,4]
-  %3 = max_reduce %0 {axes=[], keepdim=false} : f32[]
-  %4 = min_reduce %0 {axes=[2], keepdim=false} : f32[2,3]
+  %3 = amax %0 {axes=[], keepdim=false} : f32[]
+  %4 = amin %0 {axes=[2], keepdim=false} : f32[2,3]
   %5 = argmax %0 {axes=[1], keepdim=false} : i64[2,4]
   %6 = argmin %0 {axes=[], keepdim=false} : i64[]
   %7 = cast %0 {dtype=f16} : f16[2,3,4]
@@ -133,7 +133,7 @@ const char* const kStep = R"(
 graph @step(%0: f32[B,784]) params(%1: f32[784,10] "fc.w", %2: f32[10], %3: f32[]) -> (f32[]) {
   %4 = matmul %0, %1 : f32[B,10] loc("train.cpp":12)
   %5 = add %4, %2 : f32[B,10] loc("train.cpp":12)
-  %6 = max_reduce %5 {axes=[1], keepdim=true} : f32[B,1] loc("nn/loss.cpp":40)
+  %6 = amax %5 {axes=[1], keepdim=true} : f32[B,1] loc("nn/loss.cpp":40)
   %7 = sub %5, %6 : f32[B,10]
   %8 = sum %7 {axes=[], keepdim=false} : f32[]
   %9 = mul %8, 0.001 : f32[]

@@ -423,7 +423,7 @@ TEST_F(Fused, SoftmaxKernelComputesExpOnce) {
     return calls;
   };
   EXPECT_EQ(exp_calls(R"(graph @softmax(%0: f32[4,8]) -> (f32[4,8]) {
-  %1 = max_reduce %0 {axes=[1], keepdim=true} : f32[4,1]
+  %1 = amax %0 {axes=[1], keepdim=true} : f32[4,1]
   %2 = sub %0, %1 : f32[4,8]
   %3 = exp %2 : f32[4,8]
   %4 = sum %3 {axes=[1], keepdim=true} : f32[4,1]
@@ -431,7 +431,7 @@ TEST_F(Fused, SoftmaxKernelComputesExpOnce) {
   return %5
 })"), 1);
   EXPECT_EQ(exp_calls(R"(graph @log_softmax(%0: f32[4,8]) -> (f32[4,8]) {
-  %1 = max_reduce %0 {axes=[1], keepdim=true} : f32[4,1]
+  %1 = amax %0 {axes=[1], keepdim=true} : f32[4,1]
   %2 = sub %0, %1 : f32[4,8]
   %3 = exp %2 : f32[4,8]
   %4 = sum %3 {axes=[1], keepdim=true} : f32[4,1]
