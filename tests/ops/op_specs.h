@@ -627,24 +627,24 @@ inline Dims max_cell(const Ref& x, const std::vector<Dims>& cells) {
 template <> struct Spec<OpId::MaxPool2d> {
   static std::vector<DType> dtypes() { return kFloatDTypes; }
   static std::vector<Case> cases(DType t) {
-    const PoolGeometry& g = kMaxPool;
-    auto ref = [&g](std::span<const Ref> r) {
+    const PoolGeometry g = kMaxPool;  // a copy: the lambdas keep it
+    auto ref = [g](std::span<const Ref> r) {
       Ref o = zeros_ref(g.out());
       g.windows([&](const Dims& oi, const std::vector<Dims>& cells, double) { o.at(oi) = r[0].at(max_cell(r[0], cells)); });
       return o;
     };
-    return {{"ceil_mode", {values(g.x, t)}, [&g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); }, ref},
+    return {{"ceil_mode", {values(g.x, t)}, [g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); }, ref},
             {"channels_last_view", {values({2, 7, 8, 3}, t).permute({0, 3, 1, 2})},
-             [&g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); }, ref}};
+             [g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); }, ref}};
   }
 };
 template <> struct Spec<OpId::MaxPool2dIndices> {
   static std::vector<DType> dtypes() { return kFloatDTypes; }
   static std::vector<Case> cases(DType t) {
-    const PoolGeometry& g = kMaxPool;
+    const PoolGeometry g = kMaxPool;  // a copy: the lambdas keep it
     return {{"ceil_mode_with_ties", {values(g.x, t, -3, 3, true)},
-             [&g](std::span<const Tensor> in) { return apply(OpId::MaxPool2dIndices, {in[0]}, g.attrs()); },
-             [&g](std::span<const Ref> r) {
+             [g](std::span<const Tensor> in) { return apply(OpId::MaxPool2dIndices, {in[0]}, g.attrs()); },
+             [g](std::span<const Ref> r) {
                Ref o = zeros_ref(g.out());
                g.windows([&](const Dims& oi, const std::vector<Dims>& cells, double) {
                  Dims c = max_cell(r[0], cells);
@@ -657,10 +657,10 @@ template <> struct Spec<OpId::MaxPool2dIndices> {
 template <> struct Spec<OpId::MaxPool2dBackward> {
   static std::vector<DType> dtypes() { return kFloatDTypes; }
   static std::vector<Case> cases(DType t) {
-    const PoolGeometry& g = kMaxPool;
+    const PoolGeometry g = kMaxPool;  // a copy: the lambdas keep it
     return {{"ceil_mode", {values(g.x, t), values(g.out(), t)},
-             [&g](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, g.attrs()); },
-             [&g](std::span<const Ref> r) {
+             [g](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, g.attrs()); },
+             [g](std::span<const Ref> r) {
                Ref o = zeros_ref(g.x);
                g.windows([&](const Dims& oi, const std::vector<Dims>& cells, double) { o.at(max_cell(r[0], cells)) += r[1].at(oi); });
                return o;
