@@ -213,6 +213,37 @@ TEST_F(Fused, TanhIsWithinTwoUlps) {
   std::printf("fused tanh: worst error %.2f ulp over %zu values\n", worst, xs.size());
 }
 
+// The kernels compute f32 erf inline (codegen/llvm/emit.cpp): within 2 ULP of a double
+// reference over a dense sweep, both pieces' ends and the special values.
+TEST_F(Fused, ErfIsWithinTwoUlps) {
+  NoGradGuard no_grad;
+  std::vector<float> xs;
+  for (double v = -5; v <= 5; v += 1.0 / 8192) xs.push_back(static_cast<float>(v));
+  for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 1e-8f, 1.2999999f, 1.3f, 1.3000001f, 3.9199998f, 3.92f, 9.f, 1e30f,
+                  -1e30f, INFINITY, -INFINITY, NAN})
+    xs.push_back(v);
+  Tensor x = from_vector<float>(xs);
+  jit::Function f = jit::trace([](Tensor t) { return erf(t) * 2.0; }, {x});
+  std::vector<float> got = f(x).to_vector<float>();
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double want = 2.0 * std::erf(static_cast<double>(xs[i]));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[i])) << "erf(" << xs[i] << ") = " << got[i] / 2;
+      continue;
+    }
+    float wf = static_cast<float>(want);
+    if (wf == 0) {
+      EXPECT_EQ(got[i], 0.f) << "erf(" << xs[i] << ")";
+      continue;
+    }
+    double ulp = std::nextafter(std::fabs(wf), INFINITY) - std::fabs(wf);
+    worst = std::max(worst, std::fabs(got[i] - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  std::printf("fused erf: worst error %.2f ulp over %zu values\n", worst, xs.size());
+}
+
 // The kernels compute f32 exp inline (codegen/llvm/emit.cpp): within 1 ULP of a double reference
 // over a dense sweep of its whole range (subnormal results included) and the special values.
 TEST_F(Fused, ExpIsWithinOneUlp) {
