@@ -20,9 +20,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <iterator>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -378,6 +378,12 @@ Val min_max(const char* name, const Val& x, const Val& bound) {  // llvm.minnum/
   return x.e->inst(x.ty, fmt::format("call {0} @{1}({0} {2}, {0} {3})", ll(x.ty), fn, x.r, bound.as(x.ty)));
 }
 
+// |m| with the sign of s (f32).
+Val copysign(const Val& m, const Val& s) {
+  s.e->decls.insert("declare float @llvm.copysign.f32(float, float)");
+  return s.e->inst(Ty::F32, fmt::format("call float @llvm.copysign.f32(float {}, float {})", m.r, s.r));
+}
+
 // f32 exp inline, as a SLEEF call per vector costs the row-wise kernels (softmax) most of their
 // time: behind a call the loop keeps its accumulators in memory and cannot overlap iterations.
 // Cephes' expf: n = rint(x / ln 2), r = x - n ln 2 in two parts, exp(r) from a degree-7
@@ -409,7 +415,6 @@ Val exp(const Val& x) {
 // against a double reference is under 2 ULP (1.2 measured, tests/jit/fused_test.cpp).
 Val tanh(const Val& x) {
   if (x.ty != Ty::F32) return x.e->math(MathFn{"tanh"}, x);
-  Emitter& e = *x.e;
   Val a = fabs(x), z = x * x;
   Val p = fma(Val(-5.70498872745e-3), z, Val(2.06390887954e-2));
   p = fma(p, z, Val(-5.37397155531e-2));
@@ -417,9 +422,7 @@ Val tanh(const Val& x) {
   p = fma(p, z, Val(-3.33332819422e-1));
   Val poly = fma(p * z, x, x);
   Val big = Val(1) - Val(2) / (exp(a * Val(2)) + Val(1));
-  e.decls.insert("declare float @llvm.copysign.f32(float, float)");
-  Val signed_big = e.inst(Ty::F32, fmt::format("call float @llvm.copysign.f32(float {}, float {})", big.r, x.r));
-  return select(a < Val(0.625), poly, signed_big);
+  return select(a < Val(0.625), poly, copysign(big, x));
 }
 // f32 erf inline, as SLEEF's vector erff took most of the exact gelu kernel's time. For
 // |x| < 1.3, x + x * P(x^2) (P of degree 7, its constant term less 1, so the leading x is
@@ -429,7 +432,6 @@ Val tanh(const Val& x) {
 // reference (tests/jit/fused_test.cpp sweeps it), where eager's SLEEF erff is within 1.
 Val erf(const Val& x) {
   if (x.ty != Ty::F32) return x.e->math(MathFn{"erf"}, x);
-  Emitter& e = *x.e;
   static constexpr double kSmall[] = {
       -7.22872891856241e-06, 0.00010214734356850386, -0.0008303425274789333, 0.005205472465604544,
       -0.026858525350689888, 0.11283638328313828, -0.3761262893676758, 0.12837916612625122};
@@ -446,9 +448,7 @@ Val erf(const Val& x) {
   Val small = fma(horner(kSmall, std::size(kSmall), a * a), a, a);
   Val large = Val(1) - exp(horner(kLarge, std::size(kLarge), a - Val(2.6)));
   Val m = select(a < Val(1.3), small, select(a < Val(3.92), large, Val(1)));
-  e.decls.insert("declare float @llvm.copysign.f32(float, float)");
-  Val y = e.inst(Ty::F32, fmt::format("call float @llvm.copysign.f32(float {}, float {})", m.r, x.r));
-  return select(x != x, x, y);
+  return select(x != x, x, copysign(m, x));
 }
 Val pow(const Val& x, const Val& y) {
   Emitter* e = x.number ? y.e : x.e;

@@ -273,11 +273,10 @@ DType accumulator_dtype(DType t) {
 
 Scalar reduction_identity(Combine combine, DType t) {
   KILN_ASSERT(combine != Combine::None);
-  if (is_float(t)) return reduction_identity_as<double>(combine);
-  return visit_dtype(t, [&](auto v) {
+  return visit_dtype(t, [&](auto v) {  // floats (f16 and bf16 too) as double: +-inf, 0, 1
     using E = decltype(v);
     if constexpr (std::is_integral_v<E>) return Scalar(static_cast<int64_t>(reduction_identity_as<E>(combine)));
-    else return Scalar(reduction_identity_as<double>(combine));  // not reached: floats above
+    else return Scalar(reduction_identity_as<double>(combine));
   });
 }
 

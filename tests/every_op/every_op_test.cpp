@@ -165,7 +165,7 @@ TEST_P(EveryOp, EagerMatchesDoubleReferenceAndRejectsOtherDTypes) {
 TEST_P(EveryOp, TracedAndFusedMatchEager) {
   const OpTests& op = GetParam();
   manual_seed(seed_of(op));
-  bool reduction = op_def(op.id).combine != Combine::None;
+  bool reduction = ir::fusible_reduction(op.id);
   bool fusible = reduction || op_family(op.id) == OpFamily::Pointwise;
   for (DType t : op.dtypes) {
     SCOPED_TRACE(std::string(op.name) + " in " + std::string(dtype_name(t)));

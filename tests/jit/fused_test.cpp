@@ -192,6 +192,12 @@ TEST_F(Fused, SpecialValuesPropagate) {
   expect_fused_matches([](std::vector<Tensor> in) { return maximum(in[0], in[0] * 0.5) + relu(in[0]); }, {x});
 }
 
+// |got - want| in units in the last place of the float nearest want (subnormals too).
+double ulp_error(float got, double want) {
+  float w = std::fabs(static_cast<float>(want));
+  return std::fabs(got - want) / (std::nextafter(w, INFINITY) - w);
+}
+
 // The kernels compute f32 tanh from exp (codegen/llvm/emit.cpp): its error, in units in the last
 // place against a double reference, over a dense sweep and the special values.
 TEST_F(Fused, TanhIsWithinTwoUlps) {
@@ -204,10 +210,7 @@ TEST_F(Fused, TanhIsWithinTwoUlps) {
   std::vector<float> got = f(x).to_vector<float>();
   double worst = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    double want = 2.0 * std::tanh(static_cast<double>(xs[i]));
-    float wf = static_cast<float>(want);
-    double ulp = std::nextafter(std::fabs(wf), INFINITY) - std::fabs(wf);
-    worst = std::max(worst, std::fabs(got[i] - want) / ulp);
+    worst = std::max(worst, ulp_error(got[i], 2.0 * std::tanh(static_cast<double>(xs[i]))));
   }
   EXPECT_LE(worst, 2.0);
   std::printf("fused tanh: worst error %.2f ulp over %zu values\n", worst, xs.size());
@@ -232,13 +235,11 @@ TEST_F(Fused, ErfIsWithinTwoUlps) {
       EXPECT_TRUE(std::isnan(got[i])) << "erf(" << xs[i] << ") = " << got[i] / 2;
       continue;
     }
-    float wf = static_cast<float>(want);
-    if (wf == 0) {
+    if (static_cast<float>(want) == 0) {
       EXPECT_EQ(got[i], 0.f) << "erf(" << xs[i] << ")";
       continue;
     }
-    double ulp = std::nextafter(std::fabs(wf), INFINITY) - std::fabs(wf);
-    worst = std::max(worst, std::fabs(got[i] - want) / ulp);
+    worst = std::max(worst, ulp_error(got[i], want));
   }
   EXPECT_LE(worst, 2.0);
   std::printf("fused erf: worst error %.2f ulp over %zu values\n", worst, xs.size());
@@ -266,8 +267,7 @@ TEST_F(Fused, ExpIsWithinOneUlp) {
       EXPECT_TRUE(std::isnan(want) ? std::isnan(got[i]) : got[i] == want) << "exp(" << -xs[i] << ") = " << got[i];
       continue;
     }
-    double ulp = std::nextafter(want, INFINITY) - want;  // a positive result's ULP (subnormals too)
-    worst = std::max(worst, std::fabs(got[i] - static_cast<double>(want)) / ulp);
+    worst = std::max(worst, ulp_error(got[i], want));
   }
   EXPECT_LE(worst, 1.0);
   std::printf("fused exp: worst error %.2f ulp over %zu values\n", worst, xs.size());

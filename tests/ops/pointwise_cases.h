@@ -42,39 +42,32 @@ template <OpId id> BinaryCase binary_case(const char* name, Tensor (*fn)(const T
   return {name, id, fn, &S::ref, S::domain[0].lo, S::domain[0].hi, S::domain[1].lo, S::domain[1].hi,
           S::domain[0].whole};
 }
-inline const std::vector<UnaryCase>& unary_cases() {
-  static const std::vector<UnaryCase> cases = [] {
-    std::vector<UnaryCase> v;
-#define KILN_CASE_1(Name, name) v.push_back(unary_case<OpId::Name>(#name, [](const Tensor& x) { return name(x); }));
-#define KILN_CASE_2(Name, name)
-#define KILN_CASE_3(Name, name)
+/// Both lists, filled in one pass over ops.def.
+struct PointwiseCases {
+  std::vector<UnaryCase> unary;
+  std::vector<BinaryCase> binary;
+};
+inline const PointwiseCases& pointwise_cases() {
+  static const PointwiseCases cases = [] {
+    PointwiseCases c;
+#define KILN_CASE_1(Name, name) c.unary.push_back(unary_case<OpId::Name>(#name, [](const Tensor& x) { return name(x); }));
+#define KILN_CASE_2(Name, name) \
+  c.binary.push_back(binary_case<OpId::Name>(#name, [](const Tensor& a, const Tensor& b) { return name(a, b); }));
+#define KILN_CASE_3(Name, name)  // where and clamp have tests of their own
 #define KILN_CASE(Name, name, arity) KILN_CASE_##arity(Name, name)
 #define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_CASE(Name, name, arity))
 #include "runtime/ops.def"
 #undef OP
-#undef KILN_CASE_1
-#undef KILN_CASE_2
-    return v;
-  }();
-  return cases;
-}
-inline const std::vector<BinaryCase>& binary_cases() {
-  static const std::vector<BinaryCase> cases = [] {
-    std::vector<BinaryCase> v;
-#define KILN_CASE_1(Name, name)
-#define KILN_CASE_2(Name, name) \
-  v.push_back(binary_case<OpId::Name>(#name, [](const Tensor& a, const Tensor& b) { return name(a, b); }));
-#define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_CASE(Name, name, arity))
-#include "runtime/ops.def"
-#undef OP
+#undef KILN_CASE
 #undef KILN_CASE_1
 #undef KILN_CASE_2
 #undef KILN_CASE_3
-#undef KILN_CASE
-    return v;
+    return c;
   }();
   return cases;
 }
+inline const std::vector<UnaryCase>& unary_cases() { return pointwise_cases().unary; }
+inline const std::vector<BinaryCase>& binary_cases() { return pointwise_cases().binary; }
 
 /// The dtype op `id` computes in for tensor operands of dtype t (PyTorch's rules: true
 /// division and transcendental functions take integers and bool to f32).
@@ -87,12 +80,6 @@ inline bool accepts(OpId id, DType t) { return op_def(id).kinds & kind_bit(compu
 inline DType result_dtype(OpId id, DType t) {
   Promote p = op_def(id).promote;
   return p == Promote::Compare || p == Promote::Logical ? DType::Bool : compute_dtype(id, t);
-}
-
-/// Inputs of dtype t in [lo, hi] (unsigned and bool inputs clip lo at 0).
-inline Tensor operand(const Dims& shape, DType t, double lo, double hi, bool whole = false) {
-  if (t == DType::U8) lo = std::max(lo, 0.0);
-  return uniform(shape, t, lo, hi, whole);
 }
 
 /// The reference of a unary case on x, stored in the result dtype.

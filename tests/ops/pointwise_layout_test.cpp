@@ -27,7 +27,7 @@ TEST_P(BinaryLayout, BroadcastsLikeNumPy) {
     if (!accepts(c.id, t)) continue;  // the dtype sweep checks the error
     for (const BroadcastCase& s : kBroadcasts) {
       SCOPED_TRACE(dname(t) + " " + shape_str(s.a) + " with " + shape_str(s.b));
-      Tensor a = operand(s.a, t, c.lo, c.hi, c.whole), b = operand(s.b, t, c.lo_b, c.hi_b, c.whole);
+      Tensor a = values(s.a, t, c.lo, c.hi, c.whole), b = values(s.b, t, c.lo_b, c.hi_b, c.whole);
       std::vector<double> av = broadcast_values(a.to_vector<double>(), s.a, s.out);
       std::vector<double> bv = broadcast_values(b.to_vector<double>(), s.b, s.out);
       DType out = result_dtype(c.id, t);
@@ -42,9 +42,9 @@ TEST_P(BinaryLayout, ReadsTransposedSlicedAndExpandedOperands) {
   for (DType t : {f32, f64, f16, i64}) {
     if (!accepts(c.id, t)) continue;
     SCOPED_TRACE(dname(t));
-    Tensor base_a = operand({37, 12}, t, c.lo, c.hi, c.whole);
-    Tensor base_b = operand({24, 75}, t, c.lo_b, c.hi_b, c.whole);
-    Tensor row_b = operand({1, 37}, t, c.lo_b, c.hi_b, c.whole);
+    Tensor base_a = values({37, 12}, t, c.lo, c.hi, c.whole);
+    Tensor base_b = values({24, 75}, t, c.lo_b, c.hi_b, c.whole);
+    Tensor row_b = values({1, 37}, t, c.lo_b, c.hi_b, c.whole);
     std::vector<double> va = base_a.to_vector<double>(), vb = base_b.to_vector<double>(),
                         vr = row_b.to_vector<double>();
     Tensor a = base_a.t();                                    // [12,37], strides [1,12]
@@ -68,20 +68,20 @@ TEST_P(BinaryLayout, LargeOperandsUseEveryThreadAndTail) {
   for (DType t : {f32, f16, i32}) {
     if (!accepts(c.id, t)) continue;
     SCOPED_TRACE(dname(t));
-    Tensor a = operand({n}, t, c.lo, c.hi, c.whole), b = operand({n}, t, c.lo_b, c.hi_b, c.whole);
+    Tensor a = values({n}, t, c.lo, c.hi, c.whole), b = values({n}, t, c.lo_b, c.hi_b, c.whole);
     DType out = result_dtype(c.id, t);
     EXPECT_TRUE(all_close(c.fn(a, b),
                           binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), {n}));
     // Many rows of a broadcast row vector, split across threads by rows.
-    Tensor m = operand({331, 317}, t, c.lo, c.hi, c.whole),
-           v = operand({317}, t, c.lo_b, c.hi_b, c.whole);
+    Tensor m = values({331, 317}, t, c.lo, c.hi, c.whole),
+           v = values({317}, t, c.lo_b, c.hi_b, c.whole);
     std::vector<double> vv = broadcast_values(v.to_vector<double>(), {317}, {331, 317});
     EXPECT_TRUE(all_close(c.fn(m, v), binary_ref(c, m.to_vector<double>(), vv, out), {331, 317}));
     // Large and transposed: every row is strided.
-    Tensor big = operand({263, 401}, t, c.lo, c.hi, c.whole);
+    Tensor big = values({263, 401}, t, c.lo, c.hi, c.whole);
     Tensor bt = big.t();
     std::vector<double> vt = view_values(bt, big.to_vector<double>());
-    Tensor other = operand({401, 263}, t, c.lo_b, c.hi_b, c.whole);
+    Tensor other = values({401, 263}, t, c.lo_b, c.hi_b, c.whole);
     EXPECT_TRUE(
         all_close(c.fn(bt, other), binary_ref(c, vt, other.to_vector<double>(), out), {401, 263}));
   }
@@ -99,11 +99,11 @@ TEST_P(UnaryLayout, ReadsTransposedSlicedAndExpandedInputs) {
     if (!accepts(c.id, t)) continue;
     SCOPED_TRACE(dname(t));
     DType out = result_dtype(c.id, t);
-    Tensor base = operand({10, 37}, t, c.lo, c.hi);
+    Tensor base = values({10, 37}, t, c.lo, c.hi);
     std::vector<double> v = base.to_vector<double>();
-    Tensor cube = operand({4, 5, 6}, t, c.lo, c.hi);
+    Tensor cube = values({4, 5, 6}, t, c.lo, c.hi);
     std::vector<double> vc = cube.to_vector<double>();
-    Tensor row = operand({1, 37}, t, c.lo, c.hi);
+    Tensor row = values({1, 37}, t, c.lo, c.hi);
     std::vector<double> vr = row.to_vector<double>();
     for (const Tensor& x :
          {base.t(), base.slice(0, 1, 10, 2), base.slice(1, 0, 37, 2), cube.permute({2, 0, 1}),
@@ -128,9 +128,9 @@ TEST_P(UnaryLayout, LargeInputsUseEveryThreadAndTail) {
     if (!accepts(c.id, t)) continue;
     SCOPED_TRACE(dname(t));
     DType out = result_dtype(c.id, t);
-    Tensor x = operand({n}, t, c.lo, c.hi);
+    Tensor x = values({n}, t, c.lo, c.hi);
     EXPECT_TRUE(all_close(c.fn(x), unary_ref(c, x.to_vector<double>(), out), {n}));
-    Tensor m = operand({401, 263}, t, c.lo, c.hi);
+    Tensor m = values({401, 263}, t, c.lo, c.hi);
     Tensor mt = m.t();
     EXPECT_TRUE(
         all_close(c.fn(mt), unary_ref(c, view_values(mt, m.to_vector<double>()), out), {263, 401}));
@@ -153,10 +153,10 @@ TEST_P(BinaryLayout, BitsDoNotDependOnTheLayout) {
     if (!accepts(c.id, t)) continue;
     SCOPED_TRACE(dname(t));
     for (Dims shape : {Dims{5, 7}, Dims{13, 9}, Dims{3, 37}}) {
-      Tensor a = operand({shape[1], shape[0]}, t, c.lo, c.hi, c.whole).t();  // transposed
-      Tensor b = operand({shape[0], 2 * shape[1]}, t, c.lo_b, c.hi_b, c.whole).slice(1, 0, 2 * shape[1], 2);
-      Tensor row = operand({1, shape[1]}, t, c.lo_b, c.hi_b, c.whole).expand(shape);
-      Tensor one = operand({1, 1}, t, c.lo_b, c.hi_b, c.whole).expand(shape);
+      Tensor a = values({shape[1], shape[0]}, t, c.lo, c.hi, c.whole).t();  // transposed
+      Tensor b = values({shape[0], 2 * shape[1]}, t, c.lo_b, c.hi_b, c.whole).slice(1, 0, 2 * shape[1], 2);
+      Tensor row = values({1, shape[1]}, t, c.lo_b, c.hi_b, c.whole).expand(shape);
+      Tensor one = values({1, 1}, t, c.lo_b, c.hi_b, c.whole).expand(shape);
       EXPECT_TRUE(same_bits(c.fn(a, b), c.fn(a.contiguous(), b.contiguous()))) << shape_str(shape);
       EXPECT_TRUE(same_bits(c.fn(b, a), c.fn(b.contiguous(), a.contiguous()))) << shape_str(shape);
       EXPECT_TRUE(same_bits(c.fn(a, row), c.fn(a.contiguous(), row.contiguous()))) << shape_str(shape);
@@ -177,7 +177,7 @@ TEST_P(UnaryLayout, BitsDoNotDependOnTheLayout) {
     if (!accepts(c.id, t)) continue;
     SCOPED_TRACE(dname(t));
     for (Dims shape : {Dims{5, 7}, Dims{13, 9}, Dims{3, 37}}) {
-      Tensor x = operand(shape, t, c.lo, c.hi).t();
+      Tensor x = values(shape, t, c.lo, c.hi).t();
       Tensor a = c.fn(x).contiguous(), b = c.fn(x.contiguous());
       ASSERT_EQ(a.type().str(), b.type().str());
       size_t bytes = static_cast<size_t>(a.numel() * dtype_size(a.dtype()));

@@ -86,7 +86,7 @@ TEST_P(ScalarOperand, OnEitherSideMatchesReferenceAndPromotes) {
   const Scalar scalars[] = {Scalar(0.5), Scalar(2.5),  Scalar(-1.5), Scalar(2),
                             Scalar(-3),  Scalar(true), Scalar(0)};
   for (DType t : kAllDTypes) {
-    Tensor x = operand(kShape, t, std::max(c.lo, c.lo_b), std::min(c.hi, c.hi_b), c.whole);
+    Tensor x = values(kShape, t, std::max(c.lo, c.lo_b), std::min(c.hi, c.hi_b), c.whole);
     std::vector<double> xv = x.to_vector<double>();
     for (Scalar s : scalars) {
       if (c.id == OpId::Pow && s.to_double() <= 0) continue;  // pow's base stays positive below

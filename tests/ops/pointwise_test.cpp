@@ -18,7 +18,7 @@ TEST_P(Unary, MatchesReferenceInEveryDType) {
   manual_seed(11);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor x = operand(kShape, t, c.lo, c.hi);
+    Tensor x = values(kShape, t, c.lo, c.hi);
     if (!accepts(c.id, t)) {
       EXPECT_TRUE(throws_error([&] { c.fn(x); }, {op_name(c.id), dname(t)}));
       continue;
@@ -40,8 +40,8 @@ TEST_P(Binary, MatchesReferenceInEveryDType) {
   manual_seed(12);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor a = operand(kShape, t, c.lo, c.hi, c.whole);
-    Tensor b = operand(kShape, t, c.lo_b, c.hi_b, c.whole);
+    Tensor a = values(kShape, t, c.lo, c.hi, c.whole);
+    Tensor b = values(kShape, t, c.lo_b, c.hi_b, c.whole);
     if (!accepts(c.id, t)) {
       EXPECT_TRUE(throws_error([&] { c.fn(a, b); }, {op_name(c.id), dname(t)}));
       continue;
@@ -65,8 +65,8 @@ TEST_P(Binary, PromotesMixedDTypes) {
   manual_seed(13);
   for (const Mix& m : mixes) {
     SCOPED_TRACE(dname(m.a) + " with " + dname(m.b));
-    Tensor a = operand(kShape, m.a, c.lo, c.hi, c.whole);
-    Tensor b = operand(kShape, m.b, c.lo_b, c.hi_b, c.whole);
+    Tensor a = values(kShape, m.a, c.lo, c.hi, c.whole);
+    Tensor b = values(kShape, m.b, c.lo_b, c.hi_b, c.whole);
     if (!accepts(c.id, m.common)) {
       EXPECT_TRUE(throws_error([&] { c.fn(a, b); }, {op_name(c.id)}));
       continue;
@@ -87,7 +87,7 @@ TEST(Where, PicksByConditionInEveryDType) {
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
     Tensor c = uniform(kShape, boolean, 0, 1);
-    Tensor a = operand(kShape, t, -10, 10), b = operand(kShape, t, -10, 10);
+    Tensor a = values(kShape, t, -10, 10), b = values(kShape, t, -10, 10);
     Tensor y = where(c, a, b);
     EXPECT_EQ(y.dtype(), t);
     std::vector<double> cv = c.to_vector<double>(), av = a.to_vector<double>(),
@@ -100,7 +100,7 @@ TEST(Where, PicksByConditionInEveryDType) {
 TEST(Where, PromotesItsValueOperandsAndBroadcastsAllThree) {
   manual_seed(15);
   Tensor c = uniform({4, 1}, boolean, 0, 1);
-  Tensor a = operand({3}, i32, -10, 10), b = operand({4, 3}, f16, -10, 10);
+  Tensor a = values({3}, i32, -10, 10), b = values({4, 3}, f16, -10, 10);
   Tensor y = where(c, a, b);
   EXPECT_EQ(y.dtype(), f16);
   std::vector<double> cv = broadcast_values(c.to_vector<double>(), {4, 1}, {4, 3});
@@ -118,8 +118,8 @@ TEST(Clamp, MatchesReferenceWithTensorBoundsInEveryDType) {
   manual_seed(16);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor x = operand(kShape, t, -10, 10);
-    Tensor lo = operand(kShape, t, -5, 0), hi = operand(kShape, t, 0, 5);
+    Tensor x = values(kShape, t, -10, 10);
+    Tensor lo = values(kShape, t, -5, 0), hi = values(kShape, t, 0, 5);
     if (!accepts(OpId::Clamp, t)) {
       EXPECT_TRUE(throws_error([&] { clamp(x, lo, hi); }, {"clamp", dname(t)}));
       continue;
@@ -138,7 +138,7 @@ TEST(Clamp, MissingBoundIsSkippedAndHighWinsWhenBoundsCross) {
   double inf = INFINITY;
   for (DType t : {f32, f64, f16, bf16, i32, i64, u8}) {
     SCOPED_TRACE(dname(t));
-    Tensor x = operand(kShape, t, -100, 100);
+    Tensor x = values(kShape, t, -100, 100);
     std::vector<double> xv = x.to_vector<double>();
     auto check = [&](std::optional<Scalar> lo, std::optional<Scalar> hi, double l, double h) {
       Tensor y = clamp(x, lo, hi);
@@ -151,7 +151,7 @@ TEST(Clamp, MissingBoundIsSkippedAndHighWinsWhenBoundsCross) {
     check(9, 4, 9, 4);  // lo > hi: everything becomes hi
   }
   // A float bound on an integer tensor computes in f32.
-  Tensor xi = operand(kShape, i32, -10, 10);
+  Tensor xi = values(kShape, i32, -10, 10);
   Tensor y = clamp(xi, -2.5, std::nullopt);
   EXPECT_EQ(y.dtype(), f32);
   EXPECT_TRUE(all_close(y, map(xi.to_vector<double>(), [](double v) { return std::max(v, -2.5); }),
@@ -174,7 +174,7 @@ TEST(Pow, NegativeBaseWithWholeExponent) {
   manual_seed(18);
   for (DType t : {f32, f64}) {
     SCOPED_TRACE(dname(t));
-    Tensor x = operand(kShape, t, -4, 4);
+    Tensor x = values(kShape, t, -4, 4);
     std::vector<double> xv = x.to_vector<double>();
     for (double e : {2.0, 3.0, -1.0, -2.0}) {
       SCOPED_TRACE(e);
