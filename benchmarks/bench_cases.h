@@ -190,6 +190,16 @@ struct EncoderBlock : nn::Module {
   }
 };
 inline const std::string kEncoderName = "transformer_block_train_step[16x128]";
+/// The step's GEMM FLOPs: each linear's forward and both its gradients (the embedding output
+/// requires grad, so qkv's input gradient is computed too), and attention's two batched
+/// products forward with both gradients of each.
+inline double encoder_step_flops() {
+  using E = EncoderBlock;
+  double n = double(E::kBatch * E::kSeq), d = E::kDim;
+  double linears = 2 * n * d * (3 * d + d + 2 * E::kHidden + E::kVocab);
+  double attention = 2 * 2.0 * E::kBatch * E::kSeq * E::kSeq * d;  // q@k^T and a@v over all heads
+  return 3 * (linears + attention);
+}
 
 /// One implementation's training-kernel cases (train_bench.cpp for kiln, torch_train_bench.cpp
 /// for LibTorch): the same cases under the same names, registered in one order.

@@ -153,7 +153,7 @@ class TableReporter : public benchmark::ConsoleReporter {
     }
   }
 
-  // Training steps: each kiln way's peak memory per step, and the MLP's GEMM limit.
+  // Training steps: each kiln way's peak memory per step, and the GEMM limits.
   void print_step_memory() const {
     for (const std::string& c : order_) {
       std::string line;
@@ -166,16 +166,20 @@ class TableReporter : public benchmark::ConsoleReporter {
         line += fmt::format(" (jit_bwd's forward saves {:.1f} MB for its backward)", it->second.saved_mb);
       fmt::print("{}: peak memory per step:{}\n", c, line);
     }
+    // Each step against its GEMM limit: its matmul FLOPs at matmul_1024's rate in this run.
     auto mm = rows_.find("matmul_1024");
-    auto mlp = rows_.find(kiln::bench::mlp_step_name(256));
-    if (mm == rows_.end() || mlp == rows_.end() || !mm->second.count("kiln")) return;
+    if (mm == rows_.end() || !mm->second.count("kiln") || mm->second.at("kiln").flops_per_s <= 0) return;
     double gemm = mm->second.at("kiln").flops_per_s;
-    double limit_ns = kiln::bench::mlp_step_flops(256) / gemm * 1e9;
-    for (const char* impl : {"kiln", "jit_bwd", "jit"})
-      if (auto it = mlp->second.find(impl); it != mlp->second.end() && gemm > 0)
-        fmt::print("{} {}: {:.2f}x its GEMM limit ({:.2f} GFLOP at matmul_1024's {:.1f} GFLOP/s: {:.2f} ms)\n",
-                   mlp->first, impl, it->second.ns / limit_ns, kiln::bench::mlp_step_flops(256) / 1e9, gemm / 1e9,
-                   limit_ns / 1e6);
+    for (auto [name, flops] : {std::pair{kiln::bench::mlp_step_name(256), kiln::bench::mlp_step_flops(256)},
+                               std::pair{kiln::bench::kEncoderName, kiln::bench::encoder_step_flops()}}) {
+      auto step = rows_.find(name);
+      if (step == rows_.end()) continue;
+      double limit_ns = flops / gemm * 1e9;
+      for (const char* impl : {"kiln", "jit_bwd", "jit"})
+        if (auto it = step->second.find(impl); it != step->second.end())
+          fmt::print("{} {}: {:.2f}x its GEMM limit ({:.2f} GFLOP at matmul_1024's {:.1f} GFLOP/s: {:.2f} ms)\n", name,
+                     impl, it->second.ns / limit_ns, flops / 1e9, gemm / 1e9, limit_ns / 1e6);
+    }
   }
 
   std::map<std::string, std::map<std::string, Row>> rows_;               // the median repetition
