@@ -1,6 +1,8 @@
 // ir/builder.cpp -- building graphs with types from the ops' shape rules.
 #include "ir/builder.h"
 
+#include <cstdint>
+
 #include "runtime/check.h"
 
 namespace kiln::ir {
@@ -13,6 +15,17 @@ int64_t Graph::dim(std::string_view name) {
              name);
   dim_names.emplace_back(name);
   return symbol_dim(dim_names.size() - 1);
+}
+
+DimFactor dim_factor(std::string_view name) {
+  size_t star = name.rfind('*');
+  if (star == std::string_view::npos || star == 0 || star + 1 == name.size()) return {name, 1};
+  int64_t k = 0;
+  for (char c : name.substr(star + 1)) {
+    if (c < '0' || c > '9' || k > (INT64_MAX - 9) / 10) return {name, 1};
+    k = k * 10 + (c - '0');
+  }
+  return k >= 2 ? DimFactor{name.substr(0, star), k} : DimFactor{name, 1};
 }
 
 Builder::Builder(std::string name) { g_.name = std::move(name); }

@@ -87,6 +87,14 @@ struct Graph {
   static constexpr size_t kMaxDimNames = 4096;
 };
 
+/// What a symbolic dim's name says it is: `B` is a size of its own (factor 1); `B*128` is 128
+/// times the dim named B (base "B", factor 128). The text form writes the second as `B*128`.
+struct DimFactor {
+  std::string_view base;
+  int64_t factor = 1;
+};
+DimFactor dim_factor(std::string_view name);
+
 struct PrintOptions {
   bool locations = true;  // print loc("file":line) on nodes that have one
 };

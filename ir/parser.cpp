@@ -77,7 +77,7 @@ class Lexer {
       t.text = "->";
       return t;
     }
-    if (std::string_view("()[]{},:=").find(c) != std::string_view::npos) {
+    if (std::string_view("()[]{},:=*").find(c) != std::string_view::npos) {
       t.kind = Tok::Punct;
       t.text = std::string(1, get());
       return t;
@@ -334,8 +334,15 @@ class Parser {
     if (!is("]")) {
       do {
         if (symbols && tok_.kind == Tok::Ident) {
-          d.push_back(symbol(tok_.text));
+          std::string name = tok_.text;
           advance();
+          if (accept("*")) {  // a multiple of a symbol, `B*128`: one symbol named so
+            int line = tok_.line, col = tok_.col;
+            int64_t k = integer();
+            if (k < 2) fail_at(line, col, fmt::format("a dim {}*{} needs a factor of at least 2", name, k));
+            name += "*" + std::to_string(k);
+          }
+          d.push_back(symbol(name));
         } else {
           int line = tok_.line, col = tok_.col;
           int64_t v = integer();
@@ -444,7 +451,7 @@ class Parser {
       expect("=");
       uint32_t field = 0;
       if (key == "axes") field = kAttrAxes, a.axes = dims(false);
-      else if (key == "shape") field = kAttrShape, a.shape = dims(false);
+      else if (key == "shape") field = kAttrShape, a.shape = dims(true);  // sizes: symbols too
       else if (key == "kernel") field = kAttrKernel, a.kernel = dims(false);
       else if (key == "stride") field = kAttrStride, a.stride = dims(false);
       else if (key == "padding") field = kAttrPadding, a.padding = dims(false);

@@ -97,7 +97,7 @@ struct Printer {
       if (mask & f) parts.push_back(fmt::format("{}={}", attr_name(f), v));
     };
     add(kAttrAxes, dims_literal(a.axes));
-    add(kAttrShape, dims_literal(a.shape));
+    add(kAttrShape, shape_str(a.shape));  // sizes, so symbolic dims print by name
     add(kAttrKernel, dims_literal(a.kernel));
     add(kAttrStride, dims_literal(a.stride));
     add(kAttrPadding, dims_literal(a.padding));

@@ -101,7 +101,7 @@ void verify(const Graph& g) {
     } catch (const Error& e) {
       fail_node(i, e.what());
     }
-    if (!(want == g.type(n.result)))
+    if (!shapes.matches(g, want, g.type(n.result)))
       fail_node(i, fmt::format("its type is {} but {} gives {}", g.type(n.result).str(), op_name(n.op), want.str()));
     bind(n.result, "a node");
   }

@@ -124,6 +124,11 @@ struct Plan {
   std::vector<ir::SavedValue> saved;
   std::shared_ptr<const CompiledBackward> backward;
   size_t saved_bytes = 0;  // per call: the computed values kept for the backward
+  // What jit::save writes: the graph after the optimization passes, before taping and fusion
+  // (inference and whole-step plans only), and the signature it was traced for.
+  ir::Graph optimized;
+  std::vector<Tensor> example_types;  // placeholders of the arguments' types
+  bool grad_mode = false;
 };
 
 // Which op nodes must be taped when the graph runs: recorded with grad mode on, in a call with
@@ -325,12 +330,19 @@ struct Function::State {
       plan->trace = trace_function(fn, inputs, name, names, /*differentiate=*/true);
     }
     plan->described = std::move(now);
+    for (const Tensor& x : inputs) {
+      Tensor p = Tensor::placeholder(x.type());
+      if (x.requires_grad()) p.requires_grad_();
+      plan->example_types.push_back(p);
+    }
+    plan->grad_mode = grad_enabled();
     profiler::Scope event(profiler::Kind::Jit, "optimize, partition, fuse");
     ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
     for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
     if (plan->trace.joint) {
       g = make_differentiable(*plan, std::move(g));
     } else {
+      plan->optimized = g;
       mark_taped(g, plan->trace, bind_inputs(plan->trace, g.inputs.size(), inputs));
       g = fused(std::move(g), name);
     }
@@ -445,6 +457,28 @@ void Function::set_cache_limit(size_t plans) {
     state_->index.erase(state_->lru.back().first);
     state_->lru.pop_back();
   }
+}
+
+SavedPlan FunctionAccess::last_plan(const Function& f) {
+  std::shared_ptr<Plan> last;
+  {
+    std::lock_guard<std::mutex> lock(f.state_->mu);
+    KILN_CHECK(f.state_->last != nullptr, "jit::save: @{} has not been traced yet", f.state_->name);
+    last = f.state_->last;
+  }
+  KILN_CHECK(!last->backward,
+             "jit::save: @{} was last called with grad mode on and inputs or parameters requiring grad, as a "
+             "differentiable forward; save a forward traced under NoGradGuard, or a whole training step",
+             f.state_->name);
+  SavedPlan s;
+  s.graph = last->optimized;
+  s.trace = last->trace;
+  s.example_inputs = last->example_types;
+  s.grad_mode = last->grad_mode;
+  s.fn = f.state_->fn;
+  s.names = f.state_->names;
+  s.name = f.state_->name;
+  return s;
 }
 
 Function trace_tensors(TensorFn fn, std::span<const Tensor> example_inputs, std::string name) {

@@ -49,6 +49,8 @@ struct Graph;
 
 namespace kiln::jit {
 
+struct FunctionAccess;
+
 struct Stats {
   int64_t traces = 0;  // calls that traced (a new signature)
   int64_t hits = 0;    // calls that found their plan
@@ -100,6 +102,7 @@ class Function {
   struct State;
 
  private:
+  friend struct FunctionAccess;  // jit::save reads the plan
   std::shared_ptr<State> state_;
 };
 

@@ -57,6 +57,21 @@ struct Trace {
 Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,
                      const ParamNames& names = {}, bool differentiate = false);
 
+/// What jit::save reads from a Function's most recently used plan.
+struct SavedPlan {
+  ir::Graph graph;                    // after the optimization passes, before taping and fusion
+  Trace trace;                        // its bindings (trace.graph is empty)
+  std::vector<Tensor> example_inputs; // placeholders of the signature it was traced for
+  bool grad_mode = false;
+  TensorFn fn;                        // to trace it again for other sizes
+  ParamNames names;
+  std::string name;
+};
+struct FunctionAccess {
+  /// Throws when the function has no plan yet, or its last is a differentiable forward.
+  static SavedPlan last_plan(const Function& f);
+};
+
 /// Fills in file:line of the nodes' source locations (addr2line over the captured addresses).
 void resolve_locations(ir::Graph& g);
 

@@ -3,6 +3,7 @@
 
 #include "autograd/autograd.h"
 #include "ir/graph.h"
+#include "jit/save.h"
 #include "jit/trace.h"
 #include "nn/data.h"
 #include "nn/init.h"

@@ -142,11 +142,11 @@ std::map<std::string, std::string> safetensors_metadata(const std::string& path)
   return out;
 }
 
-void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
-                      const std::map<std::string, std::string>& metadata) {
+SafetensorsPieces safetensors_pieces(const std::map<std::string, Tensor>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<Tensor> data;
+  SafetensorsPieces out;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     KILN_CHECK(name != "__metadata__", "save_safetensors: \"__metadata__\" is reserved");
@@ -156,16 +156,34 @@ void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::s
     uint64_t bytes = static_cast<uint64_t>(t.numel() * dtype_size(t.dtype()));
     header[name] = {{"dtype", code}, {"shape", t.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    data.push_back(t.detach().contiguous());
+    out.data.push_back(t.detach().to(Device{}).contiguous());
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   uint64_t n = text.size();
-  char lb[8];
-  for (int i = 0; i < 8; ++i) lb[i] = static_cast<char>(n >> (8 * i));
-  std::vector<std::string_view> pieces = {{lb, 8}, text};
+  out.head.resize(8);
+  for (int i = 0; i < 8; ++i) out.head[static_cast<size_t>(i)] = static_cast<char>(n >> (8 * i));
+  out.head += text;
+  return out;
+}
+
+std::vector<std::string_view> SafetensorsPieces::views() const {
+  std::vector<std::string_view> v = {head};
   for (const Tensor& t : data)
-    pieces.emplace_back(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * dtype_size(t.dtype())));
+    v.emplace_back(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * dtype_size(t.dtype())));
+  return v;
+}
+
+uint64_t SafetensorsPieces::size() const {
+  uint64_t n = head.size();
+  for (const Tensor& t : data) n += static_cast<uint64_t>(t.numel() * dtype_size(t.dtype()));
+  return n;
+}
+
+void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+  SafetensorsPieces p = safetensors_pieces(tensors, metadata);
+  std::vector<std::string_view> pieces = p.views();
   files::write_atomic(path, pieces, "save_safetensors");  // never a truncated checkpoint over the old one
 }
 

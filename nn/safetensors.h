@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/tensor.h"
 
@@ -21,6 +22,17 @@ void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::s
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 /// The same reader over a file's bytes in memory; `name` stands for the file in errors.
 std::map<std::string, Tensor> safetensors_from_bytes(std::string_view bytes, const std::string& name = "<bytes>");
+/// A safetensors file as the pieces it is written from, for writers that embed one in a file of
+/// their own (jit::save) without copying the tensors: `head` (the length and the JSON header),
+/// then each of `data`'s bytes, in order.
+struct SafetensorsPieces {
+  std::string head;
+  std::vector<Tensor> data;  // contiguous CPU copies (or the tensors themselves)
+  std::vector<std::string_view> views() const;
+  uint64_t size() const;
+};
+SafetensorsPieces safetensors_pieces(const std::map<std::string, Tensor>& tensors,
+                                     const std::map<std::string, std::string>& metadata = {});
 /// The metadata of a safetensors file ("__metadata__").
 std::map<std::string, std::string> safetensors_metadata(const std::string& path);
 

@@ -44,8 +44,13 @@ Tensor from_blob(void* data, const Dims& shape, DType dtype,
 void manual_seed(uint64_t seed);
 /// The generator's state for a draw of n numbers, an i64[2] tensor (seed, first counter),
 /// advancing the generator past them. The random ops (rand, randn) take it as their operand,
-/// so a traced function that draws gets one per call (jit binds it) and draws anew each time.
+/// so a traced function that draws gets one per call (jit binds it) and draws anew each time;
+/// called inside a trace, it returns that per-call state.
 Tensor random_state(int64_t n);
+/// Puts the generator at a state random_state(0) returned earlier (seed, first counter): the
+/// draws after it repeat the ones that followed then. A saved training step (jit::save) keeps
+/// the state it was saved at, so a loaded one can resume the stream.
+void set_random_state(const Tensor& state);
 Tensor rand(const Dims& shape, DType dtype = f32);   // uniform [0, 1)
 Tensor randn(const Dims& shape, DType dtype = f32);  // standard normal
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64);  // [low, high)

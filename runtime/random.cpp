@@ -69,11 +69,8 @@ std::pair<uint64_t, uint64_t> reserve_eagerly(int64_t n, const char* op) {
   return reserve(n);
 }
 
-// The state operand of a draw of n numbers: a graph value while tracing, else reserved now.
-Tensor state_for(int64_t n) {
-  if (Recorder* r = active_recorder()) return r->random_state(n);
-  return random_state(n);
-}
+// The state operand of a draw of n numbers: random_state, which is a graph value while tracing.
+Tensor state_for(int64_t n) { return random_state(n); }
 
 inline double uniform53(const Philox& r) {  // [0, 1) with 53 random bits
   uint64_t bits = (uint64_t{r[0]} << 21) ^ (r[1] >> 11);
@@ -177,8 +174,21 @@ Tensor Recorder::random_state(int64_t) {
 
 Tensor random_state(int64_t n) {
   KILN_CHECK(n >= 0, "random_state: negative draw size {}", n);
+  // Traced, the state is the call's: an input bound anew each call, never this moment's value.
+  if (Recorder* r = active_recorder()) return r->random_state(n);
   auto [seed, base] = reserve(n);
   return from_vector<int64_t>({static_cast<int64_t>(seed), static_cast<int64_t>(base)});
+}
+
+void set_random_state(const Tensor& state) {
+  KILN_CHECK(state.defined() && state.dtype() == DType::I64 && state.shape() == Dims{2},
+             "set_random_state: expected the i64[2] (seed, offset) that random_state(0) gives, got {}",
+             state.defined() ? state.type().str() : std::string("an undefined tensor"));
+  std::vector<int64_t> v = state.to_vector<int64_t>();
+  Generator& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.seed = static_cast<uint64_t>(v[0]);
+  g.offset = static_cast<uint64_t>(v[1]);
 }
 
 void manual_seed(uint64_t seed) {

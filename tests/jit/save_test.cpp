@@ -1,0 +1,285 @@
+// tests/jit/save_test.cpp -- jit::save and jit::load: forwards and whole training steps round
+// trip with the original's results, dynamic dims take any size, and hostile files fail cleanly.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "jit/module_file.h"
+#include "jit/save.h"
+#include "jit_test_util.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+#include "nn/safetensors.h"
+#include "runtime/api.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_error;
+using test::expect_same;
+
+struct Net : nn::Module {
+  nn::Linear fc1{12, 16}, fc2{16, 5};
+  double p = 0.25;
+  Net() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor operator()(const Tensor& x) {
+    // A reshape of the batch, so a dynamic batch dim must reach an attribute.
+    Tensor h = relu(fc1(x.reshape({x.shape()[0], 12})));
+    return fc2(nn::dropout(h, p, is_training()));
+  }
+};
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kiln_save_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+TEST(Save, ForwardRoundTripsWithTheOriginalsResults) {
+  manual_seed(1);
+  Net net;
+  net.eval();
+  Tensor x = randn({8, 3, 4});
+  NoGradGuard no_grad;
+  jit::Function fast = jit::trace_module(net, x);
+  std::string path = temp_path("forward.kiln");
+  jit::save(fast, path);
+  jit::LoadedFunction f = jit::load(path);
+  EXPECT_TRUE(test::bitwise_equal(f(x), fast(x)));
+  expect_same(f(x), net(x));
+  EXPECT_FALSE(f.info().training_step);
+  ASSERT_EQ(f.inputs().size(), 1u);
+  EXPECT_EQ(f.inputs()[0].type, "f32[8,3,4]");
+  EXPECT_EQ(f.outputs()[0].type, "f32[8,5]");
+  std::vector<std::string> names;
+  for (auto& [n, t] : f.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  EXPECT_GE(f.stats().kernels, 1);
+  std::remove(path.c_str());
+}
+
+TEST(Save, DynamicBatchStaysASymbolAndTakesAnySize) {
+  manual_seed(2);
+  Net net;
+  net.eval();
+  NoGradGuard no_grad;
+  std::string path = temp_path("dynamic.kiln");
+  jit::save_module(net, randn({8, 3, 4}), path, jit::SaveOptions().dynamic(0, 0, "B"));
+  jit::LoadedFunction f = jit::load(path);
+  EXPECT_EQ(f.inputs()[0].type, "f32[B,3,4]");
+  EXPECT_EQ(f.outputs()[0].type, "f32[B,5]");
+  std::string ir = test::text_of(f.graph());
+  EXPECT_NE(ir.find("reshape"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("shape=[B,12]"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("[8,"), std::string::npos) << "the example's batch size leaked into the graph:\n" << ir;
+  for (int64_t b : {8, 1, 13, 64}) {
+    SCOPED_TRACE(b);
+    Tensor x = randn({b, 3, 4});
+    Tensor y = f(x);
+    ASSERT_EQ(y.type().str(), fmt::format("f32[{},5]", b));
+    expect_same(y, net(x));
+  }
+  // The same kernels serve every size: the sizes are arguments.
+  EXPECT_GE(f.stats().kernels, 1);
+  expect_error([&] { f(randn({4, 3, 5})); }, {"input 'input0'", "dim 2", "5", "expected 4"});
+  expect_error([&] { f(randn({4, 12})); }, {"input 'input0'", "rank 3"});
+  expect_error([&] { f(randn({4, 3, 4}, f64)); }, {"input 'input0'", "dtype f32"});
+  expect_error([&] { f(randn({4, 3, 4}), randn({4})); }, {"takes 1 inputs", "got 2"});
+  std::remove(path.c_str());
+}
+
+TEST(Save, ANumberThatDependsOnADynamicDimIsAClearError) {
+  NoGradGuard no_grad;
+  jit::Function mean_by_hand = jit::trace([](Tensor x) { return sum(x) / double(x.shape()[0]); }, {randn({6, 2})});
+  expect_error([&] { jit::save(mean_by_hand, temp_path("bad.kiln"), jit::SaveOptions().dynamic(0, 0, "B")); },
+               {"jit::save", "B", "depend on the size"});
+}
+
+TEST(Save, DifferentiableForwardAsksForNoGrad) {
+  Net net;
+  jit::Function fast = jit::trace_module(net, randn({2, 3, 4}));
+  expect_error([&] { jit::save(fast, temp_path("grad.kiln")); }, {"jit::save", "NoGradGuard"});
+}
+
+TEST(Save, ParametersCanBeReadReplacedAndLoadedFromSafetensors) {
+  manual_seed(3);
+  Net net, other;
+  net.eval();
+  other.eval();
+  NoGradGuard no_grad;
+  Tensor x = randn({4, 3, 4});
+  std::string path = temp_path("params.kiln"), weights = temp_path("params.safetensors");
+  jit::save_module(net, x, path);
+  jit::LoadedFunction f = jit::load(path);
+  test::expect_same(f.parameter("fc1.weight"), net.fc1.weight);
+  save_safetensors(other.state_dict(), weights);
+  f.load_parameters(weights);
+  expect_same(f(x), other(x));
+  f.set_parameter("fc2.bias", zeros({5}));
+  other.fc2.bias.zero_();
+  expect_same(f(x), other(x));
+  expect_error([&] { f.set_parameter("fc2.bias", zeros({6})); }, {"fc2.bias", "f32[5]", "f32[6]"});
+  expect_error([&] { f.parameter("nope"); }, {"no parameter 'nope'", "fc1.weight"});
+  std::remove(path.c_str());
+  std::remove(weights.c_str());
+}
+
+// A whole training step with dropout and AdamW: saved mid-training, the loaded copy's next
+// steps equal the original's, parameters and optimizer state included.
+TEST(Save, TrainingStepRoundTripsAndTrains) {
+  manual_seed(4);
+  Net net;
+  net.train();
+  optim::AdamW opt(net.parameters(), 1e-2);
+  auto step = [&](Tensor x, Tensor y) { return test::train_step(net, opt, x, y); };
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 5; ++i) xs.push_back(randn({6, 3, 4})), ys.push_back(randint(0, 5, {6}));
+  jit::Function fast = jit::trace(step, {xs[0], ys[0]});
+  fast(xs[0], ys[0]);
+  fast(xs[1], ys[1]);
+  std::string path = temp_path("step.kiln");
+  jit::SaveOptions o;
+  o.parameter_names = net.named_parameters();
+  jit::save(fast, path, o);
+
+  jit::LoadedFunction loaded = jit::load(path);
+  EXPECT_TRUE(loaded.info().training_step);
+  EXPECT_GT(loaded.info().random_draws, 0);
+  EXPECT_FALSE(loaded.info().assigns.empty());
+  // The original's next steps: losses, then each parameter and gradient after each.
+  std::vector<Tensor> want;
+  std::vector<std::vector<Tensor>> after;
+  for (int i = 2; i < 5; ++i) {
+    want.push_back(fast(xs[i], ys[i]));
+    std::vector<Tensor> snap;
+    for (auto& [n, p] : net.named_parameters()) snap.push_back(p.clone()), snap.push_back(p.grad().clone());
+    after.push_back(snap);
+  }
+  loaded.restore_random_state();  // the dropout masks the original drew after the save
+  for (size_t s = 0; s < 3; ++s) {
+    Tensor loss = loaded(xs[s + 2], ys[s + 2]);
+    EXPECT_FALSE(loss.requires_grad());
+    EXPECT_TRUE(test::bitwise_equal(loss, want[s])) << "step " << s + 2 << ": " << loss << " vs " << want[s];
+    size_t k = 0;
+    for (auto& [name, p] : net.named_parameters()) {
+      SCOPED_TRACE(fmt::format("step {}: {}", s + 2, name));
+      EXPECT_TRUE(test::bitwise_equal(loaded.parameter(name), after[s][k++]));
+      EXPECT_TRUE(test::bitwise_equal(loaded.parameter(name).grad(), after[s][k++]));
+    }
+  }
+  EXPECT_EQ(loaded.stats().kernels, fast.stats().kernels);
+  std::remove(path.c_str());
+}
+
+TEST(Save, ConcurrentCallsAgree) {
+  manual_seed(5);
+  Net net;
+  net.eval();
+  NoGradGuard no_grad;
+  std::string path = temp_path("threads.kiln");
+  jit::save_module(net, randn({4, 3, 4}), path, jit::SaveOptions().dynamic(0, 0, "B"));
+  jit::LoadedFunction f = jit::load(path);
+  std::vector<Tensor> xs, want;
+  for (int t = 0; t < 4; ++t) xs.push_back(randn({2 + t, 3, 4})), want.push_back(net(xs.back()));
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      NoGradGuard ng;
+      bool all = true;
+      for (int i = 0; i < 20; ++i) all = all && test::close_enough(f(xs[static_cast<size_t>(t)]), want[static_cast<size_t>(t)]);
+      ok[static_cast<size_t>(t)] = all;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, std::vector<int>(4, 1));
+  std::remove(path.c_str());
+}
+
+// ---- hostile files -------------------------------------------------------------------------
+
+std::string saved_bytes() {
+  manual_seed(6);
+  Net net;
+  net.eval();
+  NoGradGuard no_grad;
+  std::string path = temp_path("hostile.kiln");
+  jit::save_module(net, randn({4, 3, 4}), path, jit::SaveOptions().dynamic(0, 0, "B"));
+  std::string bytes = read_all(path);
+  std::remove(path.c_str());
+  return bytes;
+}
+
+// A file rebuilt from (possibly edited) sections.
+std::string module(std::string_view meta, std::string_view ir, std::string_view tensors, uint32_t version = 1) {
+  std::vector<std::string> f = jit::module_frames(meta.size(), ir.size(), tensors.size());
+  std::string out = f[0];
+  out[8] = static_cast<char>(version);
+  return out + std::string(meta) + f[1] + std::string(ir) + f[2] + std::string(tensors);
+}
+
+TEST(SaveHostile, EveryTruncationIsAnError) {
+  std::string bytes = saved_bytes();
+  EXPECT_NO_THROW(jit::load_bytes(bytes));
+  for (size_t n = 0; n < bytes.size(); n += n < 64 ? 1 : 97) {
+    SCOPED_TRACE(n);
+    EXPECT_THROW(jit::load_bytes(bytes.substr(0, n)), Error);
+  }
+  expect_error([&] { jit::load_bytes(bytes + "x", "m.kiln"); }, {"m.kiln", "1 bytes after the last section"});
+}
+
+TEST(SaveHostile, ANewerFormatSaysSo) {
+  std::string bytes = saved_bytes();
+  jit::ModuleSections s = jit::split_module(bytes, "m");
+  expect_error([&] { jit::load_bytes(module(s.meta, s.ir, s.tensors, 3), "new.kiln"); },
+               {"new.kiln", "written by format 3; this kiln reads 1..1"});
+  expect_error([&] { jit::load_bytes("not a module at all", "x.txt"); }, {"x.txt", "not a saved kiln module"});
+}
+
+TEST(SaveHostile, InconsistentSectionsAreErrors) {
+  std::string bytes = saved_bytes();
+  jit::ModuleSections s = jit::split_module(bytes, "m");
+  std::string meta(s.meta), ir(s.ir), tensors(s.tensors);
+  auto edit = [](std::string text, const std::string& from, const std::string& to) {
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  // IR that disagrees with the metadata: an input of another type.
+  expect_error([&] { jit::load_bytes(module(meta, edit(ir, "f32[B,3,4]", "f32[B,4,3]"), tensors)); }, {"jit::load"});
+  expect_error([&] { jit::load_bytes(module(edit(meta, "\"f32[B,3,4]\"", "\"f32[B,3,5]\""), ir, tensors)); },
+               {"disagrees with the metadata", "input"});
+  // A tensor of the wrong shape.
+  std::map<std::string, Tensor> t = safetensors_from_bytes(tensors);
+  t["fc2.bias"] = zeros({6});
+  std::string wrong = [&] {
+    SafetensorsPieces p = safetensors_pieces(t);
+    std::string out;
+    for (std::string_view v : p.views()) out += v;
+    return out;
+  }();
+  expect_error([&] { jit::load_bytes(module(meta, ir, wrong)); }, {"fc2.bias", "f32[6]", "f32[5]"});
+  // Mis-typed and missing metadata fields.
+  expect_error([&] { jit::load_bytes(module(edit(meta, "\"training_step\": false", "\"training_step\": 3"), ir, tensors)); },
+               {"training_step", "true or false"});
+  expect_error([&] { jit::load_bytes(module("[1,2]", ir, tensors)); }, {"metadata is not a JSON object"});
+  expect_error([&] { jit::load_bytes(module("{", ir, tensors)); }, {"not valid JSON"});
+  expect_error([&] { jit::load_bytes(module(std::string(200, '[') + std::string(200, ']'), ir, tensors)); },
+               {"nests deeper"});
+  expect_error([&] { jit::load_bytes(module(meta, "graph @x(", tensors)); }, {"jit::load", "IR section"});
+}
+
+}  // namespace
+}  // namespace kiln
