@@ -1,6 +1,7 @@
 // examples/train_digits.cpp -- trains a small convolutional network on the handwritten digits
 // that scikit-learn ships (1797 8x8 images, python3-sklearn; read as CSV, no Python needed)
-// and reports test accuracy. Eager kiln: autograd, nn layers, Adam, a cosine schedule.
+// and reports test accuracy. Eager kiln: autograd, nn layers, Adam, a cosine schedule. The
+// trained forward is saved with jit::save (digits_cnn.kiln) for examples/classify to serve.
 // With --jit the whole training step (forward, backward, Adam) runs as a traced graph, and the
 // traced step and forward are written as IR text (digits_step.ir, digits_forward.ir) for
 // kiln-ir to dump, verify, optimize, draw and run. With --profile[=trace.json] the second epoch
@@ -142,6 +143,22 @@ int main(int argc, char** argv) {
   std::printf("%.2f ms per step (batch %lld), %.2f s total\n", 1000 * total / double(steps), (long long)batch, total);
   net.save("digits_cnn.safetensors");
   std::printf("weights saved to digits_cnn.safetensors\n");
+  {
+    // The trained forward for serving: examples/classify loads it in a process without the
+    // Net class, at any batch size (N is dynamic), and scores the same held-out images.
+    NoGradGuard no_grad;
+    net.eval();
+    jit::SaveOptions o;
+    o.dynamic(0, 0, "N");
+    o.input_names = {"images"};
+    o.output_names = {"logits"};
+    jit::save_module(net, test_t[0], "digits_cnn.kiln", o);
+    save_npy(test_t[0], "digits_test_images.npy");
+    save_npy(test_t[1], "digits_test_labels.npy");
+    net.train();
+  }
+  std::printf("forward saved to digits_cnn.kiln (any batch size), held-out set to digits_test_images.npy and "
+              "digits_test_labels.npy\n");
   if (use_jit) {
     jit::Stats st = traced.stats();
     std::printf("jit: %lld traces, %lld cache hits\n", (long long)st.traces, (long long)st.hits);

@@ -50,7 +50,8 @@ struct KernelStep {
   std::string label;                // for the profiler: "fused amax+sub+exp+sum+div"
 };
 
-// A fused group's ops, named for people (its kernel's symbol is a hash).
+}  // namespace
+
 std::string group_label(const ir::Graph& body) {
   std::string ops;
   for (const ir::Node& n : body.nodes) {
@@ -63,6 +64,8 @@ std::string group_label(const ir::Graph& body) {
   }
   return "fused " + ops;
 }
+
+namespace {
 
 // Contiguous strides over the domain's dims that are not in `reduced` (0 on those).
 Dims output_strides(const Dims& domain, uint64_t reduced) {

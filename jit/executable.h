@@ -36,6 +36,10 @@ struct KernelArgs {
 };
 KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides);
 
+/// A fused group named for people by its ops ("fused amax+sub+exp+sum+div"): its kernel's
+/// symbol is a hash. The profiler and kiln-ir inspect show it.
+std::string group_label(const ir::Graph& body);
+
 class Executable {
  public:
   /// `g` is verified (and usually fused). Each op node runs through apply(); with `kernels`,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh -- builds the libFuzzer targets (tools/fuzz) with clang++-14 in build-fuzz and
 # runs each for a while: one per reader of untrusted bytes (IR text: parse, verify; .npy;
-# safetensors; disk-cache entries), each from its seeds (tools/fuzz/corpus* and, for IR, the
+# safetensors; disk-cache entries; saved modules), each from its seeds (tools/fuzz/corpus* and, for IR, the
 # tests/ir graphs).
 #   scripts/fuzz.sh [SECONDS]     seconds per target (default 20)
 #   KILN_FUZZ_SEED=N              libFuzzer's seed (default 1, so CI runs repeat)
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 jobs="${KILN_JOBS:-$(nproc)}"
 dir=build-asan
-targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz)
+targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz module_fuzz)
 
 scripts/configure_asan.sh
 ninja -C "$dir" -j "$jobs" "${targets[@]}"
@@ -33,6 +33,7 @@ args_for() {
     npy_fuzz) echo "tools/fuzz/corpus-npy -max_len=4096" ;;
     safetensors_fuzz) echo "tools/fuzz/corpus-safetensors -dict=tools/fuzz/safetensors.dict -max_len=4096" ;;
     disk_cache_fuzz) echo "tools/fuzz/corpus-disk-cache -max_len=1024" ;;
+    module_fuzz) echo "tools/fuzz/corpus-module tests/compat -dict=tools/fuzz/module.dict -max_len=16384" ;;
   esac
 }
 for t in "${targets[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/run.sh -- the README's commands: install what is missing, build, then run.
-#   scripts/run.sh demo    Release build, then the main demo
+#   scripts/run.sh demo    Release build, then the main demo: train_digits trains and saves the
+#                          model, classify loads it in a fresh process and scores it
 #   scripts/run.sh test    header check, each fuzz target for KILN_FUZZ_SECONDS (default 20;
 #                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
@@ -28,6 +29,8 @@ case "$what" in
     scripts/deps.sh --demo
     configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF
     ./build-release/examples/train_digits
+    # A second program serves the saved forward without the model's C++ class.
+    ./build-release/examples/classify digits_cnn.kiln
     ;;
   test)
     scripts/deps.sh

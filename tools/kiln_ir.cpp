@@ -6,6 +6,11 @@
 //   kiln-ir dot f.ir | dot -Tsvg > f.svg       Graphviz
 //   kiln-ir run f.ir --input x.npy --repeat 100   (--fuse: the jit's passes and fusion first)
 //   kiln-ir codegen f.ir --target=cpu          LLVM IR of each fused group's kernel
+//   kiln-ir inspect m.kiln                     a saved module: versions, signature, parameters, kernels
+//   kiln-ir extract m.kiln -o w.safetensors    a saved module's tensors, as a file other tools read
+//
+// Every command reads IR text or a saved module (jit::save); run on a module uses its
+// parameters and fuses as the jit does.
 //
 // Exit status: 0 on success, 1 when the file or a command fails, 2 for bad usage.
 #include "tools/kiln_ir.h"
@@ -20,12 +25,13 @@
 #include <iterator>
 
 #include "ir/passes.h"
+#include "runtime/check.h"
 #include "runtime/error.h"
 
 namespace kiln::tools {
 namespace {
 
-constexpr std::string_view kCommands[] = {"dump", "verify", "opt", "dot", "run", "codegen"};
+constexpr std::string_view kCommands[] = {"dump", "verify", "opt", "dot", "run", "codegen", "inspect", "extract"};
 
 struct Args {
   std::string file;
@@ -33,6 +39,7 @@ struct Args {
   bool print_after_all = false;
   std::string output = "-";
   std::string target = "cpu";
+  std::vector<std::string> dims;  // codegen, inspect: NAME=SIZE
   RunOptions run;
 };
 
@@ -77,13 +84,22 @@ int dispatch(const CLI::App& app, const Args& a) {
   } else if (app.got_subcommand("run")) {
     run_module(load_verified(a.file), a.run);
   } else if (app.got_subcommand("codegen")) {
-    write_text(a.output, codegen_module(load_verified(a.file), a.target));
+    write_text(a.output, codegen_module(load_verified(a.file), a.target, a.dims));
+  } else if (app.got_subcommand("inspect")) {
+    write_text("-", inspect_module(load_verified(a.file), a.dims));
+  } else if (app.got_subcommand("extract")) {
+    Module m = load_module(a.file);
+    KILN_CHECK(m.format == "module", "extract: {} is IR text, which holds no tensors (extract reads saved modules)", a.file);
+    KILN_CHECK(a.output != "-", "extract: give the .safetensors file to write with -o");
+    write_text(a.output, m.tensors);
+    fmt::print("wrote {} ({} tensors, {} bytes)\n", a.output, m.params.size(), m.tensors.size());
   }
   return 0;
 }
 
 void add_file(CLI::App* cmd, Args& a) {
-  cmd->add_option("file", a.file, "an IR text file (.ir), or - for standard input")->required();
+  cmd->add_option("file", a.file, "an IR text file (.ir), a saved module (jit::save), or - for standard input")
+      ->required();
 }
 
 }  // namespace
@@ -111,9 +127,11 @@ int main(int argc, char** argv) {
   dot->add_option("-o,--output", a.output, "write here instead of standard output");
   CLI::App* run = app.add_subcommand("run", "run the graph as the jit does (fused groups compiled) and time it");
   add_file(run, a);
-  run->add_flag("--fuse", a.run.fuse, "run the jit's passes and fusion first");
+  run->add_flag("--fuse", a.run.fuse, "run the jit's passes and fusion first (always, for a saved module)");
   run->add_option("--input", a.run.inputs,
-                  "an .npy file per graph input, in order (default: random)");
+                  "an .npy file per graph input, in order, or name=file.npy for a module's named input "
+                  "(default: random)");
+  run->add_option("--dim", a.run.dims, "NAME=SIZE for a symbolic dim no --input binds");
   run->add_option("--seed", a.run.seed, "seed for random inputs and params")
       ->check(CLI::Validator(
           [](const std::string& v) {
@@ -131,6 +149,13 @@ int main(int argc, char** argv) {
   add_file(codegen, a);
   codegen->add_option("--target", a.target, "cpu (the default)");
   codegen->add_option("-o,--output", a.output, "write here instead of standard output");
+  codegen->add_option("--dim", a.dims, "NAME=SIZE for a symbolic dim (default 64)");
+  CLI::App* inspect = app.add_subcommand("inspect", "a saved module's metadata, parameters and the kernels it compiles");
+  add_file(inspect, a);
+  inspect->add_option("--dim", a.dims, "NAME=SIZE for a dynamic dim, for the kernel list (default 64)");
+  CLI::App* extract = app.add_subcommand("extract", "write a saved module's tensors as a .safetensors file");
+  add_file(extract, a);
+  extract->add_option("-o,--output", a.output, "the .safetensors file to write")->required();
   if (argc > 1 && argv[1][0] != '-' &&
       std::find(std::begin(kCommands), std::end(kCommands), argv[1]) == std::end(kCommands)) {
     fmt::print(stderr, "kiln-ir: unknown command '{}' (known: {})\n", argv[1],

@@ -2,11 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <map>
 #include <string_view>
 #include <vector>
 
 #include "ir/graph.h"
+#include "jit/save.h"
 #include "runtime/tensor.h"
 
 namespace kiln::tools {
@@ -15,11 +18,16 @@ namespace kiln::tools {
 struct Module {
   ir::Graph graph;
   std::vector<Tensor> params;  // one per graph.params, or empty when the file holds no data
-  std::string format;          // the format it was read as ("ir")
+  std::string format;          // the format it was read as: "ir" (text) or "module" (jit::save)
+  // A saved module's: its metadata, and its tensors section (a whole safetensors file).
+  std::optional<jit::ModuleInfo> info;
+  std::string tensors;
+  /// The argument names --input name=file.npy refers to (a module's; "" for IR text).
+  std::vector<std::string> input_names;
 };
 
-/// Reads `path` ("-": standard input), recognizing its format from the contents. IR text is
-/// the only format yet; saved modules (jit::save) join as a second entry in kiln_ir_load.cpp.
+/// Reads `path` ("-": standard input), recognizing its format from the contents: a saved
+/// module (jit::save; loaded, so checked whole) or IR text.
 Module load_module(const std::string& path);
 /// Writes `text` to `path` ("-": standard output); throws kiln::Error naming the path.
 void write_text(const std::string& path, std::string_view text);
@@ -29,11 +37,29 @@ void write_text(const std::string& path, std::string_view text);
 std::string to_dot(const ir::Graph& g);
 
 /// LLVM IR of each fused group's kernel (after the jit's passes and fusion when the graph has no
-/// groups yet), as compiled for this CPU with contiguous operands. `target`: "cpu".
-std::string codegen_module(const Module& m, const std::string& target);
+/// groups yet, symbolic dims sized by `dims`, NAME=SIZE, default 64), as compiled for this CPU
+/// with contiguous operands. `target`: "cpu".
+std::string codegen_module(const Module& m, const std::string& target, const std::vector<std::string>& dims = {});
+/// parse_dims, with every symbolic dim not given sized 64.
+std::map<std::string, int64_t, std::less<>> sizes_or_default(const ir::Graph& g, const std::vector<std::string>& dims);
+
+/// kiln-ir inspect: a saved module's metadata (format and kiln versions, signature with its
+/// dynamic dims, each parameter's name, type and bytes, the total) and the kernels it would
+/// compile, each with the group it came from; `dims` sizes the dynamic dims for that ("B=64";
+/// default 64 each). IR text gets the same from its graph.
+std::string inspect_module(const Module& m, const std::vector<std::string>& dims);
+
+/// The graph as the jit compiles it: symbolic dims sized by `sizes` (ir::specialize), then the
+/// jit's passes and fusion (unless it is fused already).
+ir::Graph fused_graph(const ir::Graph& g, const std::map<std::string, int64_t, std::less<>>& sizes);
+/// Parses NAME=SIZE options ("B=64") into sizes, checking that each names a dim of `g`.
+std::map<std::string, int64_t, std::less<>> parse_dims(const ir::Graph& g, const std::vector<std::string>& dims);
 
 struct RunOptions {
-  std::vector<std::string> inputs;  // .npy files, one per graph input, in order (or none)
+  /// .npy files, one per graph input in order, or name=file.npy for a module's named inputs
+  /// (or none: random).
+  std::vector<std::string> inputs;
+  std::vector<std::string> dims;  // NAME=SIZE for symbolic dims no input binds
   uint64_t seed = 0;
   int64_t repeat = 1;
   std::string save_dir;  // when set, writes out<i>.npy there

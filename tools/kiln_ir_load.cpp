@@ -1,4 +1,5 @@
-// tools/kiln_ir_load.cpp -- kiln-ir's file reading: format detection, IR text, output files.
+// tools/kiln_ir_load.cpp -- kiln-ir's file reading: format detection, saved modules, IR text,
+// output files.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -6,8 +7,11 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <sstream>
 
+#include "jit/module_file.h"
+#include "nn/safetensors.h"
 #include "runtime/check.h"
 #include "tools/kiln_ir.h"
 
@@ -36,6 +40,22 @@ Module load_ir_text(std::string_view bytes, const std::string& path) {
   return m;
 }
 
+// A saved module: loaded (so checked whole, as jit::load checks it), then its graph and
+// tensors in the graph's order.
+Module load_saved(std::string_view bytes, const std::string& path) {
+  std::string name = path == "-" ? "<stdin>" : path;
+  jit::LoadedFunction f = jit::load_bytes(bytes, name);
+  Module m;
+  m.graph = f.graph();
+  m.format = "module";
+  m.info = f.info();
+  m.tensors = std::string(jit::split_module(bytes, name).tensors);
+  std::map<std::string, Tensor> tensors = safetensors_from_bytes(m.tensors, name);
+  for (const std::string& p : m.graph.param_names) m.params.push_back(tensors.at(p));
+  for (const jit::ValueInfo& v : m.info->inputs) m.input_names.push_back(v.name);
+  return m;
+}
+
 // One entry per file format, tried in order; the first whose `sniff` accepts the bytes reads
 // them. IR text is the fallback, so it comes last.
 struct Format {
@@ -44,6 +64,7 @@ struct Format {
   Module (*load)(std::string_view bytes, const std::string& path);
 };
 constexpr Format kFormats[] = {
+    {"module", jit::is_module_file, load_saved},
     {"ir", [](std::string_view) { return true; }, load_ir_text},
 };
 

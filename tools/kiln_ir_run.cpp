@@ -1,6 +1,8 @@
 // tools/kiln_ir_run.cpp -- kiln-ir run: bind inputs and params, run as the jit does, time.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +11,7 @@
 
 #include "autograd/autograd.h"
 #include "ir/passes.h"
+#include "ir/specialize.h"
 #include "jit/executable.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
@@ -17,42 +20,6 @@
 namespace kiln::tools {
 namespace {
 
-// Sizes bound to the graph's symbolic dims (B in f32[B,784]) by the tensors given so far.
-class SymbolSizes {
- public:
-  // Does `shape` fit `want`? Binds each new symbol of `want` to the size given.
-  bool match(const Dims& want, const Dims& shape) {
-    if (want.size() != shape.size()) return false;
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (!is_symbol(want[i])) {
-        if (want[i] != shape[i]) return false;
-        continue;
-      }
-      auto [it, fresh] = sizes_.try_emplace(want[i], shape[i]);
-      if (!fresh && it->second != shape[i]) return false;
-    }
-    return true;
-  }
-  // `want` with its symbols replaced by their sizes; throws naming `what` for an unbound one.
-  Dims concrete(const Dims& want, const std::string& what) const {
-    Dims out = want;
-    for (int64_t& d : out) {
-      if (!is_symbol(d)) continue;
-      auto it = sizes_.find(d);
-      if (it == sizes_.end()) {
-        std::string name = shape_str({d});  // "[B]"
-        throw Error(fmt::format("run: {} has symbolic dim {}, which no --input binds", what,
-                                name.substr(1, name.size() - 2)));
-      }
-      d = it->second;
-    }
-    return out;
-  }
-
- private:
-  std::map<int64_t, int64_t> sizes_;
-};
-
 // randn for floats, randint in [0, 4) for integers (valid as small indices), 0/1 for bool.
 Tensor random_tensor(const TensorType& t) {
   if (is_float(t.dtype)) return randn(t.shape, DType::F32).to(t.dtype);
@@ -60,34 +27,89 @@ Tensor random_tensor(const TensorType& t) {
   return randint(0, 4, t.shape, DType::I64).to(t.dtype);
 }
 
-std::vector<Tensor> bind_inputs(const ir::Graph& g, const RunOptions& opt, SymbolSizes& sym) {
-  KILN_CHECK(opt.inputs.empty() || opt.inputs.size() == g.inputs.size(),
-             "run: @{} takes {} inputs, got {} --input (give all of them, or none for random)",
-             g.name, g.inputs.size(), opt.inputs.size());
-  std::vector<Tensor> in(g.inputs.size());
-  for (size_t i = 0; i < opt.inputs.size(); ++i) {
+// The sizes of the graph's dims: from the --input files (a symbol takes the size it meets
+// first; later inputs must agree), then from --dim NAME=SIZE.
+struct Bound {
+  std::vector<Tensor> inputs;
+  ir::DimSizes sizes;
+};
+
+Bound bind_inputs(const Module& m, const RunOptions& opt) {
+  const ir::Graph& g = m.graph;
+  Bound b;
+  b.inputs.resize(g.inputs.size());
+  size_t positional = 0, given = 0;
+  for (const std::string& spec : opt.inputs) {
+    size_t eq = spec.find('=');
+    given += eq == std::string::npos || std::find(m.input_names.begin(), m.input_names.end(), spec.substr(0, eq)) ==
+                                            m.input_names.end();
+  }
+  KILN_CHECK(given == 0 || given == g.inputs.size(),
+             "run: @{} takes {} inputs, got {} --input (give all of them in order, none for random, or a module's by "
+             "name=file.npy)",
+             g.name, g.inputs.size(), given);
+  for (const std::string& spec : opt.inputs) {
+    size_t i = positional;
+    std::string path = spec;
+    size_t eq = spec.find('=');
+    auto named = eq == std::string::npos ? m.input_names.end()
+                                         : std::find(m.input_names.begin(), m.input_names.end(), spec.substr(0, eq));
+    if (named != m.input_names.end()) {
+      i = static_cast<size_t>(named - m.input_names.begin());
+      path = spec.substr(eq + 1);
+    } else {
+      ++positional;
+    }
+    KILN_CHECK(i < g.inputs.size(), "run: @{} takes {} inputs; '{}' would be input {}{}", g.name, g.inputs.size(), spec,
+               i, m.input_names.empty() ? "" : fmt::format(" (its inputs: {})", fmt::join(m.input_names, ", ")));
+    KILN_CHECK(!b.inputs[i].defined(), "run: input {} is given twice", i);
+    Tensor t = load_npy(path);
     const TensorType& want = g.type(g.inputs[i]);
-    Tensor t = load_npy(opt.inputs[i]);
-    KILN_CHECK(t.dtype() == want.dtype && sym.match(want.shape, t.shape()),
-               "run: {} holds {}, but input {} of @{} is {}", opt.inputs[i], t.type().str(), i,
-               g.name, want.str());
-    in[i] = t;
+    bool fits = t.dtype() == want.dtype && t.dim() == static_cast<int64_t>(want.shape.size());
+    for (size_t d = 0; fits && d < want.shape.size(); ++d) {
+      int64_t w = want.shape[d], n = t.shape()[d];
+      if (!is_symbol(w)) {
+        fits = w == n;
+        continue;
+      }
+      ir::DimFactor f = ir::dim_factor(g.dim_names.at(symbol_index(w)));
+      auto it = b.sizes.find(f.base);
+      if (it == b.sizes.end() && n % f.factor == 0) it = b.sizes.emplace(std::string(f.base), n / f.factor).first;
+      fits = it != b.sizes.end() && it->second * f.factor == n;
+    }
+    KILN_CHECK(fits, "run: {} holds {}, but input {}{} of @{} is {}", path, t.type().str(), i,
+               i < m.input_names.size() ? " (" + m.input_names[i] + ")" : "", g.name, want.str());
+    b.inputs[i] = t;
   }
-  for (size_t i = opt.inputs.size(); i < g.inputs.size(); ++i) {
-    TensorType t = g.type(g.inputs[i]);
-    t.shape = sym.concrete(t.shape, fmt::format("input {} ({})", i, t.str()));
-    in[i] = random_tensor(t);
+  for (auto& [name, size] : parse_dims(g, opt.dims)) {
+    auto it = b.sizes.find(name);
+    KILN_CHECK(it == b.sizes.end() || it->second == size, "run: --dim {}={} but the inputs give {}", name, size,
+               it == b.sizes.end() ? 0 : it->second);
+    b.sizes[name] = size;
   }
-  return in;
+  auto concrete = [&](TensorType t, const std::string& what) {
+    for (int64_t& d : t.shape) {
+      if (!is_symbol(d)) continue;
+      std::string base(ir::dim_factor(g.dim_names.at(symbol_index(d))).base);
+      KILN_CHECK(b.sizes.count(base), "run: {} has symbolic dim {}, which no --input or --dim binds (give --dim {}=N)",
+                 what, base, base);
+      d = ir::dim_size(g, d, b.sizes);
+    }
+    return t;
+  };
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (!b.inputs[i].defined()) b.inputs[i] = random_tensor(concrete(g.type(g.inputs[i]), fmt::format("input {}", i)));
+  return b;
 }
 
-std::vector<Tensor> bind_params(const Module& m, const SymbolSizes& sym) {
+std::vector<Tensor> bind_params(const Module& m) {
   const ir::Graph& g = m.graph;
   if (!m.params.empty()) return m.params;
   std::vector<Tensor> params;
   for (size_t i = 0; i < g.params.size(); ++i) {
     TensorType t = g.type(g.params[i]);
-    t.shape = sym.concrete(t.shape, fmt::format("param {} ({})", i, t.str()));
+    for (int64_t d : t.shape)
+      KILN_CHECK(!is_symbol(d), "run: param {} ({}) has a symbolic shape: give the module's tensors", i, t.str());
     params.push_back(random_tensor(t));
   }
   return params;
@@ -134,16 +156,12 @@ void run_module(const Module& m, const RunOptions& opt) {
              g.params.size());
   manual_seed(opt.seed);
   DimNamesScope names(&g.dim_names);  // messages name the graph's symbolic dims
-  SymbolSizes sym;
-  std::vector<Tensor> inputs = bind_inputs(g, opt, sym);
-  std::vector<Tensor> params = bind_params(m, sym);
+  Bound bound = bind_inputs(m, opt);
+  std::vector<Tensor>& inputs = bound.inputs;
+  std::vector<Tensor> params = bind_params(m);
   NoGradGuard no_grad;  // an inference run: nothing to tape
-  ir::Graph run = g;
-  if (opt.fuse) {
-    std::vector<std::string> passes = ir::default_pipeline();
-    passes.push_back("fuse");
-    run = ir::run_passes(std::move(run), passes);
-  }
+  // Symbolic dims take the bound sizes first, so the graph fuses as a traced one does.
+  ir::Graph run = opt.fuse || m.format == "module" ? fused_graph(g, bound.sizes) : ir::specialize(g, bound.sizes);
   for (ir::Node& n : run.nodes) n.grad = false;
   jit::Executable exec(std::move(run));
   double total = 0, best = std::numeric_limits<double>::infinity();

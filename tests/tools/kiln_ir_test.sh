@@ -117,7 +117,15 @@ ok "run symbolic with --input" run "$DATA/symbolic.ir" --input "$TMP/b3.npy"
 has "run symbolic values" '^output 0: f32\[2,3\]  min 3 max 6 mean 4.5'
 
 # run: bad inputs
-bad "run symbolic without input" 1 'input 0 \(f32\[B,3\]\) has symbolic dim B' run "$DATA/symbolic.ir"
+bad "run symbolic without input" 1 'input 0 has symbolic dim B, which no --input or --dim binds' run "$DATA/symbolic.ir"
+ok "run symbolic with --dim" run "$DATA/symbolic.ir" --dim B=5
+has "run symbolic --dim sizes" '^output 0: f32\[5,3\]'
+bad "run --dim of no dim" 1 '@scale has no dim T' run "$DATA/symbolic.ir" --dim T=2
+# A symbolic graph fuses and compiles as a concrete one does.
+ok "run --fuse symbolic" run "$DATA/softmax_symbolic.ir" --fuse --dim B=64
+has "run --fuse symbolic: one kernel" '^plan: 1 fused kernel, 0 eager ops'
+ok "codegen symbolic" codegen "$DATA/softmax_symbolic.ir"
+has "codegen symbolic group" '^; ---- group 0: kiln_[0-9a-f]{32} -> f32\[64,1024\] \(5 ops\)$' 
 bad "run too few inputs" 1 '@mlp takes 2 inputs, got 1 --input' run "$DATA/mlp.ir" --input "$TMP/x.npy"
 npy "$TMP/v4.npy" "(4,)" "$ONE$TWO$HALF$MINUS_ONE"
 bad "run wrong input type" 1 'v4.npy holds f32\[4\], but input 0 of @affine is f32\[2,2\]' \
@@ -134,7 +142,8 @@ has "codegen define" '^define void @kiln_[0-9a-f]{32}\(ptr'
 has "codegen inline exp" 'call float @llvm\.rint\.f32'
 has "codegen reductions interleave" 'llvm\.loop\.interleave\.count'
 has "codegen prefetches the next row" 'call void @llvm\.prefetch'
-ok "codegen of a graph without groups" codegen "$DATA/symbolic.ir"
+printf 'graph @mm(%%0: f32[2,3], %%1: f32[3,4]) -> (f32[2,4]) {\n  %%2 = matmul %%0, %%1 : f32[2,4]\n  return %%2\n}\n' >"$TMP/mm.ir"
+ok "codegen of a graph without groups" codegen "$TMP/mm.ir"
 has "codegen no groups" 'no fused groups'
 bad "codegen cuda" 1 "target 'cuda' is not built in" codegen "$DATA/softmax.ir" --target=cuda
 export KILN_CACHE_DIR="$TMP/kernels"
@@ -208,6 +217,30 @@ for model in digits_forward mlp_train_step; do
   KILN_CACHE_DIR="$TMP/kernels" ok "$model run --fuse" run "$GOLDEN/$model.ir" --fuse --seed 3 && has "$model run --fuse" "fused kernel"
   ok "$model codegen" codegen "$GOLDEN/$model.ir" && has "$model codegen" "define void @kiln_"
 done
+
+# Saved modules (jit::save; the format's compat files): every verb reads them, inspect shows
+# the metadata, run uses the module's parameters and named inputs, extract writes safetensors.
+MODULE="$DATA/../compat/v1_forward.kiln"
+for verb in dump verify dot; do ok "module $verb" "$verb" "$MODULE"; done
+ok "module opt" opt "$MODULE" && has "module opt" 'graph @forward\(%0: f32\[B,1,12,12\]\)'
+ok "module inspect" inspect "$MODULE"
+has "inspect versions" '^saved module: format 1, written by kiln [0-9.]+$'
+has "inspect signature" '^  input  input0: f32\[B,1,12,12\]$'
+has "inspect dynamic dims" '^dynamic dims: B$'
+has "inspect parameters" '^  conv.weight +f32\[4,1,3,3\] +144 B$'
+has "inspect kernels" '^kernels it compiles \(at B=64\): [1-9]'
+has "inspect kernel groups" '^  kernel 0: fused '
+ok "module inspect --dim" inspect "$MODULE" --dim B=1 && has "inspect at B=1" 'at B=1'
+KILN_CACHE_DIR="$TMP/kernels" ok "module run named input" run "$MODULE" --input "input0=$DATA/../compat/v1_forward.in0.npy"
+has "module run fuses" '^output 0: f32\[3,3\]'
+has "module run kernels" '^plan: [1-9][0-9]* fused kernel'
+KILN_CACHE_DIR="$TMP/kernels" ok "module run random input" run "$MODULE" --dim B=2 && has "module run random" '^output 0: f32\[2,3\]'
+bad "module run wrong input" 1 'input 0 \(input0\) of @forward is f32\[B,1,12,12\]' run "$MODULE" --input "input0=$TMP/v4.npy"
+ok "module extract" extract "$MODULE" -o "$TMP/w.safetensors" && has "module extract" 'wrote .*w.safetensors \([0-9]+ tensors'
+if grep -q '"conv.weight"' "$TMP/w.safetensors"; then passed=$((passed + 1)); else fail "extract writes the tensors"; fi
+bad "extract of IR text" 1 'holds no tensors' extract "$DATA/mlp.ir" -o "$TMP/x.safetensors"
+head -c 100 "$MODULE" >"$TMP/cut.kiln"
+bad "truncated module" 1 'cut.kiln: the metadata section claims [0-9]+ bytes but 76 remain' inspect "$TMP/cut.kiln"
 
 echo "kiln_ir_test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
