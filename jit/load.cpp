@@ -15,7 +15,7 @@
 #include "jit/module_file.h"
 #include "jit/run.h"
 #include "jit/save.h"
-#include "nn/safetensors.h"
+#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/files.h"
@@ -350,14 +350,15 @@ void LoadedFunction::load_parameters(const std::string& path, bool strict) {
     for (const auto& [name, t] : named_parameters())
       KILN_CHECK(file.count(name), "@{}: {} has no tensor '{}' ({})", state_->info.name, path, name, t.type().str());
   }
-  for (const auto& [name, t] : file) {
+  for (const auto& entry : file) {
+    const std::string& name = entry.first;  // named, not bound: the lambda captures it (clang 14)
     bool known = std::any_of(state_->info.parameters.begin(), state_->info.parameters.end(),
                              [&](const ParameterInfo& p) { return p.name == name && !p.constant; });
     if (!known) {
       KILN_CHECK(!strict, "@{}: {} holds '{}', which is no parameter", state_->info.name, path, name);
       continue;
     }
-    set_parameter(name, t);
+    set_parameter(name, entry.second);
   }
 }
 

@@ -14,7 +14,7 @@
 #include "jit/module_file.h"
 #include "jit/save.h"
 #include "jit/tracer.h"
-#include "nn/safetensors.h"
+#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/files.h"
@@ -253,6 +253,23 @@ void save(const Function& fn, const std::string& path, const SaveOptions& option
   }
   size_t num_params = g.params.size();
   constants_to_params(g, values);
+  // Gradients the trace bound as inputs (a parameter's grad() was set when it was traced) but
+  // that nothing reads: not part of what a call needs.
+  std::vector<char> read(g.types.size(), 0);
+  for (const ir::Node& n : g.nodes)
+    for (uint32_t v : n.inputs) read[v] = 1;
+  for (uint32_t v : g.outputs) read[v] = 1;
+  std::vector<uint32_t> kept_inputs;
+  std::vector<std::pair<size_t, size_t>> grad_inputs;  // (param, position in kept_inputs)
+  int rng_input = -1;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    auto grad = std::find_if(t.grad_inputs.begin(), t.grad_inputs.end(), [&](auto& e) { return e.second == i; });
+    if (grad != t.grad_inputs.end() && !read[g.inputs[i]]) continue;
+    if (grad != t.grad_inputs.end()) grad_inputs.emplace_back(grad->first, kept_inputs.size());
+    if (static_cast<int>(i) == t.rng_input) rng_input = static_cast<int>(kept_inputs.size());
+    kept_inputs.push_back(g.inputs[i]);
+  }
+  g.inputs = std::move(kept_inputs);
   ir::verify(g);
 
   json meta;
@@ -267,10 +284,10 @@ void save(const Function& fn, const std::string& path, const SaveOptions& option
   }
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     if (i < t.num_args) graph_inputs.push_back({{"kind", "arg"}, {"index", i}});
-    else if (static_cast<int>(i) == t.rng_input) graph_inputs.push_back({{"kind", "random_state"}});
+    else if (static_cast<int>(i) == rng_input) graph_inputs.push_back({{"kind", "random_state"}});
     else {
-      auto it = std::find_if(t.grad_inputs.begin(), t.grad_inputs.end(), [&](auto& e) { return e.second == i; });
-      KILN_ASSERT(it != t.grad_inputs.end());
+      auto it = std::find_if(grad_inputs.begin(), grad_inputs.end(), [&](auto& e) { return e.second == i; });
+      KILN_ASSERT(it != grad_inputs.end());
       graph_inputs.push_back({{"kind", "grad"}, {"param", g.param_names[it->first]}});
     }
   }

@@ -11,7 +11,6 @@
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/optim.h"
-#include "nn/safetensors.h"
 #include "runtime/allocator.h"
 #include "runtime/api.h"
 #include "runtime/backend.h"
@@ -20,4 +19,5 @@
 #include "runtime/error.h"
 #include "runtime/parallel.h"
 #include "runtime/profiler.h"
+#include "runtime/safetensors.h"
 #include "runtime/tensor.h"

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "autograd/autograd.h"
-#include "nn/safetensors.h"
+#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 

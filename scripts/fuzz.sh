@@ -33,7 +33,7 @@ args_for() {
     npy_fuzz) echo "tools/fuzz/corpus-npy -max_len=4096" ;;
     safetensors_fuzz) echo "tools/fuzz/corpus-safetensors -dict=tools/fuzz/safetensors.dict -max_len=4096" ;;
     disk_cache_fuzz) echo "tools/fuzz/corpus-disk-cache -max_len=1024" ;;
-    module_fuzz) echo "tools/fuzz/corpus-module tests/compat -dict=tools/fuzz/module.dict -max_len=16384" ;;
+    module_fuzz) echo "tests/compat -dict=tools/fuzz/module.dict -max_len=32768" ;;
   esac
 }
 for t in "${targets[@]}"; do

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "jit/module_file.h"
-#include "nn/safetensors.h"
+#include "runtime/safetensors.h"
 #include "runtime/check.h"
 #include "tools/kiln_ir.h"
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -16,8 +17,10 @@
 #include "jit_test_util.h"
 #include "nn/layers.h"
 #include "nn/module.h"
-#include "nn/safetensors.h"
+#include "runtime/safetensors.h"
+#include "nn/optim.h"
 #include "runtime/api.h"
+#include "runtime/files.h"
 
 namespace kiln {
 namespace {
@@ -51,8 +54,9 @@ std::string read_all(const std::string& path) {
 TEST(Save, ForwardRoundTripsWithTheOriginalsResults) {
   manual_seed(1);
   Net net;
-  net.eval();
   Tensor x = randn({8, 3, 4});
+  sum(net(x)).backward();  // trained: its parameters hold gradients, which a forward never reads
+  net.eval();
   NoGradGuard no_grad;
   jit::Function fast = jit::trace_module(net, x);
   std::string path = temp_path("forward.kiln");
@@ -206,6 +210,97 @@ TEST(Save, ConcurrentCallsAgree) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok, std::vector<int>(4, 1));
   std::remove(path.c_str());
+}
+
+// ---- in another process --------------------------------------------------------------------
+// The parent saves a forward and a training step mid-training, records what the originals
+// give next, and runs this binary again (SaveChild, with KILN_SAVE_CHILD naming the folder),
+// which loads both and writes what the loaded ones give. The two must be identical.
+// (run_program gives no output for a child that fails: a failed child fails the parent.)
+
+std::string child_dir() {
+  const char* d = std::getenv("KILN_SAVE_CHILD");
+  return d ? d : "";
+}
+
+// Disabled: only SaveAcrossProcesses runs it, in its child process.
+TEST(SaveChild, DISABLED_LoadsAndRunsWhatTheParentSaved) {
+  std::string dir = child_dir();
+  ASSERT_FALSE(dir.empty()) << "run by SaveAcrossProcesses, with KILN_SAVE_CHILD set";
+  NoGradGuard no_grad;
+  jit::LoadedFunction forward = jit::load(dir + "/forward.kiln");
+  save_npy(forward(load_npy(dir + "/x.npy")), dir + "/forward_out.npy");
+  jit::LoadedFunction step = jit::load(dir + "/step.kiln");
+  step.restore_random_state();  // the dropout masks the original drew after the save
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = load_npy(fmt::format("{}/x{}.npy", dir, i)), y = load_npy(fmt::format("{}/y{}.npy", dir, i));
+    save_npy(step(x, y), fmt::format("{}/loss{}.npy", dir, i));
+  }
+  for (auto& [name, p] : step.named_parameters()) save_npy(p, fmt::format("{}/param_{}.npy", dir, name));
+}
+
+TEST(SaveAcrossProcesses, ForwardAndStepGiveTheOriginalsResults) {
+  if (!child_dir().empty()) GTEST_SKIP() << "the child's side is SaveChild";
+  std::string dir = temp_path("processes");
+  std::filesystem::create_directories(dir);
+  manual_seed(20);
+  Net net;
+  {
+    NoGradGuard no_grad;
+    net.eval();
+    Tensor x = randn({7, 3, 4});
+    save_npy(x, dir + "/x.npy");
+    jit::Function fast = jit::trace_module(net, randn({4, 3, 4}));
+    jit::save(fast, dir + "/forward.kiln", jit::SaveOptions().dynamic(0, 0, "B"));
+    save_npy(fast(x), dir + "/forward_want.npy");
+    net.train();
+  }
+  optim::AdamW opt(net.parameters(), 1e-2);
+  Tensor x0 = randn({6, 3, 4}), y0 = randint(0, 5, {6});
+  jit::Function step = jit::trace([&](Tensor x, Tensor y) { return test::train_step(net, opt, x, y); }, {x0, y0});
+  step(x0, y0);
+  step(x0, y0);
+  jit::SaveOptions o;
+  o.parameter_names = net.named_parameters();
+  std::vector<Tensor> xs, ys, losses;
+  for (int i = 0; i < 3; ++i) {
+    xs.push_back(randn({6, 3, 4})), ys.push_back(randint(0, 5, {6}));
+    save_npy(xs.back(), fmt::format("{}/x{}.npy", dir, i));
+    save_npy(ys.back(), fmt::format("{}/y{}.npy", dir, i));
+  }
+  jit::save(step, dir + "/step.kiln", o);  // keeps the generator's state now
+  for (size_t i = 0; i < xs.size(); ++i) losses.push_back(step(xs[i], ys[i]));
+
+  std::optional<std::string> out = files::run_program(
+      {fmt::format("/proc/{}/exe", ::getpid()), "--gtest_also_run_disabled_tests", "--gtest_filter=SaveChild.*"}, {"KILN_SAVE_CHILD=" + dir});
+  ASSERT_TRUE(out.has_value()) << "the child process failed";
+  EXPECT_TRUE(test::bitwise_equal(load_npy(dir + "/forward_out.npy"), load_npy(dir + "/forward_want.npy")));
+  for (size_t i = 0; i < losses.size(); ++i)
+    EXPECT_TRUE(test::bitwise_equal(load_npy(fmt::format("{}/loss{}.npy", dir, i)), losses[i])) << "step " << i;
+  for (auto& [name, p] : net.named_parameters()) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(test::bitwise_equal(load_npy(fmt::format("{}/param_{}.npy", dir, name)), p));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Save, TheTensorsSectionIsASafetensorsFileOtherToolsRead) {
+  manual_seed(7);
+  Net net;
+  net.eval();
+  NoGradGuard no_grad;
+  std::string path = temp_path("extract.kiln"), weights = temp_path("extract.safetensors");
+  jit::save_module(net, randn({2, 3, 4}), path);
+  std::string bytes = read_all(path);
+  std::ofstream(weights, std::ios::binary) << jit::split_module(bytes, path).tensors;  // kiln-ir extract
+  std::map<std::string, Tensor> read = load_safetensors(weights);
+  for (auto& [name, p] : net.named_parameters()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(read.count(name));
+    EXPECT_TRUE(test::bitwise_equal(read[name], p));
+  }
+  std::remove(path.c_str());
+  std::remove(weights.c_str());
 }
 
 // ---- hostile files -------------------------------------------------------------------------

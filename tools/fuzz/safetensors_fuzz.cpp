@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "nn/safetensors.h"
+#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/error.h"
 

@@ -1,4 +1,4 @@
-// nn/safetensors.h -- tensors to and from the safetensors format (Hugging Face's), so weights
+// runtime/safetensors.h -- tensors to and from the safetensors format (Hugging Face's), so weights
 // move between kiln, PyTorch, JAX and others.
 #pragma once
 

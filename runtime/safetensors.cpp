@@ -1,5 +1,5 @@
-// nn/safetensors.cpp -- the safetensors format: u64 header length, JSON header, raw data.
-#include "nn/safetensors.h"
+// runtime/safetensors.cpp -- the safetensors format: u64 header length, JSON header, raw data.
+#include "runtime/safetensors.h"
 
 #include <cstring>
 #include <limits>
