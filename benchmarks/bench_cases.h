@@ -43,7 +43,6 @@ struct Mlp {
 };
 
 int first_call_probe();  // jit_bench.cpp
-int load_first_call_probe(const char* module_path);  // load_bench.cpp
 
 // ---- the kernels a training step spends its time in (train_bench.cpp, torch_train_bench.cpp):
 // the same shapes and the same FLOP and byte counts for kiln and LibTorch -------------------

@@ -194,7 +194,6 @@ const char* TableReporter::kiln_isa() { return kiln::cpu_kernel_isa(); }
 int main(int argc, char** argv) {
   // A child run by jit_bench.cpp to time a first call in a fresh process.
   if (argc == 2 && std::string(argv[1]) == "--kiln-first-call") return kiln::bench::first_call_probe();
-  if (argc == 3 && std::string(argv[1]) == "--kiln-load-first-call") return kiln::bench::load_first_call_probe(argv[2]);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   TableReporter reporter;

@@ -46,7 +46,9 @@ const std::string& digits_module() {
 void BM_LoadFirstCall(benchmark::State& s, bool warm) {
   std::string dir = (fs::temp_directory_path() / fmt::format("kiln-bench-load-cache-{}", ::getpid())).string();
   fs::remove_all(dir);
-  std::vector<std::string> argv = {fmt::format("/proc/{}/exe", ::getpid()), "--kiln-load-first-call", digits_module()};
+  // The probe is built beside this binary.
+  std::string probe = (fs::read_symlink(fmt::format("/proc/{}/exe", ::getpid())).parent_path() / "kiln_load_probe").string();
+  std::vector<std::string> argv = {probe, digits_module()};
   if (warm) files::run_program(argv, {"KILN_CACHE_DIR=" + dir});  // fills the disk cache
   double process = 0;
   for (auto _ : s) {
@@ -88,19 +90,3 @@ BENCHMARK(BM_LoadedCall)->Name("digits_forward_call[1]/jit_loaded");
 
 }  // namespace
 
-namespace kiln::bench {
-
-// The child's side of BM_LoadFirstCall: prints the milliseconds from jit::load to the end of
-// the first call.
-int load_first_call_probe(const char* path) {
-  NoGradGuard g;
-  Tensor x = randn({1, 1, 8, 8});
-  auto t0 = std::chrono::steady_clock::now();
-  jit::LoadedFunction f = jit::load(path);
-  Tensor y = f(x);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%.4f\n", ms);
-  return y.numel() == 10 ? 0 : 1;
-}
-
-}  // namespace kiln::bench

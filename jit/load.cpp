@@ -309,12 +309,11 @@ std::vector<Tensor> LoadedFunction::call(std::span<const Tensor> inputs) const {
   const State& s = *state_;
   KILN_CHECK(inputs.size() == s.info.inputs.size(), "@{}: takes {} inputs ({}), got {}", s.info.name,
              s.info.inputs.size(), fmt::join(s.input_names, ", "), inputs.size());
-  std::vector<TensorType> types;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < inputs.size(); ++i)
     KILN_CHECK(inputs[i].defined(), "@{}: input '{}' is undefined", s.info.name, s.input_names[i]);
-    types.push_back(inputs[i].type());
-  }
-  ir::bind_dims(s.graph, types, s.input_names, "@" + s.info.name);  // named errors, before any trace
+  // A call whose types differ from every earlier one's is a new signature: it traces the
+  // replay, whose bind_dims names a wrong dtype, rank or dim. A call that finds its plan pays
+  // for nothing more than a traced function's does.
   if (!s.info.training_step) return s.fn->call(inputs);
   NoGradGuard no_grad;  // the step's gradients are inside its graph
   return s.fn->call(inputs);

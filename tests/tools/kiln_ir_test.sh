@@ -221,7 +221,7 @@ done
 # Saved modules (jit::save; the format's compat files): every verb reads them, inspect shows
 # the metadata, run uses the module's parameters and named inputs, extract writes safetensors.
 MODULE="$DATA/../compat/v1_forward.kiln"
-for verb in dump verify dot; do ok "module $verb" "$verb" "$MODULE"; done
+for verb in dump verify dot codegen; do ok "module $verb" "$verb" "$MODULE"; done
 ok "module opt" opt "$MODULE" && has "module opt" 'graph @forward\(%0: f32\[B,1,12,12\]\)'
 ok "module inspect" inspect "$MODULE"
 has "inspect versions" '^saved module: format 1, written by kiln [0-9.]+$'
