@@ -2,7 +2,8 @@
 # scripts/check_includes.sh -- keeps the layers of DESIGN.md in order and heavy headers where it
 # puts them. A layer includes only itself and the layers above it (runtime, autograd, ir,
 # codegen, jit, distributed, nn, then tools); LLVM's headers only in codegen/llvm/*.cpp, CUDA's
-# only in files named *cuda*, oneDNN's only in runtime/ops/conv_onednn.cpp (and its reference
+# only in files named *cuda*, Gloo's only in distributed/*.cpp, oneDNN's only in
+# runtime/ops/conv_onednn.cpp (and its reference
 # benchmark), and none in a public header (the headers kiln/kiln.h reaches). Exits 1 listing
 # each offending line.
 set -euo pipefail
@@ -42,6 +43,12 @@ while IFS= read -r hit; do
     report "oneDNN header outside runtime/ops/conv_onednn.cpp: $hit"
 done < <(grep -rnE '#include\s*[<"]oneapi/dnnl/' --include='*.h' --include='*.cpp' \
            runtime autograd ir codegen jit nn tools kiln benchmarks examples tests 2>/dev/null || true)
+
+while IFS= read -r hit; do
+  file="${hit%%:*}"
+  [[ "$file" == distributed/*.cpp ]] || report "Gloo header outside distributed/*.cpp: $hit"
+done < <(grep -rnE '#include\s*[<"]gloo/' --include='*.h' --include='*.cpp' \
+           runtime autograd ir codegen jit distributed nn tools kiln benchmarks examples tests 2>/dev/null || true)
 
 # Every header kiln/kiln.h reaches, followed through quoted includes.
 declare -A seen

@@ -18,6 +18,7 @@ packages=(
   libxxhash-dev          # the kernel caches' keys and the disk cache's checksums
   libcli11-dev           # kiln-ir's command line (tools/)
   libdlpack-dev          # to_dlpack / from_dlpack: tensors shared with other libraries
+  libgloo-dev            # distributed/: collectives across processes (PyTorch's CPU engine)
   clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizers for scripts/fuzz.sh (tools/fuzz)
 )
 case "${1:-}" in

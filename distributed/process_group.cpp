@@ -1,0 +1,451 @@
+// distributed/process_group.cpp -- the process group over Gloo (TCP): rendezvous through the
+// TcpStore, every collective on one worker thread in issue order, its errors turned into
+// kiln::Errors that name the collective and the ranks that did not arrive.
+#include "distributed/process_group.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "distributed/tcp_store.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
+
+namespace kiln::distributed {
+
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = std::move(e);
+    }
+    cv.notify_all();
+  }
+};
+
+void Work::wait() const {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::completed() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+namespace {
+
+int env_int(const char* name, int fallback, bool required) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    KILN_CHECK(!required, "distributed: {} is not set (launch with kiln-run or set RANK, WORLD_SIZE, MASTER_ADDR "
+               "and MASTER_PORT)", name);
+    return fallback;
+  }
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  KILN_CHECK(*end == '\0' && x >= 0 && x <= INT32_MAX, "distributed: {}='{}' is not a non-negative integer", name, v);
+  return static_cast<int>(x);
+}
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+
+// Gloo's store interface over ours.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(TcpStore& s, std::chrono::milliseconds timeout) : s_(s), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override { s_.set("gloo/" + key, data); }
+  std::vector<char> get(const std::string& key) override { return s_.get("gloo/" + key, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    for (const std::string& k : keys) s_.get("gloo/" + k, timeout);
+  }
+
+ private:
+  TcpStore& s_;
+  std::chrono::milliseconds timeout_;
+};
+
+// The element types Gloo reduces, by kiln dtype.
+template <class F> auto by_dtype(DType t, const char* what, F f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    case DType::I32: return f(int32_t{});
+    case DType::I64: return f(int64_t{});
+    case DType::U8: return f(uint8_t{});
+    default:
+      throw Error(fmt::format("distributed: {}: dtype {} is not supported by the Gloo backend (f32, f64, i32, i64, u8)",
+                              what, dtype_name(t)));
+  }
+}
+
+template <class T> gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
+  using Fn = void (*)(void*, const void*, const void*, size_t);  // Gloo's untyped form of each
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return static_cast<Fn>(&gloo::sum<T>);
+    case ReduceOp::Max: return static_cast<Fn>(&gloo::max<T>);
+    case ReduceOp::Min: return static_cast<Fn>(&gloo::min<T>);
+  }
+  return static_cast<Fn>(&gloo::sum<T>);
+}
+
+class GlooBackend final : public Backend {
+ public:
+  explicit GlooBackend(const Options& o) : o_(o) {
+    KILN_CHECK(o.world_size >= 1, "distributed: world_size must be at least 1, got {}", o.world_size);
+    KILN_CHECK(o.rank >= 0 && o.rank < o.world_size, "distributed: rank {} is outside 0..{}", o.rank, o.world_size - 1);
+    KILN_CHECK(o.timeout.count() > 0, "distributed: the timeout must be positive");
+    store_ = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = !o.hostname.empty() ? o.hostname : is_loopback(o.master_addr) ? "127.0.0.1" : host_name();
+    try {
+      auto dev = gloo::transport::tcp::CreateDevice(attr);
+      ctx_ = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
+      ctx_->setTimeout(o.timeout);
+      StoreAdapter adapter(*store_, o.timeout);
+      ctx_->connectFullMesh(adapter, dev);
+      // Every rank has connected before any leaves the rendezvous (rank 0's store must outlive
+      // the others' reads of it).
+      gloo::BarrierOptions b(ctx_);
+      b.setTag(next_tag_++);
+      gloo::barrier(b);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("distributed: rank {} of {} could not connect to the others through {}:{} within {} ms: {}",
+                              o.rank, o.world_size, o.master_addr, o.master_port, o.timeout.count(), e.what()));
+    }
+    worker_ = std::thread([this] { run(); });
+  }
+
+  ~GlooBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  int rank() const override { return o_.rank; }
+  int world_size() const override { return o_.world_size; }
+
+  Work all_reduce(Tensor t, ReduceOp op) override {
+    return enqueue("all_reduce", t, [this, t, op](uint32_t tag) mutable {
+      by_dtype(t.dtype(), "all_reduce", [&](auto zero) {
+        using T = decltype(zero);
+        gloo::AllreduceOptions opts(ctx_);
+        opts.setOutput(static_cast<T*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+        opts.setReduceFunction(reduce_fn<T>(op));
+        opts.setTag(tag);
+        opts.setTimeout(o_.timeout);
+        gloo::allreduce(opts);
+        return 0;
+      });
+      if (op == ReduceOp::Mean) t.div_(static_cast<double>(o_.world_size));
+    });
+  }
+
+  Work broadcast(Tensor t, int root) override {
+    return enqueue("broadcast", t, [this, t, root](uint32_t tag) {
+      by_dtype(t.dtype(), "broadcast", [&](auto zero) {
+        using T = decltype(zero);
+        gloo::BroadcastOptions opts(ctx_);
+        opts.setOutput(static_cast<T*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+        opts.setRoot(root);
+        opts.setTag(tag);
+        opts.setTimeout(o_.timeout);
+        gloo::broadcast(opts);
+        return 0;
+      });
+    });
+  }
+
+  Work all_gather(Tensor out, Tensor in) override {
+    return enqueue("all_gather", in, [this, out, in](uint32_t tag) {
+      by_dtype(in.dtype(), "all_gather", [&](auto zero) {
+        using T = decltype(zero);
+        gloo::AllgatherOptions opts(ctx_);
+        opts.setInput(static_cast<T*>(in.data_ptr()), static_cast<size_t>(in.numel()));
+        opts.setOutput(static_cast<T*>(out.data_ptr()), static_cast<size_t>(out.numel()));
+        opts.setTag(tag);
+        opts.setTimeout(o_.timeout);
+        gloo::allgather(opts);
+        return 0;
+      });
+    });
+  }
+
+  // Gloo's reduce-scatter is an older, float-only algorithm class; this is its all-reduce and
+  // this rank's block (twice the traffic of a true reduce-scatter; fine for the CPU engine).
+  Work reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    return enqueue("reduce_scatter", in, [this, out, in, op](uint32_t tag) mutable {
+      Tensor all = in.clone();
+      by_dtype(in.dtype(), "reduce_scatter", [&](auto zero) {
+        using T = decltype(zero);
+        gloo::AllreduceOptions opts(ctx_);
+        opts.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
+        opts.setReduceFunction(reduce_fn<T>(op));
+        opts.setTag(tag);
+        opts.setTimeout(o_.timeout);
+        gloo::allreduce(opts);
+        return 0;
+      });
+      int64_t block = all.shape()[0] / o_.world_size;
+      Tensor mine = all.narrow(0, o_.rank * block, block);
+      if (op == ReduceOp::Mean) mine = mine / static_cast<double>(o_.world_size);
+      out.copy_(mine);
+    });
+  }
+
+  Work barrier() override {
+    return enqueue("barrier", Tensor(), [this](uint32_t tag) {
+      gloo::BarrierOptions opts(ctx_);
+      opts.setTag(tag);
+      opts.setTimeout(o_.timeout);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  struct Op {
+    const char* name;
+    Tensor t;  // the operand checked across ranks (undefined for a barrier)
+    std::function<void(uint32_t)> run;
+    std::shared_ptr<Work::State> state;
+  };
+
+  static std::string host_name() {
+    char buf[256] = {};
+    KILN_CHECK(::gethostname(buf, sizeof buf - 1) == 0, "distributed: gethostname failed: {}", std::strerror(errno));
+    return buf;
+  }
+
+  Work enqueue(const char* name, Tensor t, std::function<void(uint32_t)> run) {
+    auto state = std::make_shared<Work::State>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({name, std::move(t), std::move(run), state});
+    }
+    cv_.notify_all();
+    return Work(state);
+  }
+
+  void run() {
+    for (;;) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      uint64_t seq = ++seq_;
+      try {
+        try {
+          if (o_.check) check(op, seq);
+          op.run(next_tag_++);
+          op.state->finish(nullptr);
+        } catch (const Error&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw Error(failure(op.name, seq, e.what()));
+        }
+      } catch (...) {
+        op.state->finish(std::current_exception());
+      }
+    }
+  }
+
+  // The cheap per-collective check: each rank marks its arrival in the store, then the ranks
+  // exchange (kind, dtype, shape) and compare.
+  static constexpr int kRecord = 11;  // kind, dtype, rank of the shape, then up to 8 sizes
+  void check(const Op& op, uint64_t seq) {
+    std::vector<char> mark(sizeof seq);
+    std::memcpy(mark.data(), &seq, sizeof seq);
+    store_->set(fmt::format("arrived/{}", o_.rank), mark);
+    int64_t mine[kRecord] = {};
+    mine[0] = static_cast<int64_t>(std::hash<std::string_view>{}(op.name) & 0xffffff);
+    if (op.t.defined()) {
+      mine[1] = static_cast<int64_t>(op.t.dtype()) + 1;
+      mine[2] = op.t.dim();
+      for (int64_t d = 0; d < op.t.dim() && d < kRecord - 3; ++d) mine[3 + d] = op.t.shape()[d];
+    }
+    std::vector<int64_t> all(static_cast<size_t>(kRecord * o_.world_size));
+    gloo::AllgatherOptions opts(ctx_);
+    opts.setInput(mine, kRecord);
+    opts.setOutput(all.data(), all.size());
+    opts.setTag(next_tag_++);
+    opts.setTimeout(o_.timeout);
+    gloo::allgather(opts);
+    auto describe = [&](const int64_t* r) {
+      if (r[1] == 0) return std::string("no tensor (a barrier)");
+      Dims shape;
+      for (int64_t d = 0; d < std::min<int64_t>(r[2], kRecord - 3); ++d) shape.push_back(r[3 + d]);
+      return fmt::format("{}{}", dtype_name(static_cast<DType>(r[1] - 1)), shape_str(shape));
+    };
+    for (int r = 0; r < o_.world_size; ++r) {
+      const int64_t* theirs = all.data() + r * kRecord;
+      if (std::equal(mine, mine + kRecord, theirs)) continue;
+      if (theirs[0] != mine[0])
+        throw Error(fmt::format("distributed: {} (collective #{}) on rank {}: rank {} called another collective at "
+                                "this point; every rank must issue the same collectives in the same order",
+                                op.name, seq, o_.rank, r));
+      throw Error(fmt::format("distributed: {} (collective #{}): rank {} gives {} but rank {} gives {}; every rank "
+                              "must pass the same dtype and shape (Options::check)",
+                              op.name, seq, o_.rank, describe(mine), r, describe(theirs)));
+    }
+  }
+
+  // A collective failed in the engine (a timeout, a closed connection): which ranks did not
+  // arrive at it, from their marks in the store.
+  std::string failure(const char* name, uint64_t seq, const std::string& why) {
+    std::string ranks;
+    if (o_.check) {
+      try {
+        std::vector<int> missing;
+        for (int r = 0; r < o_.world_size; ++r) {
+          std::vector<char> v;
+          uint64_t s = 0;
+          if (store_->try_get(fmt::format("arrived/{}", r), &v) && v.size() == sizeof s) std::memcpy(&s, v.data(), sizeof s);
+          if (s < seq) missing.push_back(r);
+        }
+        ranks = missing.empty() ? " (every rank arrived at it; a connection broke)"
+                                : fmt::format(": rank {} did not arrive (it died, or never called {})",
+                                              fmt::join(missing, ", "), name);
+      } catch (const Error&) {
+        ranks = ": rank 0 (which serves the rendezvous store) is unreachable: it died";
+      }
+    }
+    return fmt::format("distributed: {} (collective #{}) failed on rank {} of {} within the {} ms timeout{}; Gloo: {}",
+                       name, seq, o_.rank, o_.world_size, o_.timeout.count(), ranks, why);
+  }
+
+  Options o_;
+  std::unique_ptr<TcpStore> store_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  bool stopping_ = false;
+  uint32_t next_tag_ = 1;  // the worker's (and the constructor's) alone
+  uint64_t seq_ = 0;
+  std::thread worker_;
+};
+
+Tensor contiguous_cpu(const Tensor& t, const char* what) {
+  KILN_CHECK(t.defined(), "distributed: {}: the tensor is undefined", what);
+  KILN_CHECK(t.device().is_cpu(), "distributed: {}: {} is on {}; the Gloo backend takes CPU tensors (NCCL will take "
+             "CUDA ones)", what, t.type().str(), t.device().str());
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+}  // namespace
+
+Options options_from_env() {
+  Options o;
+  o.rank = env_int("RANK", -1, true);
+  o.world_size = env_int("WORLD_SIZE", -1, true);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) o.master_addr = a;
+  o.master_port = env_int("MASTER_PORT", o.master_port, false);
+  o.timeout = std::chrono::milliseconds(env_int("KILN_DIST_TIMEOUT_MS", static_cast<int>(o.timeout.count()), false));
+  if (const char* h = std::getenv("KILN_DIST_HOSTNAME"); h && *h) o.hostname = h;
+  o.check = env_int("KILN_DIST_CHECK", 1, false) != 0;
+  return o;
+}
+
+ProcessGroup::ProcessGroup(const Options& options) : backend_(std::make_unique<GlooBackend>(options)) {}
+ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
+ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
+int ProcessGroup::rank() const { return backend_->rank(); }
+int ProcessGroup::world_size() const { return backend_->world_size(); }
+Backend& ProcessGroup::backend() const { return *backend_; }
+
+Work all_reduce_async(ProcessGroup& pg, Tensor& t, ReduceOp op) {
+  KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()), "distributed: all_reduce: mean of {} (an integer dtype); use "
+             "sum", t.type().str());
+  Tensor c = contiguous_cpu(t, "all_reduce");
+  Work w = pg.backend().all_reduce(c, op);
+  if (c.impl() == t.impl()) return w;
+  w.wait();  // reduced through a copy: written back before the caller sees it
+  t.copy_(c);
+  return w;
+}
+
+void all_reduce(ProcessGroup& pg, Tensor& t, ReduceOp op) { all_reduce_async(pg, t, op).wait(); }
+
+Work broadcast_async(ProcessGroup& pg, Tensor& t, int root) {
+  KILN_CHECK(root >= 0 && root < pg.world_size(), "distributed: broadcast: root {} is outside 0..{}", root,
+             pg.world_size() - 1);
+  Tensor c = contiguous_cpu(t, "broadcast");
+  Work w = pg.backend().broadcast(c, root);
+  if (c.impl() == t.impl()) return w;
+  w.wait();
+  t.copy_(c);
+  return w;
+}
+
+void broadcast(ProcessGroup& pg, Tensor& t, int root) { broadcast_async(pg, t, root).wait(); }
+
+Tensor all_gather(ProcessGroup& pg, const Tensor& t) {
+  Tensor in = contiguous_cpu(t, "all_gather");
+  Dims shape = in.shape().vec();
+  shape.insert(0, pg.world_size());
+  Tensor out = empty(shape, in.dtype());
+  pg.backend().all_gather(out, in).wait();
+  return out;
+}
+
+Tensor reduce_scatter(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
+  Tensor in = contiguous_cpu(t, "reduce_scatter");
+  KILN_CHECK(in.dim() >= 1 && in.shape()[0] % pg.world_size() == 0,
+             "distributed: reduce_scatter: dim 0 of {} must divide into {} blocks (one per rank)", in.type().str(),
+             pg.world_size());
+  KILN_CHECK(op != ReduceOp::Mean || is_float(in.dtype()), "distributed: reduce_scatter: mean of {} (an integer "
+             "dtype); use sum", in.type().str());
+  Dims shape = in.shape().vec();
+  shape[0] /= pg.world_size();
+  Tensor out = empty(shape, in.dtype());
+  pg.backend().reduce_scatter(out, in, op).wait();
+  return out;
+}
+
+void barrier(ProcessGroup& pg) { pg.backend().barrier().wait(); }
+
+}  // namespace kiln::distributed
