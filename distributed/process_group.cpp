@@ -25,6 +25,7 @@
 
 #include "distributed/tcp_store.h"
 #include "runtime/api.h"
+#include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 
 namespace kiln::distributed {
@@ -266,6 +267,7 @@ class GlooBackend final : public Backend {
   }
 
   void run() {
+    GradModeGuard no_grad(false);  // collectives write gradients and weights; nothing is taped
     for (;;) {
       Op op;
       {

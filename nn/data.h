@@ -23,11 +23,40 @@ class TensorDataset {
   int64_t size_ = 0;
 };
 
+/// Each rank's share of a dataset in data-parallel training, as PyTorch's DistributedSampler:
+/// every epoch, one permutation of the indices (from seed + epoch, so the same on every rank;
+/// the identity without shuffle) is padded by repeating its start to a multiple of num_replicas
+/// (or trimmed to one, with drop_last), and rank r takes every num_replicas-th index from r.
+/// The shards are disjoint apart from the padding and together cover the data set.
+///   data::DistributedSampler sampler(ds.size(), pg.world_size(), pg.rank(), true, 42);
+///   for (int epoch = 0; ...; ++epoch) {
+///     sampler.set_epoch(epoch);                            // a new shuffle, shared by the ranks
+///     for (auto batch : data::DataLoader(ds, 32, sampler)) ...
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// This rank's indices for the current epoch (i64, num_samples() of them).
+  Tensor indices() const;
+  int64_t num_samples() const { return per_rank_; }
+
+ private:
+  int64_t size_, per_rank_;
+  int replicas_, rank_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t epoch_ = 0;
+};
+
 /// Iterates over a dataset in batches; shuffles (with the kiln generator) at each begin().
 ///   for (auto batch : data::DataLoader(ds, 64, true)) { Tensor x = batch[0], y = batch[1]; }
 class DataLoader {
  public:
   DataLoader(const TensorDataset& dataset, int64_t batch_size, bool shuffle = false, bool drop_last = false);
+  /// The batches of this rank's share: the sampler's indices for its epoch, read at begin().
+  DataLoader(const TensorDataset& dataset, int64_t batch_size, const DistributedSampler& sampler,
+             bool drop_last = false);
 
   class Iterator {
    public:
@@ -51,6 +80,7 @@ class DataLoader {
   TensorDataset dataset_;  // a copy of the handles: the loader may outlive what it was given
   int64_t batch_size_;
   bool shuffle_, drop_last_;
+  const DistributedSampler* sampler_ = nullptr;  // the caller's: it outlives the loop
   Tensor order_;
 };
 
