@@ -30,15 +30,18 @@
 
 namespace kiln::distributed {
 
+// An operation's outcome. Its error is kept as text and thrown anew by each wait(): an
+// exception object is never shared between the worker thread and its waiters.
 struct Work::State {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
-  void finish(std::exception_ptr e) {
+  bool done = false, failed = false;
+  std::string error;
+  void finish(bool f, std::string e) {
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
+      failed = f;
       error = std::move(e);
     }
     cv.notify_all();
@@ -48,7 +51,7 @@ struct Work::State {
 void Work::wait() const {
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->failed) throw Error(state_->error);
 }
 
 bool Work::completed() const {
@@ -278,19 +281,20 @@ class GlooBackend final : public Backend {
         queue_.pop_front();
       }
       uint64_t seq = ++seq_;
+      std::string error;
+      bool failed = true;
       try {
-        try {
-          if (o_.check) check(op, seq);
-          op.run(next_tag_++);
-          op.state->finish(nullptr);
-        } catch (const Error&) {
-          throw;
-        } catch (const std::exception& e) {
-          throw Error(failure(op.name, seq, e.what()));
-        }
+        if (o_.check) check(op, seq);
+        op.run(next_tag_++);
+        failed = false;
+      } catch (const Error& e) {
+        error = e.what();
+      } catch (const std::exception& e) {
+        error = failure(op.name, seq, e.what());
       } catch (...) {
-        op.state->finish(std::current_exception());
+        error = failure(op.name, seq, "an unknown exception");
       }
+      op.state->finish(failed, std::move(error));
     }
   }
 

@@ -10,8 +10,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "runtime/check.h"
@@ -70,6 +71,21 @@ addrinfo* resolve(const std::string& host, int port, bool passive) {
   return res;
 }
 
+// A client retrying while rank 0 starts can be given the server's port as its own source port
+// and connect to itself (TCP's simultaneous open): that is no server.
+bool connected_to_itself(int fd) {
+  sockaddr_storage a{}, b{};
+  socklen_t la = sizeof a, lb = sizeof b;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &la) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&b), &lb) != 0)
+    return false;
+  if (la == lb && std::memcmp(&a, &b, la) == 0) {
+    errno = ECONNREFUSED;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 struct TcpStore::Server {
@@ -112,16 +128,22 @@ struct TcpStore::Server {
 
   void run() {
     while (!stopping) {
-      int fd = ::accept(listen_fd, nullptr, nullptr);
+      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR) continue;
-        return;  // closed: stopping
+        if (stopping || errno == EBADF || errno == EINVAL) return;  // closed: stopping
+        // Out of descriptors, an aborted connection: transient; the ranks retry meanwhile.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
       }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::lock_guard<std::mutex> lock(mu);
-      clients.push_back(fd);
-      handlers.emplace_back([this, fd] { serve(fd); });
+      try {
+        handlers.emplace_back([this, fd] { serve(fd); });
+        clients.push_back(fd);
+      } catch (const std::system_error&) {  // no thread for it: that client is refused
+        ::close(fd);
+      }
     }
   }
 
@@ -173,7 +195,7 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::m
     for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
       int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) continue;
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 && !connected_to_itself(fd)) {
         fd_ = fd;
         break;
       }
@@ -190,6 +212,11 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::m
   }
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Every request is bounded too: a server that stops answering (rank 0 stopped, its machine
+  // gone) is an error within the timeout, never a hang.
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
 TcpStore::~TcpStore() {

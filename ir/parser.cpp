@@ -339,7 +339,8 @@ class Parser {
           if (accept("*")) {  // a multiple of a symbol, `B*128`: one symbol named so
             int line = tok_.line, col = tok_.col;
             int64_t k = integer();
-            if (k < 2) fail_at(line, col, fmt::format("a dim {}*{} needs a factor of at least 2", name, k));
+            if (k < 2 || k > (int64_t{1} << 31))
+              fail_at(line, col, fmt::format("a dim {}*{} needs a factor from 2 to 2^31", name, k));
             name += "*" + std::to_string(k);
           }
           d.push_back(symbol(name));

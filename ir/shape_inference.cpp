@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "runtime/check.h"
+
 
 namespace kiln::ir {
 
@@ -17,8 +19,15 @@ int64_t ShapeInference::stand_in(const Graph& g, int64_t symbol) {
     int64_t base = 0;
     for (size_t j = 0; j < g.dim_names.size() && !base; ++j)
       if (g.dim_names[j] == f.base) base = symbol_dim(j);
-    int64_t b = base ? stand_in(g, base) : next_;
-    if (!base) next_ += 2;
+    int64_t b = 0;
+    if (base) {
+      b = stand_in(g, base);
+    } else {  // one stand-in per unnamed base, so B*2 and B*4 stay multiples of one size
+      auto [it, fresh] = unnamed_base_.try_emplace(std::string(f.base), next_);
+      if (fresh) next_ += 2;
+      b = it->second;
+    }
+    KILN_CHECK(b <= INT64_MAX / f.factor, "dim {}: too large a multiple", g.dim_names[k]);
     size = b * f.factor;
   } else {
     size = next_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 
 #include "ir/graph.h"
@@ -28,6 +29,7 @@ class ShapeInference {
   Dims symbolic(const Dims& d) const;
 
   std::unordered_map<int64_t, int64_t> to_size_, to_symbol_;
+  std::unordered_map<std::string, int64_t> unnamed_base_;  // B's stand-in where only B*k is named
   int64_t next_ = 1000003;
 };
 

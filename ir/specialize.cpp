@@ -60,6 +60,8 @@ DimSizes bind_dims(const Graph& g, std::span<const TensorType> types, std::span<
           sizes.emplace(std::string(f.base), n / f.factor);
           continue;
         }
+        KILN_CHECK(it->second <= INT64_MAX / f.factor, "{}: {} is {}: dim {} ({}) overflows with {} = {}", what, input(i),
+                   got.str(), d, name, f.base, it->second);
         KILN_CHECK(n == it->second * f.factor, "{}: {} is {}: dim {} is {}, expected {} = {} as {} is {} ({})", what,
                    input(i), got.str(), d, n, name, it->second * f.factor, f.base, it->second, want.str());
       }

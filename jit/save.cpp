@@ -67,8 +67,9 @@ std::vector<DynamicDim> dynamic_dims(const SavedPlan& sp, const SaveOptions& o) 
   return dims;
 }
 
-// The plan's function traced and optimized with the dynamic dims at `sizes`.
-ir::Graph trace_at(const SavedPlan& sp, const std::vector<DynamicDim>& dims, const std::vector<int64_t>& sizes) {
+// The plan's function traced and optimized with the dynamic dims at `sizes` (the graph in
+// trace.graph, with the bindings of that trace).
+Trace trace_at(const SavedPlan& sp, const std::vector<DynamicDim>& dims, const std::vector<int64_t>& sizes) {
   std::vector<Tensor> inputs;
   for (const Tensor& x : sp.example_inputs) inputs.push_back(x);
   for (size_t j = 0; j < dims.size(); ++j)
@@ -81,7 +82,8 @@ ir::Graph trace_at(const SavedPlan& sp, const std::vector<DynamicDim>& dims, con
     }
   GradModeGuard mode(sp.grad_mode);
   Trace t = trace_function(sp.fn, inputs, sp.name, sp.names);
-  return ir::run_passes(std::move(t.graph), ir::default_pipeline());
+  t.graph = ir::run_passes(std::move(t.graph), ir::default_pipeline());
+  return t;
 }
 
 struct Symbolizer {
@@ -182,15 +184,18 @@ struct Symbolizer {
   }
 };
 
-ir::Graph symbolize(const SavedPlan& sp, const std::vector<DynamicDim>& dims) {
+// The graph with the dynamic dims as symbols, in base->graph; `base` keeps the bindings of
+// the trace it came from (the tensors it captured, the gradients it reads and leaves), which
+// are the file's: the plan's own trace may have seen other gradients defined.
+void symbolize(const SavedPlan& sp, const std::vector<DynamicDim>& dims, Trace* base) {
   std::vector<int64_t> sizes;
   for (const DynamicDim& d : dims) sizes.push_back(d.base);
-  ir::Graph base = trace_at(sp, dims, sizes);
-  Symbolizer s{dims, base, {}, {}};
+  *base = trace_at(sp, dims, sizes);
+  Symbolizer s{dims, base->graph, {}, {}};
   for (size_t j = 0; j < dims.size(); ++j) {
     std::vector<int64_t> other = sizes;
     other[j] = dims[j].other;
-    s.variants.push_back(trace_at(sp, dims, other));
+    s.variants.push_back(trace_at(sp, dims, other).graph);
   }
   ir::Graph g = s.run();
   // The arguments' dynamic dims are the symbols themselves.
@@ -201,7 +206,7 @@ ir::Graph symbolize(const SavedPlan& sp, const std::vector<DynamicDim>& dims) {
                  "jit::save: dynamic dim {}: input {} dim {} does not follow it (the function does not read it?)",
                  d.name, i, k);
     }
-  return g;
+  base->graph = std::move(g);
 }
 
 // ---- constants to parameters, names, metadata ------------------------------------------
@@ -231,9 +236,11 @@ std::string type_text(const ir::Graph& g, uint32_t v) {
 
 void save(const Function& fn, const std::string& path, const SaveOptions& options) {
   SavedPlan sp = FunctionAccess::last_plan(fn);
-  const Trace& t = sp.trace;
   std::vector<DynamicDim> dims = dynamic_dims(sp, options);
-  ir::Graph g = dims.empty() ? sp.graph : symbolize(sp, dims);
+  Trace retraced;
+  if (!dims.empty()) symbolize(sp, dims, &retraced);
+  const Trace& t = dims.empty() ? sp.trace : retraced;
+  ir::Graph g = dims.empty() ? sp.graph : std::move(retraced.graph);
   KILN_CHECK(dims.empty() || t.rng_input < 0,
              "jit::save: @{} draws random numbers: its draws' offsets depend on the sizes, so it saves with static "
              "dims only",

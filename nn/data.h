@@ -57,6 +57,8 @@ class DataLoader {
   /// The batches of this rank's share: the sampler's indices for its epoch, read at begin().
   DataLoader(const TensorDataset& dataset, int64_t batch_size, const DistributedSampler& sampler,
              bool drop_last = false);
+  /// The sampler is read at each begin(), so it must outlive the loader: not a temporary.
+  DataLoader(const TensorDataset&, int64_t, DistributedSampler&&, bool = false) = delete;
 
   class Iterator {
    public:

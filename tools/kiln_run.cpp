@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <string_view>
 #include <thread>
 
 extern char** environ;
@@ -85,7 +86,14 @@ int main(int argc, char** argv) {
   for (int local = 0; local < n; ++local) {
     int rank = node_rank * n + local;
     std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    // Inherited values of the variables set below would win (getenv takes the first): dropped.
+    for (char** e = environ; *e; ++e) {
+      std::string_view v(*e);
+      bool ours = false;
+      for (std::string_view name : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="})
+        ours = ours || v.substr(0, name.size()) == name;
+      if (!ours) env.emplace_back(v);
+    }
     env.push_back(fmt::format("RANK={}", rank));
     env.push_back(fmt::format("LOCAL_RANK={}", local));
     env.push_back(fmt::format("WORLD_SIZE={}", n * nnodes));

@@ -42,7 +42,12 @@ TEST(Specialize, VerifyRejectsAMultipleThatDoesNotFollow) {
                "%7 = reshape %6 {shape=[B,64,32]} : f32[B,128,16]");
   Graph g = parse(text);
   expect_error([&] { verify(g); }, {"verify", "reshape"});
-  expect_error([] { parse("graph @g(%0: f32[B*1]) -> (f32[B*1]) {\n  return %0\n}\n"); }, {"factor of at least 2"});
+  expect_error([] { parse("graph @g(%0: f32[B*1]) -> (f32[B*1]) {\n  return %0\n}\n"); }, {"factor from 2 to 2^31"});
+  expect_error([] { parse("graph @g(%0: f32[B*10000000000000]) -> (f32[B*10000000000000]) {\n  return %0\n}\n"); },
+               {"factor from 2 to 2^31"});
+  // Multiples of a base no dim names alone stay multiples of one size.
+  Graph m = parse("graph @g(%0: f32[B*2]) -> (f32[B*4]) {\n  %1 = cat %0, %0 {dim=0} : f32[B*4]\n  return %1\n}\n");
+  EXPECT_NO_THROW(verify(m));
 }
 
 TEST(Specialize, BindsSizesFromTheArgumentsAndChecksThem) {

@@ -105,6 +105,29 @@ TEST(Save, DynamicBatchStaysASymbolAndTakesAnySize) {
   std::remove(path.c_str());
 }
 
+// The retrace for the dynamic dims sees the parameters' gradients set since the plan was
+// traced: the file takes its bindings from the retrace, and a forward reads no gradient.
+TEST(Save, DynamicDimsOfAFunctionTracedBeforeItsParametersHadGradients) {
+  manual_seed(8);
+  Net net;
+  net.eval();
+  Tensor x = randn({4, 3, 4});
+  jit::Function fast = [&] {
+    NoGradGuard no_grad;
+    jit::Function f = jit::trace_module(net, x);
+    f(x);
+    return f;
+  }();
+  sum(net(x)).backward();
+  NoGradGuard no_grad;
+  std::string path = temp_path("grads_dynamic.kiln");
+  jit::save(fast, path, jit::SaveOptions().dynamic(0, 0, "B"));
+  jit::LoadedFunction f = jit::load(path);
+  Tensor y = randn({6, 3, 4});
+  expect_same(f(y), net(y));
+  std::remove(path.c_str());
+}
+
 TEST(Save, ANumberThatDependsOnADynamicDimIsAClearError) {
   NoGradGuard no_grad;
   jit::Function mean_by_hand = jit::trace([](Tensor x) { return sum(x) / double(x.shape()[0]); }, {randn({6, 2})});
