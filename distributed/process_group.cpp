@@ -170,16 +170,7 @@ class GlooBackend final : public Backend {
 
   Work all_reduce(Tensor t, ReduceOp op) override {
     return enqueue("all_reduce", t, [this, t, op](uint32_t tag) mutable {
-      by_dtype(t.dtype(), "all_reduce", [&](auto zero) {
-        using T = decltype(zero);
-        gloo::AllreduceOptions opts(ctx_);
-        opts.setOutput(static_cast<T*>(t.data_ptr()), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(reduce_fn<T>(op));
-        opts.setTag(tag);
-        opts.setTimeout(o_.timeout);
-        gloo::allreduce(opts);
-        return 0;
-      });
+      reduce_in_place(t, op, tag, "all_reduce");
       if (op == ReduceOp::Mean) t.div_(static_cast<double>(o_.world_size));
     });
   }
@@ -219,16 +210,7 @@ class GlooBackend final : public Backend {
   Work reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
     return enqueue("reduce_scatter", in, [this, out, in, op](uint32_t tag) mutable {
       Tensor all = in.clone();
-      by_dtype(in.dtype(), "reduce_scatter", [&](auto zero) {
-        using T = decltype(zero);
-        gloo::AllreduceOptions opts(ctx_);
-        opts.setOutput(static_cast<T*>(all.data_ptr()), static_cast<size_t>(all.numel()));
-        opts.setReduceFunction(reduce_fn<T>(op));
-        opts.setTag(tag);
-        opts.setTimeout(o_.timeout);
-        gloo::allreduce(opts);
-        return 0;
-      });
+      reduce_in_place(all, op, tag, "reduce_scatter");
       int64_t block = all.shape()[0] / o_.world_size;
       Tensor mine = all.narrow(0, o_.rank * block, block);
       if (op == ReduceOp::Mean) mine = mine / static_cast<double>(o_.world_size);
@@ -252,6 +234,20 @@ class GlooBackend final : public Backend {
     std::function<void(uint32_t)> run;
     std::shared_ptr<Work::State> state;
   };
+
+  // Gloo's all-reduce over t's elements, in place (a mean is its sum here).
+  void reduce_in_place(const Tensor& t, ReduceOp op, uint32_t tag, const char* what) {
+    by_dtype(t.dtype(), what, [&](auto zero) {
+      using T = decltype(zero);
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setOutput(static_cast<T*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+      opts.setReduceFunction(reduce_fn<T>(op));
+      opts.setTag(tag);
+      opts.setTimeout(o_.timeout);
+      gloo::allreduce(opts);
+      return 0;
+    });
+  }
 
   static std::string host_name() {
     char buf[256] = {};
