@@ -14,6 +14,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -133,6 +134,11 @@ class GlooBackend final : public Backend {
     KILN_CHECK(o.world_size >= 1, "distributed: world_size must be at least 1, got {}", o.world_size);
     KILN_CHECK(o.rank >= 0 && o.rank < o.world_size, "distributed: rank {} is outside 0..{}", o.rank, o.world_size - 1);
     KILN_CHECK(o.timeout.count() > 0, "distributed: the timeout must be positive");
+    // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this process
+    // with SIGPIPE instead of failing the collective with an error naming it. Ignored, unless
+    // the program handles SIGPIPE itself.
+    struct sigaction old_action {};
+    if (::sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     store_ = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
     gloo::transport::tcp::attr attr;
     attr.hostname = !o.hostname.empty() ? o.hostname : is_loopback(o.master_addr) ? "127.0.0.1" : host_name();
