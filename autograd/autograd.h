@@ -47,6 +47,30 @@ std::vector<Tensor> grad(std::initializer_list<Tensor> outputs, std::initializer
                          std::initializer_list<Tensor> grad_outputs = {}, bool retain_graph = false,
                          bool create_graph = false, bool allow_unused = false);
 
+/// Removes a hook when remove() is called (not when the handle is destroyed, as in PyTorch).
+class HookHandle {
+ public:
+  HookHandle() = default;
+  HookHandle(Tensor leaf, uint64_t id) : leaf_(std::move(leaf)), id_(id) {}
+  void remove();
+
+ private:
+  Tensor leaf_;
+  uint64_t id_ = 0;
+};
+
+/// Runs hook(leaf) in every backward() that reaches `leaf` (a tensor that requires grad and
+/// no op made), right after the last of that pass's gradients was accumulated into
+/// leaf.grad(): PyTorch's register_post_accumulate_grad_hook. Data-parallel training starts a
+/// gradient's all-reduce from it while backward goes on. A compiled function's backward fires
+/// it as it writes each gradient. Hooks run in registration order, on the thread running
+/// backward; autograd::grad(), which accumulates nothing, runs none.
+HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook);
+
+/// Queues `callback` to run once the backward pass in progress has finished (after every
+/// hook), as PyTorch's Variable._execution_engine.queue_callback. Throws outside backward.
+void queue_callback(std::function<void()> callback);
+
 /// Options for gradcheck.
 struct GradcheckOptions {
   double eps = 1e-6;   // finite-difference step

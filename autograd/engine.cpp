@@ -1,5 +1,6 @@
 // autograd/engine.cpp -- the backward pass over the tape recorded by apply().
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -61,7 +62,8 @@ void check_saved(const Node& n) {
 
 // The gradients of n's inputs (one per operand slot) from those of its outputs.
 // (A custom node's inputs are all tensors, in `next` order.)
-Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool create_graph) {
+Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool create_graph,
+               const NodeBackward::GradReady* ready) {
   profiler::Scope event(profiler::Kind::Autograd, profiler::enabled() ? node_name(n) : std::string());
   if (n.custom) {
     KILN_CHECK(!create_graph, "backward: create_graph=true reached {}, a compiled function, whose "
@@ -69,7 +71,7 @@ Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool 
                "function outside jit (eagerly)", node_name(n));
     std::vector<char> needs;
     for (const Edge& e : n.next) needs.push_back(e.node || e.leaf);
-    return n.custom->backward(n.saved_in, grads, needs);
+    return n.custom->backward(n.saved_in, grads, needs, ready);
   }
   uint32_t needs = 0;
   for (size_t t = 0; t < n.next.size(); ++t)  // bits by operand slot (numbers take slots too)
@@ -87,6 +89,36 @@ Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool 
   }
   VjpArgs args{n.op, n.saved_in, n.in_types, out, grads[0], n.attrs, needs};
   return op.vjp(args);
+}
+
+// The callbacks queued during each backward pass in progress on this thread, innermost last.
+thread_local std::vector<std::vector<std::function<void()>>*> t_callbacks;
+
+// Makes a pass's callback list the innermost for its lifetime.
+struct CallbackScope {
+  std::vector<std::function<void()>> list;
+  CallbackScope() { t_callbacks.push_back(&list); }
+  ~CallbackScope() { t_callbacks.pop_back(); }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+  // Callbacks may queue more; they run too.
+  void run() {
+    for (size_t i = 0; i < list.size(); ++i) {
+      std::function<void()> f = std::move(list[i]);
+      f();
+    }
+    list.clear();
+  }
+};
+
+bool has_hooks(const TensorImpl* leaf) {
+  return leaf->autograd && !leaf->autograd->post_accumulate_hooks.empty();
+}
+
+void run_hooks(TensorImpl* leaf) {
+  std::vector<AutogradMeta::Hook> hooks = leaf->autograd->post_accumulate_hooks;  // may change
+  Tensor t{Ref<TensorImpl>(leaf)};
+  for (const AutogradMeta::Hook& h : hooks) h.fn(t);
 }
 
 // Runs the backward pass. When `inputs` is non-empty, gradients reaching them are captured
@@ -113,6 +145,11 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
   }
   bool capturing = captured != nullptr;
 
+  CallbackScope callbacks;
+  // Leaves with post-accumulate hooks: the gradients still to come in this pass (edges from
+  // reachable nodes, and outputs that are the leaf), and whether any arrived.
+  std::unordered_map<const TensorImpl*, int> leaf_pending;
+  std::unordered_set<const TensorImpl*> leaf_received;
   auto deliver_leaf = [&](TensorImpl* leaf, const Tensor& g) {
     if (capturing) {
       if (capture_leaf.count(leaf)) leaf_grads[leaf] = accumulate(leaf_grads[leaf], g);
@@ -120,8 +157,16 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     }
     AutogradMeta& m = *leaf->autograd;
     m.grad = accumulate(m.grad, create_graph ? g : g.detach());
+    leaf_received.insert(leaf);
+  };
+  // One of the leaf's expected gradients arrived (or its node had none for it).
+  auto leaf_edge_done = [&](TensorImpl* leaf) {
+    auto it = leaf_pending.find(leaf);
+    if (it == leaf_pending.end() || --it->second > 0) return;
+    if (leaf_received.count(leaf)) run_hooks(leaf);
   };
 
+  std::vector<std::pair<TensorImpl*, Tensor>> leaf_roots;
   std::vector<Node*> roots;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
@@ -139,7 +184,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
                  g.type().str(), out.type().str());
     }
     if (out.is_leaf()) {
-      deliver_leaf(out.impl(), g);
+      leaf_roots.emplace_back(out.impl(), g);
       continue;
     }
     Node* n = out.impl()->autograd->grad_fn.get();
@@ -155,10 +200,18 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
+      if (e.leaf && !capturing && has_hooks(e.leaf.get())) ++leaf_pending[e.leaf.get()];
       if (!e.node) continue;
       ++pending[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
+  }
+  if (!capturing)
+    for (auto& [leaf, g] : leaf_roots)
+      if (has_hooks(leaf)) ++leaf_pending[leaf];
+  for (auto& [leaf, g] : leaf_roots) {
+    deliver_leaf(leaf, g);
+    leaf_edge_done(leaf);
   }
   std::priority_queue<Node*, std::vector<Node*>, ByLatest> ready;
   for (Node* r : roots)
@@ -181,27 +234,39 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
         (*captured)[it->second] = accumulate((*captured)[it->second], g[o]);
     }
     if (any) check_saved(*n);
+    // A compiled backward hands over each leaf's gradient as soon as it is written, so the
+    // leaf's hooks run while the rest of its backward is computed.
+    std::vector<char> early(n->next.size(), 0);
+    NodeBackward::GradReady on_ready = [&](size_t t, const Tensor& gt) {
+      const Edge& e = n->next.at(t);
+      if (!e.leaf || !gt.defined() || early[t]) return;
+      early[t] = 1;
+      deliver_leaf(e.leaf.get(), fit(gt, n->in_types[t]));
+      leaf_edge_done(e.leaf.get());
+    };
     // No gradient reached n: it still releases its children.
-    Grads grads = any ? run_node(*n, keep, g, create_graph) : Grads();
+    Grads grads = any ? run_node(*n, keep, g, create_graph, capturing ? nullptr : &on_ready) : Grads();
     int arity = static_cast<int>(n->next.size());
     if (!retain_graph) n->release();
     for (int t = 0; t < arity; ++t) {
       int k = slot_of_input(n->attrs.imm_mask, t);
       const Edge& e = n->next[t];
       const TensorType& type = n->in_types[t];
-      if (!e.node && !e.leaf) continue;
+      if ((!e.node && !e.leaf) || early[t]) continue;
       Tensor gk = static_cast<size_t>(k) < grads.size() ? grads[k] : Tensor();
       if (e.node) {
         if (gk.defined()) add_to(e.node.get(), e.output_nr, fit(gk, type));
         if (--pending[e.node.get()] == 0) ready.push(e.node.get());
-      } else if (gk.defined()) {
-        deliver_leaf(e.leaf.get(), fit(gk, type));
+      } else {
+        if (gk.defined()) deliver_leaf(e.leaf.get(), fit(gk, type));
+        leaf_edge_done(e.leaf.get());
       }
     }
   }
   if (capturing) {
     for (auto& [leaf, g] : leaf_grads) (*captured)[capture_leaf[leaf]] = g;
   }
+  callbacks.run();
 }
 
 }  // namespace
@@ -237,6 +302,30 @@ std::vector<Tensor> grad(std::initializer_list<Tensor> outputs, std::initializer
               std::span<const Tensor>(inputs.begin(), inputs.size()),
               std::span<const Tensor>(grad_outputs.begin(), grad_outputs.size()), retain_graph,
               create_graph, allow_unused);
+}
+
+void HookHandle::remove() {
+  if (!leaf_.defined() || !leaf_.impl()->autograd) return;
+  auto& hooks = leaf_.impl()->autograd->post_accumulate_hooks;
+  std::erase_if(hooks, [&](const AutogradMeta::Hook& h) { return h.id == id_; });
+  leaf_ = Tensor();
+}
+
+HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook) {
+  KILN_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(),
+             "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad, got {}{}",
+             leaf.defined() ? leaf.type().str() : std::string("an undefined tensor"),
+             !leaf.defined() ? "" : !leaf.requires_grad() ? " that does not require grad" : !leaf.is_leaf() ? " made by an op" : "");
+  KILN_CHECK(hook, "register_post_accumulate_grad_hook: the hook is empty");
+  static std::atomic<uint64_t> next_id{1};
+  uint64_t id = next_id++;
+  leaf.impl()->autograd->post_accumulate_hooks.push_back({id, std::move(hook)});
+  return HookHandle(leaf, id);
+}
+
+void queue_callback(std::function<void()> callback) {
+  KILN_CHECK(!t_callbacks.empty(), "queue_callback: no backward pass is running on this thread");
+  t_callbacks.back()->push_back(std::move(callback));
 }
 
 }  // namespace autograd

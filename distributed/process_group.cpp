@@ -21,13 +21,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "distributed/tcp_store.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/collective.h"
 
 namespace kiln::distributed {
 
@@ -397,10 +400,71 @@ Options options_from_env() {
   return o;
 }
 
-ProcessGroup::ProcessGroup(const Options& options) : backend_(std::make_unique<GlooBackend>(options)) {}
-ProcessGroup::~ProcessGroup() = default;
-ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
-ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
+namespace {
+
+// The live groups by id, for the all_reduce op (which names its group by number).
+std::mutex g_groups_mu;
+std::map<int64_t, Backend*> g_groups;
+int64_t g_next_group = 1;
+
+ReduceOp reduce_op_of(Combine c) {
+  switch (c) {
+    case Combine::Max: return ReduceOp::Max;
+    case Combine::Min: return ReduceOp::Min;
+    default: return ReduceOp::Sum;
+  }
+}
+
+void run_all_reduce_op(int64_t group, Combine reduce, const Tensor& data) {
+  Backend* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_groups_mu);
+    auto it = g_groups.find(group);
+    KILN_CHECK(it != g_groups.end(), "all_reduce: process group {} does not exist in this process (it was "
+               "destroyed, or the graph was traced in another process)", group);
+    b = it->second;
+  }
+  b->all_reduce(data, reduce_op_of(reduce)).wait();
+}
+
+int64_t register_group(Backend* b) {
+  std::lock_guard<std::mutex> lock(g_groups_mu);
+  if (g_groups.empty()) set_all_reduce_engine(run_all_reduce_op);
+  int64_t id = g_next_group++;
+  g_groups[id] = b;
+  return id;
+}
+
+void unregister_group(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_groups_mu);
+  g_groups.erase(id);
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const Options& options)
+    : backend_(std::make_unique<GlooBackend>(options)), id_(register_group(backend_.get())) {}
+ProcessGroup::~ProcessGroup() {
+  if (backend_) unregister_group(id_);
+}
+ProcessGroup::ProcessGroup(ProcessGroup&& o) noexcept : backend_(std::move(o.backend_)), id_(std::exchange(o.id_, 0)) {}
+ProcessGroup& ProcessGroup::operator=(ProcessGroup&& o) noexcept {
+  if (this != &o) {
+    if (backend_) unregister_group(id_);
+    backend_ = std::move(o.backend_);
+    id_ = std::exchange(o.id_, 0);
+  }
+  return *this;
+}
+
+Tensor all_reduced(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
+  KILN_CHECK(t.defined(), "distributed: all_reduced: the tensor is undefined");
+  KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()), "distributed: all_reduced: mean of {} (an integer "
+             "dtype); use sum", t.type().str());
+  Combine c = op == ReduceOp::Max ? Combine::Max : op == ReduceOp::Min ? Combine::Min : Combine::Sum;
+  Tensor r = all_reduce_op(t, pg.id(), c);
+  return op == ReduceOp::Mean ? r * (1.0 / pg.world_size()) : r;
+}
 int ProcessGroup::rank() const { return backend_->rank(); }
 int ProcessGroup::world_size() const { return backend_->world_size(); }
 Backend& ProcessGroup::backend() const { return *backend_; }

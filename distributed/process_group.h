@@ -87,9 +87,14 @@ class ProcessGroup {
   int rank() const;
   int world_size() const;
   Backend& backend() const;
+  /// This process's number for the group (1, 2, ...): what a traced all_reduce names in the
+  /// IR (`all_reduce %g {group=1, reduce=sum}`). Ranks that make their groups in the same
+  /// order agree on it.
+  int64_t id() const { return id_; }
 
  private:
   std::unique_ptr<Backend> backend_;
+  int64_t id_ = 0;
 };
 
 // The collectives on tensors. Each checks its operands (a kiln::Error names the collective and
@@ -100,6 +105,10 @@ class ProcessGroup {
 /// (floating dtypes only).
 void all_reduce(ProcessGroup& pg, Tensor& t, ReduceOp op = ReduceOp::Sum);
 Work all_reduce_async(ProcessGroup& pg, Tensor& t, ReduceOp op = ReduceOp::Sum);
+/// The reduction of every rank's `t`, as a new tensor (sum, mean, max or min): the functional
+/// form, which is also differentiable and traceable. Traced (jit::trace of a training step), it
+/// becomes an all_reduce op of the compiled graph, run in order at each call.
+Tensor all_reduced(ProcessGroup& pg, const Tensor& t, ReduceOp op = ReduceOp::Sum);
 /// Copies rank `root`'s `t` into every rank's `t`.
 void broadcast(ProcessGroup& pg, Tensor& t, int root = 0);
 Work broadcast_async(ProcessGroup& pg, Tensor& t, int root = 0);

@@ -467,6 +467,13 @@ class Parser {
       else if (key == "ceil_mode") field = kAttrCeilMode, a.ceil_mode = boolean();
       else if (key == "count_include_pad") field = kAttrCountIncludePad, a.count_include_pad = boolean();
       else if (key == "value") field = kAttrValue, a.value = literal();
+      else if (key == "group") field = kAttrGroup, a.group = integer();
+      else if (key == "reduce") {
+        field = kAttrReduce;
+        if (tok_.kind != Tok::Ident || !parse_combine(tok_.text, &a.reduce))
+          fail(fmt::format("expected sum, prod, max or min, found {}", describe()));
+        advance();
+      }
       else if (key == "device") {
         field = kAttrDevice;
         if (tok_.kind != Tok::Ident) fail(fmt::format("expected a device, found {}", describe()));

@@ -116,6 +116,8 @@ struct Printer {
     add(kAttrCountIncludePad, a.count_include_pad ? "true" : "false");
     add(kAttrValue, scalar_literal(a.value));
     add(kAttrDevice, a.device.str());
+    add(kAttrGroup, std::to_string(a.group));
+    add(kAttrReduce, std::string(combine_name(a.reduce)));
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
   }
 
@@ -231,6 +233,8 @@ std::string_view attr_name(AttrField f) {
     case kAttrCountIncludePad: return "count_include_pad";
     case kAttrValue: return "value";
     case kAttrDevice: return "device";
+    case kAttrGroup: return "group";
+    case kAttrReduce: return "reduce";
   }
   return "?";
 }

@@ -206,6 +206,10 @@ struct Executable::Impl {
   // Per node, the values nothing reads after it (and no output or assign keeps): run() drops
   // them there, so an eager op's result is freed after its last reader, not at the end.
   std::vector<std::vector<uint32_t>> drop_after;
+  // Per node, the outputs it computes (each output once, at its first computing node); the
+  // outputs that are bound, constants or views of them are ready only at the end.
+  std::vector<std::vector<size_t>> ready_after;
+  std::vector<char> ready_at_end;
   // Per value: the param a fused kernel may write it into directly (an optimizer's update,
   // assigned to the param it reads elementwise, which nothing reads after), or -1.
   std::vector<int> in_place;
@@ -459,6 +463,22 @@ Executable::Executable(ir::Graph g, bool kernels) : impl_(std::make_unique<Impl>
     for (uint32_t v : ir::defined_values(n))
       if (last[v] < 0) last[v] = static_cast<int64_t>(i);  // read by nothing: dropped at once
   }
+  {
+    std::vector<uint32_t> base = view_bases(m.g);
+    std::vector<int64_t> made_at(m.g.types.size(), -1);  // computing node, for non-constants
+    for (size_t i = 0; i < m.g.nodes.size(); ++i) {
+      const ir::Node& n = m.g.nodes[i];
+      if (n.kind == ir::NodeKind::Op || n.kind == ir::NodeKind::Fused)
+        for (uint32_t v : ir::defined_values(n)) made_at[v] = static_cast<int64_t>(i);
+    }
+    m.ready_after.resize(m.g.nodes.size());
+    m.ready_at_end.assign(m.g.outputs.size(), 0);
+    for (size_t o = 0; o < m.g.outputs.size(); ++o) {
+      uint32_t v = m.g.outputs[o];
+      if (bound.count(base[v]) || made_at[base[v]] < 0 || made_at[v] < 0) m.ready_at_end[o] = 1;
+      else m.ready_after[static_cast<size_t>(made_at[v])].push_back(o);
+    }
+  }
   m.drop_after.resize(m.g.nodes.size());
   for (uint32_t v = 0; v < last.size(); ++v)
     if (last[v] >= 0 && !kept[v]) m.drop_after[static_cast<size_t>(last[v])].push_back(v);
@@ -480,11 +500,17 @@ ExecutableStats Executable::stats() const {
   return {impl_->kernels, impl_->ops, impl_->workspace, in_place};
 }
 
-std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<const Tensor> params) const {
+std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<const Tensor> params,
+                                    const OutputReady* ready) const {
   const Impl& m = *impl_;
   const ir::Graph& g = m.g;
   // Called while tracing (a compiled function inside a traced one): the ops are recorded, inline.
-  if (active_recorder() && m.compiled) return run_graph(g, inputs, params);
+  if (active_recorder() && m.compiled) {
+    std::vector<Tensor> out = run_graph(g, inputs, params);
+    if (ready)
+      for (size_t i = 0; i < out.size(); ++i) (*ready)(i, out[i]);
+    return out;
+  }
   KILN_CHECK(inputs.size() == g.inputs.size() && params.size() == g.params.size(),
              "jit: @{} takes {} inputs and {} params, got {} and {}", g.name, g.inputs.size(), g.params.size(),
              inputs.size(), params.size());
@@ -515,6 +541,8 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
         break;
       }
     }
+    if (ready)
+      for (size_t o : m.ready_after[i]) (*ready)(o, vals[g.outputs[o]]);
     for (uint32_t v : m.drop_after[i]) vals[v] = Tensor();
   }
   // Outputs that are arguments or params themselves hold the value from before the assigns.
@@ -541,6 +569,9 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
       constant = constant || (t.has_storage() && t.impl()->storage.get() == c->constant.impl()->storage.get());
     out[i] = constant ? t.clone() : t;
   }
+  if (ready)
+    for (size_t i = 0; i < out.size(); ++i)
+      if (m.ready_at_end[i]) (*ready)(i, out[i]);
   if (ws) m.release(std::move(ws));
   return out;
 }

@@ -2,6 +2,7 @@
 // kernel calls, assigns) with a static memory plan for the intermediates kernels write.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -49,8 +50,12 @@ class Executable {
   explicit Executable(ir::Graph g, bool kernels = true);
   ~Executable();
 
+  /// Called with an output as soon as the node computing it ran (outputs that are inputs,
+  /// params or constants: at the end), while later nodes still run.
+  using OutputReady = std::function<void(size_t output, const Tensor& value)>;
   /// Runs with `inputs` bound to graph.inputs and `params` to graph.params.
-  std::vector<Tensor> run(std::span<const Tensor> inputs, std::span<const Tensor> params) const;
+  std::vector<Tensor> run(std::span<const Tensor> inputs, std::span<const Tensor> params,
+                          const OutputReady* ready = nullptr) const;
 
   const ir::Graph& graph() const;
   ExecutableStats stats() const;

@@ -88,7 +88,7 @@ class CompiledBackward final : public NodeBackward {
   const std::string& name() const override { return name_; }
 
   std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
-                               std::span<const char> needs) const override {
+                               std::span<const char> needs, const GradReady* ready) const override {
     std::vector<Tensor> in(saved.begin(), saved.end());
     NoGradGuard no_grad;
     for (size_t k = 0; k < result_types_.size(); ++k) {
@@ -99,7 +99,13 @@ class CompiledBackward final : public NodeBackward {
       else if (g.dtype() != type.dtype) g = g.to(type.dtype);
       in.push_back(g);
     }
-    std::vector<Tensor> outs = exec_->run(in, {});
+    // Each gradient goes to `ready` as soon as its kernel or op wrote it (a leaf's hooks then
+    // start its all-reduce while the rest of the backward runs).
+    Executable::OutputReady on_output = [&](size_t o, const Tensor& g) {
+      for (size_t i = 0; i < wrt_output_.size(); ++i)
+        if (wrt_output_[i] == static_cast<int>(o) && needs[i]) (*ready)(i, g);
+    };
+    std::vector<Tensor> outs = exec_->run(in, {}, ready ? &on_output : nullptr);
     std::vector<Tensor> r(wrt_output_.size());
     for (size_t i = 0; i < r.size(); ++i)
       if (wrt_output_[i] >= 0 && needs[i]) r[i] = outs[static_cast<size_t>(wrt_output_[i])];

@@ -2,6 +2,7 @@
 // per op. The engine that walks it lives in autograd/engine.cpp.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,10 +29,15 @@ class NodeBackward {
   virtual ~NodeBackward() = default;
   /// What the node is called in messages and grad_fn_name() ("jit @step").
   virtual const std::string& name() const = 0;
+  /// Called with an input's gradient as soon as it is final, before the rest is computed (a
+  /// leaf's hooks then start its gradient's all-reduce while the backward goes on).
+  using GradReady = std::function<void(size_t edge, const Tensor& grad)>;
   /// The gradients of the node's inputs (one per edge in `next`; may be undefined where
-  /// needs[i] is 0), from one gradient per output (undefined where none arrived).
+  /// needs[i] is 0), from one gradient per output (undefined where none arrived). With
+  /// `ready`, each gradient is also handed to it as soon as it is final (the engine then
+  /// skips it in the result).
   virtual std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
-                                       std::span<const char> needs) const = 0;
+                                       std::span<const char> needs, const GradReady* ready) const = 0;
 };
 
 /// One recorded op: enough to run its vjp once the output's gradient is known.
@@ -63,6 +69,12 @@ struct AutogradMeta {
   Tensor grad;                 // accumulated by backward (leaves)
   Ref<Node> grad_fn;           // the op that made this tensor; null for leaves
   uint32_t output_nr = 0;      // which of grad_fn's outputs this tensor is
+  /// Leaves: run once per backward(), after its last gradient was accumulated into `grad`.
+  struct Hook {
+    uint64_t id;
+    std::function<void(const Tensor&)> fn;
+  };
+  std::vector<Hook> post_accumulate_hooks;
 };
 
 /// The name of a node's op, or of its custom backward.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string_view>
 
 #include "runtime/tensor.h"
 
@@ -21,6 +22,13 @@ inline constexpr int kNumOps = 0
     ;
 
 enum class OpFamily : uint8_t { Pointwise, Cast, Reduce, View, Copy, Other };
+
+/// How a reduction combines its elements: lowering data that the eager kernels and every code
+/// generator read (OpDef::combine). None: the op is no combining reduction (argmax is not).
+enum class Combine : uint8_t { None, Sum, Prod, Max, Min };
+/// "sum", "prod", "max", "min" ("none"), as the IR writes a collective's `reduce`.
+std::string_view combine_name(Combine c);
+bool parse_combine(std::string_view name, Combine* out);
 
 /// Every attribute any op takes; each op reads the few it documents. A fixed struct (not a map)
 /// keeps the per-op path free of lookups and allocations.
@@ -41,6 +49,8 @@ struct Attrs {
   bool count_include_pad = true;          // avg_pool2d (and its backward)
   Scalar value;                           // pad: fill value
   Device device = cpu;                    // to_device: where the result goes
+  int64_t group = 0;                      // all_reduce: the process group's id
+  Combine reduce = Combine::Sum;          // all_reduce: how the ranks' values combine
   /// Pointwise ops: bit i set means operand i is the number imm[i] rather than a tensor, so
   /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.
   uint8_t imm_mask = 0;
@@ -68,7 +78,7 @@ enum AttrField : uint32_t {
   kAttrPadding = 1 << 4, kAttrDilation = 1 << 5, kAttrPads = 1 << 6, kAttrDim = 1 << 7,
   kAttrSlice = 1 << 8 /* start, stop, step */, kAttrGroups = 1 << 9, kAttrDType = 1 << 10,
   kAttrKeepdim = 1 << 11, kAttrCeilMode = 1 << 12, kAttrCountIncludePad = 1 << 13,
-  kAttrValue = 1 << 14, kAttrDevice = 1 << 15,
+  kAttrValue = 1 << 14, kAttrDevice = 1 << 15, kAttrGroup = 1 << 16, kAttrReduce = 1 << 17,
 };
 
 /// How a pointwise op treats dtypes. The API casts inputs to the compute dtype; the op's
@@ -108,9 +118,6 @@ using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Ten
 using ViewFn = Tensor (*)(const Tensor&, const Attrs&);
 using VjpFn = Grads (*)(const VjpArgs&);
 
-/// How a reduction combines its elements: lowering data that the eager kernels and every code
-/// generator read (OpDef::combine). None: the op is no combining reduction (argmax is not).
-enum class Combine : uint8_t { None, Sum, Prod, Max, Min };
 /// The dtype a combining reduction of dtype `t` accumulates in: f32 for f16 and bf16, f32 and
 /// f64 as they are, i64 for integers and bool.
 DType accumulator_dtype(DType t);
@@ -150,6 +157,8 @@ struct OpDef {
   uint8_t linear_in = 0;            // pointwise: bit k, the op is linear in operand k, so the
                                     // rule reads its value only for the other operands
   Combine combine = Combine::None;  // combining reductions: how elements combine
+  bool effect = false;              // an ordered side effect (a collective): the passes never
+                                    // fold, merge, drop or reorder it among effects
 };
 
 const OpDef& op_def(OpId id);

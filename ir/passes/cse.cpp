@@ -1,5 +1,6 @@
 // ir/passes/cse.cpp -- merge nodes that apply the same op, with the same attributes, to the
-// same values (every op in ops.def is pure; constants and assigns are left alone).
+// same values (every op in ops.def is pure but the collectives, which are effects; constants, assigns
+// and effects are left alone).
 #include <unordered_map>
 
 #include "ir/passes.h"
@@ -15,7 +16,7 @@ Graph cse(const Graph& in) {
   for (const Node& n0 : in.nodes) {
     Node n = n0;
     for (uint32_t& v : n.inputs) v = same[v];
-    if (n.kind == NodeKind::Op) {
+    if (n.kind == NodeKind::Op && !op_def(n.op).effect) {
       auto [it, fresh] = seen.try_emplace(node_key(out, n), n.result);
       if (!fresh) {
         same[n.result] = it->second;

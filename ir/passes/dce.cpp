@@ -1,4 +1,4 @@
-// ir/passes/dce.cpp -- drop nodes whose values reach no output and no assign.
+// ir/passes/dce.cpp -- drop nodes whose values reach no output, no assign and no effect.
 #include "ir/passes.h"
 
 namespace kiln::ir {
@@ -9,7 +9,8 @@ Graph dce(const Graph& in) {
   std::vector<bool> keep(in.nodes.size(), false);
   for (size_t i = in.nodes.size(); i-- > 0;) {
     const Node& n = in.nodes[i];
-    keep[i] = n.kind == NodeKind::Assign;  // assigns are effects
+    // Assigns and collectives are effects.
+    keep[i] = n.kind == NodeKind::Assign || (n.kind == NodeKind::Op && op_def(n.op).effect);
     for (uint32_t v : defined_values(n)) keep[i] = keep[i] || live[v];
     if (keep[i])
       for (uint32_t v : n.inputs) live[v] = true;

@@ -43,7 +43,7 @@ Graph fold(const Graph& in) {
   std::vector<Tensor> known(in.types.size());  // value -> its data, when it is a constant
   for (const Node& n : in.nodes) {
     if (n.kind == NodeKind::Const) known[n.result] = n.constant;
-    if (n.kind == NodeKind::Op) {
+    if (n.kind == NodeKind::Op && !op_def(n.op).effect) {  // a collective runs at run time
       if (Tensor c = evaluate(in, n, known); c.defined()) {
         known[n.result] = c;
         Node k;

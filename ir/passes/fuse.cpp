@@ -360,13 +360,22 @@ struct Fuser {
     }
     std::vector<std::vector<int>> next(units);
     std::vector<int> waiting(units, 0);
-    for (size_t i = 0; i < g.nodes.size(); ++i)
+    auto after = [&](int p, size_t i) {
+      next[unit_of[p]].push_back(unit_of[i]);
+      ++waiting[unit_of[i]];
+    };
+    int last_effect = -1;  // effects (collectives) keep their order: each waits for the last
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
       for (uint32_t v : g.nodes[i].inputs) {
         int p = producer[v];
         if (p < 0 || unit_of[p] == unit_of[i]) continue;
-        next[unit_of[p]].push_back(unit_of[i]);
-        ++waiting[unit_of[i]];
+        after(p, i);
       }
+      if (g.nodes[i].kind == NodeKind::Op && op_def(g.nodes[i].op).effect) {
+        if (last_effect >= 0) after(last_effect, i);
+        last_effect = static_cast<int>(i);
+      }
+    }
     std::vector<int> ready;  // a min-heap by first node index keeps the original order
     for (size_t u = 0; u < units; ++u)
       if (unit_of[u] == static_cast<int>(u) && waiting[u] == 0) ready.push_back(static_cast<int>(u));

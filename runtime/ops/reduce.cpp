@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
@@ -269,6 +270,23 @@ Grads extremum_vjp(const VjpArgs& a) {
 DType accumulator_dtype(DType t) {
   if (t == DType::F16 || t == DType::BF16) return DType::F32;
   return is_float(t) ? t : DType::I64;
+}
+
+namespace {
+constexpr std::pair<Combine, std::string_view> kCombineNames[] = {
+    {Combine::None, "none"}, {Combine::Sum, "sum"}, {Combine::Prod, "prod"}, {Combine::Max, "max"}, {Combine::Min, "min"}};
+}  // namespace
+
+std::string_view combine_name(Combine c) {
+  for (auto [k, name] : kCombineNames)
+    if (k == c) return name;
+  return "?";
+}
+
+bool parse_combine(std::string_view name, Combine* out) {
+  for (auto [k, n] : kCombineNames)
+    if (n == name && k != Combine::None) return *out = k, true;
+  return false;
 }
 
 Scalar reduction_identity(Combine combine, DType t) {

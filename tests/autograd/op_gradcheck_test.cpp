@@ -8,7 +8,9 @@
 
 #include <kiln/kiln.h>
 
+#include "runtime/collective.h"
 #include "runtime/op.h"
+#include "tests/distributed/solo_group.h"
 
 using namespace kiln;
 
@@ -248,6 +250,13 @@ std::map<OpId, std::vector<Case>> all_cases() {
       {"avg_pool2d_backward", {leaf({2, 2, 3, 7})},
        [ap](std::span<const Tensor> in) { return apply(OpId::AvgPool2dBackward, {in[0]}, ap); }},
   };
+  // A group of this process alone: the sum's gradient is the gradient; max's and min's too
+  // (this rank holds every extremum).
+  for (Combine r : {Combine::Sum, Combine::Max})
+    c[OpId::AllReduce].push_back({std::string("all_reduce/") + std::string(combine_name(r)), {leaf({3, 4})},
+                                  [r](std::span<const Tensor> in) {
+                                    return all_reduce_op(in[0].t(), test::solo_group().id(), r);
+                                  }});
   return c;
 }
 

@@ -24,25 +24,24 @@
 
 #include "distributed/process_group.h"
 #include "runtime/api.h"
+#include "tests/distributed/ranks.h"
 #include "tests/unit/test_util.h"
 
-extern char** environ;
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
+using test::fresh_dir;
+using test::free_port;
+using test::run_ranks;
+using test::text_of;
 using distributed::ReduceOp;
 
 constexpr DType kDTypes[] = {DType::F32, DType::F64, DType::I32, DType::I64, DType::U8};
 
 // Rank r's operand: distinct per rank, small enough for u8 sums over 4 ranks.
 Tensor operand(int r, DType t) { return (arange(12).reshape({3, 4}) * (r + 1) + r).to(t); }
-
-std::string text_of(const std::string& path) {
-  std::ifstream f(path);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // ---- the child: one rank ---------------------------------------------------------------
 
@@ -108,60 +107,6 @@ TEST(DistChild, DISABLED_Rank) {
 }
 
 // ---- the parent ------------------------------------------------------------------------
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// Runs `n` ranks of case `which`; returns their exit statuses.
-std::vector<int> run_ranks(int n, const std::string& which, const std::string& dir, int timeout_ms) {
-  int port = free_port();
-  std::string exe = fs::read_symlink("/proc/self/exe").string();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    for (std::string v : {fmt::format("RANK={}", r), fmt::format("WORLD_SIZE={}", n), fmt::format("MASTER_PORT={}", port),
-                          std::string("MASTER_ADDR=127.0.0.1"), fmt::format("KILN_DIST_TIMEOUT_MS={}", timeout_ms),
-                          "KILN_DIST_CASE=" + which, "KILN_DIST_DIR=" + dir})
-      env.push_back(v);
-    std::vector<std::string> args = {exe, "--gtest_also_run_disabled_tests", "--gtest_filter=DistChild.DISABLED_Rank"};
-    std::vector<char*> argv, envp;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    pid_t pid = 0;
-    EXPECT_EQ(posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data()), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    pids.push_back(pid);
-  }
-  std::vector<int> status;
-  for (pid_t p : pids) {
-    int s = 0;
-    ::waitpid(p, &s, 0);
-    status.push_back(WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s));
-  }
-  return status;
-}
-
-std::string fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / fmt::format("kiln_dist_{}_{}", ::getpid(), name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
 
 void expect_equal(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.type().str(), want.type().str()) << what;

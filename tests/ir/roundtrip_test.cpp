@@ -155,10 +155,19 @@ graph @draws(%0: i64[2]) -> (f32[2,3], f64[4]) {
 }
 )";
 
+// A collective names its process group by number and how the ranks' values combine.
+const char* kCollective = R"(
+graph @reduce_grads(%0: f32[8], %1: i64[3]) -> (f32[8], i64[3]) {
+  %2 = all_reduce %0 {group=1, reduce=sum} : f32[8]
+  %3 = all_reduce %1 {group=2, reduce=max} : i64[3]
+  return %2, %3
+}
+)";
+
 // Each text starts after its raw string's first newline.
 const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kMovement + 1,
                                           kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1,
-                                          kDraws + 1};
+                                          kDraws + 1, kCollective + 1};
 
 TEST(RoundTrip, PrintsBackTheTextItParsed) {
   for (const char* text : kGraphs) {
