@@ -2,12 +2,12 @@
 #pragma once
 
 #include "autograd/autograd.h"
-#include "distributed/ddp.h"
 #include "distributed/process_group.h"
 #include "ir/graph.h"
 #include "jit/save.h"
 #include "jit/trace.h"
 #include "nn/data.h"
+#include "nn/ddp.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
@@ -16,6 +16,7 @@
 #include "runtime/allocator.h"
 #include "runtime/api.h"
 #include "runtime/backend.h"
+#include "runtime/collective.h"
 #include "runtime/dlpack.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/run.sh -- the README's commands: install what is missing, build, then run.
 #   scripts/run.sh demo    Release build, then the main demo: train_digits trains and saves the
-#                          model, classify loads it in a fresh process and scores it
+#                          model, classify loads it in a fresh process and scores it, then
+#                          train_digits again on 2 processes (data-parallel)
 #   scripts/run.sh test    header check, each fuzz target for KILN_FUZZ_SECONDS (default 20;
 #                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
@@ -31,6 +32,8 @@ case "$what" in
     ./build-release/examples/train_digits
     # A second program serves the saved forward without the model's C++ class.
     ./build-release/examples/classify digits_cnn.kiln
+    # The same training data-parallel: 2 processes (kiln-run), each on half of every batch.
+    ./build-release/tools/kiln-run -n 2 ./build-release/examples/train_digits
     ;;
   test)
     scripts/deps.sh

@@ -1,4 +1,4 @@
-// distributed/ddp.h -- nn::DistributedDataParallel: one model replica per process, gradients
+// nn/ddp.h -- nn::DistributedDataParallel: one model replica per process, gradients
 // averaged across the process group during backward, as PyTorch's DDP does.
 //
 //   distributed::ProcessGroup pg(distributed::options_from_env());   // kiln-run -n 2 ./train

@@ -1,6 +1,6 @@
-// distributed/ddp.cpp -- DistributedDataParallel: buckets, the hooks that start their
+// nn/ddp.cpp -- DistributedDataParallel: buckets, the hooks that start their
 // reductions, and the end-of-backward step that waits and hands out the averaged gradients.
-#include "distributed/ddp.h"
+#include "nn/ddp.h"
 
 #include "runtime/api.h"
 #include "runtime/check.h"
