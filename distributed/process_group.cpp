@@ -14,6 +14,12 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -88,7 +94,42 @@ int env_int(const char* name, int fallback, bool required) {
   return static_cast<int>(x);
 }
 
-bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+// The address the other ranks reach this one at: the interface that routes toward MASTER_ADDR,
+// or when that is a loopback address (rank 0's machine, whose own name Debian maps to
+// 127.0.1.1) the first non-loopback IPv4 interface that is up. KILN_DIST_HOSTNAME overrides.
+std::string address_for_peers(const std::string& master, int port) {
+  std::string found;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &res) == 0) {
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    char buf[INET_ADDRSTRLEN] = {};
+    // A datagram socket's connect only picks the route; nothing is sent.
+    if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf))
+      found = buf;
+    if (fd >= 0) ::close(fd);
+    ::freeaddrinfo(res);
+  }
+  if (!found.empty() && !is_loopback(found)) return found;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i && (found.empty() || is_loopback(found)); i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+        continue;
+      char buf[INET_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf)) found = buf;
+    }
+    ::freeifaddrs(ifs);
+  }
+  KILN_CHECK(!found.empty() && !is_loopback(found), "distributed: this machine has no network address the other "
+             "ranks could reach it at (MASTER_ADDR {} is not a loopback address); set KILN_DIST_HOSTNAME", master);
+  return found;
+}
 
 // Gloo's store interface over ours.
 class StoreAdapter final : public gloo::rendezvous::Store {
@@ -144,7 +185,9 @@ class GlooBackend final : public Backend {
     if (::sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     store_ = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
     gloo::transport::tcp::attr attr;
-    attr.hostname = !o.hostname.empty() ? o.hostname : is_loopback(o.master_addr) ? "127.0.0.1" : host_name();
+    attr.hostname = !o.hostname.empty()             ? o.hostname
+                    : is_loopback(o.master_addr) ? "127.0.0.1"
+                                                 : address_for_peers(o.master_addr, o.master_port);
     try {
       auto dev = gloo::transport::tcp::CreateDevice(attr);
       ctx_ = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
@@ -256,12 +299,6 @@ class GlooBackend final : public Backend {
       gloo::allreduce(opts);
       return 0;
     });
-  }
-
-  static std::string host_name() {
-    char buf[256] = {};
-    KILN_CHECK(::gethostname(buf, sizeof buf - 1) == 0, "distributed: gethostname failed: {}", std::strerror(errno));
-    return buf;
   }
 
   Work enqueue(const char* name, Tensor t, std::function<void(uint32_t)> run) {

@@ -31,7 +31,8 @@ struct Options {
   std::string master_addr = "127.0.0.1";  // where rank 0 serves the rendezvous store
   int master_port = 29500;
   /// This rank's address for the collectives' connections; "" means 127.0.0.1 when
-  /// master_addr is a loopback address, else this machine's host name.
+  /// master_addr is a loopback address, else the address of the interface that routes toward
+  /// master_addr (or, when that is a loopback one, the first non-loopback IPv4 interface).
   std::string hostname;
   /// How long a collective (and the rendezvous) waits for the other ranks.
   std::chrono::milliseconds timeout{30000};

@@ -65,7 +65,7 @@ addrinfo* resolve(const std::string& host, int port, bool passive) {
   hints.ai_socktype = SOCK_STREAM;
   if (passive) hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
   KILN_CHECK(rc == 0, "distributed: cannot resolve the rendezvous address {}:{} (MASTER_ADDR): {}", host, port,
              gai_strerror(rc));
   return res;
@@ -167,7 +167,12 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::m
     : where_(fmt::format("{}:{}", host, port)) {
   KILN_CHECK(port > 0 && port < 65536, "distributed: port {} (MASTER_PORT) is not a TCP port", port);
   if (serve) {
-    addrinfo* res = resolve(host, port, true);
+    // A job on one machine (a loopback MASTER_ADDR) stays private to it; otherwise the store
+    // listens on every interface, as the name may map to a loopback address on rank 0's own
+    // machine (Debian's /etc/hosts gives the host name 127.0.1.1) while the others reach it
+    // through the network.
+    ::freeaddrinfo(resolve(host, port, false));  // a name that does not resolve is an error here too
+    addrinfo* res = resolve(is_loopback(host) ? host : "", port, true);
     std::string why = "no address";
     int fd = -1;
     for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {

@@ -12,6 +12,11 @@
 
 namespace kiln::distributed {
 
+/// A name or address of this machine's loopback interface: a job that stays on one machine.
+inline bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
 class TcpStore {
  public:
   /// Connects to host:port, first serving it when `serve` (rank 0). Throws kiln::Error naming

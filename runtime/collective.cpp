@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "autograd/autograd.h"
+#include "runtime/autograd_meta.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
@@ -31,7 +31,7 @@ void all_reduce_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tens
   KILN_CHECK(engine, "all_reduce: no process group exists in this process (group {}); make a "
              "distributed::ProcessGroup first", a.group);
   {
-    NoGradGuard no_grad;
+    GradModeGuard no_grad(false);
     Tensor c = in[0].contiguous();
     std::memcpy(out.data_ptr(), c.data_ptr(), static_cast<size_t>(out.numel()) * dtype_size(out.dtype()));
   }

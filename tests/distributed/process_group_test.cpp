@@ -87,6 +87,11 @@ TEST(DistChild, DISABLED_Rank) {
   try {
     distributed::ProcessGroup pg(o);
     if (c == "collectives") collectives(pg, dir);
+    if (c == "sum") {
+      Tensor x = operand(pg.rank(), DType::F32);
+      distributed::all_reduce(pg, x);
+      save_npy(x, fmt::format("{}/sum.r{}.npy", dir, pg.rank()));
+    }
     if (c == "mismatch") {
       Tensor x = zeros({3, pg.rank() == 1 ? 5 : 4});
       distributed::all_reduce(pg, x);
@@ -152,6 +157,22 @@ TEST_P(Collectives, MatchTheSingleProcessResultForEachDType) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& i) { return fmt::format("world{}", i.param); });
+
+// As on several machines: MASTER_ADDR is a name or address that is not a loopback one, so the
+// store listens on every interface and each rank is reached at its network interface's address
+// (this machine's own name may map to a loopback address, as Debian's /etc/hosts does).
+TEST(Distributed, AJobAddressedThroughTheNetworkForms) {
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  std::string dir = fresh_dir("network");
+  EXPECT_EQ(run_ranks(2, "sum", dir, 20000, "DistChild.DISABLED_Rank", host), (std::vector<int>{0, 0}));
+  for (int r = 0; r < 2; ++r) {
+    std::string error = fmt::format("{}/error.r{}.txt", dir, r);
+    ASSERT_FALSE(fs::exists(error)) << "MASTER_ADDR=" << host << ": " << text_of(error);
+    expect_equal(load_npy(fmt::format("{}/sum.r{}.npy", dir, r)), operand(0, DType::F32) + operand(1, DType::F32), "sum");
+  }
+  fs::remove_all(dir);
+}
 
 TEST(Distributed, AShapeMismatchIsNamedOnEveryRank) {
   std::string dir = fresh_dir("mismatch");

@@ -42,7 +42,8 @@ inline int free_port() {
 // Runs `n` ranks of case `which` (the gtest `child` run again with RANK, WORLD_SIZE,
 // MASTER_PORT, KILN_DIST_CASE and KILN_DIST_DIR set); returns their exit statuses.
 inline std::vector<int> run_ranks(int n, const std::string& which, const std::string& dir, int timeout_ms,
-                                  const std::string& child = "DistChild.DISABLED_Rank") {
+                                  const std::string& child = "DistChild.DISABLED_Rank",
+                                  const std::string& master_addr = "127.0.0.1") {
   int port = free_port();
   std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<pid_t> pids;
@@ -50,7 +51,7 @@ inline std::vector<int> run_ranks(int n, const std::string& which, const std::st
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
     for (std::string v : {fmt::format("RANK={}", r), fmt::format("WORLD_SIZE={}", n), fmt::format("MASTER_PORT={}", port),
-                          std::string("MASTER_ADDR=127.0.0.1"), fmt::format("KILN_DIST_TIMEOUT_MS={}", timeout_ms),
+                          "MASTER_ADDR=" + master_addr, fmt::format("KILN_DIST_TIMEOUT_MS={}", timeout_ms),
                           "KILN_DIST_CASE=" + which, "KILN_DIST_DIR=" + dir})
       env.push_back(v);
     std::vector<std::string> args = {exe, "--gtest_also_run_disabled_tests", "--gtest_filter=" + child};
