@@ -2,6 +2,8 @@
 // reductions, and the end-of-backward step that waits and hands out the averaged gradients.
 #include "nn/ddp.h"
 
+#include <fmt/format.h>
+
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/collective.h"
@@ -80,8 +82,14 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
     for (Bucket& b : buckets_) b.pending = b.params.size(), b.started = false, b.flat = Tensor(), b.work.reset();
     autograd::queue_callback([this] { finish(); });
   }
-  KILN_CHECK(!ready_[k], "DistributedDataParallel: parameter {} ({}) got its gradient twice in one backward",
-             k, params_[k].type().str());
+  if (ready_[k]) {
+    // The backward that armed us never ended: an error cut it short (its reductions may be
+    // half issued, so the ranks may disagree). Start clean, but say so.
+    armed_ = false;
+    throw Error(fmt::format("DistributedDataParallel: parameter {} ({}) got a gradient again before the last "
+                            "backward's reductions finished: that backward was cut short by an error; restart "
+                            "the step on every rank", k, params_[k].type().str()));
+  }
   ready_[k] = 1;
   events_.push_back({DdpEvent::GradReady, k});
   --buckets_[bucket_of_[k]].pending;

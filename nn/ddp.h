@@ -21,6 +21,10 @@
 // step (jit::trace over forward, backward and the optimizer), the hooks run once, while tracing,
 // and each bucket's reduction is recorded as an all_reduce op of the graph: an ordered effect
 // that the compiled step runs between backward and the update at every call.
+//
+// A parameter that gets no gradient on a rank (unused in its forward) adds zeros to its bucket,
+// so every rank ends with the same gradient; one that no rank used ends with a zero gradient
+// (PyTorch leaves it undefined).
 #pragma once
 
 #include <cstddef>

@@ -261,5 +261,28 @@ TEST(DdpBuckets, FollowReverseRegistrationOrderAndTheCaps) {
   test::expect_error([&] { ddp(zeros({2, 6})); }, {"UnaryModule"});
 }
 
+// A backward cut short by an error leaves its reductions unfinished: the next backward says so
+// (instead of mixing two steps' gradients), and the one after works.
+TEST(DdpBuckets, ABackwardCutShortIsNamedByTheNextOne) {
+  distributed::Options o;
+  o.rank = 0, o.world_size = 1, o.master_port = test::free_port();
+  distributed::ProcessGroup pg(o);
+  Mlp net;
+  nn::DistributedDataParallel ddp(net, pg, small_buckets());
+  bool fail = true;
+  autograd::register_post_accumulate_grad_hook(net.fc1.weight, [&](const Tensor&) {
+    if (fail) throw Error("a hook failed");
+  });
+  Tensor x = randn({4, 6});
+  test::expect_error([&] { net(x).sum().backward(); }, {"a hook failed"});
+  fail = false;
+  test::expect_error([&] { net(x).sum().backward(); }, {"DistributedDataParallel", "cut short"});
+  net.zero_grad();
+  Tensor want = autograd::grad({net(x).sum()}, {net.fc1.weight})[0];  // grad() fires no hooks
+  net(x).sum().backward();
+  EXPECT_EQ(ddp.events().back().kind, nn::DdpEvent::BucketReduced);
+  test::expect_close(net.fc1.weight.grad(), want.to_vector<double>());
+}
+
 }  // namespace
 }  // namespace kiln
