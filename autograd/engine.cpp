@@ -157,7 +157,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     }
     AutogradMeta& m = *leaf->autograd;
     m.grad = accumulate(m.grad, create_graph ? g : g.detach());
-    leaf_received.insert(leaf);
+    if (!m.post_accumulate_hooks.empty()) leaf_received.insert(leaf);
   };
   // One of the leaf's expected gradients arrived (or its node had none for it).
   auto leaf_edge_done = [&](TensorImpl* leaf) {
@@ -236,23 +236,27 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     if (any) check_saved(*n);
     // A compiled backward hands over each leaf's gradient as soon as it is written, so the
     // leaf's hooks run while the rest of its backward is computed.
-    std::vector<char> early(n->next.size(), 0);
-    NodeBackward::GradReady on_ready = [&](size_t t, const Tensor& gt) {
-      const Edge& e = n->next.at(t);
-      if (!e.leaf || !gt.defined() || early[t]) return;
-      early[t] = 1;
-      deliver_leaf(e.leaf.get(), fit(gt, n->in_types[t]));
-      leaf_edge_done(e.leaf.get());
-    };
+    std::vector<char> early;  // per edge: its leaf's gradient was delivered already
+    NodeBackward::GradReady on_ready;
+    if (n->custom && !capturing) {
+      early.assign(n->next.size(), 0);
+      on_ready = [&](size_t t, const Tensor& gt) {
+        const Edge& e = n->next.at(t);
+        if (!e.leaf || !gt.defined() || early[t]) return;
+        early[t] = 1;
+        deliver_leaf(e.leaf.get(), fit(gt, n->in_types[t]));
+        leaf_edge_done(e.leaf.get());
+      };
+    }
     // No gradient reached n: it still releases its children.
-    Grads grads = any ? run_node(*n, keep, g, create_graph, capturing ? nullptr : &on_ready) : Grads();
+    Grads grads = any ? run_node(*n, keep, g, create_graph, on_ready ? &on_ready : nullptr) : Grads();
     int arity = static_cast<int>(n->next.size());
     if (!retain_graph) n->release();
     for (int t = 0; t < arity; ++t) {
       int k = slot_of_input(n->attrs.imm_mask, t);
       const Edge& e = n->next[t];
       const TensorType& type = n->in_types[t];
-      if ((!e.node && !e.leaf) || early[t]) continue;
+      if ((!e.node && !e.leaf) || (!early.empty() && early[t])) continue;
       Tensor gk = static_cast<size_t>(k) < grads.size() ? grads[k] : Tensor();
       if (e.node) {
         if (gk.defined()) add_to(e.node.get(), e.output_nr, fit(gk, type));

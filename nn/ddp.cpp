@@ -79,7 +79,7 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
     events_.clear();
     next_bucket_ = 0;
     std::fill(ready_.begin(), ready_.end(), 0);
-    for (Bucket& b : buckets_) b.pending = b.params.size(), b.started = false, b.flat = Tensor(), b.work.reset();
+    for (Bucket& b : buckets_) b.pending = b.params.size(), b.flat = Tensor(), b.work.reset();
     autograd::queue_callback([this] { finish(); });
   }
   if (ready_[k]) {
@@ -102,15 +102,14 @@ void DistributedDataParallel::start_ready_buckets() {
 }
 
 void DistributedDataParallel::start(Bucket& b) {
+  NoGradGuard no_grad;  // a create_graph backward's gradients have history; the reduction has none
   // A parameter that got no gradient on this rank (unused in its forward) adds zeros.
   std::vector<Tensor> pieces;
   for (size_t k : b.params) {
     Tensor g = params_[k].grad();
     pieces.push_back(g.defined() ? g.reshape({params_[k].numel()}) : zeros({params_[k].numel()}, b.dtype));
   }
-  NoGradGuard no_grad;
   Tensor flat = pieces.size() == 1 ? pieces[0].clone() : cat(pieces, 0);  // never a grad's own storage
-  b.started = true;
   events_.push_back({DdpEvent::BucketStarted, static_cast<size_t>(&b - buckets_.data())});
   if (active_recorder()) {
     // Traced: the reduction is an op of the step's graph, run in order at each call.

@@ -90,7 +90,6 @@ class DistributedDataParallel {
     DType dtype = DType::F32;
     int64_t numel = 0;
     size_t pending = 0;
-    bool started = false;
     Tensor flat;                             // the gradients, flattened; reduced in place
     std::optional<distributed::Work> work;   // eager: the reduction in flight
   };
