@@ -475,7 +475,8 @@ Executable::Executable(ir::Graph g, bool kernels) : impl_(std::make_unique<Impl>
     m.ready_at_end.assign(m.g.outputs.size(), 0);
     for (size_t o = 0; o < m.g.outputs.size(); ++o) {
       uint32_t v = m.g.outputs[o];
-      if (bound.count(base[v]) || made_at[base[v]] < 0 || made_at[v] < 0) m.ready_at_end[o] = 1;
+      // An input, a param or a constant, or a view of one: no node makes its storage.
+      if (made_at[base[v]] < 0) m.ready_at_end[o] = 1;
       else m.ready_after[static_cast<size_t>(made_at[v])].push_back(o);
     }
   }

@@ -12,7 +12,7 @@
 namespace kiln::nn {
 
 DistributedDataParallel::DistributedDataParallel(Module& module, distributed::ProcessGroup& pg, DdpOptions options)
-    : module_(module), pg_(pg), options_(options) {
+    : module_(module), pg_(pg) {
   KILN_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
              "DistributedDataParallel: bucket sizes must be positive");
   {

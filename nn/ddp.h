@@ -101,7 +101,6 @@ class DistributedDataParallel {
 
   Module& module_;
   distributed::ProcessGroup& pg_;
-  DdpOptions options_;
   std::vector<Tensor> params_;
   std::vector<size_t> bucket_of_;        // per parameter
   std::vector<size_t> offset_;           // per parameter: its first element in its bucket

@@ -3,12 +3,11 @@
 #include "runtime/collective.h"
 
 #include <atomic>
-#include <cstring>
 
-#include "runtime/autograd_meta.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
+#include "runtime/ops/loops.h"
 
 namespace kiln {
 namespace {
@@ -30,11 +29,7 @@ void all_reduce_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tens
   AllReduceEngine engine = g_engine.load();
   KILN_CHECK(engine, "all_reduce: no process group exists in this process (group {}); make a "
              "distributed::ProcessGroup first", a.group);
-  {
-    GradModeGuard no_grad(false);
-    Tensor c = in[0].contiguous();
-    std::memcpy(out.data_ptr(), c.data_ptr(), static_cast<size_t>(out.numel()) * dtype_size(out.dtype()));
-  }
+  copy_into(in[0], out);
   engine(a.group, a.reduce, out);
 }
 
