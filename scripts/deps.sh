@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/deps.sh -- installs the Debian 12 packages kiln needs that are missing (run as root).
-# The one list of kiln's dependencies. --demo adds the demo's data set (scikit-learn's digits),
-# --bench adds LibTorch for the benchmarks' comparison columns.
+# The one list of kiln's dependencies; --bench adds LibTorch for the benchmarks' comparison
+# columns.
 set -euo pipefail
 
 packages=(
@@ -11,6 +11,8 @@ packages=(
   libbenchmark-dev       # benchmarks/
   libopenblas-dev        # matmul, conv2d (f64)
   libdnnl-dev            # conv2d (f32): oneDNN
+  ocl-icd-opencl-dev     # oneDNN's CMake package requires OpenCL (Debian's libdnnl-dev only
+                         # recommends it, and this script installs without recommends)
   libsleef-dev           # vectorized transcendentals
   nlohmann-json3-dev     # safetensors headers
   zlib1g-dev             # the demo reads its gzipped CSV
@@ -20,10 +22,14 @@ packages=(
   libdlpack-dev          # to_dlpack / from_dlpack: tensors shared with other libraries
   libgloo-dev            # distributed/: collectives across processes (PyTorch's CPU engine)
   clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizers for scripts/fuzz.sh (tools/fuzz)
+  python3-sklearn        # ships digits.csv.gz, which examples/train_digits (the demo) and the
+                         # two-host test (tests/distributed/two_hosts.sh) train on
+  iproute2               # the two-host test's network namespaces (ip netns)
 )
 case "${1:-}" in
-  --demo) packages+=(python3-sklearn) ;;  # ships digits.csv.gz, read by examples/train_digits
+  "") ;;
   --bench) packages+=(libtorch-dev) ;;  # LibTorch beside kiln in benchmarks/
+  *) echo "usage: scripts/deps.sh [--bench]" >&2; exit 2 ;;
 esac
 
 missing=()

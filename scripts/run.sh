@@ -27,7 +27,7 @@ configure_and_build() {  # build_dir build_type [cmake args...]
 
 case "$what" in
   demo)
-    scripts/deps.sh --demo
+    scripts/deps.sh
     configure_and_build build-release Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF
     ./build-release/examples/train_digits
     # A second program serves the saved forward without the model's C++ class.
@@ -41,7 +41,7 @@ case "$what" in
     # The fuzzers first (a brief run), so ctest's summary of the whole suite is the last line.
     fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
     if [[ "$fuzz_seconds" != 0 ]]; then scripts/fuzz.sh "$fuzz_seconds"; fi
-    configure_and_build build RelWithDebInfo
+    configure_and_build build RelWithDebInfo -DKILN_WERROR=ON
     # The tests' compiled kernels go to a cache of their own, emptied first, so the suite always
     # exercises the compiler as well as the disk cache (and never touches the user's cache).
     rm -rf build/kernel-cache
