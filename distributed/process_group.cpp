@@ -23,6 +23,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -184,6 +186,7 @@ class GlooBackend final : public Backend {
     struct sigaction old_action {};
     if (::sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     store_ = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
+    store_->identify(o.rank);
     gloo::transport::tcp::attr attr;
     attr.hostname = !o.hostname.empty()             ? o.hostname
                     : is_loopback(o.master_addr) ? "127.0.0.1"
@@ -381,7 +384,7 @@ class GlooBackend final : public Backend {
   }
 
   // A collective failed in the engine (a timeout, a closed connection): which ranks did not
-  // arrive at it, from their marks in the store.
+  // arrive at it, from their marks in the store; or, when all did, which left the job since.
   std::string failure(const char* name, uint64_t seq, const std::string& why) {
     std::string ranks;
     if (o_.check) {
@@ -393,15 +396,35 @@ class GlooBackend final : public Backend {
           if (store_->try_get(fmt::format("arrived/{}", r), &v) && v.size() == sizeof s) std::memcpy(&s, v.data(), sizeof s);
           if (s < seq) missing.push_back(r);
         }
-        ranks = missing.empty() ? " (every rank arrived at it; a connection broke)"
-                                : fmt::format(": rank {} did not arrive (it died, or never called {})",
-                                              fmt::join(missing, ", "), name);
+        std::vector<int> gone = missing.empty() ? gone_ranks() : std::vector<int>{};
+        if (!missing.empty())
+          ranks = fmt::format(": rank {} did not arrive (it died, or never called {})", fmt::join(missing, ", "), name);
+        else if (!gone.empty())
+          ranks = fmt::format(": rank {} arrived at it, then left the job (it died, or its host became unreachable)",
+                              fmt::join(gone, ", "));
+        else
+          ranks = " (every rank arrived at it, and none has left the job)";
       } catch (const Error&) {
-        ranks = ": rank 0 (which serves the rendezvous store) is unreachable: it died";
+        ranks = ": rank 0 (which serves the rendezvous store) is unreachable: it died, or its host became unreachable";
       }
     }
     return fmt::format("distributed: {} (collective #{}) failed on rank {} of {} within the {} ms timeout{}; Gloo: {}",
                        name, seq, o_.rank, o_.world_size, o_.timeout.count(), ranks, why);
+  }
+
+  // The ranks whose connections to the store ended (TcpStore::identify). A process that died
+  // is seen at once; a host that vanished, when keepalive gives up on it (about 4 s after that
+  // rank's last request): so this waits up to 5 s (or the timeout, if shorter) for one.
+  std::vector<int> gone_ranks() {
+    auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(o_.timeout, std::chrono::seconds(5));
+    for (;;) {
+      std::vector<int> gone;
+      std::vector<char> v;
+      for (int r = 0; r < o_.world_size; ++r)
+        if (r != o_.rank && store_->try_get(fmt::format("gone/{}", r), &v)) gone.push_back(r);
+      if (!gone.empty() || std::chrono::steady_clock::now() >= deadline) return gone;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
 
   Options o_;

@@ -1,8 +1,9 @@
 // distributed/tcp_store.cpp -- the store's server (a thread per client, a map under a mutex)
 // and client (one connection, a request at a time). The wire format: a request is an op byte
-// ('S' set, 'G' get), a u32 key length and the key, and for a set a u32 value length and the
-// value; a get's reply is a found byte and, when found, a u32 length and the value; a set's
-// reply is one byte. Lengths are bounded, so a stray client cannot make the server allocate.
+// ('S' set, 'G' get, 'I' identify), a u32 key length and the key, and for a set a u32 value
+// length and the value; a get's reply is a found byte and, when found, a u32 length and the
+// value; a set's reply is one byte; an identify's key is the client's rank, and has no reply.
+// Lengths are bounded, so a stray client cannot make the server allocate.
 #include "distributed/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -97,12 +98,25 @@ struct TcpStore::Server {
   std::vector<std::thread> handlers;
   std::atomic<bool> stopping{false};
 
+  // Answers one client until its connection ends; then, unless the server is stopping, a
+  // client that said which rank it is is marked gone.
   void serve(int fd) {
+    std::string rank;
+    serve_requests(fd, &rank);
+    if (!rank.empty() && !stopping) {
+      std::lock_guard<std::mutex> lock(mu);
+      values["gone/" + rank] = "1";
+    }
+  }
+
+  void serve_requests(int fd, std::string* rank) {
     for (;;) {
       char op = 0;
       std::string key, value;
       if (!read_all(fd, &op, 1) || !read_string(fd, kMaxKey, &key)) return;
-      if (op == 'S') {
+      if (op == 'I') {
+        *rank = key;
+      } else if (op == 'S') {
         if (!read_string(fd, kMaxValue, &value)) return;
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -137,6 +151,15 @@ struct TcpStore::Server {
       }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      // A client's host that vanishes (powered off, unplugged) sends no reset: keepalive
+      // probes end its idle connection within about 4 s, and the user timeout one with a
+      // reply in flight, so it is marked gone (serve()).
+      int idle = 1, interval = 1, probes = 3, unacked_ms = 4000;
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof unacked_ms);
       std::lock_guard<std::mutex> lock(mu);
       try {
         handlers.emplace_back([this, fd] { serve(fd); });
@@ -252,6 +275,14 @@ bool TcpStore::try_get(const std::string& key, std::vector<char>* value) {
   }
   KILN_CHECK(ok, "distributed: the rendezvous store at {} (served by rank 0) is unreachable: did rank 0 exit?", where_);
   return found;
+}
+
+void TcpStore::identify(int rank) {
+  char op = 'I';
+  std::string key = std::to_string(rank);
+  uint32_t k = static_cast<uint32_t>(key.size());
+  bool ok = write_all(fd_, &op, 1) && write_all(fd_, &k, 4) && write_all(fd_, key.data(), k);
+  KILN_CHECK(ok, "distributed: the rendezvous store at {} (served by rank 0) is unreachable: did rank 0 exit?", where_);
 }
 
 std::vector<char> TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {

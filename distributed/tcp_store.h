@@ -1,7 +1,8 @@
 // distributed/tcp_store.h -- the rendezvous's key-value store over TCP, as PyTorch's c10d has
 // one: rank 0 serves it on MASTER_ADDR:MASTER_PORT, every rank (rank 0 too) is a client. The
 // collectives never go through it (they are Gloo's); it carries the ranks' addresses at
-// start-up and, per collective, which ranks arrived (so a timeout names the missing one).
+// start-up and, per collective, which ranks arrived (so a timeout names the missing one), and
+// which ranks' connections to it ended (so a broken collective names the rank that left).
 // Internal (not installed).
 #pragma once
 
@@ -33,6 +34,11 @@ class TcpStore {
   std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout);
   /// The key's value now, or false.
   bool try_get(const std::string& key, std::vector<char>* value);
+  /// Tells the server which rank this client is. From then on, when this client's connection
+  /// ends before the server stops (its process died, or TCP keepalive found its host
+  /// unreachable, within about 4 s), the server sets "gone/<rank>": a collective that broke
+  /// with every rank present can name the one that left.
+  void identify(int rank);
 
   struct Server;
 

@@ -9,7 +9,9 @@
 // table of where its time went. Launched by kiln-run (`kiln-run -n 2 train_digits`), each
 // process trains a replica on its shard of every epoch (DistributedSampler) with half the batch,
 // and DistributedDataParallel averages the gradients: the same global batch of 32, so the same
-// training as one process, split across two; rank 0 reports and saves.
+// training as one process, split across two; rank 0 reports and saves. --epochs N trains for N
+// epochs (20 by default); an error (a rank lost, a missing data file) is printed and the
+// program exits with status 1.
 #include <kiln/kiln.h>
 #include <zlib.h>
 
@@ -76,19 +78,20 @@ void progress(int epoch, int epochs, int64_t step, int64_t steps, double loss, d
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int train(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   bool use_jit = false;
+  int epochs = 20;
   std::string data_path = kDefaultData, profile_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jit") use_jit = true;
     else if (a == "--profile") profile_path = "digits_profile.json";
     else if (a.rfind("--profile=", 0) == 0) profile_path = a.substr(10);
+    else if (a == "--epochs" && i + 1 < argc) epochs = std::stoi(argv[++i]);
     else data_path = a;
   }
+  if (epochs < 1) throw Error("train_digits: --epochs takes a positive number");
   const int profiled_epoch = 2;
   auto [images, labels] = load_digits(data_path);
   manual_seed(0);
@@ -109,7 +112,6 @@ int main(int argc, char** argv) {
   Net net;
   std::optional<nn::DistributedDataParallel> ddp;
   if (group) ddp.emplace(net, *group);  // every replica starts from rank 0's weights
-  const int epochs = 20;
   const int64_t global_batch = 32, batch = global_batch / world;
   optim::Adam opt(net.parameters(), 3e-3);
   data::DistributedSampler sampler(train.size(), world, rank, /*shuffle=*/true);
@@ -186,4 +188,16 @@ int main(int argc, char** argv) {
     std::printf("traced graphs written to digits_step.ir and digits_forward.ir\n");
   }
   return acc > 0.95 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return train(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\ntrain_digits: %s\n", e.what());
+    return 1;
+  }
 }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "distributed/process_group.h"
+#include "distributed/tcp_store.h"
 #include "runtime/api.h"
 #include "tests/distributed/ranks.h"
 #include "tests/unit/test_util.h"
@@ -206,6 +207,29 @@ TEST(Distributed, ARankThatNeverArrivesMakesTheOthersTimeOut) {
   EXPECT_NE(e0.find("rank 1 did not arrive"), std::string::npos) << e0;
   EXPECT_LT(s, 20.0);
   fs::remove_all(dir);
+}
+
+// A collective that breaks with every rank present names the one that left from the store:
+// the server marks a client that said its rank, once its connection ends, and no other.
+TEST(Distributed, TheStoreMarksARankWhoseConnectionEndedAsGone) {
+  using distributed::TcpStore;
+  int port = free_port();
+  auto timeout = std::chrono::milliseconds(5000);
+  TcpStore server("127.0.0.1", port, /*serve=*/true, timeout);
+  server.identify(0);
+  auto client = std::make_unique<TcpStore>("127.0.0.1", port, false, timeout);
+  client->identify(1);
+  TcpStore anonymous("127.0.0.1", port, false, timeout);
+  std::vector<char> v;
+  client->set("x", {'1'});
+  EXPECT_FALSE(server.try_get("gone/1", &v));
+  client.reset();
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!server.try_get("gone/1", &v) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(server.try_get("gone/1", &v)) << "the closed connection of rank 1 is not marked";
+  EXPECT_FALSE(server.try_get("gone/0", &v));
+  EXPECT_TRUE(server.try_get("x", &v));
 }
 
 TEST(Distributed, APortInUseAndABadAddressAreClearErrors) {
