@@ -18,6 +18,7 @@
 #include "codegen/backend.h"
 #include "codegen/llvm/emit.h"
 #include "runtime/check.h"
+#include "runtime/log.h"
 #include "runtime/profiler.h"
 
 namespace kiln::codegen {
@@ -29,6 +30,22 @@ std::string take_message(char* m) {
   return s;
 }
 std::string take_error(LLVMErrorRef e) { return take_message(LLVMGetErrorMessage(e)); }
+
+// LLVM reports remarks and warnings through its context's handler, whose default writes them to
+// stderr: a kernel whose loop carries a vectorize hint it could not honour gives "remark: loop
+// not vectorized: ...". Those describe our generated code, not the user's program: they go to
+// KILN_LOG=codegen. Errors are kept for the exception that the failing step throws.
+void route_diagnostic(LLVMDiagnosticInfoRef info, void* errors) {
+  std::string text = take_message(LLVMGetDiagInfoDescription(info));
+  switch (LLVMGetDiagInfoSeverity(info)) {
+    case LLVMDSError:
+      *static_cast<std::string*>(errors) += (static_cast<std::string*>(errors)->empty() ? "" : "; ") + text;
+      return;
+    case LLVMDSWarning: log(LogTopic::Codegen, "LLVM warning: " + text); return;
+    case LLVMDSRemark: log(LogTopic::Codegen, "LLVM remark: " + text); return;
+    case LLVMDSNote: log(LogTopic::Codegen, "LLVM note: " + text); return;
+  }
+}
 
 class LlvmBackend final : public Backend {
  public:
@@ -59,6 +76,8 @@ class LlvmBackend final : public Backend {
 
   std::string compile(const std::string& source) const override {
     LLVMContextRef ctx = LLVMContextCreate();
+    std::string diagnosed;  // errors LLVM reported through the handler
+    LLVMContextSetDiagnosticHandler(ctx, route_diagnostic, &diagnosed);
     LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(source.data(), source.size(), "kernel");
     LLVMModuleRef m = nullptr;
     char* err = nullptr;
@@ -110,7 +129,8 @@ class LlvmBackend final : public Backend {
     LLVMDisposeTargetMachine(tm);
     LLVMDisposeModule(m);
     LLVMContextDispose(ctx);
-    if (object.empty()) throw Error(fmt::format("codegen: LLVM could not compile a kernel: {}", error));
+    if (object.empty())
+      throw Error(fmt::format("codegen: LLVM could not compile a kernel: {}", error.empty() ? diagnosed : error));
     return object;
   }
 

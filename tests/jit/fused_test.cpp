@@ -17,6 +17,7 @@
 #include "jit/executable.h"
 #include "jit/kernels.h"
 #include "jit/run.h"
+#include "runtime/log.h"
 #include "jit_test_util.h"
 
 namespace kiln {
@@ -528,6 +529,39 @@ TEST_F(Fused, MissReasonsNameTheChange) {
   f(randn({3, 4}, f64));
   f(randn({4, 3}).t());
   EXPECT_EQ(f.stats().traces, 4);
+}
+
+// A loop told to vectorize that cannot be (it calls an opaque function) makes LLVM report a
+// remark and a warning. They describe generated code, not the user's program: they go to
+// KILN_LOG=codegen (ctest llvm_diagnostics_log checks that), never to stderr otherwise.
+const char* kUnvectorizableLoop = R"(declare void @opaque(i64)
+define void @loop(i64 %n) {
+entry:
+  br label %body
+body:
+  %i = phi i64 [0, %entry], [%next, %body]
+  call void @opaque(i64 %i)
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %body, label %done, !llvm.loop !0
+done:
+  ret void
+}
+!0 = distinct !{!0, !1}
+!1 = !{!"llvm.loop.vectorize.width", i32 8}
+)";
+
+TEST(Codegen, LlvmDiagnosticsStayOffStderr) {
+  testing::internal::CaptureStderr();
+  std::string object = codegen::cpu_backend().compile(kUnvectorizableLoop);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(object.empty());
+  if (log_enabled(LogTopic::Codegen)) {
+    EXPECT_NE(err.find("[kiln:codegen] LLVM remark: <unknown>:0:0: loop not vectorized"), std::string::npos) << err;
+    std::fputs(err.c_str(), stderr);  // for the ctest that reads it
+  } else {
+    EXPECT_EQ(err, "");
+  }
 }
 
 }  // namespace
