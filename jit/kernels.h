@@ -9,15 +9,9 @@
 #include <string>
 
 #include "codegen/backend.h"
+#include "jit/trace.h"  // KernelCacheStats, kernel_cache_stats()
 
 namespace kiln::jit {
-
-struct KernelCacheStats {
-  int64_t hits = 0;        // found in memory
-  int64_t misses = 0;      // not in memory
-  int64_t disk_hits = 0;   // misses served from the disk cache
-  int64_t compiles = 0;    // misses compiled by LLVM
-};
 
 struct Kernel {
   codegen::KernelFn fn = nullptr;
@@ -28,7 +22,5 @@ struct Kernel {
 Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout);
 /// The source kernel_for compiles for `body` and `layout` (kiln-ir codegen prints it).
 std::string kernel_source(const ir::Graph& body, const codegen::KernelLayout& layout, std::string* symbol = nullptr);
-
-KernelCacheStats kernel_cache_stats();
 
 }  // namespace kiln::jit

@@ -62,6 +62,15 @@ struct Stats {
   int64_t kernels = 0;
 };
 
+/// The process's kernel cache: every traced or loaded function's fused kernels.
+struct KernelCacheStats {
+  int64_t hits = 0;        // found in memory
+  int64_t misses = 0;      // not in memory
+  int64_t disk_hits = 0;   // misses served from the disk cache
+  int64_t compiles = 0;    // misses compiled by LLVM
+};
+KernelCacheStats kernel_cache_stats();
+
 /// Whether traced functions run fused kernels (default on). Off (or KILN_FUSION=0), the
 /// optimized graph runs op by op on the eager kernels, bit-identical to eager mode; a plan
 /// remembers the setting it was made with.
