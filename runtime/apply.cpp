@@ -1,5 +1,6 @@
 // runtime/apply.cpp -- the op table and apply(): the one place where any op runs.
 #include <array>
+#include <ostream>
 
 #include "runtime/autograd_meta.h"
 #include "runtime/backend.h"
@@ -39,6 +40,7 @@ uint8_t kind_bit(DType t) { return t == DType::Bool ? kBool : is_float(t) ? kFlo
 
 const OpDef& op_def(OpId id) { return *kOps[static_cast<size_t>(id)].def; }
 const char* op_name(OpId id) { return kOps[static_cast<size_t>(id)].name; }
+std::ostream& operator<<(std::ostream& os, OpId id) { return os << op_name(id); }
 int op_arity(OpId id) { return kOps[static_cast<size_t>(id)].arity; }
 OpFamily op_family(OpId id) { return kOps[static_cast<size_t>(id)].family; }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -163,6 +164,8 @@ struct OpDef {
 
 const OpDef& op_def(OpId id);
 const char* op_name(OpId id);    // "add"
+/// Writes the op's name (gtest prints parameters with it).
+std::ostream& operator<<(std::ostream& os, OpId id);
 int op_arity(OpId id);           // operands, tensors and immediates; -1: any number
 OpFamily op_family(OpId id);
 

@@ -208,6 +208,7 @@ void expect_bucketed(const std::string& text, size_t params) {
 struct DdpCase {
   std::string model, mode;
 };
+void PrintTo(const DdpCase& c, std::ostream* os) { *os << c.model << ", " << c.mode; }  // not its bytes
 
 class Ddp : public ::testing::TestWithParam<DdpCase> {};
 

@@ -17,6 +17,7 @@ struct OpEntry {
   int arity;
   OpFamily family;
 };
+void PrintTo(const OpEntry& e, std::ostream* os) { *os << e.name; }  // not its bytes
 
 // The list, straight from ops.def: an op added there is tested here at once.
 const OpEntry kAllOps[] = {
