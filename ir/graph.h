@@ -105,7 +105,8 @@ std::ostream& operator<<(std::ostream& os, const Graph& g);
 /// Parses the text form; errors read "file:line:col: message".
 Graph parse(std::string_view text, std::string_view filename = "<input>");
 /// Checks SSA order, arity, attributes and that every node's type is what its op's shape rule
-/// gives; throws kiln::Error "verify: @name: line N: %3 = add ...: <what>".
+/// gives; throws kiln::Error "verify: @name: node K (%3 = add ...): <what> [line N of the
+/// printed graph]".
 void verify(const Graph& g);
 
 /// The text of one node as print() writes it, with raw value ids (for error messages).

@@ -49,7 +49,8 @@ ir::Graph fused_graph(const ir::Graph& g, const ir::DimSizes& sizes) {
   ir::Graph c = g.dim_names.empty() ? g : ir::specialize(g, sizes);
   for (const ir::Node& n : c.nodes)
     if (n.kind == ir::NodeKind::Fused) return c;
-  std::vector<std::string> passes = ir::default_pipeline();
+  std::vector<std::string> passes = ir::default_pipeline();  // then what jit adds when it fuses
+  passes.push_back("transpose-matmul");
   passes.push_back("fuse");
   return ir::run_passes(std::move(c), passes);
 }

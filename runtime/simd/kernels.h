@@ -2,7 +2,7 @@
 //
 // runtime/simd/kernels_isa.cpp is built three times (baseline, AVX2+FMA, AVX-512) into
 // namespaces isa_scalar, isa_avx2 and isa_avx512; kernels() returns the table of the best set
-// this CPU runs (KILN_ISA=scalar|avx2|avx512 overrides, for testing). The loops only see
+// this CPU runs (KILN_ISA=scalar|avx2 lowers it, for testing; it never raises it). The loops only see
 // contiguous operands of one compute dtype; runtime/ops/*.cpp handle strides, broadcasting,
 // conversions and threads.
 #pragma once
