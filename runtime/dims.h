@@ -18,7 +18,14 @@ class Dims {
   static constexpr size_t kInline = 6;
 
   Dims() = default;
-  Dims(std::initializer_list<int64_t> v) { assign(v.begin(), v.size()); }
+  // Copied element by element: g++ 12 at -O3 warns (dangling-pointer, maybe-uninitialized)
+  // when a memcpy reads the list's backing array in a default member initializer such as
+  // `Tensor t = randn({12, 4});`. A false positive (the array lives to the end of the full
+  // expression, which the copy is part of), but a user's -Werror build must not meet it.
+  Dims(std::initializer_list<int64_t> v) {
+    reserve(v.size());
+    for (int64_t x : v) data()[size_++] = x;
+  }
   Dims(std::span<const int64_t> v) { assign(v.data(), v.size()); }
   Dims(const std::vector<int64_t>& v) { assign(v.data(), v.size()); }
   explicit Dims(size_t n, int64_t fill = 0) {

@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-asan -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DKILN_SANITIZE=address -DKILN_FUZZ=ON \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DKILN_SANITIZE=address -DKILN_FUZZ=ON -DKILN_WERROR=ON \
   -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null

@@ -28,7 +28,7 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:al
 
 # ---- ThreadSanitizer: the tests that run threads -------------------------------------------
 cmake -S . -B build-tsan -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DKILN_SANITIZE=thread \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DKILN_SANITIZE=thread -DKILN_WERROR=ON \
   -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null
 ninja -C build-tsan -j "$jobs" kiln_tsan_tests  # those tests alone (tests/CMakeLists.txt)
 rm -rf build-tsan/kernel-cache

@@ -63,13 +63,15 @@ TEST(Profiler, TheTraceHoldsEveryKindOfEventNestedPerThread) {
   manual_seed(3);
   Tensor w = randn({64, 64}, f32).requires_grad_();
   Tensor x = randn({256, 64});
-  Tensor big = randn({1 << 20});
+  // Long enough (tens of ms) that a pool worker gets a core and takes a chunk even while other
+  // tests load the machine (with 1M elements the caller sometimes ran every chunk itself).
+  Tensor big = randn({1 << 23});
   auto fn = [&](Tensor a) { return softmax(matmul(a, w), -1).sum(); };
   jit::Function f = jit::trace(fn, {x});
   std::string path = temp_file("profile");
 
   profiler::start();
-  Tensor y = exp(big) * 2;        // a parallel eager op
+  for (int i = 0; i < 4; ++i) Tensor y = exp(big) * 2;  // parallel eager ops
   Tensor loss = (tanh(matmul(x, w)) * 3).sum();
   loss.backward();                // autograd nodes
   Tensor fast = f(x);             // a jit call: trace and compile, then its kernels
