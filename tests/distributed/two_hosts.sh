@@ -8,8 +8,8 @@
 #   2. a rank killed on host 1 makes host 0's kiln-run exit with an error naming rank 1;
 #   3. host 1 unplugged (its link down: no reset reaches host 0, packets just vanish) makes
 #      host 0 give up within the timeout, naming rank 1, instead of hanging.
-# Needs root and iproute2: where namespaces cannot be made it exits 77 (ctest's skip code)
-# saying why.
+# Needs root, iproute2 and util-linux's unshare and nsenter (no mounts, so it runs in a chroot
+# too): where network namespaces cannot be made it exits 77 (ctest's skip code) saying why.
 #   two_hosts.sh BUILD_DIR
 set -uo pipefail
 build="$(cd "$1" && pwd)"
@@ -18,46 +18,57 @@ train="$build/examples/train_digits"
 skip() { echo "two_hosts: skipped: $*"; exit 77; }
 fail() { echo "two_hosts: FAILED: $*" >&2; exit 1; }
 
-[[ $(id -u) == 0 ]] || skip "making network namespaces (ip netns) needs root"
-command -v ip >/dev/null || skip "iproute2's ip is not installed"
+[[ $(id -u) == 0 ]] || skip "making network namespaces needs root"
+for tool in ip unshare nsenter; do command -v $tool >/dev/null || skip "$tool is not installed"; done
 [[ -x "$run" && -x "$train" ]] || fail "$run or $train is missing (build the tools and examples)"
 
-tag=$$  # the namespaces' names carry the pid, so concurrent runs never share one
-host0="kiln-host0-$tag" host1="kiln-host1-$tag"
+# Each host is a network namespace held open by a sleeping process; commands run in it through
+# nsenter. The veth pair is made here and its ends moved into the two namespaces.
+tag=$$  # the interfaces' names carry the pid, so concurrent runs never share one
 addr0=10.254.0.1 addr1=10.254.0.2 port=29500
 work=$(mktemp -d)
+holders=()
+pids_in() {  # every process in host $1's namespace
+  local want p
+  want=$(readlink "/proc/${holders[$1]}/ns/net") || return
+  for p in /proc/[0-9]*; do [[ $(readlink "$p/ns/net" 2>/dev/null) == "$want" ]] && echo "${p#/proc/}"; done
+}
 cleanup() {
-  for h in "$host0" "$host1"; do
-    pids=$(ip netns pids "$h" 2>/dev/null) && [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null
-    ip netns del "$h" 2>/dev/null
+  for i in "${!holders[@]}"; do
+    pids=$(pids_in "$i") && [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null
   done
+  ip link del "k0-$tag" 2>/dev/null  # still here only if the move failed
   rm -rf "$work"
 }
 trap cleanup EXIT
+on() { local h=$1; shift; nsenter --target "${holders[$h]}" --net -- "$@"; }
 
-ip netns add "$host0" 2>"$work/netns.err" || skip "cannot make a network namespace: $(cat "$work/netns.err")"
-ip netns add "$host1" || fail "cannot make a second network namespace"
-ip link add "k0-$tag" netns "$host0" type veth peer name "k1-$tag" netns "$host1" 2>"$work/veth.err" ||
-  skip "cannot make a veth pair between namespaces: $(cat "$work/veth.err")"
-ip -n "$host0" addr add "$addr0/24" dev "k0-$tag"
-ip -n "$host1" addr add "$addr1/24" dev "k1-$tag"
-for h in "$host0" "$host1"; do
-  ip -n "$h" link set lo up
+for i in 0 1; do
+  unshare --net -- sleep infinity 2>"$work/unshare.err" &
+  holders[$i]=$!
 done
-ip -n "$host0" link set "k0-$tag" up
-ip -n "$host1" link set "k1-$tag" up
-ip -n "$host1" route get "$addr0" >/dev/null || fail "host 1 has no route to host 0 at $addr0"
+sleep 0.2
+for i in 0 1; do
+  kill -0 "${holders[$i]}" 2>/dev/null || skip "cannot make a network namespace: $(cat "$work/unshare.err")"
+done
+ip link add "k0-$tag" type veth peer name "k1-$tag" 2>"$work/veth.err" || skip "cannot make a veth pair: $(cat "$work/veth.err")"
+ip link set "k0-$tag" netns "${holders[0]}" && ip link set "k1-$tag" netns "${holders[1]}" ||
+  fail "cannot move the veth pair's ends into the namespaces"
+on 0 ip addr add "$addr0/24" dev "k0-$tag"
+on 1 ip addr add "$addr1/24" dev "k1-$tag"
+for i in 0 1; do on "$i" ip link set lo up; done
+on 0 ip link set "k0-$tag" up
+on 1 ip link set "k1-$tag" up
+on 1 ip route get "$addr0" >/dev/null || fail "host 1 has no route to host 0 at $addr0"
 
 # Starts host i's share of the job in the background: `on_host i LOG [ARGS...]`.
 on_host() {
   local i=$1 log=$2
   shift 2
-  local h="$host0"
-  [[ $i == 1 ]] && h="$host1"
   mkdir -p "$work/host$i"
-  (cd "$work/host$i" && exec ip netns exec "$h" env KILN_DIST_TIMEOUT_MS=5000 KILN_CACHE_DIR=off \
-     "$run" -n 1 --nnodes 2 --node-rank "$i" --master-addr "$addr0" --master-port "$port" "$train" "$@") \
-    >"$log" 2>&1 &
+  (cd "$work/host$i" && exec nsenter --target "${holders[$i]}" --net -- env KILN_DIST_TIMEOUT_MS=5000 \
+     KILN_CACHE_DIR=off "$run" -n 1 --nnodes 2 --node-rank "$i" --master-addr "$addr0" --master-port "$port" \
+     "$train" "$@") >"$log" 2>&1 &
 }
 accuracy() { sed -n 's/^final test accuracy \([0-9.]*\)%.*/\1/p' "$1"; }
 
@@ -106,7 +117,7 @@ expect_named() {  # log what
 on_host 0 "$work/kill0.log" --epochs 100000; p0=$!
 on_host 1 "$work/kill1.log" --epochs 100000; p1=$!
 wait_for_training "$work/kill0.log"
-victim=$(ip netns pids "$host1" | while read -r p; do [[ $(cat "/proc/$p/comm" 2>/dev/null) == train_digits ]] && echo "$p"; done)
+victim=$(pids_in 1 | while read -r p; do [[ $(cat "/proc/$p/comm" 2>/dev/null) == train_digits ]] && echo "$p"; done)
 [[ -n "$victim" ]] || fail "no train_digits process on host 1"
 kill -9 $victim
 status=0
@@ -119,7 +130,7 @@ wait $p1
 on_host 0 "$work/cut0.log" --epochs 100000; p0=$!
 on_host 1 "$work/cut1.log" --epochs 100000; p1=$!
 wait_for_training "$work/cut0.log"
-ip -n "$host1" link set "k1-$tag" down
+on 1 ip link set "k1-$tag" down
 status=0
 wait_exit $p0 60 || status=$?
 ((status != 0)) || fail "host 0's kiln-run exited 0 after host 1 was unplugged"
