@@ -17,6 +17,7 @@
 #include "runtime/api.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
+#include "runtime/cuda.h"
 #include "runtime/dlpack.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"

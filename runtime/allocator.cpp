@@ -109,6 +109,7 @@ class CachingCpuAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     AllocatorStats s = stats_;
     s.cache_limit = cap_;
+    s.reserved = s.in_use + s.cached;
     return s;
   }
 

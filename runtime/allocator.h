@@ -11,19 +11,25 @@ struct AllocatorStats {
   int64_t in_use = 0;         // handed out and not yet returned
   int64_t peak_in_use = 0;    // high-water mark of in_use
   int64_t cached = 0;         // returned, kept for reuse
+  int64_t reserved = 0;       // held from the system or device: in use + cached
   int64_t allocations = 0;    // calls to allocate
   int64_t cache_hits = 0;     // allocations served from the cache
   int64_t system_allocs = 0;  // allocations that went to the system
   int64_t cache_limit = 0;    // most bytes kept for reuse
 };
 
-/// Memory for one device. Blocks are 64-byte aligned. The CUDA allocator implements the same
-/// interface (size classes, per-stream reuse, free-and-retry on out-of-memory).
+/// Memory for one device. Blocks are 64-byte aligned. Devices with streams use the caching
+/// allocator of runtime/caching_allocator.h (size classes, per-stream reuse, free-and-retry on
+/// out-of-memory).
 class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* p, size_t nbytes) = 0;
+  /// Block `p` is used by work on `stream` (a device stream's handle) besides the one it was
+  /// allocated for: when freed, it is reused only after that work has run. Nothing to do for
+  /// a device without streams.
+  virtual void record_stream(void* p, uintptr_t stream) {}
   virtual AllocatorStats stats() const = 0;
   /// Restarts peak_in_use from in_use (to measure the peak of one stretch of work).
   virtual void reset_peak() = 0;

@@ -18,6 +18,13 @@ struct Device {
   DeviceType type = DeviceType::CPU;
   int16_t index = 0;
 
+  constexpr Device() = default;
+  constexpr Device(DeviceType t, int16_t i) : type(t), index(i) {}
+  /// A device by name, as PyTorch takes one: x.to("cuda:1"), empty({2}, f32, "cuda")
+  /// (parse_device; throws kiln::Error for another name).
+  Device(const char* name);
+  Device(const std::string& name) : Device(name.c_str()) {}
+
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
   std::string str() const;
@@ -25,7 +32,8 @@ struct Device {
 };
 
 inline constexpr Device cpu{DeviceType::CPU, 0};
-inline Device cuda(int index = 0) { return Device{DeviceType::CUDA, static_cast<int16_t>(index)}; }
+// cuda:N is cuda::device(N) (runtime/cuda.h): kiln::cuda is the namespace of CUDA's streams,
+// events and devices.
 inline Device plugin(int index = 0) { return Device{DeviceType::Plugin, static_cast<int16_t>(index)}; }
 /// "cpu", "cuda", "plugin".
 const char* device_type_name(DeviceType type);

@@ -29,6 +29,8 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : fmt::format("{}:{}", device_type_name(type), index);
 }
 
+Device::Device(const char* name) : Device(parse_device(name)) {}
+
 Device parse_device(std::string_view name) {
   std::string_view kind = name.substr(0, name.find(':'));
   for (int t = 0; t < kNumDeviceTypes; ++t) {

@@ -9,6 +9,8 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/backend.h"
 #include "runtime/check.h"
+#include "runtime/cuda.h"
+#include "runtime/ops/loops.h"
 #include "runtime/op.h"
 #include "runtime/recorder.h"
 
@@ -41,6 +43,12 @@ std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   allocator_ = &backend(device).allocator(device);
+  data_ = allocator_->allocate(nbytes);
+  if (Recorder* r = active_recorder()) r->on_new_storage(this);
+}
+
+Storage::Storage(size_t nbytes, Device device, Allocator& allocator)
+    : nbytes_(nbytes), device_(device), allocator_(&allocator) {
   data_ = allocator_->allocate(nbytes);
   if (Recorder* r = active_recorder()) r->on_new_storage(this);
 }
@@ -262,6 +270,34 @@ Tensor Tensor::to(Device d) const {
   Attrs a;
   a.device = d;
   return apply(OpId::ToDevice, {*this}, a);
+}
+
+Tensor Tensor::pin_memory() const {
+  KILN_CHECK(defined() && device().is_cpu(), "pin_memory: {} is not a CPU tensor", defined() ? type().str() : "undefined");
+  if (is_pinned()) return *this;
+  Allocator& pinned = cuda::pinned_memory_allocator();
+  Tensor out(make_ref<TensorImpl>());
+  TensorImpl& o = *out.impl();
+  o.storage = make_ref<Storage>(static_cast<size_t>(numel()) * dtype_size(dtype()), cpu, pinned);
+  o.shape = shape();
+  o.strides = contiguous_strides(shape());
+  o.dtype = dtype();
+  o.device = cpu;
+  copy_into(*this, out);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  return defined() && device().is_cpu() && impl()->storage && cuda::is_pinned(impl()->storage->data());
+}
+
+void Tensor::record_stream(const cuda::Stream& s) const {
+  KILN_CHECK(defined() && device().is_cuda() && impl()->storage, "record_stream: {} is not a CUDA tensor",
+             defined() ? type().str() : "undefined");
+  KILN_CHECK(s.device_index() == device().index, "record_stream: the tensor is on {}, the stream on cuda:{}",
+             device().str(), s.device_index());
+  const Storage& st = *impl()->storage;
+  if (st.allocator()) st.allocator()->record_stream(st.data(), s.handle());
 }
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }

@@ -58,6 +58,8 @@ class Storage final : public RefCounted {
  public:
   /// Allocates `nbytes` from the device's allocator.
   Storage(size_t nbytes, Device device);
+  /// Allocates `nbytes` from `allocator` (page-locked host memory for pin_memory()).
+  Storage(size_t nbytes, Device device, Allocator& allocator);
   /// Wraps memory owned elsewhere; `deleter` runs when the last view goes away.
   Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
   ~Storage();
@@ -65,6 +67,8 @@ class Storage final : public RefCounted {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  /// The allocator it came from (nullptr for wrapped memory).
+  Allocator* allocator() const { return allocator_; }
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -78,6 +82,9 @@ class Storage final : public RefCounted {
 };
 
 struct AutogradMeta;  // runtime/autograd_meta.h: grad, grad_fn, requires_grad
+namespace cuda {
+class Stream;  // runtime/cuda.h
+}
 
 /// What a Tensor handle points to. Plain data; invariants are kept by Tensor and apply().
 struct TensorImpl final : RefCounted {
@@ -188,6 +195,14 @@ class Tensor {
   Tensor to(DType dtype) const;  // *this when the dtype already matches
   /// A copy on `device` (*this when already there); gradients flow back to this device.
   Tensor to(Device device) const;
+  /// A copy in page-locked host memory (a CPU tensor; *this when already pinned), from which
+  /// copies to CUDA devices run asynchronously. Needs CUDA.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
+  /// Marks this CUDA tensor's memory as used by work queued on `stream` (besides the stream
+  /// it was allocated on): when freed, it is reused only after that work has run. Call it
+  /// when a tensor made on one stream is used on another, as in PyTorch.
+  void record_stream(const cuda::Stream& stream) const;
 
   // Reductions and common ops as methods, for LibTorch-style code.
   Tensor sum() const;

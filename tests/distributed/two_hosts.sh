@@ -31,11 +31,14 @@ holders=()
 pids_in() {  # every process in host $1's namespace
   local want p
   want=$(readlink "/proc/${holders[$1]}/ns/net") || return
-  for p in /proc/[0-9]*; do [[ $(readlink "$p/ns/net" 2>/dev/null) == "$want" ]] && echo "${p#/proc/}"; done
+  for p in /proc/[0-9]*; do
+    if [[ $(readlink "$p/ns/net" 2>/dev/null) == "$want" ]]; then echo "${p#/proc/}"; fi
+  done
 }
 cleanup() {
   for i in "${!holders[@]}"; do
-    pids=$(pids_in "$i") && [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null
+    pids=$(pids_in "$i")
+    if [[ -n "$pids" ]]; then kill -9 $pids 2>/dev/null; fi
   done
   ip link del "k0-$tag" 2>/dev/null  # still here only if the move failed
   rm -rf "$work"
@@ -46,6 +49,7 @@ on() { local h=$1; shift; nsenter --target "${holders[$h]}" --net -- "$@"; }
 for i in 0 1; do
   unshare --net -- sleep infinity 2>"$work/unshare.err" &
   holders[$i]=$!
+  disown  # killed at exit without a word from the shell
 done
 sleep 0.2
 for i in 0 1; do

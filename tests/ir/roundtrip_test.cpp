@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/cuda.h"
 
 namespace kiln::ir {
 namespace {
@@ -219,8 +220,8 @@ TEST(RoundTrip, ReadsDevices) {
       "  return %3\n"
       "}\n";
   Graph g = parse(text);
-  EXPECT_EQ(g.type(g.inputs[0]).device, cuda(0));
-  EXPECT_EQ(g.type(g.inputs[1]).device, cuda(7));
+  EXPECT_EQ(g.type(g.inputs[0]).device, cuda::device(0));
+  EXPECT_EQ(g.type(g.inputs[1]).device, cuda::device(7));
   EXPECT_EQ(g.type(g.inputs[2]).device, cpu);
   EXPECT_EQ(print(g), text);
   // @cpu is the default, so it prints as nothing.

@@ -111,10 +111,10 @@ class FakeDeviceTest : public testing::Test {
 };
 
 TEST(Devices, AnUnregisteredDeviceIsAClearError) {
-  test::expect_error([] { empty({2, 3}, f32, cuda(0)); }, {"device cuda:0 is not available"});
+  test::expect_error([] { empty({2, 3}, f32, cuda::device(0)); }, {"device cuda:0 is not available"});
   test::expect_error([] { ones({2}).to(plugin(3)); }, {"device plugin:3 is not available: this program has no plugin backend"});
   EXPECT_EQ(parse_device("plugin:2"), plugin(2));
-  EXPECT_EQ(parse_device("cuda"), cuda(0));
+  EXPECT_EQ(parse_device("cuda"), cuda::device(0));
   test::expect_error([] { parse_device("cpu:1"); }, {"unknown device 'cpu:1'"});
   test::expect_error([] { parse_device("cuda:x"); }, {"unknown device 'cuda:x'"});
   test::expect_error([] { register_backend(DeviceType::CPU, nullptr); }, {"CPU backend cannot be replaced"});

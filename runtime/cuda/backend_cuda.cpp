@@ -1,0 +1,126 @@
+// runtime/cuda/backend_cuda.cpp -- the CUDA DeviceBackend: memory from each device's caching
+// allocator, op kernels from the table (runtime/cuda_kernels.h), copies between the host and
+// the devices queued on the current stream, and synchronization. Registered when the library
+// loads; without a driver, each use says why CUDA is unavailable.
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/context_cuda.h"
+#include "runtime/cuda_kernels.h"
+#include "runtime/check.h"
+#include "runtime/ops/loops.h"
+
+namespace kiln::cuda {
+namespace {
+
+std::array<std::atomic<OpKernel>, kNumOps> g_kernels{};
+std::atomic<CopyKernel> g_copy{nullptr};
+
+size_t nbytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * dtype_size(t.dtype()); }
+
+// The tensor's memory as one contiguous run of dst's dtype and shape: no conversion, no
+// broadcast, no gaps.
+bool same_dense_layout(const Tensor& src, const Tensor& dst) {
+  return src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous();
+}
+
+CUdeviceptr device_ptr(const Tensor& t) { return reinterpret_cast<CUdeviceptr>(t.data_ptr()); }
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  Allocator& allocator(Device d) override {
+    KILN_CHECK(driver(), "device {} is not available: {}", d.str(), unavailable_reason());
+    return device_allocator(d.index);
+  }
+
+  void run(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) override {
+    OpKernel k = g_kernels[static_cast<size_t>(id)].load(std::memory_order_acquire);
+    KILN_CHECK(k, "{}: no CUDA kernel for this op ({}); this kiln's CUDA kernels are installed by its jit library",
+               op_name(id), out.type().str());
+    bind(out.device().index, op_name(id));
+    k(id, in, attrs, out);
+  }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    if (dst.numel() == 0) return;
+    Device s = src.device(), d = dst.device();
+    if (s.is_cpu()) return to_device(src, dst);
+    if (d.is_cpu()) return to_host(src, dst);
+    if (s == d) return on_device(src, dst);
+    // Between two devices: through the host.
+    Tensor host = Tensor::empty({src.dtype(), src.shape(), cpu});
+    to_host(src, host);
+    to_device(host, dst);
+  }
+
+  void synchronize(Device d) override { cuda::synchronize(d.index); }
+
+ private:
+  // dst (a CUDA tensor) = src (a CPU tensor).
+  void to_device(const Tensor& src, const Tensor& dst) {
+    int index = dst.device().index;
+    bind(index, "copy to cuda");
+    Tensor host = src;
+    if (!(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous())) {
+      host = Tensor::empty({dst.dtype(), dst.shape(), cpu});
+      copy_into(src, host);  // the conversion and broadcast happen on the host
+    }
+    Tensor target = dst.is_contiguous() ? dst : Tensor::empty({dst.dtype(), dst.shape(), dst.device()});
+    CUstream stream = current(index);
+    // From pageable memory the driver has read the source when the call returns; from pinned
+    // memory the copy runs later, so the block is held until it has.
+    check(driver()->cuMemcpyHtoDAsync(device_ptr(target), host.data_ptr(), nbytes_of(host), stream),
+          "cuMemcpyHtoDAsync");
+    if (is_pinned_pointer(host.data_ptr())) record_pinned_use(host.data_ptr(), stream, index);
+    if (target.impl() != dst.impl()) on_device(target, dst);
+  }
+
+  // dst (a CPU tensor) = src (a CUDA tensor); returns when dst holds the values.
+  void to_host(const Tensor& src, const Tensor& dst) {
+    int index = src.device().index;
+    bind(index, "copy to cpu");
+    Tensor dense = src;
+    if (!src.is_contiguous()) {
+      dense = Tensor::empty({src.dtype(), src.shape(), src.device()});
+      on_device(src, dense);
+    }
+    bool direct = same_dense_layout(dense, dst);
+    Tensor host = direct ? dst : Tensor::empty({dense.dtype(), dense.shape(), cpu});
+    CUstream stream = current(index);
+    check(driver()->cuMemcpyDtoHAsync(host.data_ptr(), device_ptr(dense), nbytes_of(dense), stream), "cuMemcpyDtoHAsync");
+    check(driver()->cuStreamSynchronize(stream), "cuStreamSynchronize");
+    if (!direct) copy_into(host, dst);
+  }
+
+  // dst = src on one device.
+  void on_device(const Tensor& src, const Tensor& dst) {
+    int index = dst.device().index;
+    bind(index, "copy on cuda");
+    if (same_dense_layout(src, dst)) {
+      check(driver()->cuMemcpyDtoDAsync(device_ptr(dst), device_ptr(src), nbytes_of(dst), current(index)),
+            "cuMemcpyDtoDAsync");
+      return;
+    }
+    CopyKernel k = g_copy.load(std::memory_order_acquire);
+    KILN_CHECK(k, "copy: no CUDA copy kernel to write {} into {}; this kiln's CUDA kernels are installed by its jit "
+               "library", src.type().str(), dst.type().str());
+    k(src, dst);
+  }
+};
+
+CudaBackend g_backend;
+const bool g_registered = (register_backend(DeviceType::CUDA, &g_backend), true);
+
+}  // namespace
+
+void set_op_kernel(OpId id, OpKernel kernel) { g_kernels[static_cast<size_t>(id)].store(kernel, std::memory_order_release); }
+
+OpKernel op_kernel(OpId id) { return g_kernels[static_cast<size_t>(id)].load(std::memory_order_acquire); }
+
+void set_copy_kernel(CopyKernel kernel) { g_copy.store(kernel, std::memory_order_release); }
+
+}  // namespace kiln::cuda

@@ -1,0 +1,155 @@
+// tests/cuda/emulation_test.cpp -- the host CUDA runs CUDA C honestly: hand-written kernels,
+// compiled by the host NVRTC and launched through kiln's module loader on the host driver. A
+// block reduction is right with its __syncthreads and wrong without it; warp shuffles exchange
+// values between the 32 lanes; grids of several blocks see their indices; a barrier that not
+// every thread reaches ends the process. The real NVRTC compiles the same kernels for sm_80
+// and sm_90 (Nvrtc.*, run by ctest cuda_nvrtc with the toolkit's NVRTC).
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/nvrtc.h"
+#include "runtime/cuda_kernels.h"
+
+namespace kiln {
+namespace {
+
+bool on_host_cuda() {
+  const char* d = std::getenv("KILN_CUDA_DRIVER");
+  const char* n = std::getenv("KILN_CUDA_NVRTC");
+  return d && n && std::string(d).find("kiln_host_cuda") != std::string::npos &&
+         std::string(n).find("kiln_host_cuda") != std::string::npos;
+}
+
+#define REQUIRE_HOST_CUDA() \
+  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER and KILN_CUDA_NVRTC do not name the host CUDA"
+
+// Sums 256 values per block in shared memory: a tree that needs a barrier between levels.
+const char* kBlockSum = R"(
+extern "C" __global__ void block_sum(const float* in, float* out) {
+  float* s = kiln_shared<float>();
+  unsigned t = threadIdx.x;
+  s[t] = in[blockIdx.x * blockDim.x + t];
+  SYNC;
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (t < stride) s[t] += s[t + stride];
+    SYNC;
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+)";
+
+// The same over a warp with shuffles, in a grid-stride loop.
+const char* kWarpSum = R"(
+extern "C" __global__ void warp_sum(const float* in, float* out, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  float v = 0;
+  for (; i < n; i += (long long)gridDim.x * blockDim.x) v += in[i];
+  for (int m = 16; m > 0; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  if (threadIdx.x % 32 == 0) atomicAdd(out, v);
+}
+)";
+
+// Device code for the kernels above when a real NVRTC compiles them.
+const char* kDevicePrelude = R"(
+#ifndef KILN_HOST_CUDA
+template <typename T> __device__ T* kiln_shared() { extern __shared__ __align__(16) unsigned char s[]; return (T*)s; }
+#endif
+)";
+
+std::string with_sync(const char* src, bool sync) {
+  return std::string(kDevicePrelude) + (sync ? "#define SYNC __syncthreads()\n" : "#define SYNC\n") + src;
+}
+
+cuda::DeviceFunction load(const std::string& src, const std::string& name) {
+  std::string cubin = codegen::cuda::compile_cubin(src, cuda::compute_capability(0), name);
+  return cuda::load_function(0, cubin, name);
+}
+
+std::vector<float> block_sums(bool sync) {
+  Tensor in = arange(1024).to(f32).to(cuda::device(0));
+  Tensor out = empty({4}, f32, cuda::device(0));
+  cuda::DeviceFunction f = load(with_sync(kBlockSum, sync), "block_sum");
+  void* a = in.data_ptr();
+  void* b = out.data_ptr();
+  void* args[] = {&a, &b};
+  unsigned grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+  cuda::launch(f, grid, block, 256 * sizeof(float), args);
+  return out.to(cpu).to_vector<float>();
+}
+
+TEST(HostCuda, ABlockReductionIsRightWithItsBarriers) {
+  REQUIRE_HOST_CUDA();
+  std::vector<float> want;
+  for (int b = 0; b < 4; ++b) want.push_back(float(256 * 256 * b + 255 * 256 / 2));
+  EXPECT_EQ(block_sums(true), want);
+}
+
+TEST(HostCuda, ABlockReductionWithoutBarriersIsWrong) {
+  REQUIRE_HOST_CUDA();
+  std::vector<float> got = block_sums(false);
+  float want0 = 255 * 256 / 2;
+  EXPECT_NE(got[0], want0) << "a kernel missing __syncthreads gave the right sum: the emulation runs threads in "
+                              "lockstep, so it cannot catch a missing barrier";
+}
+
+TEST(HostCuda, WarpShufflesExchangeBetweenLanesAcrossAGrid) {
+  REQUIRE_HOST_CUDA();
+  int64_t n = 10000;
+  Tensor in = arange(n).to(f32).to(cuda::device(0));
+  Tensor out = zeros({1}).to(cuda::device(0));
+  cuda::DeviceFunction f = load(with_sync(kWarpSum, true), "warp_sum");
+  void* a = in.data_ptr();
+  void* b = out.data_ptr();
+  long long count = n;
+  void* args[] = {&a, &b, &count};
+  unsigned grid[3] = {3, 1, 1}, block[3] = {64, 1, 1};
+  cuda::launch(f, grid, block, 0, args);
+  EXPECT_EQ(out.to(cpu).item<float>(), float(n * (n - 1) / 2));
+}
+
+TEST(HostCuda, ABarrierNotEveryThreadReachesEndsTheProcess) {
+  REQUIRE_HOST_CUDA();
+  const char* src = R"(
+extern "C" __global__ void divergent(float* out) {
+  if (threadIdx.x < 16) __syncthreads();  // half the block waits here, half at the warp's
+  else __syncwarp();
+  out[threadIdx.x] = 1;
+}
+)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto run = [&] {
+    Tensor out = empty({32}, f32, cuda::device(0));
+    cuda::DeviceFunction f = load(src, "divergent");
+    void* a = out.data_ptr();
+    void* args[] = {&a};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    cuda::launch(f, grid, block, 0, args);
+    cuda::synchronize();
+  };
+  EXPECT_DEATH(run(), "deadlocked");
+}
+
+// The toolkit's NVRTC compiles the same CUDA C for the architectures kiln supports.
+TEST(Nvrtc, CompilesTheEmulationKernelsForSm80AndSm90) {
+  if (on_host_cuda()) GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
+  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  for (int arch : {80, 90}) {
+    EXPECT_FALSE(codegen::cuda::compile_cubin(with_sync(kBlockSum, true), arch, "block_sum").empty());
+    EXPECT_FALSE(codegen::cuda::compile_cubin(with_sync(kWarpSum, true), arch, "warp_sum").empty());
+    std::string ptx = codegen::cuda::compile_ptx(with_sync(kWarpSum, true), arch, "warp_sum");
+    EXPECT_NE(ptx.find(".entry warp_sum"), std::string::npos) << ptx.substr(0, 400);
+  }
+  try {
+    codegen::cuda::compile_cubin("extern \"C\" __global__ void broken( {", 90, "broken");
+    ADD_FAILURE() << "a kernel with a syntax error compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel broken does not compile for sm_90"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln

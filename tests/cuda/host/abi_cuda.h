@@ -1,0 +1,22 @@
+// tests/cuda/host/abi_cuda.h -- how the host CUDA's pieces meet: a "cubin" from the host NVRTC
+// is the magic below followed by a shared object, whose kernels are entry points the host
+// driver calls to run a whole grid.
+#pragma once
+
+#include <cstddef>
+
+#define KILN_HOST_CUBIN_MAGIC "KILNHOST"
+#define KILN_HOST_CUBIN_MAGIC_SIZE 8
+
+struct KilnHostLaunch {
+  unsigned grid[3];
+  unsigned block[3];
+  size_t shared_bytes;
+};
+
+/// A kernel `name` of a host cubin is the symbol kiln_host_entry_<name>: it runs every block
+/// of the grid, each block's threads as fibers, with the kernel's arguments at params[i] as
+/// cuLaunchKernel passes them. Called with launch == nullptr it describes the kernel instead:
+/// it writes each parameter's size to ((size_t*)params[0])[i] (64 at most) and their count to
+/// params[1], so that the driver copies the arguments when the launch is queued.
+using KilnHostEntry = void (*)(const KilnHostLaunch* launch, void** params);

@@ -1,0 +1,503 @@
+// tests/cuda/host/driver_cuda.cpp -- the host CUDA's driver: the subset of the CUDA driver API
+// kiln calls, with the prototypes of cuda.h, on host memory. kiln loads it instead of
+// libcuda.so.1 when KILN_CUDA_DRIVER names it, through the same dlopen path.
+//
+// Streams are ordered queues, each run by a worker thread of its own, so work really runs
+// after the call that queued it returns, in stream order, and only events order streams.
+// KILN_HOST_CUDA_DELAY_US delays every queued task, so a missing synchronization shows as a
+// wrong result instead of a lucky one. Devices (KILN_HOST_CUDA_DEVICES, default 2) have
+// KILN_HOST_CUDA_MEMORY_MB each (default 4096); new device memory is filled with 0xff bytes
+// (NaN for floats), so reading memory nobody wrote shows too. Modules are host cubins
+// (nvrtc_cuda.cpp), whose kernels run their grid on the stream's worker.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cuda/host/abi_cuda.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+struct Event {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0, completed = 0;  // generations: done when completed == recorded
+  Clock::time_point when;
+  bool timing = true;
+};
+
+// An ordered queue of work and the thread that runs it.
+struct Stream {
+  int device = 0;
+  std::mutex mu;
+  std::condition_variable cv, idle;
+  std::deque<std::function<void()>> tasks;
+  bool busy = false;
+  std::thread worker;
+
+  explicit Stream(int d) : device(d) {
+    worker = std::thread([this] { run(); });
+    worker.detach();  // streams live as long as the process, as kiln's do
+  }
+  void push(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu);
+    tasks.push_back(std::move(task));
+    cv.notify_one();
+  }
+  void wait_idle() {
+    std::unique_lock<std::mutex> lock(mu);
+    idle.wait(lock, [&] { return tasks.empty() && !busy; });
+  }
+  bool is_idle() {
+    std::lock_guard<std::mutex> lock(mu);
+    return tasks.empty() && !busy;
+  }
+  void run() {
+    int delay = env_int("KILN_HOST_CUDA_DELAY_US", 0);
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !tasks.empty(); });
+        task = std::move(tasks.front());
+        tasks.pop_front();
+        busy = true;
+      }
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      task();
+      std::lock_guard<std::mutex> lock(mu);
+      busy = false;
+      if (tasks.empty()) idle.notify_all();
+    }
+  }
+};
+
+struct Device {
+  size_t budget = 0, used = 0;
+  std::map<uintptr_t, size_t> blocks;  // live allocations
+  Stream* default_stream = nullptr;
+  std::vector<Stream*> streams;  // every stream of the device, the default one first
+};
+
+struct Context {
+  int device;
+};
+
+struct Module {
+  void* lib = nullptr;
+};
+
+struct Function {
+  KilnHostEntry entry = nullptr;
+};
+
+struct Host {
+  std::mutex mu;
+  std::vector<Device> devices;
+  std::vector<Context> contexts;
+  std::map<void*, size_t> pinned;
+};
+
+Host& host() {
+  static Host* h = [] {
+    auto* x = new Host;
+    int n = env_int("KILN_HOST_CUDA_DEVICES", 2);
+    size_t budget = static_cast<size_t>(env_int("KILN_HOST_CUDA_MEMORY_MB", 4096)) << 20;
+    x->devices.resize(static_cast<size_t>(n));
+    x->contexts.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      x->devices[static_cast<size_t>(i)].budget = budget;
+      x->devices[static_cast<size_t>(i)].default_stream = new Stream(i);
+      x->devices[static_cast<size_t>(i)].streams.push_back(x->devices[static_cast<size_t>(i)].default_stream);
+      x->contexts[static_cast<size_t>(i)].device = i;
+    }
+    return x;
+  }();
+  return *h;
+}
+
+thread_local Context* t_context = nullptr;
+
+int current_device() { return t_context ? t_context->device : 0; }
+
+// The stream a handle names: 0 is the current context's default stream.
+Stream* stream_of(CUstream s) {
+  return s ? reinterpret_cast<Stream*>(s) : host().devices[static_cast<size_t>(current_device())].default_stream;
+}
+
+bool is_pinned(const void* p) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  auto it = h.pinned.upper_bound(const_cast<void*>(p));
+  if (it == h.pinned.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < static_cast<char*>(it->first) + it->second;
+}
+
+// Whether [p, p + n) lies in one live allocation of some device.
+bool is_device_range(CUdeviceptr p, size_t n) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  for (Device& d : h.devices) {
+    auto it = d.blocks.upper_bound(p);
+    if (it == d.blocks.begin()) continue;
+    --it;
+    if (p >= it->first && p + n <= it->first + it->second) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int) { return host().devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS; }
+
+CUresult cuDriverGetVersion(int* v) {
+  *v = CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult error, const char** s) {
+  switch (error) {
+    case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_NOT_READY: *s = "CUDA_ERROR_NOT_READY"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN"; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult error, const char** s) {
+  switch (error) {
+    case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; break;
+    default: *s = "host CUDA error"; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int* n) {
+  *n = static_cast<int>(host().devices.size());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  if (ordinal < 0 || ordinal >= static_cast<int>(host().devices.size())) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  std::snprintf(name, static_cast<size_t>(len), "kiln host CUDA device %d", d);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+  switch (a) {  // an sm_90-like device
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 << 10; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 227 << 10; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 0x7fffffff; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    default: *v = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem(size_t* bytes, CUdevice d) {
+  *bytes = host().devices[static_cast<size_t>(d)].budget;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  if (d < 0 || d >= static_cast<int>(host().devices.size())) return CUDA_ERROR_INVALID_DEVICE;
+  *c = reinterpret_cast<CUcontext>(&host().contexts[static_cast<size_t>(d)]);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext c) {
+  t_context = reinterpret_cast<Context*>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext* c) {
+  *c = reinterpret_cast<CUcontext>(t_context);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize() {
+  Device& d = host().devices[static_cast<size_t>(current_device())];
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(host().mu);
+    streams = d.streams;
+  }
+  for (Stream* s : streams) s->wait_idle();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc(CUdeviceptr* p, size_t bytes) {
+  Host& h = host();
+  Device& d = h.devices[static_cast<size_t>(current_device())];
+  {
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (d.used + bytes > d.budget) return CUDA_ERROR_OUT_OF_MEMORY;
+    d.used += bytes;
+  }
+  void* m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memset(m, 0xff, bytes);
+  std::lock_guard<std::mutex> lock(h.mu);
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  d.blocks[*p] = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr p) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  for (Device& d : h.devices) {
+    auto it = d.blocks.find(p);
+    if (it == d.blocks.end()) continue;
+    d.used -= it->second;
+    d.blocks.erase(it);
+    std::free(reinterpret_cast<void*>(p));
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemGetInfo(size_t* free, size_t* total) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  Device& d = h.devices[static_cast<size_t>(current_device())];
+  *free = d.budget - d.used;
+  *total = d.budget;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int) {
+  *p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(host().mu);
+  host().pinned[*p] = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  std::lock_guard<std::mutex> lock(host().mu);
+  if (!host().pinned.erase(p)) return CUDA_ERROR_INVALID_VALUE;
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+
+// From pageable host memory the source is read before the call returns (as the driver stages
+// it); from pinned memory, when the copy runs.
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  if (!is_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (is_pinned(src)) {
+    stream_of(s)->push([=] { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
+  } else {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
+    stream_of(s)->push([=] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), n); });
+  }
+  return CUDA_SUCCESS;
+}
+
+// Into pageable host memory the call returns when the copy is done; into pinned memory, at
+// once.
+CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  if (!is_device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  Stream* st = stream_of(s);
+  st->push([=] { std::memcpy(dst, reinterpret_cast<const void*>(src), n); });
+  if (!is_pinned(dst)) st->wait_idle();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  if (!is_device_range(dst, n) || !is_device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  stream_of(s)->push([=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  if (!is_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  stream_of(s)->push([=] { std::memset(reinterpret_cast<void*>(dst), v, n); });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int, int) {
+  int d = current_device();
+  auto* st = new Stream(d);
+  std::lock_guard<std::mutex> lock(host().mu);
+  host().devices[static_cast<size_t>(d)].streams.push_back(st);
+  *s = reinterpret_cast<CUstream>(st);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream s) {
+  stream_of(s)->wait_idle();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamQuery(CUstream s) { return stream_of(s)->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+
+CUresult cuEventCreate(CUevent* e, unsigned int flags) {
+  auto* ev = new Event;
+  ev->timing = !(flags & CU_EVENT_DISABLE_TIMING);
+  *e = reinterpret_cast<CUevent>(ev);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent e) {
+  // Work queued may still complete it: events are small, and kept (as a driver defers too).
+  (void)e;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent e, CUstream s) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    generation = ++ev->recorded;
+  }
+  stream_of(s)->push([ev, generation] {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    ev->completed = std::max(ev->completed, generation);
+    ev->when = Clock::now();
+    ev->cv.notify_all();
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventQuery(CUevent e) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  std::lock_guard<std::mutex> lock(ev->mu);
+  return ev->completed >= ev->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventSynchronize(CUevent e) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  std::unique_lock<std::mutex> lock(ev->mu);
+  ev->cv.wait(lock, [&] { return ev->completed >= ev->recorded; });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  auto* a = reinterpret_cast<Event*>(start);
+  auto* b = reinterpret_cast<Event*>(end);
+  if (!a->timing || !b->timing) return CUDA_ERROR_INVALID_VALUE;
+  if (cuEventQuery(start) != CUDA_SUCCESS || cuEventQuery(end) != CUDA_SUCCESS) return CUDA_ERROR_NOT_READY;
+  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
+  return CUDA_SUCCESS;
+}
+
+// The stream waits, in its queue, until the event's current recording has completed.
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(ev->mu);
+    generation = ev->recorded;
+  }
+  stream_of(s)->push([ev, generation] {
+    std::unique_lock<std::mutex> lock(ev->mu);
+    ev->cv.wait(lock, [&] { return ev->completed >= generation; });
+  });
+  return CUDA_SUCCESS;
+}
+
+// A host cubin: the magic, a u64 size, then a shared object, loaded from a file of a name of
+// its own (dlopen hands back an already loaded library of the same name).
+CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  const char* p = static_cast<const char*>(image);
+  if (std::memcmp(p, KILN_HOST_CUBIN_MAGIC, KILN_HOST_CUBIN_MAGIC_SIZE) != 0) return CUDA_ERROR_INVALID_IMAGE;
+  uint64_t size = 0;
+  std::memcpy(&size, p + KILN_HOST_CUBIN_MAGIC_SIZE, sizeof size);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-module-XXXXXX";
+  int fd = mkstemp(path.data());
+  if (fd < 0) return CUDA_ERROR_INVALID_IMAGE;
+  const char* so = p + KILN_HOST_CUBIN_MAGIC_SIZE + sizeof size;
+  bool written = true;
+  for (uint64_t done = 0; written && done < size;) {
+    ssize_t k = ::write(fd, so + done, size - done);
+    written = k > 0;
+    if (written) done += static_cast<uint64_t>(k);
+  }
+  ::close(fd);
+  void* lib = written ? dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
+  if (!lib && written) std::fprintf(stderr, "host CUDA: cannot load a module: %s\n", dlerror());
+  ::unlink(path.c_str());
+  if (!lib) return CUDA_ERROR_INVALID_IMAGE;
+  *m = reinterpret_cast<CUmodule>(new Module{lib});
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  auto* mod = reinterpret_cast<Module*>(m);
+  void* entry = dlsym(mod->lib, (std::string("kiln_host_entry_") + name).c_str());
+  if (!entry) return CUDA_ERROR_NOT_FOUND;
+  *f = reinterpret_cast<CUfunction>(new Function{reinterpret_cast<KilnHostEntry>(entry)});
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
+
+// The arguments are copied when the call returns, as the driver does: the caller may reuse
+// them at once.
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void** params, void** extra) {
+  if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
+    return CUDA_ERROR_INVALID_VALUE;
+  auto* fn = reinterpret_cast<Function*>(f);
+  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared};
+  // Each argument is copied at its size, which the kernel's entry reports (params == nullptr).
+  std::vector<size_t> sizes(64);
+  void* query[2] = {sizes.data(), nullptr};
+  fn->entry(nullptr, query);
+  size_t count = reinterpret_cast<size_t>(query[1]);
+  auto copies = std::make_shared<std::vector<std::vector<char>>>();
+  for (size_t i = 0; i < count; ++i)
+    copies->emplace_back(static_cast<char*>(params[i]), static_cast<char*>(params[i]) + sizes[i]);
+  stream_of(s)->push([fn, launch, copies] {
+    std::vector<void*> args;
+    for (auto& c : *copies) args.push_back(c.data());
+    fn->entry(&launch, args.data());
+  });
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,255 @@
+// tests/cuda/host/emulation_cuda.h -- what CUDA C needs to compile and run on the host: the
+// host NVRTC (nvrtc_cuda.cpp) compiles generated kernels with this header included first.
+//
+// A launch runs the grid's blocks one after another; a block's threads are fibers (ucontext)
+// on one OS thread, each running until it reaches a barrier or ends, in thread order. So a
+// barrier is a real barrier: __syncthreads() waits for every live thread of the block,
+// __syncwarp() and the warp shuffles for the 32 lanes of a warp, and code that reads what
+// another thread wrote without one reads what was there before (a block's dynamic shared
+// memory starts filled with 0xa5 bytes each time). Barriers no thread can pass end the process
+// with a message. Kept small: the subset kiln's generator emits (dynamic shared memory only,
+// through kiln_shared<T>()).
+#pragma once
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "abi_cuda.h"
+
+#define KILN_HOST_CUDA 1
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+namespace kiln_host {
+
+enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
+
+struct Fiber {
+  ucontext_t context;
+  dim3 thread_idx;
+  unsigned linear = 0;
+  State state = State::Runnable;
+  char* stack = nullptr;
+};
+
+struct Block {
+  dim3 block_idx, block_dim, grid_dim;
+  unsigned char* shared = nullptr;
+  std::vector<Fiber>* fibers = nullptr;
+  unsigned long long warp_slots[32][32];  // a value per lane, per warp, for shuffles
+  ucontext_t scheduler;
+  void (*body)(void*) = nullptr;
+  void* body_arg = nullptr;
+};
+
+inline thread_local Block* t_block = nullptr;
+inline thread_local Fiber* t_fiber = nullptr;
+
+inline Fiber& fiber() { return *t_fiber; }
+inline Block& block() { return *t_block; }
+
+inline void yield_to_scheduler(State s) {
+  Fiber& f = fiber();
+  f.state = s;
+  swapcontext(&f.context, &block().scheduler);
+}
+
+inline void trampoline() {
+  Block& b = block();
+  b.body(b.body_arg);
+  t_fiber->state = State::Done;  // uc_link returns to the scheduler
+}
+
+constexpr size_t kStack = 256 << 10;
+
+// Runs one block: every thread as a fiber, released from barriers when all that can reach
+// them have.
+inline void run_block(Block& b, unsigned threads) {
+  thread_local std::vector<Fiber> fibers;
+  if (fibers.size() < threads) {
+    size_t old = fibers.size();
+    fibers.resize(threads);
+    for (size_t i = old; i < threads; ++i) {
+      void* s = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (s == MAP_FAILED) {
+        std::fprintf(stderr, "host CUDA: no memory for a thread's stack\n");
+        std::abort();
+      }
+      fibers[i].stack = static_cast<char*>(s);
+    }
+  }
+  b.fibers = &fibers;
+  for (unsigned i = 0; i < threads; ++i) {
+    Fiber& f = fibers[i];
+    f.linear = i;
+    f.thread_idx.x = i % b.block_dim.x;
+    f.thread_idx.y = (i / b.block_dim.x) % b.block_dim.y;
+    f.thread_idx.z = i / (b.block_dim.x * b.block_dim.y);
+    f.state = State::Runnable;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStack;
+    f.context.uc_link = &b.scheduler;
+    makecontext(&f.context, trampoline, 0);
+  }
+  t_block = &b;
+  for (;;) {
+    for (unsigned i = 0; i < threads; ++i) {
+      Fiber& f = fibers[i];
+      if (f.state != State::Runnable) continue;
+      t_fiber = &f;
+      swapcontext(&b.scheduler, &f.context);
+    }
+    bool all_done = true, released = false;
+    bool block_ready = true;  // every live thread waits at __syncthreads
+    for (unsigned i = 0; i < threads; ++i) {
+      if (fibers[i].state != State::Done) all_done = false;
+      if (fibers[i].state != State::Done && fibers[i].state != State::AtBlockBarrier) block_ready = false;
+    }
+    if (all_done) break;
+    if (block_ready) {
+      for (unsigned i = 0; i < threads; ++i)
+        if (fibers[i].state == State::AtBlockBarrier) fibers[i].state = State::Runnable, released = true;
+    }
+    for (unsigned w = 0; w * 32 < threads; ++w) {  // each warp whose live lanes all wait
+      bool ready = true, any = false;
+      for (unsigned i = w * 32; i < threads && i < w * 32 + 32; ++i) {
+        if (fibers[i].state == State::AtWarpBarrier) any = true;
+        else if (fibers[i].state != State::Done) ready = false;
+      }
+      if (!ready || !any) continue;
+      for (unsigned i = w * 32; i < threads && i < w * 32 + 32; ++i)
+        if (fibers[i].state == State::AtWarpBarrier) fibers[i].state = State::Runnable, released = true;
+    }
+    if (!released) {
+      std::fprintf(stderr, "host CUDA: block (%u,%u,%u) deadlocked: threads wait at barriers the others never reach\n",
+                   b.block_idx.x, b.block_idx.y, b.block_idx.z);
+      std::abort();
+    }
+  }
+  t_block = nullptr;
+  t_fiber = nullptr;
+}
+
+// Runs every block of a launch; `body` runs the kernel for the current thread.
+inline void run_grid(const KilnHostLaunch& l, void (*body)(void*), void* arg) {
+  thread_local std::vector<unsigned char> shared;
+  Block b;
+  b.grid_dim = dim3{l.grid[0], l.grid[1], l.grid[2]};
+  b.block_dim = dim3{l.block[0], l.block[1], l.block[2]};
+  b.body = body;
+  b.body_arg = arg;
+  unsigned threads = l.block[0] * l.block[1] * l.block[2];
+  shared.resize(l.shared_bytes + 16);
+  for (unsigned z = 0; z < l.grid[2]; ++z)
+    for (unsigned y = 0; y < l.grid[1]; ++y)
+      for (unsigned x = 0; x < l.grid[0]; ++x) {
+        std::memset(shared.data(), 0xa5, shared.size());
+        b.shared = shared.data();
+        b.block_idx = dim3{x, y, z};
+        run_block(b, threads);
+      }
+}
+
+template <typename... A, size_t... I>
+void call(void (*f)(A...), void** p, std::index_sequence<I...>) {
+  f(*static_cast<A*>(p[I])...);
+}
+
+// A kernel's entry: runs its grid, or describes its parameters (abi_cuda.h).
+template <typename... A>
+void entry(void (*f)(A...), const KilnHostLaunch* l, void** p) {
+  if (!l) {
+    size_t sizes[] = {sizeof(A)..., 0};
+    std::memcpy(p[0], sizes, sizeof...(A) * sizeof(size_t));
+    p[1] = reinterpret_cast<void*>(sizeof...(A));
+    return;
+  }
+  struct Closure {
+    void (*f)(A...);
+    void** p;
+  } c{f, p};
+  run_grid(*l, [](void* arg) {
+    auto* c = static_cast<Closure*>(arg);
+    call(c->f, c->p, std::index_sequence_for<A...>{});
+  }, &c);
+}
+
+template <typename T>
+T shuffle(T v, unsigned lane_from) {
+  static_assert(sizeof(T) <= 8, "a shuffled value is at most 8 bytes");
+  Fiber& f = fiber();
+  unsigned warp = f.linear / 32, lane = f.linear % 32;
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  block().warp_slots[warp][lane] = bits;
+  yield_to_scheduler(State::AtWarpBarrier);
+  bits = block().warp_slots[warp][lane_from % 32];
+  yield_to_scheduler(State::AtWarpBarrier);  // nobody overwrites a slot still to be read
+  T r;
+  std::memcpy(&r, &bits, sizeof(T));
+  return r;
+}
+
+inline unsigned lane() { return fiber().linear % 32; }
+
+}  // namespace kiln_host
+
+#define threadIdx (kiln_host::fiber().thread_idx)
+#define blockIdx (kiln_host::block().block_idx)
+#define blockDim (kiln_host::block().block_dim)
+#define gridDim (kiln_host::block().grid_dim)
+#define warpSize 32
+
+inline void __syncthreads() { kiln_host::yield_to_scheduler(kiln_host::State::AtBlockBarrier); }
+inline void __syncwarp(unsigned = 0xffffffffu) { kiln_host::yield_to_scheduler(kiln_host::State::AtWarpBarrier); }
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
+  return kiln_host::shuffle(v, kiln_host::lane() ^ static_cast<unsigned>(lane_mask));
+}
+template <typename T>
+T __shfl_down_sync(unsigned, T v, unsigned delta, int = 32) {
+  unsigned from = kiln_host::lane() + delta;
+  return kiln_host::shuffle(v, from < 32 ? from : kiln_host::lane());
+}
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane, int = 32) {
+  return kiln_host::shuffle(v, static_cast<unsigned>(src_lane));
+}
+
+/// The block's dynamic shared memory (extern __shared__ on a device).
+template <typename T>
+T* kiln_shared() {
+  return reinterpret_cast<T*>(kiln_host::block().shared);
+}
+
+template <typename T>
+T atomicAdd(T* address, T v) {
+  T expected, desired;
+  __atomic_load(address, &expected, __ATOMIC_RELAXED);
+  do {
+    desired = expected + v;
+  } while (!__atomic_compare_exchange(address, &expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return expected;
+}
+
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

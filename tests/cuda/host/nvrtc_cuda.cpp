@@ -1,0 +1,157 @@
+// tests/cuda/host/nvrtc_cuda.cpp -- the host CUDA's NVRTC: the NVRTC calls kiln makes, with
+// nvrtc.h's prototypes, compiling the same CUDA C for the host. The source is compiled by the
+// host's C++ compiler (KILN_HOST_CUDA_CXX, else the one that built the tests) with
+// emulation_cuda.h included first, and for each `__global__ void name(` an entry point
+// kiln_host_entry_name is appended; the "cubin" is the magic of abi_cuda.h, the size and the
+// shared object, which the host driver loads. kiln loads it instead of libnvrtc when
+// KILN_CUDA_NVRTC names it. Its version is 0.1, so kiln's disk cache never mixes its cubins
+// with a real NVRTC's.
+#include <nvrtc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/host/abi_cuda.h"
+
+#ifndef KILN_HOST_CUDA_DIR
+#error "KILN_HOST_CUDA_DIR (the folder of emulation_cuda.h) must be defined"
+#endif
+#ifndef KILN_HOST_CUDA_DEFAULT_CXX
+#define KILN_HOST_CUDA_DEFAULT_CXX "c++"
+#endif
+
+struct _nvrtcProgram {
+  std::string source, name, log, cubin;
+};
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Runs argv with its output (stdout and stderr) in log_path; returns its exit status.
+int run(const std::vector<std::string>& argv, const std::string& log_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log_path.c_str(), "w", stdout);
+    if (f) dup2(fileno(stdout), 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* nvrtcGetErrorString(nvrtcResult r) {
+  switch (r) {
+    case NVRTC_SUCCESS: return "NVRTC_SUCCESS";
+    case NVRTC_ERROR_COMPILATION: return "NVRTC_ERROR_COMPILATION";
+    case NVRTC_ERROR_INVALID_INPUT: return "NVRTC_ERROR_INVALID_INPUT";
+    default: return "NVRTC_ERROR_INTERNAL_ERROR";
+  }
+}
+
+nvrtcResult nvrtcVersion(int* major, int* minor) {
+  *major = 0;
+  *minor = 1;
+  return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src, const char* name, int num_headers,
+                               const char* const*, const char* const*) {
+  if (!prog || !src || num_headers != 0) return NVRTC_ERROR_INVALID_INPUT;
+  *prog = new _nvrtcProgram{src, name ? name : "kernel.cu", "", ""};
+  return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) {
+  delete *prog;
+  *prog = nullptr;
+  return NVRTC_SUCCESS;
+}
+
+// The options (architecture, standard, fast math) are NVRTC's: the host compile ignores them.
+nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
+  std::string source = prog->source;
+  std::set<std::string> kernels;
+  std::regex global(R"(__global__\s+void\s+(\w+)\s*\()");
+  for (auto it = std::sregex_iterator(source.begin(), source.end(), global); it != std::sregex_iterator(); ++it)
+    kernels.insert((*it)[1]);
+  source += "\n// entry points for the host driver (tests/cuda/host/abi_cuda.h)\n";
+  for (const std::string& k : kernels)
+    source += "extern \"C\" void kiln_host_entry_" + k + "(const KilnHostLaunch* l, void** p) { kiln_host::entry(" + k +
+              ", l, p); }\n";
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-XXXXXX";
+  std::vector<char> dir(pattern.begin(), pattern.end());
+  dir.push_back('\0');
+  if (!mkdtemp(dir.data())) {
+    prog->log = "host NVRTC: cannot make a temporary folder like " + pattern;
+    return NVRTC_ERROR_INTERNAL_ERROR;
+  }
+  std::string d = dir.data();
+  std::string src_path = d + "/kernel.cpp", so_path = d + "/kernel.so", log_path = d + "/log.txt";
+  std::ofstream(src_path) << source;
+  const char* cxx = std::getenv("KILN_HOST_CUDA_CXX");
+  std::vector<std::string> argv = {cxx && *cxx ? cxx : KILN_HOST_CUDA_DEFAULT_CXX, "-std=c++17", "-O1", "-g0",
+                                   "-fPIC", "-shared", "-w", "-I" KILN_HOST_CUDA_DIR, "-include",
+                                   KILN_HOST_CUDA_DIR "/emulation_cuda.h", "-x", "c++", src_path, "-o", so_path};
+  int status = run(argv, log_path);
+  prog->log = read_file(log_path);
+  if (status == 0) {
+    std::string so = read_file(so_path);
+    uint64_t size = so.size();
+    prog->cubin.assign(KILN_HOST_CUBIN_MAGIC, KILN_HOST_CUBIN_MAGIC_SIZE);
+    prog->cubin.append(reinterpret_cast<const char*>(&size), sizeof size);
+    prog->cubin += so;
+  }
+  for (const std::string& f : {src_path, so_path, log_path}) unlink(f.c_str());
+  rmdir(d.c_str());
+  return status == 0 ? NVRTC_SUCCESS : NVRTC_ERROR_COMPILATION;
+}
+
+nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t* size) {
+  if (prog->cubin.empty()) return NVRTC_ERROR_INVALID_PROGRAM;
+  *size = prog->cubin.size();
+  return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char* cubin) {
+  std::memcpy(cubin, prog->cubin.data(), prog->cubin.size());
+  return NVRTC_SUCCESS;
+}
+
+// There is no PTX for the host: kiln asks for it only to print it (kiln-ir), from a real NVRTC.
+nvrtcResult nvrtcGetPTXSize(nvrtcProgram, size_t*) { return NVRTC_ERROR_INVALID_PROGRAM; }
+nvrtcResult nvrtcGetPTX(nvrtcProgram, char*) { return NVRTC_ERROR_INVALID_PROGRAM; }
+
+nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t* size) {
+  *size = prog->log.size() + 1;
+  return NVRTC_SUCCESS;
+}
+
+nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char* log) {
+  std::memcpy(log, prog->log.c_str(), prog->log.size() + 1);
+  return NVRTC_SUCCESS;
+}
+
+}  // extern "C"

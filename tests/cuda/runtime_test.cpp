@@ -1,0 +1,243 @@
+// tests/cuda/runtime_test.cpp -- the CUDA runtime on the host CUDA (tests/cuda/host): the
+// driver loaded through dlopen, devices, copies between host and devices, streams ordered by
+// events, the caching allocator on device memory, pinned memory, errors.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/unit/test_util.h"
+
+namespace kiln {
+namespace {
+
+// The suite runs on the host CUDA (tests/cuda/host_env.cpp sets KILN_CUDA_DRIVER); a test run
+// with another driver skips rather than testing whatever driver the machine has.
+bool on_host_cuda() {
+  const char* d = std::getenv("KILN_CUDA_DRIVER");
+  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
+}
+
+#define REQUIRE_HOST_CUDA() \
+  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA (libkiln_host_cuda.so)"
+
+TEST(CudaRuntime, TheHostDriverGivesTwoDevices) {
+  REQUIRE_HOST_CUDA();
+  ASSERT_TRUE(cuda::is_available()) << cuda::unavailable_reason();
+  EXPECT_EQ(cuda::unavailable_reason(), "");
+  EXPECT_EQ(cuda::device_count(), 2);
+  EXPECT_EQ(cuda::device(1).str(), "cuda:1");
+  EXPECT_EQ(Device("cuda:1"), cuda::device(1));
+  EXPECT_EQ(Device("cuda"), cuda::device(0));
+}
+
+TEST(CudaRuntime, TensorsRoundTripThroughADevice) {
+  REQUIRE_HOST_CUDA();
+  manual_seed(1);
+  Tensor x = randn({5, 7});
+  Tensor d = x.to(cuda::device(0));
+  EXPECT_EQ(d.device(), cuda::device(0));
+  EXPECT_EQ(d.type().str(), "f32[5,7]@cuda:0");
+  Tensor back = d.to(cpu);
+  EXPECT_TRUE(back.device().is_cpu());
+  EXPECT_EQ(back.to_vector<float>(), x.to_vector<float>());
+  // Through the host's conversions: a transposed source, and a CPU view as destination.
+  Tensor t = x.t().to("cuda:0");
+  EXPECT_EQ(t.to(cpu).to_vector<float>(), x.t().contiguous().to_vector<float>());
+  Tensor dst = zeros({10, 7});
+  Tensor view = dst.t().slice(1, 2, 7).t();  // [5,7], strides [1,10]... as rows 2..6
+  view.copy_(d);
+  EXPECT_EQ(view.contiguous().to_vector<float>(), x.to_vector<float>());
+  EXPECT_EQ(dst.slice(0, 0, 2).sum().item<float>(), 0.0f) << "written outside the view";
+  // item() and to_vector read through the device.
+  EXPECT_EQ(d.to(cpu)[2][3].item<float>(), x[2][3].item<float>());
+}
+
+TEST(CudaRuntime, CopiesBetweenTwoDevicesGoThroughTheHost) {
+  REQUIRE_HOST_CUDA();
+  Tensor x = arange(12).to(f32).reshape({3, 4});
+  Tensor a = x.to(cuda::device(0));
+  Tensor b = a.to(cuda::device(1));
+  EXPECT_EQ(b.device(), cuda::device(1));
+  EXPECT_EQ(b.to(cpu).to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(CudaRuntime, HostConversionsOnTheWayIn) {
+  REQUIRE_HOST_CUDA();
+  Tensor x = arange(6).reshape({2, 3});  // i64
+  Tensor d = empty({2, 3}, f64, cuda::device(0));
+  d.copy_(x);  // converted on the host, then copied
+  EXPECT_EQ(d.to(cpu).to_vector<double>(), (std::vector<double>{0, 1, 2, 3, 4, 5}));
+  Tensor row = empty({4, 3}, f64, cuda::device(0));
+  row.copy_(from_vector<double>({7, 8, 9}));  // broadcast on the host
+  EXPECT_EQ(row.to(cpu).to_vector<double>(), (std::vector<double>{7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9}));
+}
+
+TEST(CudaRuntime, StreamGuardsSetTheCurrentStream) {
+  REQUIRE_HOST_CUDA();
+  cuda::Stream main = cuda::current_stream();
+  EXPECT_EQ(main, cuda::default_stream());
+  cuda::Stream side = cuda::Stream::create();
+  EXPECT_NE(side.handle(), 0u);
+  {
+    cuda::StreamGuard g(side);
+    EXPECT_EQ(cuda::current_stream(), side);
+  }
+  EXPECT_EQ(cuda::current_stream(), main);
+  cuda::Stream on1 = cuda::Stream::create(1);
+  {
+    cuda::StreamGuard g(on1);
+    EXPECT_EQ(cuda::current_device(), 1);
+    EXPECT_EQ(cuda::current_stream(), on1);
+  }
+  EXPECT_EQ(cuda::current_device(), 0);
+}
+
+// The host driver delays every queued task (KILN_HOST_CUDA_DELAY_US in this suite's
+// environment), so stream order is really exercised: a read on another stream races the
+// writes unless an event orders them.
+TEST(CudaRuntime, AnEventOrdersWorkAcrossStreams) {
+  REQUIRE_HOST_CUDA();
+  cuda::Stream writer = cuda::Stream::create(), reader = cuda::Stream::create();
+  Tensor target = empty({1 << 12}, f32, cuda::device(0));
+  {
+    cuda::StreamGuard g(writer);
+    for (int i = 0; i < 40; ++i) target.copy_(full({1 << 12}, 1.0));  // a queue of work
+    target.copy_(full({1 << 12}, 3.0));                                // its last write
+  }
+  cuda::Event written;
+  written.record(writer);
+  written.block(reader);
+  Tensor seen;
+  {
+    cuda::StreamGuard g(reader);
+    seen = target.to(cpu);
+  }
+  EXPECT_EQ(seen[123].item<float>(), 3.0f) << "the reader ran before the event it waits for";
+  EXPECT_TRUE(written.query());
+}
+
+TEST(CudaRuntime, WithoutAnEventTheOtherStreamReadsTooEarly) {
+  REQUIRE_HOST_CUDA();
+  if (!std::getenv("KILN_HOST_CUDA_DELAY_US")) GTEST_SKIP() << "needs the host driver's delay";
+  cuda::Stream writer = cuda::Stream::create(), reader = cuda::Stream::create();
+  Tensor target = empty({1 << 10}, f32, cuda::device(0));
+  target.copy_(full({1 << 10}, 1.0));
+  cuda::synchronize();
+  {
+    cuda::StreamGuard g(writer);
+    for (int i = 0; i < 40; ++i) target.copy_(full({1 << 10}, 1.0));
+    target.copy_(full({1 << 10}, 2.0));
+  }
+  Tensor early;
+  {
+    cuda::StreamGuard g(reader);
+    early = target.to(cpu);  // no event: runs beside the writer's queue
+  }
+  cuda::synchronize();
+  EXPECT_EQ(early[0].item<float>(), 1.0f) << "the host CUDA ran another stream's work first: streams are not "
+                                              "independent queues there";
+  EXPECT_EQ(target.to(cpu)[0].item<float>(), 2.0f);
+}
+
+TEST(CudaRuntime, EventsTime) {
+  REQUIRE_HOST_CUDA();
+  cuda::Event start(true), end(true);
+  start.record();
+  Tensor x = empty({1 << 20}, f32, cuda::device(0));
+  x.copy_(full({1 << 20}, 1.0));
+  end.record();
+  end.synchronize();
+  EXPECT_GE(start.elapsed_ms(end), 0.0);
+  cuda::Event untimed;
+  untimed.record();
+  test::expect_error([&] { untimed.elapsed_ms(end); }, {"elapsed_ms", "timing"});
+}
+
+TEST(CudaRuntime, TheCachingAllocatorReusesDeviceMemory) {
+  REQUIRE_HOST_CUDA();
+  cuda::synchronize();
+  AllocatorStats s0 = cuda::memory_stats(0);
+  const void* first;
+  {
+    Tensor a = empty({1000}, f32, cuda::device(0));
+    first = a.data_ptr();
+    EXPECT_EQ(cuda::memory_stats(0).in_use, s0.in_use + 4096) << "4000 bytes round up to 512-byte blocks";
+  }
+  EXPECT_EQ(cuda::memory_stats(0).in_use, s0.in_use);
+  Tensor b = empty({1000}, f32, cuda::device(0));
+  EXPECT_EQ(b.data_ptr(), first) << "the freed block, on the same stream";
+  AllocatorStats s1 = cuda::memory_stats(0);
+  EXPECT_GE(s1.reserved, s1.in_use);
+  EXPECT_GE(s1.peak_in_use, s1.in_use);
+  EXPECT_GT(s1.system_allocs, 0);
+}
+
+TEST(CudaRuntime, ATensorRecordedOnAnotherStreamIsHeldUntilThatStreamIsDone) {
+  REQUIRE_HOST_CUDA();
+  if (!std::getenv("KILN_HOST_CUDA_DELAY_US")) GTEST_SKIP() << "needs the host driver's delay";
+  cuda::Stream side = cuda::Stream::create();
+  const void* p;
+  {
+    Tensor a = empty({2048}, f32, cuda::device(0));
+    p = a.data_ptr();
+    {
+      cuda::StreamGuard g(side);
+      for (int i = 0; i < 100; ++i) a.copy_(full({2048}, 1.0));  // side is busy with a for 10 ms
+    }
+    a.record_stream(side);
+  }
+  Tensor b = empty({2048}, f32, cuda::device(0));
+  EXPECT_NE(b.data_ptr(), p) << "reused while the side stream still used it";
+  side.synchronize();
+  Tensor c = empty({2048}, f32, cuda::device(0));
+  EXPECT_EQ(c.data_ptr(), p);
+}
+
+TEST(CudaRuntime, PinnedMemoryCopiesAsynchronously) {
+  REQUIRE_HOST_CUDA();
+  Tensor x = arange(1000).to(f32);
+  EXPECT_FALSE(x.is_pinned());
+  Tensor p = x.pin_memory();
+  EXPECT_TRUE(p.is_pinned());
+  EXPECT_TRUE(p.device().is_cpu());
+  EXPECT_EQ(p.to_vector<float>(), x.to_vector<float>());
+  EXPECT_EQ(p.pin_memory().data_ptr(), p.data_ptr()) << "already pinned";
+  Tensor d = p.to(cuda::device(0));
+  EXPECT_EQ(d.to(cpu).to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(CudaRuntime, ErrorsNameTheDeviceAndTheLimits) {
+  REQUIRE_HOST_CUDA();
+  test::expect_error([] { empty({4}, f32, cuda::device(5)); }, {"cuda:5 does not exist", "2 CUDA devices"});
+  try {
+    empty({int64_t(1) << 40}, f32, cuda::device(0));
+    ADD_FAILURE() << "4 TiB were allocated";
+  } catch (const OutOfMemory& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("cuda:0: out of memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("4.00 TiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("free of 4.00 GiB"), std::string::npos) << m;
+  }
+  test::expect_error([] { cuda::Stream::create(3); }, {"cuda:3 does not exist"});
+}
+
+// Run by ctest cuda_unavailable with KILN_CUDA_DRIVER naming a file that does not exist.
+TEST(CudaUnavailable, SaysWhyAndRefusesCudaTensors) {
+  const char* d = std::getenv("KILN_CUDA_DRIVER");
+  if (!d || std::string(d) != "/nonexistent/libcuda.so.1") GTEST_SKIP() << "run by ctest cuda_unavailable";
+  EXPECT_FALSE(cuda::is_available());
+  EXPECT_EQ(cuda::device_count(), 0);
+  std::string why = cuda::unavailable_reason();
+  EXPECT_NE(why.find("/nonexistent/libcuda.so.1"), std::string::npos) << why;
+  EXPECT_NE(why.find("could not be loaded"), std::string::npos) << why;
+  test::expect_error([] { empty({2}, f32, cuda::device(0)); },
+                     {"device cuda:0 is not available", "/nonexistent/libcuda.so.1"});
+  test::expect_error([] { zeros({2}).to("cuda:0"); }, {"device cuda:0 is not available"});
+  test::expect_error([] { zeros({2}).pin_memory(); }, {"pin_memory", "CUDA is not available"});
+}
+
+}  // namespace
+}  // namespace kiln
