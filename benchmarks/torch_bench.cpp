@@ -1,6 +1,9 @@
 // benchmarks/torch_bench.cpp -- the same cases as eager_bench.cpp, through LibTorch (built
 // only when Debian's libtorch-dev is installed), on the same number of threads.
 #include <benchmark/benchmark.h>
+// IValue first: LibTorch 1.13's headers use std::vector<IValue> while IValue is incomplete,
+// which clang in C++20 mode rejects (it instantiates vector's constexpr members at once).
+#include <ATen/core/ivalue.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 

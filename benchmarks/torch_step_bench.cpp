@@ -1,6 +1,9 @@
 // benchmarks/torch_step_bench.cpp -- step_bench.cpp's transformer block step in LibTorch eager
 // (the MLP step is in torch_bench.cpp, the digits step in torch_train_bench.cpp).
 #include <benchmark/benchmark.h>
+// IValue first: LibTorch 1.13's headers use std::vector<IValue> while IValue is incomplete,
+// which clang in C++20 mode rejects (it instantiates vector's constexpr members at once).
+#include <ATen/core/ivalue.h>
 #include <torch/torch.h>
 
 #include <kiln/kiln.h>

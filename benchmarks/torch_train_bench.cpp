@@ -1,6 +1,9 @@
 // benchmarks/torch_train_bench.cpp -- train_bench.cpp's cases through LibTorch's eager ops,
 // with the same shapes, counts and timing (built only when libtorch-dev is installed).
 #include <benchmark/benchmark.h>
+// IValue first: LibTorch 1.13's headers use std::vector<IValue> while IValue is incomplete,
+// which clang in C++20 mode rejects (it instantiates vector's constexpr members at once).
+#include <ATen/core/ivalue.h>
 #include <torch/torch.h>
 
 #include <kiln/kiln.h>

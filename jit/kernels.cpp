@@ -1,4 +1,5 @@
-// jit/kernels.cpp -- the kernel cache: memory, then disk, then LLVM; each kernel compiled once.
+// jit/kernels.cpp -- the kernel cache: memory, then disk, then LLVM or NVRTC; each kernel
+// compiled once.
 #include "jit/kernels.h"
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "codegen/cuda/nvrtc.h"
 #include "jit/disk_cache.h"
 #include "runtime/log.h"
 #include "runtime/profiler.h"
@@ -22,6 +24,8 @@ constexpr const char* kKilnVersion = "kiln 0.1.0 kernels 1";
 struct Cache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_future<codegen::KernelFn>> kernels;  // by symbol
+  // CUDA kernels by symbol and device ("kiln_...@cuda:0"): a module is loaded per device.
+  std::unordered_map<std::string, std::shared_future<cuda::DeviceFunction>> cuda_kernels;
   KernelCacheStats stats;
 };
 Cache& cache() {
@@ -35,16 +39,79 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::string kernel_source(const ir::Graph& body, const codegen::KernelLayout& layout, std::string* symbol) {
-  codegen::Backend& be = codegen::cpu_backend();
-  std::string src = be.emit(body, layout, "kiln_kernel");
+// Names a kernel's source by the hash of its text: its entry point, written kiln_kernel(, is
+// renamed, so the source stays a function of structure.
+std::string name_by_hash(std::string src, std::string* symbol) {
   XXH128_hash_t h = XXH3_128bits(src.data(), src.size());
   std::string sym = fmt::format("kiln_{:016x}{:016x}", h.high64, h.low64);
-  // The name is the hash of the text it replaces, so the source stays a function of structure.
-  const std::string placeholder = "@kiln_kernel(";
-  if (size_t at = src.find(placeholder); at != std::string::npos) src.replace(at, placeholder.size(), "@" + sym + "(");
+  const std::string placeholder = "kiln_kernel(";
+  if (size_t at = src.find(placeholder); at != std::string::npos) src.replace(at, placeholder.size(), sym + "(");
   if (symbol) *symbol = sym;
   return src;
+}
+
+std::string kernel_source(const ir::Graph& body, const codegen::KernelLayout& layout, std::string* symbol) {
+  return name_by_hash(codegen::cpu_backend().emit(body, layout, "kiln_kernel"), symbol);
+}
+
+std::string named_cuda_source(const std::string& source, std::string* symbol) { return name_by_hash(source, symbol); }
+
+CudaKernel cuda_kernel_for(const std::string& source, int device) {
+  CudaKernel k;
+  profiler::Scope event(profiler::Kind::Compile, "cuda kernel");
+  std::string src = name_by_hash(source, &k.symbol);
+  std::string key = fmt::format("{}@cuda:{}", k.symbol, device);
+  Cache& c = cache();
+  std::promise<cuda::DeviceFunction> promise;
+  std::shared_future<cuda::DeviceFunction> future;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.cuda_kernels.find(key);
+    if (it != c.cuda_kernels.end()) {
+      ++c.stats.hits;
+      future = it->second;
+    } else {
+      ++c.stats.misses;
+      c.cuda_kernels.emplace(key, promise.get_future().share());
+    }
+  }
+  if (future.valid()) {
+    k.fn = future.get();
+    return k;
+  }
+  try {
+    auto t0 = std::chrono::steady_clock::now();
+    int arch = cuda::compute_capability(device);
+    std::string identity = fmt::format("{}\nnvrtc {}; sm_{}\n{}", kKilnVersion, codegen::cuda::nvrtc_version(), arch, src);
+    std::optional<std::string> cubin = disk_cache_get(identity);
+    bool from_disk = cubin.has_value();
+    if (from_disk) {
+      try {
+        k.fn = cuda::load_function(device, *cubin, k.symbol);
+      } catch (const Error&) {
+        from_disk = false;  // an entry the driver refuses is compiled again, never trusted
+      }
+    }
+    if (!from_disk) {
+      if (log_enabled(LogTopic::Codegen)) log(LogTopic::Codegen, fmt::format("kernel {} (CUDA C):\n{}", k.symbol, src));
+      cubin = codegen::cuda::compile_cubin(src, arch, k.symbol);
+      disk_cache_put(identity, *cubin);
+      k.fn = cuda::load_function(device, *cubin, k.symbol);
+    }
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      ++(from_disk ? c.stats.disk_hits : c.stats.compiles);
+    }
+    log(LogTopic::Cache, fmt::format("kernel {} for sm_{}: {} in {:.2f} ms", k.symbol, arch,
+                                     from_disk ? "loaded from the disk cache" : "compiled", ms_since(t0)));
+    promise.set_value(k.fn);
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.cuda_kernels.erase(key);
+    throw;
+  }
+  return k;
 }
 
 Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout) {

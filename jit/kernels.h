@@ -10,6 +10,7 @@
 
 #include "codegen/backend.h"
 #include "jit/trace.h"  // KernelCacheStats, kernel_cache_stats()
+#include "runtime/cuda_kernels.h"
 
 namespace kiln::jit {
 
@@ -22,5 +23,16 @@ struct Kernel {
 Kernel kernel_for(const ir::Graph& body, const codegen::KernelLayout& layout);
 /// The source kernel_for compiles for `body` and `layout` (kiln-ir codegen prints it).
 std::string kernel_source(const ir::Graph& body, const codegen::KernelLayout& layout, std::string* symbol = nullptr);
+
+/// A CUDA kernel: `source` (whose entry point is named kiln_kernel) compiled by NVRTC for the
+/// architecture of device `device` and loaded there, at most once per process and device; the
+/// cubin goes through the disk cache, keyed by NVRTC's version and the architecture too.
+struct CudaKernel {
+  cuda::DeviceFunction fn;
+  std::string symbol;  // kiln_<hash of the source>
+};
+CudaKernel cuda_kernel_for(const std::string& source, int device);
+/// `source` with its entry point renamed to the hash of its text (what cuda_kernel_for runs).
+std::string named_cuda_source(const std::string& source, std::string* symbol = nullptr);
 
 }  // namespace kiln::jit

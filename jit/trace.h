@@ -67,7 +67,7 @@ struct KernelCacheStats {
   int64_t hits = 0;        // found in memory
   int64_t misses = 0;      // not in memory
   int64_t disk_hits = 0;   // misses served from the disk cache
-  int64_t compiles = 0;    // misses compiled by LLVM
+  int64_t compiles = 0;    // misses compiled (by LLVM, or NVRTC for CUDA)
 };
 KernelCacheStats kernel_cache_stats();
 

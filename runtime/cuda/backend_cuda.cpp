@@ -60,16 +60,18 @@ class CudaBackend final : public DeviceBackend {
   void synchronize(Device d) override { cuda::synchronize(d.index); }
 
  private:
-  // dst (a CUDA tensor) = src (a CPU tensor).
+  // dst (a CUDA tensor) = src (a CPU tensor): src converted on the host, uploaded at its own
+  // shape (a broadcast scalar is one element), then broadcast on the device.
   void to_device(const Tensor& src, const Tensor& dst) {
     int index = dst.device().index;
     bind(index, "copy to cuda");
     Tensor host = src;
-    if (!(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous())) {
-      host = Tensor::empty({dst.dtype(), dst.shape(), cpu});
-      copy_into(src, host);  // the conversion and broadcast happen on the host
+    if (!(src.dtype() == dst.dtype() && src.is_contiguous())) {
+      host = Tensor::empty({dst.dtype(), src.shape(), cpu});
+      copy_into(src, host);
     }
-    Tensor target = dst.is_contiguous() ? dst : Tensor::empty({dst.dtype(), dst.shape(), dst.device()});
+    bool direct = host.shape() == dst.shape() && dst.is_contiguous();
+    Tensor target = direct ? dst : Tensor::empty({dst.dtype(), host.shape(), dst.device()});
     CUstream stream = current(index);
     // From pageable memory the driver has read the source when the call returns; from pinned
     // memory the copy runs later, so the block is held until it has.

@@ -38,6 +38,12 @@ void convert(const char* src, int64_t src_stride, DType src_type, char* dst, int
 /// shares memory with dst (it is read first); throws when dst has internal overlap.
 void copy_into(const Tensor& src, const Tensor& dst);
 
+/// The cat and pad kernels, made only of views and copies through the devices' backends
+/// (copy_between), so every device runs them as the CPU does: out (fresh, x's device) holds
+/// the inputs one after another along dim; or x padded with `value` (negative pads crop).
+void cat_into(std::span<const Tensor> in, int64_t dim, const Tensor& out);
+void pad_into(const Tensor& x, const Dims& pads, Scalar value, const Tensor& out);
+
 /// Whether a write into `t` would store several elements into one place: a dim of size > 1
 /// with stride 0, as expand() makes.
 bool has_internal_overlap(const Tensor& t);

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "runtime/api.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/loops.h"
@@ -157,6 +158,34 @@ TensorType pad_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 
 }  // namespace
 
+void cat_into(std::span<const Tensor> in, int64_t dim, const Tensor& out) {
+  int64_t at = 0;
+  for (const Tensor& t : in) {
+    int64_t n = t.shape()[dim];
+    Dims shape = out.shape();
+    shape[dim] = n;
+    copy_between(t, alias(out, shape, out.strides(), out.offset() + at * out.strides()[dim]));
+    at += n;
+  }
+}
+
+void pad_into(const Tensor& x, const Dims& pads, Scalar value, const Tensor& out) {
+  copy_between(full({}, value, out.dtype()), out);
+  Dims src_shape = x.shape(), dst_shape = x.shape();
+  int64_t src_off = x.offset(), dst_off = out.offset();
+  for (size_t i = 0; i < pads.size() / 2; ++i) {
+    size_t d = x.shape().size() - 1 - i;
+    int64_t before = pads[2 * i], after = pads[2 * i + 1];
+    int64_t crop_b = std::max<int64_t>(0, -before), crop_a = std::max<int64_t>(0, -after);
+    int64_t len = std::max<int64_t>(0, x.shape()[d] - crop_b - crop_a);
+    src_shape[d] = dst_shape[d] = len;
+    src_off += crop_b * x.strides()[d];
+    dst_off += std::max<int64_t>(0, before) * out.strides()[d];
+  }
+  if (src_shape.product() == 0) return;
+  copy_between(alias(x, src_shape, x.strides(), src_off), alias(out, dst_shape, out.strides(), dst_off));
+}
+
 // reshape(x): same elements in row-major order, new shape (attrs.shape). A view when the
 // strides allow it, else a copy.
 const OpDef defs::Reshape{
@@ -244,16 +273,7 @@ const OpDef defs::ToDevice{
 // cat(xs): concatenation along attrs.dim.
 const OpDef defs::Cat{
     .infer = cat_rule,
-    .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-      int64_t at = 0;
-      for (const Tensor& t : in) {
-        int64_t n = t.shape()[a.dim];
-        Dims shape = out.shape();
-        shape[a.dim] = n;
-        copy_into(t, alias(out, shape, out.strides(), out.offset() + at * out.strides()[a.dim]));
-        at += n;
-      }
-    },
+    .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) { cat_into(in, a.dim, out); },
     .vjp = [](const VjpArgs& a) {
       Grads g;
       int64_t at = 0;
@@ -273,21 +293,7 @@ const OpDef defs::Cat{
 const OpDef defs::Pad{
     .infer = pad_rule,
     .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-      const Tensor& x = in[0];
-      copy_into(full({}, a.value, out.dtype()), out);
-      Dims src_shape = x.shape(), dst_shape = x.shape();
-      int64_t src_off = x.offset(), dst_off = out.offset();
-      for (size_t i = 0; i < a.pads.size() / 2; ++i) {
-        size_t d = x.shape().size() - 1 - i;
-        int64_t before = a.pads[2 * i], after = a.pads[2 * i + 1];
-        int64_t crop_b = std::max<int64_t>(0, -before), crop_a = std::max<int64_t>(0, -after);
-        int64_t len = std::max<int64_t>(0, x.shape()[d] - crop_b - crop_a);
-        src_shape[d] = dst_shape[d] = len;
-        src_off += crop_b * x.strides()[d];
-        dst_off += std::max<int64_t>(0, before) * out.strides()[d];
-      }
-      if (src_shape.product() == 0) return;
-      copy_into(alias(x, src_shape, x.strides(), src_off), alias(out, dst_shape, out.strides(), dst_off));
+      pad_into(in[0], a.pads, a.value, out);
     },
     .vjp = [](const VjpArgs& a) {  // crop what was padded (and pad what was cropped)
       Dims back = a.attrs.pads;

@@ -4,7 +4,8 @@
 //     and a kiln::Error naming the op for every dtype it does not accept;
 //   - the traced function (in a fused kernel; op by op and bit for bit under KILN_FUSION=0, the
 //     ctest entry kiln_every_op_tests_unfused) against eager;
-//   - the gradient against central finite differences in f64, or the op says it has none.
+//   - the gradient against central finite differences in f64, or the op says it has none;
+//   - on cuda:0 (the host CUDA in CI), the same cases against the same references.
 // The list of ops is ops.def itself, and each op's Spec is looked up at compile time: an op
 // listed without one stops this file from building.
 #include <gtest/gtest.h>
@@ -12,10 +13,12 @@
 #include <algorithm>
 #include <iterator>
 #include <random>
+#include <set>
 
 #include "autograd/autograd.h"
 #include "ir/fusion.h"
 #include "jit/trace.h"
+#include "runtime/cuda.h"
 #include "runtime/ops/pointwise.h"
 #include "tests/jit/jit_test_util.h"
 #include "tests/ops/pointwise_cases.h"
@@ -234,6 +237,64 @@ TEST_P(EveryOp, GradientMatchesFiniteDifferencesOrOpHasNone) {
     ++checked;
   }
   EXPECT_GT(checked, 0) << op.name << " is differentiable but no case gave an f64 result to check";
+}
+
+// ---- CUDA: every op on cuda:0 (the host CUDA in CI; a GPU where there is one) -------------
+
+// Ops whose CUDA kernels are still to come (issue 25 lands them in steps). Each is checked to
+// say so with a clear error, so the list cannot go stale; an op that gains a kernel must leave
+// it, and the suite is done when it is empty.
+const std::set<OpId> kNotYetOnCuda = {
+    OpId::Matmul, OpId::Conv2d, OpId::Conv2dInputGrad, OpId::Conv2dWeightGrad, OpId::MaxPool2d,
+    OpId::MaxPool2dIndices, OpId::MaxPool2dBackward, OpId::AvgPool2d, OpId::AvgPool2dBackward,
+    OpId::Rand, OpId::Randn, OpId::AllReduce};
+
+// x on device d with x's layout (offset, strides, expanded dims): its whole storage copied and
+// viewed the same way, so the device kernels meet the same views as the CPU's.
+Tensor same_layout_on(const Tensor& x, Device d) {
+  if (x.dim() == 0 || x.is_contiguous()) return x.to(d);
+  const kiln::Ref<Storage>& storage = x.impl()->storage;
+  auto raw = make_ref<TensorImpl>();
+  raw->storage = storage;
+  raw->shape = {static_cast<int64_t>(storage->nbytes())};
+  raw->strides = {1};
+  raw->dtype = DType::U8;
+  Tensor bytes = Tensor(raw).to(d);
+  auto view = make_ref<TensorImpl>();
+  view->storage = bytes.impl()->storage;
+  view->offset = x.impl()->offset;
+  view->shape = x.shape();
+  view->strides = x.strides();
+  view->dtype = x.dtype();
+  view->device = d;
+  return Tensor(view);
+}
+
+TEST_P(EveryOp, CudaMatchesDoubleReference) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA here: " << cuda::unavailable_reason();
+  const OpTests& op = GetParam();
+  bool pending = kNotYetOnCuda.count(op.id) > 0;
+  manual_seed(seed_of(op));
+  for (DType t : op.dtypes) {
+    SCOPED_TRACE(std::string(op.name) + " in " + std::string(dtype_name(t)) + " on cuda:0");
+    for (const Case& c : op.cases(t)) {
+      SCOPED_TRACE(c.name);
+      std::vector<Tensor> on_device;
+      for (const Tensor& x : c.inputs) on_device.push_back(same_layout_on(x, cuda::device(0)));
+      if (pending) {
+        EXPECT_TRUE(throws_error([&] { c.run(on_device).to(cpu); }, {"no CUDA kernel"}))
+            << op.name << " runs on CUDA now: take it off kNotYetOnCuda";
+        continue;
+      }
+      Tensor y = c.run(on_device);
+      if (op.id != OpId::ToDevice) {  // to_device picks its own
+        EXPECT_EQ(y.device(), cuda::device(0));
+      }
+      Ref want = c.reference(refs_of(c.inputs));
+      for (double& v : want.v) v = stored_as(y.dtype(), v);
+      EXPECT_TRUE(all_close(y.to(cpu), want.v, want.shape, tolerance(y.dtype()), want.scale));
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(OpsDef, EveryOp, ::testing::ValuesIn(kOps),

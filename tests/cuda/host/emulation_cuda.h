@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "abi_cuda.h"
+#include "runtime/half.h"  // the CPU's f16 and bf16 conversions stand in for the hardware's
 
 #define KILN_HOST_CUDA 1
 #define __global__
@@ -240,6 +241,21 @@ template <typename T>
 T* kiln_shared() {
   return reinterpret_cast<T*>(kiln_host::block().shared);
 }
+
+inline float kiln_f32(unsigned b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline double kiln_f64(unsigned long long b) {
+  double d;
+  std::memcpy(&d, &b, 8);
+  return d;
+}
+inline unsigned short kiln_f2h(float f) { return kiln::Half::from_float(f); }
+inline float kiln_h2f(unsigned short h) { return kiln::Half::to_float(h); }
+inline unsigned short kiln_f2bf(float f) { return kiln::BFloat16::from_float(f); }
+inline float kiln_bf2f(unsigned short b) { return kiln::BFloat16::to_float(b); }
 
 template <typename T>
 T atomicAdd(T* address, T v) {

@@ -1,12 +1,13 @@
 // tests/cuda/host/nvrtc_cuda.cpp -- the host CUDA's NVRTC: the NVRTC calls kiln makes, with
 // nvrtc.h's prototypes, compiling the same CUDA C for the host. The source is compiled by the
 // host's C++ compiler (KILN_HOST_CUDA_CXX, else the one that built the tests) with
-// emulation_cuda.h included first, and for each `__global__ void name(` an entry point
+// emulation_cuda.h included first, and for each `__global__ [__launch_bounds__(n)] void name(` an entry point
 // kiln_host_entry_name is appended; the "cubin" is the magic of abi_cuda.h, the size and the
 // shared object, which the host driver loads. kiln loads it instead of libnvrtc when
 // KILN_CUDA_NVRTC names it. Its version is 0.1, so kiln's disk cache never mixes its cubins
 // with a real NVRTC's.
 #include <nvrtc.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <string>
@@ -24,6 +26,9 @@
 
 #ifndef KILN_HOST_CUDA_DIR
 #error "KILN_HOST_CUDA_DIR (the folder of emulation_cuda.h) must be defined"
+#endif
+#ifndef KILN_SOURCE_DIR
+#error "KILN_SOURCE_DIR (kiln's source folder, for runtime/half.h) must be defined"
 #endif
 #ifndef KILN_HOST_CUDA_DEFAULT_CXX
 #define KILN_HOST_CUDA_DEFAULT_CXX "c++"
@@ -55,6 +60,46 @@ int run(const std::vector<std::string>& argv, const std::string& log_path) {
   int status = 0;
   if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The emulation header, precompiled (most of a kernel's compile is the header): g++ takes
+// emulation_cuda.h.gch beside the emulation_cuda.h it is told to include when the flags match.
+// Kept per user in $TMPDIR/kiln-host-nvrtc-<uid>/<hash of the headers, compiler and flags>,
+// built once by whichever process gets there first (made in a folder of its own, renamed into
+// place); the plain header when it cannot be.
+std::string header_to_include(const std::string& cxx, const std::vector<std::string>& flags) {
+  static std::mutex mu;
+  static std::string path;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!path.empty()) return path;
+  path = KILN_HOST_CUDA_DIR "/emulation_cuda.h";
+  std::string text = read_file(path);
+  std::string key = text + read_file(KILN_HOST_CUDA_DIR "/abi_cuda.h") + read_file(KILN_SOURCE_DIR "/runtime/half.h") + cxx;
+  for (const std::string& f : flags) key += " " + f;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string root = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-" + std::to_string(getuid());
+  mkdir(root.c_str(), 0700);
+  std::string dir = root + "/" + std::to_string(std::hash<std::string>{}(key));
+  if (access((dir + "/emulation_cuda.h.gch").c_str(), R_OK) == 0) return path = dir + "/emulation_cuda.h";
+  std::string pattern = root + "/build-XXXXXX";
+  std::vector<char> build(pattern.begin(), pattern.end());
+  build.push_back('\0');
+  if (!mkdtemp(build.data())) return path;
+  std::string b = build.data();
+  std::ofstream(b + "/emulation_cuda.h") << text;
+  std::vector<std::string> argv = {cxx};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  for (std::string a : {"-x", "c++-header"}) argv.push_back(a);
+  argv.push_back(b + "/emulation_cuda.h");
+  argv.push_back("-o");
+  argv.push_back(b + "/emulation_cuda.h.gch");
+  bool built = run(argv, b + "/log.txt") == 0;
+  unlink((b + "/log.txt").c_str());
+  if (built && (rename(b.c_str(), dir.c_str()) == 0 || access((dir + "/emulation_cuda.h.gch").c_str(), R_OK) == 0))
+    path = dir + "/emulation_cuda.h";
+  for (const char* f : {"/emulation_cuda.h", "/emulation_cuda.h.gch"}) unlink((b + f).c_str());
+  rmdir(b.c_str());
+  return path;
 }
 
 }  // namespace
@@ -93,7 +138,7 @@ nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) {
 nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::string source = prog->source;
   std::set<std::string> kernels;
-  std::regex global(R"(__global__\s+void\s+(\w+)\s*\()");
+  std::regex global(R"(__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)\s*\()");
   for (auto it = std::sregex_iterator(source.begin(), source.end(), global); it != std::sregex_iterator(); ++it)
     kernels.insert((*it)[1]);
   source += "\n// entry points for the host driver (tests/cuda/host/abi_cuda.h)\n";
@@ -111,10 +156,15 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::string d = dir.data();
   std::string src_path = d + "/kernel.cpp", so_path = d + "/kernel.so", log_path = d + "/log.txt";
   std::ofstream(src_path) << source;
-  const char* cxx = std::getenv("KILN_HOST_CUDA_CXX");
-  std::vector<std::string> argv = {cxx && *cxx ? cxx : KILN_HOST_CUDA_DEFAULT_CXX, "-std=c++17", "-O1", "-g0",
-                                   "-fPIC", "-shared", "-w", "-I" KILN_HOST_CUDA_DIR, "-include",
-                                   KILN_HOST_CUDA_DIR "/emulation_cuda.h", "-x", "c++", src_path, "-o", so_path};
+  const char* env_cxx = std::getenv("KILN_HOST_CUDA_CXX");
+  std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
+  std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-I" KILN_HOST_CUDA_DIR,
+                                    "-I" KILN_SOURCE_DIR};
+  std::vector<std::string> argv = {cxx};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  for (const std::string& a : {std::string("-shared"), std::string("-include"), header_to_include(cxx, flags),
+                               std::string("-x"), std::string("c++"), src_path, std::string("-o"), so_path})
+    argv.push_back(a);
   int status = run(argv, log_path);
   prog->log = read_file(log_path);
   if (status == 0) {

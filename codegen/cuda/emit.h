@@ -1,0 +1,62 @@
+// codegen/cuda/emit.h -- a fused group (or one op) as CUDA C, from the same formulas, cast rule
+// and reduction data as the CPU kernels and the LLVM emitter (runtime/ops/formulas.h,
+// runtime/dtype.h, runtime/op.h). Pure string building: no CUDA header, no GPU. The text
+// compiles with NVRTC for a device and, unchanged, for the host against the tests' emulation
+// header (tests/cuda/host), so the generator's index math and reductions run in CI.
+//
+// The kernel takes one argument, a struct of 64-bit words (pack_cuda_args() builds it):
+//   size[rank], stride[(inputs + outputs) * rank] (elements), data[inputs + outputs],
+//   imm[immediates] (with CudaEmitOptions::immediates_as_args)
+// and runs with kCudaBlock threads per block and kCudaSharedBytes of dynamic shared memory:
+// - no reduction: a grid-stride loop over every element of the domain;
+// - reductions (over any dims): a grid-stride loop over kept indices, a block per index; per
+//   reduction level its threads stride over the reduced elements and combine in registers,
+//   then across the block (warp shuffles, then shared memory); a last pass stores the full
+//   outputs (softmax from primitives is one kernel).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/backend.h"
+
+namespace kiln::codegen {
+
+inline constexpr int kCudaBlock = 256;
+inline constexpr int kCudaSharedBytes = 64 * 8;  // two 8-byte values per warp, for block reductions
+
+struct CudaEmitOptions {
+  /// Read pointwise immediates from the argument struct instead of baking them into the text:
+  /// the eager kernels, where `x * lr` must not compile a kernel per learning rate.
+  bool immediates_as_args = false;
+  /// Read every operand's strides from the arguments, ignoring which dims the layout says an
+  /// input broadcasts along (stride 0) or steps through with stride 1: one kernel serves every
+  /// layout of the same rank and reduced dims (the eager kernels, where compiling is the cost).
+  bool generic_strides = false;
+};
+
+/// The CUDA C of kernel `symbol` computing `body` over `layout`. Throws kiln::Error for an op
+/// it cannot lower.
+std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const std::string& symbol,
+                      const CudaEmitOptions& options = {});
+
+/// The helpers every kernel's text starts with (shared memory, f16 and bf16 conversions,
+/// saturating float-to-integer conversion), for hand-written kernels (codegen/cuda/indexed.h).
+std::string cuda_prelude();
+
+/// The immediates of `body`'s nodes in the order the argument struct holds them: as the bits
+/// of a double when the op computes in a float dtype, else as an int64.
+struct CudaImmediate {
+  size_t node = 0;
+  int slot = 0;
+  bool is_float = false;
+};
+std::vector<CudaImmediate> cuda_immediates(const ir::Graph& body);
+
+/// The argument struct's words: sizes, strides, data pointers, then immediates.
+std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vector<int64_t>& sizes,
+                                     const std::vector<int64_t>& strides, const std::vector<void*>& data,
+                                     const std::vector<uint64_t>& immediates = {});
+
+}  // namespace kiln::codegen

@@ -1,0 +1,190 @@
+// codegen/cuda/indexed.cpp -- CUDA C of gather/index_select (pick), scatter_add/index_add
+// (scatter) and argmax/argmin (arg); see indexed.h.
+#include "codegen/cuda/indexed.h"
+
+#include <fmt/format.h>
+
+#include "codegen/cuda/emit.h"
+#include "runtime/check.h"
+
+namespace kiln::codegen {
+namespace {
+
+// An unsigned type of the element's size: pick copies bits.
+const char* bits_type(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return "unsigned char";
+    case 2: return "unsigned short";
+    case 4: return "unsigned int";
+    default: return "unsigned long long";
+  }
+}
+
+const char* index_type(DType t) {
+  switch (t) {
+    case DType::I64: return "long long";
+    case DType::I32: return "int";
+    case DType::U8: return "unsigned char";
+    default: break;
+  }
+  throw Error(fmt::format("codegen: {} is not an index dtype", dtype_name(t)));
+}
+
+// The element as a C type computations use, and the statement adding b into *a.
+const char* value_type(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int";
+    case DType::I64: return "long long";
+    case DType::F16: case DType::BF16: return "unsigned short";
+    case DType::U8: case DType::Bool: return "unsigned char";
+  }
+  return "?";
+}
+std::string add_into(DType t, const std::string& a, const std::string& b) {
+  switch (t) {
+    case DType::F32: case DType::F64: return fmt::format("{} += {};", a, b);
+    case DType::I32: return fmt::format("{0} = (int)((unsigned){0} + (unsigned){1});", a, b);
+    case DType::I64: return fmt::format("{0} = (long long)((unsigned long long){0} + (unsigned long long){1});", a, b);
+    case DType::U8: return fmt::format("{0} = (unsigned char)({0} + {1});", a, b);
+    case DType::Bool: return fmt::format("{0} = (unsigned char)({0} || {1});", a, b);
+    case DType::F16:
+    case DType::BF16: break;  // callers sum these in f32 and round once, as the CPU does
+  }
+  throw Error(fmt::format("codegen: a scatter adds in {}: sum it in f32", dtype_name(t)));
+}
+
+const char* kCheckIndex = R"(
+    if (k < -n || k >= n) { a.err[1] = k; a.err[0] = 1; continue; }
+    if (k < 0) k += n;)";
+
+}  // namespace
+
+std::string cuda_pick_kernel(DType elem, DType index, int rank) {
+  KILN_CHECK(rank >= 1 && rank <= 16, "codegen: pick of rank {}", rank);
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long size[{0}], out_stride[{0}], x_stride[{0}], idx_stride[{0}];
+  void* out; const void* x; const void* idx; long long* err;
+  long long dim_size, x_dim_stride;
+}};
+
+extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
+  long long total = 1;
+  for (int d = 0; d < {0}; ++d) total *= a.size[d];
+  const long long n = a.dim_size;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {{
+    long long r = i, o = 0, x = 0, ix = 0;
+    for (int d = {0} - 1; d >= 0; --d) {{
+      long long c = r % a.size[d];
+      r /= a.size[d];
+      o += c * a.out_stride[d];
+      x += c * a.x_stride[d];
+      ix += c * a.idx_stride[d];
+    }}
+    long long k = (long long)((const {2}*)a.idx)[ix];{4}
+    (({3}*)a.out)[o] = ((const {3}*)a.x)[x + k * a.x_dim_stride];
+  }}
+}}
+)",
+                                         rank, kCudaBlock, index_type(index), bits_type(elem), kCheckIndex);
+}
+
+std::string cuda_scatter_kernel(DType elem, DType index, int rank) {
+  KILN_CHECK(rank >= 1 && rank <= 16, "codegen: scatter of rank {}", rank);
+  const char* t = value_type(elem);
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long size[{0}], src_stride[{0}], out_stride[{0}], idx_stride[{0}];
+  void* out; const void* src; const void* idx; long long* err;
+  long long dim, out_dim_size, out_dim_stride;
+}};
+
+// One thread per position of the dims other than dim: its entries along dim, in order.
+extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
+  long long columns = 1;
+  for (int d = 0; d < {0}; ++d)
+    if (d != a.dim) columns *= a.size[d];
+  const long long n = a.out_dim_size;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < columns; i += (long long)gridDim.x * blockDim.x) {{
+    long long r = i, o = 0, s = 0, ix = 0;
+    for (int d = {0} - 1; d >= 0; --d) {{
+      if (d == a.dim) continue;
+      long long c = r % a.size[d];
+      r /= a.size[d];
+      o += c * a.out_stride[d];
+      s += c * a.src_stride[d];
+      ix += c * a.idx_stride[d];
+    }}
+    for (long long j = 0; j < a.size[a.dim]; ++j) {{
+      long long k = (long long)((const {2}*)a.idx)[ix + j * a.idx_stride[a.dim]];{4}
+      {3}* dst = ({3}*)a.out + o + k * a.out_dim_stride;
+      {3} v = ((const {3}*)a.src)[s + j * a.src_stride[a.dim]];
+      {5}
+    }}
+  }}
+}}
+)",
+                                         rank, kCudaBlock, index_type(index), t, kCheckIndex, add_into(elem, "*dst", "v"));
+}
+
+std::string cuda_arg_kernel(DType elem, bool largest) {
+  std::string load;
+  switch (elem) {
+    case DType::F16: load = "(double)kiln_h2f(p[j])"; break;
+    case DType::BF16: load = "(double)kiln_bf2f(p[j])"; break;
+    default: load = "(double)p[j]"; break;
+  }
+  const char* better = largest ? ">" : "<";
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long rows, cols;
+  const void* x; long long* out;
+}};
+
+// (v, i) or (w, j), whichever the CPU's in-order scan keeps: NaN first, then the {4} value,
+// then the lower index.
+__device__ __forceinline__ bool kiln_keeps_second(double v, long long i, double w, long long j) {{
+  if (v != v || w != w) return v != v ? (w == w ? false : j < i) : true;
+  if (w {3} v) return true;
+  return w == v && j < i;
+}}
+
+extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
+  double* sv = kiln_shared<double>();
+  long long* si = (long long*)(sv + 32);
+  for (long long row = blockIdx.x; row < a.rows; row += gridDim.x) {{
+    const {1}* p = (const {1}*)a.x + row * a.cols;
+    double bv = 0;
+    long long bi = -1;
+    for (long long j = threadIdx.x; j < a.cols; j += blockDim.x) {{
+      double v = {2};
+      if (bi < 0 || kiln_keeps_second(bv, bi, v, j)) {{ bv = v; bi = j; }}
+    }}
+    for (int m = 16; m > 0; m /= 2) {{
+      double ov = __shfl_xor_sync(0xffffffffu, bv, m);
+      long long oi = __shfl_xor_sync(0xffffffffu, bi, m);
+      if (oi >= 0 && (bi < 0 || kiln_keeps_second(bv, bi, ov, oi))) {{ bv = ov; bi = oi; }}
+    }}
+    if (threadIdx.x % 32 == 0) {{ sv[threadIdx.x / 32] = bv; si[threadIdx.x / 32] = bi; }}
+    __syncthreads();
+    if (threadIdx.x < 32) {{
+      bool has = threadIdx.x < blockDim.x / 32;
+      double wv = has ? sv[threadIdx.x] : 0;
+      long long wi = has ? si[threadIdx.x] : -1;
+      for (int m = 16; m > 0; m /= 2) {{
+        double ov = __shfl_xor_sync(0xffffffffu, wv, m);
+        long long oi = __shfl_xor_sync(0xffffffffu, wi, m);
+        if (oi >= 0 && (wi < 0 || kiln_keeps_second(wv, wi, ov, oi))) {{ wv = ov; wi = oi; }}
+      }}
+      if (threadIdx.x == 0) a.out[row] = wi < 0 ? 0 : wi;
+    }}
+    __syncthreads();
+  }}
+}}
+)",
+                                         kCudaBlock, value_type(elem), load, better, largest ? "larger" : "smaller");
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,31 @@
+// codegen/cuda/indexed.h -- the hand-written CUDA kernels of the ops that read or write at
+// positions another tensor holds, and of argmax/argmin: CUDA C text per dtype and rank, in the
+// same subset as the generated kernels (so the host emulation runs them too), with the CPU's
+// semantics (runtime/ops/index.cpp, runtime/ops/reduce.cpp):
+// - pick: out[p] = x[p with dim replaced by index(p)] (gather, index_select);
+// - scatter: out[q with dim replaced by index(q)] += src[q], one thread per position of the
+//   other dims adding its entries in index order, so the sums are the CPU's, bit for bit, on
+//   any device (no atomics);
+// - arg: the index of the first largest (smallest) value of each row, NaN counting as largest
+//   (and smallest), as the CPU's scan finds it.
+// An index out of range is written to a flag the caller reads back (the op then throws).
+#pragma once
+
+#include <string>
+
+#include "runtime/dtype.h"
+
+namespace kiln::codegen {
+
+/// Argument structs (64-bit words; R = rank):
+///   pick:    size[R] (out's), out_stride[R], x_stride[R] (0 along dim), idx_stride[R], out, x,
+///            idx, err, dim_size, x_dim_stride
+///   scatter: size[R] (src's), src_stride[R], out_stride[R] (0 along dim), idx_stride[R], out,
+///            src, idx, err, dim, out_dim_size, out_dim_stride
+///   arg:     rows, cols, x, out (rows of cols contiguous elements; out i64[rows])
+/// err points to two int64 on the device, zero before the launch: {1, the bad index} after.
+std::string cuda_pick_kernel(DType elem, DType index, int rank);
+std::string cuda_scatter_kernel(DType elem, DType index, int rank);
+std::string cuda_arg_kernel(DType elem, bool largest);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,318 @@
+// jit/cuda_eager.cpp -- the CUDA backend's generated kernels for eager ops: each pointwise op,
+// cast and reduction runs as the fused kernel of a group of one op (codegen/cuda, the same
+// formulas as every other kernel), compiled by NVRTC through the kernel cache and launched on
+// the current stream; and the strided copy every device-side copy uses. Installed into the
+// runtime's CUDA op table when the library loads (runtime/cuda_kernels.h): the runtime sits
+// below the code generators. Immediates are kernel arguments, so `x * lr` compiles one kernel
+// for every learning rate; a 0-d CPU operand (PyTorch's CPU-scalar rule) becomes one too.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "codegen/cuda/emit.h"
+#include "codegen/cuda/indexed.h"
+#include "ir/fusion.h"
+#include "ir/graph.h"
+#include "jit/cuda_group.h"
+#include "jit/executable.h"
+#include "jit/kernels.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
+#include "runtime/cuda_kernels.h"
+#include "runtime/loop_layout.h"
+#include "runtime/ops/loops.h"
+
+namespace kiln::jit {
+namespace {
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = counts.find(device);
+  if (it == counts.end()) it = counts.emplace(device, std::max(1, cuda::multiprocessor_count(device))).first;
+  return it->second;
+}
+
+// Launches `source` (its one argument: the words `args`) with `blocks` blocks of kCudaBlock
+// threads, at most 32 per multiprocessor: the kernels loop over what is left.
+void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device) {
+  blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
+  CudaKernel k = cuda_kernel_for(source, device);
+  unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+  void* param = const_cast<uint64_t*>(args.data());
+  cuda::launch(k.fn, grid, block, codegen::kCudaSharedBytes, &param);
+}
+int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
+
+// Launches a kernel of emit_cuda over `layout` with the argument words `args`.
+void launch(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, const std::string& source,
+            const std::vector<uint64_t>& args, int device) {
+  int64_t work = 1;  // elements, or with a reduction the kept indices (a block each)
+  for (int d = 0; d < layout.rank; ++d)
+    if (!(layout.reduced >> d & 1)) work *= sizes[static_cast<size_t>(d)];
+  for (int64_t s : sizes)
+    if (s == 0) return;
+  launch_source(source, args, layout.reduced ? work : blocks_for(work), device);
+}
+
+// The bits an immediate travels in: a double's for a float compute dtype, else an int64.
+uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
+  uint64_t bits;
+  if (is_float_op) {
+    double d = v.to<double>();
+    std::memcpy(&bits, &d, 8);
+  } else {
+    bits = static_cast<uint64_t>(v.to<int64_t>());
+  }
+  return bits;
+}
+
+}  // namespace
+
+void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                    bool eager) {
+  const ir::Graph& body = *fused.body;
+  std::vector<Dims> shapes, strides;
+  for (const Tensor& x : inputs) {
+    shapes.push_back(x.shape());
+    strides.push_back(x.strides());
+  }
+  KernelArgs ka = kernel_args(fused, shapes, strides);
+  codegen::CudaEmitOptions options;
+  options.immediates_as_args = options.generic_strides = eager;
+  std::string source = codegen::emit_cuda(body, ka.layout, "kiln_kernel", options);
+  std::vector<void*> data;
+  for (const Tensor& x : inputs) data.push_back(x.data_ptr());
+  for (const Tensor& y : outputs) {
+    KILN_CHECK(y.is_contiguous() && y.device().is_cuda(), "fused group: outputs are contiguous CUDA tensors");
+    data.push_back(y.data_ptr());
+  }
+  std::vector<uint64_t> imms;
+  if (eager)
+    for (const codegen::CudaImmediate& m : codegen::cuda_immediates(body))
+      imms.push_back(immediate_bits(body.nodes[m.node].attrs.imm[m.slot], m.is_float));
+  launch(ka.layout, ka.sizes, source, codegen::pack_cuda_args(ka.layout, ka.sizes, ka.strides, data, imms),
+         outputs[0].device().index);
+}
+
+namespace {
+
+// One op on CUDA tensors as a group of one: a 0-d CPU operand of a pointwise op becomes an
+// immediate; any other operand must be on the output's device (apply() checked).
+void run_single_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
+  Attrs a = attrs;
+  std::vector<Tensor> operands;
+  bool pointwise = op_family(id) == OpFamily::Pointwise;
+  for (size_t t = 0; t < in.size(); ++t) {
+    const Tensor& x = in[t];
+    if (pointwise && x.device().is_cpu()) {
+      int slot = slot_of_input(attrs.imm_mask, static_cast<int>(t));
+      a.imm[slot] = is_float(x.dtype()) ? Scalar(x.item<double>()) : Scalar(x.item<int64_t>());
+      a.imm_mask |= static_cast<uint8_t>(1u << slot);
+      continue;
+    }
+    operands.push_back(x.device().is_cpu() ? x.to(out.device()) : x);
+  }
+  auto body = std::make_shared<ir::Graph>();
+  std::vector<uint32_t> ins;
+  for (const Tensor& x : operands) {
+    ins.push_back(body->add_value(x.type()));
+    body->inputs.push_back(ins.back());
+  }
+  ir::Node n;
+  n.op = id;
+  n.attrs = a;
+  n.inputs = ins;
+  n.result = body->add_value(out.type());
+  body->nodes.push_back(n);
+  body->outputs.push_back(n.result);
+  ir::Node fused;
+  fused.kind = ir::NodeKind::Fused;
+  fused.body = body;
+  run_group_cuda(fused, operands, {&out, 1}, true);
+}
+
+// dst = src on one device: broadcast, converted, any strides on either side.
+void copy_on_device(const Tensor& src, const Tensor& dst) {
+  Dims shape = dst.shape();
+  std::vector<Dims> st = {broadcast_strides(src.shape(), src.strides(), shape, "copy"), dst.strides()};
+  merge_dims(shape, st);
+  if (shape.empty()) {
+    shape.push_back(1);
+    for (Dims& s : st) s.push_back(0);
+  }
+  codegen::KernelLayout L;
+  L.rank = static_cast<int>(shape.size());
+  std::vector<int64_t> strides;
+  for (size_t k = 0; k < 2; ++k) {
+    codegen::OperandLayout o;
+    o.dtype = k == 0 ? src.dtype() : dst.dtype();
+    for (int d = 0; d < L.rank; ++d) {
+      strides.push_back(st[k][d]);
+      if (st[k][d] == 0) o.broadcast |= 1u << d;
+    }
+    o.unit_inner = st[k].back() == 1;
+    (k == 0 ? L.inputs : L.outputs).push_back(o);
+  }
+  ir::Graph body;
+  uint32_t x = body.add_value({src.dtype(), src.shape(), dst.device()});
+  body.inputs.push_back(x);
+  ir::Node n;
+  n.op = OpId::Cast;
+  n.attrs.dtype = dst.dtype();
+  n.inputs = {x};
+  n.result = body.add_value({dst.dtype(), dst.shape(), dst.device()});
+  body.nodes.push_back(n);
+  body.outputs.push_back(n.result);
+  std::vector<int64_t> sizes(shape.begin(), shape.end());
+  std::string source = codegen::emit_cuda(body, L, "kiln_kernel");
+  launch(L, sizes, source, codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}),
+         dst.device().index);
+}
+
+// ---- indexed ops: codegen/cuda/indexed.h ------------------------------------------------
+
+void put(std::vector<uint64_t>& w, int64_t v) { w.push_back(static_cast<uint64_t>(v)); }
+void put(std::vector<uint64_t>& w, const void* p) { w.push_back(reinterpret_cast<uint64_t>(p)); }
+void put(std::vector<uint64_t>& w, const Dims& d) {
+  for (int64_t v : d) put(w, v);
+}
+
+// Two int64 on the device, zero: {1, the bad index} after a kernel met an index out of range.
+Tensor error_flag(Device d) { return zeros({2}, DType::I64, d); }
+void check_flag(const Tensor& flag, const char* op, int64_t size) {
+  std::vector<int64_t> f = flag.to(cpu).to_vector<int64_t>();
+  KILN_CHECK(f[0] == 0, "{}: index {} is out of range for a dim of size {}", op, f[1], size);
+}
+
+// A rank of at least 1: a 0-d tensor is one element of a rank-1 loop.
+Dims at_least_1d(const Dims& d, int64_t fill) { return d.empty() ? Dims{fill} : d; }
+
+// out[p] = x[p with dim replaced by index(p)]: gather and index_select.
+void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Tensor& out, const char* op) {
+  if (out.numel() == 0) return;
+  Dims x_st = at_least_1d(x.strides(), 0);
+  int64_t dim_size = x.dim() == 0 ? 1 : x.shape()[dim], dim_stride = x.dim() == 0 ? 0 : x.strides()[dim];
+  x_st[x.dim() == 0 ? 0 : dim] = 0;
+  Dims sizes = at_least_1d(out.shape(), 1);
+  Tensor flag = error_flag(out.device());
+  std::vector<uint64_t> w;
+  put(w, sizes);
+  put(w, at_least_1d(out.strides(), 1));
+  put(w, x_st);
+  put(w, at_least_1d(idx_st, 0));
+  for (const void* p : {out.data_ptr(), x.data_ptr(), idx.data_ptr(), flag.data_ptr()}) put(w, p);
+  put(w, dim_size);
+  put(w, dim_stride);
+  launch_source(codegen::cuda_pick_kernel(x.dtype(), idx.dtype(), static_cast<int>(sizes.size())), w,
+                blocks_for(out.numel()), out.device().index);
+  check_flag(flag, op, dim_size);
+}
+
+// out = x, then src added at index(q) along dim: scatter_add and index_add. f16 and bf16 sum
+// in f32 and round once, as the CPU's scatter does (runtime/ops/index.cpp).
+void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src,
+             const Tensor& out, const char* op) {
+  if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {
+    Tensor acc = Tensor::empty({DType::F32, out.shape(), out.device()});
+    Tensor wide = src.to(DType::F32);
+    scatter(x.to(DType::F32), dim, idx, idx_st, wide, acc, op);
+    copy_on_device(acc, out);
+    return;
+  }
+  copy_on_device(x, out);
+  if (src.numel() == 0) return;
+  Dims out_st = out.strides();
+  out_st[dim] = 0;
+  Tensor flag = error_flag(out.device());
+  std::vector<uint64_t> w;
+  put(w, src.shape());
+  put(w, src.strides());
+  put(w, out_st);
+  put(w, idx_st);
+  for (const void* p : {out.data_ptr(), src.data_ptr(), idx.data_ptr(), flag.data_ptr()}) put(w, p);
+  put(w, dim);
+  put(w, out.shape()[dim]);
+  put(w, out.strides()[dim]);
+  launch_source(codegen::cuda_scatter_kernel(out.dtype(), idx.dtype(), static_cast<int>(src.dim())), w,
+                blocks_for(src.numel() / std::max<int64_t>(src.shape()[dim], 1)), out.device().index);
+  check_flag(flag, op, out.shape()[dim]);
+}
+
+// argmax/argmin: the rows the CPU's kernel scans (the reduced dim last, contiguous).
+void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
+  KILN_CHECK(a.axes.size() <= 1, "{}: expected one dim or none, got {}", op_name(id), shape_str(a.axes));
+  Tensor rows;
+  if (a.axes.empty()) {
+    rows = x.reshape({1, x.numel()});
+  } else {
+    int64_t d = a.axes[0] < 0 ? a.axes[0] + x.dim() : a.axes[0];
+    Dims order;
+    for (int64_t i = 0; i < x.dim(); ++i)
+      if (i != d) order.push_back(i);
+    order.push_back(d);
+    rows = x.dim() == 0 ? x.reshape({1, 1}) : x.permute(order).contiguous();
+    rows = rows.reshape({-1, rows.dim() == 0 ? 1 : rows.shape().back()});
+  }
+  rows = rows.contiguous();
+  std::vector<uint64_t> w;
+  put(w, rows.shape()[0]);
+  put(w, rows.shape()[1]);
+  put(w, rows.data_ptr());
+  put(w, out.data_ptr());
+  if (rows.shape()[0] == 0) return;
+  launch_source(codegen::cuda_arg_kernel(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0], out.device().index);
+}
+
+void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
+  switch (id) {
+    case OpId::Copy: return copy_on_device(in[0], out);
+    case OpId::Cat: return cat_into(in, attrs.dim, out);
+    case OpId::Pad: return pad_into(in[0], attrs.pads, attrs.value, out);
+    case OpId::Argmax:
+    case OpId::Argmin: return arg(id, in[0], attrs, out);
+    case OpId::Gather: {
+      const Tensor& idx = in[1];
+      Dims st(static_cast<size_t>(idx.dim()), 0);
+      for (int64_t d = 0; d < idx.dim(); ++d) st[d] = idx.shape()[d] == 1 ? 0 : idx.strides()[d];
+      return pick(in[0], attrs.dim, idx, st, out, "gather");
+    }
+    case OpId::IndexSelect: {
+      Dims st(static_cast<size_t>(out.dim()), 0);
+      st[attrs.dim] = in[1].dim() == 0 ? 0 : in[1].strides()[0];
+      return pick(in[0], attrs.dim, in[1], st, out, "index_select");
+    }
+    case OpId::ScatterAdd: return scatter(in[0], attrs.dim, in[1], in[1].strides(), in[2], out, "scatter_add");
+    case OpId::IndexAdd: {
+      Dims st(static_cast<size_t>(in[2].dim()), 0);
+      st[attrs.dim] = in[1].dim() == 0 ? 0 : in[1].strides()[0];
+      return scatter(in[0], attrs.dim, in[1], st, in[2], out, "index_add");
+    }
+    default: break;
+  }
+  KILN_CHECK(op_family(id) != OpFamily::Reduce || ir::fusible_reduction(id), "{}: no CUDA kernel for {} yet",
+             op_name(id), out.type().str());
+  run_single_op(id, in, attrs, out);
+}
+
+// By family, which ops.def gives as constant data: the OpDefs themselves are made during static
+// initialization too, in another order.
+const bool g_installed = [] {
+  for (int i = 0; i < kNumOps; ++i) {
+    auto id = static_cast<OpId>(i);
+    OpFamily f = op_family(id);
+    if (f == OpFamily::Pointwise || f == OpFamily::Cast || f == OpFamily::Reduce ||
+        (f == OpFamily::Copy && id != OpId::ToDevice))
+      cuda::set_op_kernel(id, run_op);
+  }
+  cuda::set_copy_kernel(copy_on_device);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::jit
