@@ -15,12 +15,16 @@
 
 #include "codegen/cuda/emit.h"
 #include "codegen/cuda/indexed.h"
+#include "codegen/cuda/matmul.h"
+#include "codegen/cuda/pool.h"
+#include "codegen/cuda/random.h"
 #include "ir/fusion.h"
 #include "ir/graph.h"
 #include "jit/cuda_group.h"
 #include "jit/executable.h"
 #include "jit/kernels.h"
 #include "runtime/api.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/cuda_kernels.h"
 #include "runtime/loop_layout.h"
@@ -269,8 +273,146 @@ void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
   launch_source(codegen::cuda_arg_kernel(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0], out.device().index);
 }
 
+// ---- matmul: cuBLAS for floats, codegen/cuda/matmul.h for integers ---------------------------
+
+// A stack of matrices as a strided-batched GEMM reads it: one stride between matrices, and
+// each matrix either row-major (unit column stride) or transposed (unit row stride), with its
+// leading dimension. Anything else is copied into a contiguous stack first.
+struct Matrices {
+  Tensor t;              // [batch..., rows, cols] (broadcast batch dims have stride 0)
+  int64_t batch_stride;  // elements between consecutive matrices of the flattened batch
+  bool transposed;       // stored column by column
+  int64_t ld;            // elements between rows (row-major) or columns (transposed)
+};
+
+Matrices matrices(Tensor t, int64_t rows, int64_t cols) {
+  const Dims& shape = t.shape();
+  const Dims& st = t.strides();
+  size_t nb = shape.size() - 2;
+  // The batch dims as one: strides that step as one run (size-1 dims ignored), or all zero.
+  bool flat = true;
+  int64_t stride = 0, expect = -1;
+  for (size_t d = nb; d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (expect < 0) {
+      stride = st[d];
+      expect = st[d] * shape[d];
+    } else if (st[d] == expect || (st[d] == 0 && stride == 0)) {
+      expect = st[d] * shape[d];
+    } else {
+      flat = false;
+    }
+  }
+  int64_t rs = st[nb], cs = st[nb + 1];
+  bool row_major = cs == 1 && (rows <= 1 || rs >= std::max<int64_t>(cols, 1));
+  bool col_major = rs == 1 && (cols <= 1 || cs >= std::max<int64_t>(rows, 1));
+  if (!flat || !(row_major || col_major)) {
+    t = t.contiguous();
+    return {t, rows * cols, false, std::max<int64_t>(cols, 1)};
+  }
+  if (row_major) return {t, stride, false, rows <= 1 ? std::max<int64_t>(cols, 1) : rs};
+  return {t, stride, true, cols <= 1 ? std::max<int64_t>(rows, 1) : cs};
+}
+
+void matmul(std::span<const Tensor> in, const Tensor& out) {
+  Tensor a = in[0], b = in[1];
+  if (a.dim() == 1) a = a.unsqueeze(0);
+  if (b.dim() == 1) b = b.unsqueeze(-1);
+  int64_t m = a.shape()[a.dim() - 2], k = a.shape().back(), n = b.shape().back();
+  // out is [batch..., m, n] with m (n) left out where a (b) was a vector.
+  int64_t nb = out.dim() - (in[0].dim() >= 2 ? 1 : 0) - (in[1].dim() >= 2 ? 1 : 0);
+  Dims batch;
+  for (int64_t i = 0; i < nb; ++i) batch.push_back(out.shape()[i]);
+  Dims ea = batch, eb = batch;
+  ea.push_back(m), ea.push_back(k), eb.push_back(k), eb.push_back(n);
+  Matrices A = matrices(a.expand(ea), m, k), B = matrices(b.expand(eb), k, n);
+  int64_t count = batch.product();
+  if (out.numel() == 0) return;
+  if (k == 0) return copy_between(zeros({}, out.dtype()), out);
+  int device = out.device().index;
+  if (is_float(out.dtype())) {
+    // Row-major C = A B is column-major C^T = B^T A^T: B's stack first.
+    cuda::gemm(device, out.dtype(), B.transposed, A.transposed, n, m, k, B.t.data_ptr(), B.ld, B.batch_stride,
+               A.t.data_ptr(), A.ld, A.batch_stride, out.data_ptr(), n, m * n, count);
+    return;
+  }
+  std::vector<uint64_t> w;
+  for (int64_t v : {count, m, n, k}) put(w, v);
+  for (const Matrices* x : {&A, &B}) {
+    put(w, x->batch_stride);
+    put(w, x->transposed ? 1 : x->ld);
+    put(w, x->transposed ? x->ld : 1);
+  }
+  for (const void* p : {A.t.data_ptr(), B.t.data_ptr(), out.data_ptr()}) put(w, p);
+  launch_source(codegen::cuda_int_matmul_kernel(out.dtype()), w, blocks_for(count * m * n), device);
+}
+
+// ---- pools: codegen/cuda/pool.h ---------------------------------------------------------------
+
+// The geometry words: planes, h, w, oh, ow, kernel, stride, padding, count_include_pad.
+void put_geometry(std::vector<uint64_t>& w, const Dims& in, const Dims& pooled, const Attrs& a) {
+  size_t r = in.size();
+  int64_t h = in[r - 2], wd = in[r - 1];
+  put(w, h * wd == 0 ? 0 : in.product() / (h * wd));
+  for (int64_t v : {h, wd, pooled[r - 2], pooled[r - 1], a.kernel[0], a.kernel[1], a.stride[0], a.stride[1],
+                    a.padding[0], a.padding[1], int64_t{a.count_include_pad}})
+    put(w, v);
+}
+// A rank-3 or rank-4 tensor's planes: inner count, outer and inner strides, row and column.
+void put_planes(std::vector<uint64_t>& w, const Tensor& t) {
+  const Dims& st = t.strides();
+  int64_t r = t.dim();
+  for (int64_t v : {std::max<int64_t>(t.shape()[r - 3], 1), r == 4 ? st[0] : 0, st[r - 3], st[r - 2], st[r - 1]})
+    put(w, v);
+}
+
+void pool(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
+  if (out.numel() == 0) return;
+  codegen::CudaPool kind = id == OpId::AvgPool2d ? codegen::CudaPool::Avg
+                           : id == OpId::MaxPool2d ? codegen::CudaPool::Max : codegen::CudaPool::Indices;
+  std::vector<uint64_t> w;
+  put_geometry(w, x.shape(), out.shape(), a);
+  put_planes(w, x);
+  put(w, x.data_ptr());
+  put(w, out.data_ptr());
+  launch_source(codegen::cuda_pool_kernel(kind, x.dtype()), w, blocks_for(out.numel()), out.device().index);
+}
+
+// max_pool2d_backward(x, grad) and avg_pool2d_backward(grad) into out (the input's shape).
+void pool_backward(OpId id, const Tensor& x, const Tensor& grad, const Attrs& a, const Tensor& out) {
+  if (out.numel() == 0) return;
+  bool max = id == OpId::MaxPool2dBackward;
+  std::vector<uint64_t> w;
+  put_geometry(w, out.shape(), grad.shape(), a);
+  put_planes(w, grad);
+  put_planes(w, max ? x : grad);
+  for (const void* p : {grad.data_ptr(), max ? x.data_ptr() : grad.data_ptr(), out.data_ptr()}) put(w, p);
+  launch_source(codegen::cuda_pool_backward_kernel(max ? codegen::CudaPool::Max : codegen::CudaPool::Avg,
+                                                   out.dtype()),
+                w, blocks_for(out.numel()), out.device().index);
+}
+
+// rand and randn from the state on the device: codegen/cuda/random.h.
+void draw(OpId id, const Tensor& state, const Tensor& out) {
+  if (out.numel() == 0) return;
+  std::vector<uint64_t> w;
+  put(w, out.numel());
+  put(w, state.contiguous().data_ptr());
+  put(w, out.data_ptr());
+  std::string source = id == OpId::Rand ? codegen::cuda_rand_kernel(out.dtype()) : codegen::cuda_randn_kernel(out.dtype());
+  launch_source(source, w, blocks_for(out.numel()), out.device().index);
+}
+
 void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
   switch (id) {
+    case OpId::Matmul: return matmul(in, out);
+    case OpId::Rand:
+    case OpId::Randn: return draw(id, in[0], out);
+    case OpId::MaxPool2d:
+    case OpId::AvgPool2d:
+    case OpId::MaxPool2dIndices: return pool(id, in[0], attrs, out);
+    case OpId::MaxPool2dBackward: return pool_backward(id, in[0], in[1], attrs, out);
+    case OpId::AvgPool2dBackward: return pool_backward(id, in[0], in[0], attrs, out);
     case OpId::Copy: return copy_on_device(in[0], out);
     case OpId::Cat: return cat_into(in, attrs.dim, out);
     case OpId::Pad: return pad_into(in[0], attrs.pads, attrs.value, out);
@@ -307,7 +449,9 @@ const bool g_installed = [] {
     auto id = static_cast<OpId>(i);
     OpFamily f = op_family(id);
     if (f == OpFamily::Pointwise || f == OpFamily::Cast || f == OpFamily::Reduce ||
-        (f == OpFamily::Copy && id != OpId::ToDevice))
+        (f == OpFamily::Copy && id != OpId::ToDevice) || id == OpId::Matmul || id == OpId::MaxPool2d ||
+        id == OpId::AvgPool2d || id == OpId::MaxPool2dIndices || id == OpId::MaxPool2dBackward ||
+        id == OpId::AvgPool2dBackward || id == OpId::Rand || id == OpId::Randn)
       cuda::set_op_kernel(id, run_op);
   }
   cuda::set_copy_kernel(copy_on_device);

@@ -64,7 +64,7 @@ Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training());
 Tensor dropout(const Tensor& x, double p, bool training) {
   KILN_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
   if (!training || p == 0) return x;
-  Tensor keep = bernoulli(x.shape(), 1.0 - p, x.dtype()).to(x.device());  // drawn on the host
+  Tensor keep = bernoulli(x.shape(), 1.0 - p, x.dtype(), x.device());  // drawn where x is
   return x * keep * (1.0 / (1.0 - p));
 }
 

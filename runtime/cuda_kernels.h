@@ -37,6 +37,14 @@ DeviceFunction load_function(int device, const std::string& image, const std::st
 /// Queues `f` on the current stream of its device: grid and block sizes in x, y, z, dynamic
 /// shared memory in bytes, and a pointer to each argument (cuLaunchKernel's convention).
 void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned block[3], size_t shared_bytes, void** args);
+/// cuBLAS (loaded with dlopen: KILN_CUDA_CUBLAS, else libcublas of CUDA 13 or 12), in its
+/// column-major terms: C = op(A) op(B), m x n, over `batch` matrices `stride_*` elements apart,
+/// queued on the current stream of `device`. f32 (with TF32 when cuda::allow_tf32()), f64,
+/// and f16 and bf16 computing in f32. Throws kiln::Error when cuBLAS is unavailable.
+void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+          const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c,
+          int64_t ldc, int64_t stride_c, int64_t batch);
+
 /// The device's compute capability as NVRTC names architectures: 90 for 9.0.
 int compute_capability(int device);
 /// The device's streaming multiprocessors (to size grids).

@@ -154,11 +154,13 @@ void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out
   draw_into<double>(in[0], out, 1, [](const Philox& r, int) { return normal(r); });
 }
 
-Tensor draw(OpId id, const Dims& shape, DType dtype) {
+// A draw on `device`: the state (16 bytes) moves there, and the device's kernel draws from it.
+Tensor draw(OpId id, const Dims& shape, DType dtype, Device device) {
   Attrs a;
   a.shape = shape;
   a.dtype = dtype;
-  return apply(id, {state_for(counters_for(id, dtype, shape.product()))}, a);
+  Tensor state = state_for(counters_for(id, dtype, shape.product()));
+  return apply(id, {device.is_cpu() ? state : state.to(device)}, a);
 }
 
 }  // namespace
@@ -198,14 +200,14 @@ void manual_seed(uint64_t seed) {
   g.offset = 0;
 }
 
-Tensor rand(const Dims& shape, DType dtype) {
+Tensor rand(const Dims& shape, DType dtype, Device device) {
   KILN_CHECK(is_float(dtype), "rand: dtype must be a float type, got {}", dtype_name(dtype));
-  return draw(OpId::Rand, shape, dtype);
+  return draw(OpId::Rand, shape, dtype, device);
 }
 
-Tensor randn(const Dims& shape, DType dtype) {
+Tensor randn(const Dims& shape, DType dtype, Device device) {
   KILN_CHECK(is_float(dtype), "randn: dtype must be a float type, got {}", dtype_name(dtype));
-  return draw(OpId::Randn, shape, dtype);
+  return draw(OpId::Randn, shape, dtype, device);
 }
 
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
@@ -221,16 +223,16 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
   return t.to(dtype);
 }
 
-Tensor bernoulli(const Dims& shape, double prob, DType dtype) {
+Tensor bernoulli(const Dims& shape, double prob, DType dtype, Device device) {
   KILN_CHECK(prob >= 0 && prob <= 1, "bernoulli: p must be in [0, 1], got {}", prob);
   // 1 where an f32 uniform (24 bits) falls below prob.
-  return (rand(shape, DType::F32) < prob).to(dtype);
+  return (rand(shape, DType::F32, device) < prob).to(dtype);
 }
 
 Tensor bernoulli(const Tensor& p) {
   KILN_CHECK(p.defined() && is_float(p.dtype()), "bernoulli: p must be a float tensor, got {}",
              p.defined() ? p.type().str() : "undefined");
-  Tensor u = rand(p.shape(), DType::F64);
+  Tensor u = rand(p.shape(), DType::F64, p.device());
   return lt(u, p.to(DType::F64)).to(p.dtype());
 }
 

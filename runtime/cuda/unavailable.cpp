@@ -57,6 +57,10 @@ void set_copy_kernel(CopyKernel) {}
 DeviceFunction load_function(int, const std::string&, const std::string&) { unavailable("cuda kernel"); }
 void launch(const DeviceFunction&, const unsigned*, const unsigned*, size_t, void**) { unavailable("cuda kernel launch"); }
 int compute_capability(int) { unavailable("cuda device"); }
+void gemm(int, DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, int64_t, const void*, int64_t,
+          int64_t, void*, int64_t, int64_t, int64_t) {
+  unavailable("matmul");
+}
 int multiprocessor_count(int) { unavailable("cuda device"); }
 
 }  // namespace kiln::cuda

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tests/cuda/host/abi_cuda.h"
+#include "tests/cuda/host/queue_cuda.h"
 
 namespace {
 
@@ -168,6 +169,8 @@ bool is_device_range(CUdeviceptr p, size_t n) {
 }
 
 }  // namespace
+
+void kiln_host_enqueue(CUstream stream, std::function<void()> task) { stream_of(stream)->push(std::move(task)); }
 
 extern "C" {
 

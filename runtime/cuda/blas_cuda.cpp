@@ -1,0 +1,122 @@
+// runtime/cuda/blas_cuda.cpp -- cuBLAS, loaded with dlopen (KILN_CUDA_CUBLAS, else the CUDA 13
+// or 12 libcublas on the library path or in /usr/local/cuda), so a build runs without it: a
+// matmul on CUDA then says why. One handle per thread and device (cuBLAS handles are not to be
+// shared between threads), set to the current stream at each call.
+#include <cublas_api.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "runtime/check.h"
+#include "runtime/cuda/context_cuda.h"
+#include "runtime/cuda_kernels.h"
+
+namespace kiln::cuda {
+namespace {
+
+// cublas_api.h overloads cublasGemmStridedBatchedEx in C++ (an inline taking the older compute
+// type): the C entry point's type, written out.
+using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                                const void*, const void*, cudaDataType, int, long long, const void*,
+                                                cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                                long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+
+struct Cublas {
+  cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+  GemmStridedBatchedEx gemm = nullptr;
+  bool ok = false;
+  std::string reason;
+};
+
+Cublas load() {
+  Cublas c;
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("KILN_CUDA_CUBLAS"); env && *env) {
+    candidates.push_back(env);
+  } else {
+    candidates = {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12",
+                  "/usr/local/cuda/lib64/libcublas.so.12"};
+  }
+  void* lib = nullptr;
+  std::string errors;
+  for (const std::string& p : candidates) {
+    if ((lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", dlerror());
+  }
+  if (!lib) {
+    c.reason = "cuBLAS could not be loaded: " + errors;
+    return c;
+  }
+  c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
+  c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
+  c.gemm = reinterpret_cast<GemmStridedBatchedEx>(dlsym(lib, "cublasGemmStridedBatchedEx"));
+  c.ok = c.create && c.set_stream && c.gemm;
+  if (!c.ok) c.reason = "cuBLAS lacks cublasCreate_v2, cublasSetStream_v2 or cublasGemmStridedBatchedEx";
+  return c;
+}
+
+const Cublas& cublas() {
+  static const Cublas c = load();
+  return c;
+}
+
+void check_blas(cublasStatus_t s, const char* call) {
+  KILN_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuda: {} failed with cuBLAS status {}", call, static_cast<int>(s));
+}
+
+cublasHandle_t handle(int device) {
+  thread_local std::map<int, cublasHandle_t> handles;  // per thread: never shared
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cublasHandle_t h = nullptr;
+  check_blas(cublas().create(&h), "cublasCreate");
+  return handles[device] = h;
+}
+
+int fits(int64_t v, const char* what) {
+  KILN_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "matmul: {} {} is beyond what cuBLAS takes", what, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+          const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c,
+          int64_t ldc, int64_t stride_c, int64_t batch) {
+  const Cublas& blas = cublas();
+  KILN_CHECK(blas.ok, "matmul: cuBLAS is not available: {}", blas.reason);
+  bind(device, "matmul");
+  cudaDataType type;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  float alpha32 = 1, beta32 = 0;
+  double alpha64 = 1, beta64 = 0;
+  const void *alpha = &alpha32, *beta = &beta32;
+  switch (dtype) {
+    case DType::F32:
+      type = CUDA_R_32F;
+      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
+    case DType::F64:
+      type = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      alpha = &alpha64, beta = &beta64;
+      break;
+    case DType::F16: type = CUDA_R_16F; break;
+    case DType::BF16: type = CUDA_R_16BF; break;
+    default: throw Error(fmt::format("matmul: cuBLAS takes float dtypes, not {}", dtype_name(dtype)));
+  }
+  cublasHandle_t h = handle(device);
+  check_blas(blas.set_stream(h, reinterpret_cast<cudaStream_t>(current(device))), "cublasSetStream");
+  check_blas(blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       fits(m, "m"), fits(n, "n"), fits(k, "k"), alpha, a, type, fits(lda, "lda"), stride_a, b, type,
+                       fits(ldb, "ldb"), stride_b, beta, c, type, fits(ldc, "ldc"), stride_c, fits(batch, "batch"),
+                       compute, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmStridedBatchedEx");
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,261 @@
+// tests/cuda/host/dnn_cuda.cpp -- the host CUDA's cuDNN: the calls kiln makes (the legacy
+// convolution API, with cudnn.h's types), computing on the host in double with reference loops
+// on the handle's stream, in stream order. kiln loads it instead of libcudnn when
+// KILN_CUDA_CUDNN names it.
+#include <cudnn.h>
+
+#include <cstring>
+#include <vector>
+
+#include "runtime/half.h"
+#include "tests/cuda/host/queue_cuda.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+struct cudnnContext {
+  cudaStream_t stream = nullptr;
+};
+struct cudnnTensorStruct {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  int n = 0, c = 0, h = 0, w = 0, sn = 0, sc = 0, sh = 0, sw = 0;
+};
+struct cudnnFilterStruct {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  int k = 0, c = 0, h = 0, w = 0;
+};
+struct cudnnConvolutionStruct {
+  int ph = 0, pw = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
+};
+
+namespace {
+
+double load(const void* p, cudnnDataType_t t, long long i) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return static_cast<const float*>(p)[i];
+    case CUDNN_DATA_DOUBLE: return static_cast<const double*>(p)[i];
+    case CUDNN_DATA_HALF: return kiln::Half::to_float(static_cast<const uint16_t*>(p)[i]);
+    case CUDNN_DATA_BFLOAT16: return kiln::BFloat16::to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return 0;
+  }
+}
+void store(void* p, cudnnDataType_t t, long long i, double v) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case CUDNN_DATA_DOUBLE: static_cast<double*>(p)[i] = v; break;
+    case CUDNN_DATA_HALF: static_cast<uint16_t*>(p)[i] = kiln::Half::from_float(static_cast<float>(v)); break;
+    case CUDNN_DATA_BFLOAT16: static_cast<uint16_t*>(p)[i] = kiln::BFloat16::from_float(static_cast<float>(v)); break;
+    default: break;
+  }
+}
+
+long long at(const cudnnTensorStruct& d, int n, int c, int y, int x) {
+  return static_cast<long long>(n) * d.sn + static_cast<long long>(c) * d.sc + static_cast<long long>(y) * d.sh +
+         static_cast<long long>(x) * d.sw;
+}
+long long at(const cudnnFilterStruct& f, int k, int c, int y, int x) {
+  return ((static_cast<long long>(k) * f.c + c) * f.h + y) * f.w + x;
+}
+
+// Calls fn(n, o, oy, ox, ci, ky, kx, iy, ix) for every tap of the convolution that lands inside
+// the input: the one loop nest the three directions share.
+template <class F>
+void taps(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnTensorStruct& y,
+          const cudnnConvolutionStruct& c, F fn) {
+  int per_group_out = w.k / c.groups;
+  for (int n = 0; n < y.n; ++n)
+    for (int o = 0; o < y.c; ++o)
+      for (int oy = 0; oy < y.h; ++oy)
+        for (int ox = 0; ox < y.w; ++ox)
+          for (int ci = 0; ci < w.c; ++ci)
+            for (int ky = 0; ky < w.h; ++ky)
+              for (int kx = 0; kx < w.w; ++kx) {
+                int iy = oy * c.sh - c.ph + ky * c.dh, ix = ox * c.sw - c.pw + kx * c.dw;
+                if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
+                fn(n, o, oy, ox, o / per_group_out * w.c + ci, ky, kx, iy, ix, ci);
+              }
+}
+
+bool unit_scales(const void* alpha, const void* beta, cudnnDataType_t t) {
+  double a = t == CUDNN_DATA_DOUBLE ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  double b = t == CUDNN_DATA_DOUBLE ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  return a == 1 && b == 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* cudnnGetErrorString(cudnnStatus_t s) {
+  return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : "CUDNN_STATUS_BAD_PARAM";
+}
+cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
+  *h = new cudnnContext;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
+  h->stream = s;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) {
+  *d = new cudnnTensorStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t d, cudnnDataType_t t, int n, int c, int h, int w,
+                                           int sn, int sc, int sh, int sw) {
+  *d = {t, n, c, h, w, sn, sc, sh, sw};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) {
+  *d = new cudnnFilterStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k,
+                                         int c, int h, int w) {
+  if (f != CUDNN_TENSOR_NCHW) return CUDNN_STATUS_NOT_SUPPORTED;
+  *d = {t, k, c, h, w};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d) {
+  *d = new cudnnConvolutionStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) {
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int u, int v, int dh,
+                                              int dw, cudnnConvolutionMode_t mode, cudnnDataType_t) {
+  if (mode != CUDNN_CROSS_CORRELATION) return CUDNN_STATUS_NOT_SUPPORTED;
+  d->ph = ph, d->pw = pw, d->sh = u, d->sw = v, d->dh = dh, d->dw = dw;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int g) {
+  d->groups = g;
+  return g >= 1 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMathType_t) { return CUDNN_STATUS_SUCCESS; }
+
+// One algorithm, no workspace.
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+                                                     cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int,
+                                                     int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
+  std::memset(p, 0, sizeof *p);
+  p->algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  p->status = CUDNN_STATUS_SUCCESS;
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t, cudnnFilterDescriptor_t,
+                                                          cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,
+                                                          cudnnTensorDescriptor_t, int, int* n,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t* p) {
+  std::memset(p, 0, sizeof *p);
+  p->algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  p->status = CUDNN_STATUS_SUCCESS;
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t,
+                                                            cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,
+                                                            cudnnFilterDescriptor_t, int, int* n,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+  std::memset(p, 0, sizeof *p);
+  p->algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  p->status = CUDNN_STATUS_SUCCESS;
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+                                                      cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t,
+                                                      cudnnConvolutionFwdAlgo_t, size_t* s) {
+  *s = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t, cudnnFilterDescriptor_t,
+                                                           cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,
+                                                           cudnnTensorDescriptor_t, cudnnConvolutionBwdDataAlgo_t,
+                                                           size_t* s) {
+  *s = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t, cudnnTensorDescriptor_t,
+                                                             cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,
+                                                             cudnnFilterDescriptor_t, cudnnConvolutionBwdFilterAlgo_t,
+                                                             size_t* s) {
+  *s = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd, const void* x,
+                                      cudnnFilterDescriptor_t wd, const void* w, cudnnConvolutionDescriptor_t cd,
+                                      cudnnConvolutionFwdAlgo_t, void*, size_t, const void* beta,
+                                      cudnnTensorDescriptor_t yd, void* y) {
+  if (!unit_scales(alpha, beta, xd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  cudnnTensorStruct X = *xd, Y = *yd;
+  cudnnFilterStruct W = *wd;
+  cudnnConvolutionStruct C = *cd;
+  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
+    std::vector<double> acc(static_cast<size_t>(Y.n) * Y.c * Y.h * Y.w, 0.0);
+    taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
+      acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox] +=
+          load(x, X.type, at(X, n, c, iy, ix)) * load(w, W.type, at(W, o, ci, ky, kx));
+    });
+    for (int n = 0; n < Y.n; ++n)
+      for (int o = 0; o < Y.c; ++o)
+        for (int oy = 0; oy < Y.h; ++oy)
+          for (int ox = 0; ox < Y.w; ++ox)
+            store(y, Y.type, at(Y, n, o, oy, ox), acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, cudnnFilterDescriptor_t wd,
+                                           const void* w, cudnnTensorDescriptor_t dyd, const void* dy,
+                                           cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdDataAlgo_t, void*,
+                                           size_t, const void* beta, cudnnTensorDescriptor_t dxd, void* dx) {
+  if (!unit_scales(alpha, beta, wd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  cudnnTensorStruct X = *dxd, Y = *dyd;
+  cudnnFilterStruct W = *wd;
+  cudnnConvolutionStruct C = *cd;
+  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
+    std::vector<double> acc(static_cast<size_t>(X.n) * X.c * X.h * X.w, 0.0);
+    taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
+      acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix] +=
+          load(dy, Y.type, at(Y, n, o, oy, ox)) * load(w, W.type, at(W, o, ci, ky, kx));
+    });
+    for (int n = 0; n < X.n; ++n)
+      for (int c = 0; c < X.c; ++c)
+        for (int iy = 0; iy < X.h; ++iy)
+          for (int ix = 0; ix < X.w; ++ix)
+            store(dx, X.type, at(X, n, c, iy, ix), acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd,
+                                             const void* x, cudnnTensorDescriptor_t dyd, const void* dy,
+                                             cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t, void*,
+                                             size_t, const void* beta, cudnnFilterDescriptor_t dwd, void* dw) {
+  if (!unit_scales(alpha, beta, xd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  cudnnTensorStruct X = *xd, Y = *dyd;
+  cudnnFilterStruct W = *dwd;
+  cudnnConvolutionStruct C = *cd;
+  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
+    std::vector<double> acc(static_cast<size_t>(W.k) * W.c * W.h * W.w, 0.0);
+    taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
+      acc[static_cast<size_t>(at(W, o, ci, ky, kx))] += load(x, X.type, at(X, n, c, iy, ix)) * load(dy, Y.type, at(Y, n, o, oy, ox));
+    });
+    for (size_t i = 0; i < acc.size(); ++i) store(dw, W.type, static_cast<long long>(i), acc[i]);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"

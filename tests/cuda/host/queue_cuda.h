@@ -1,0 +1,10 @@
+// tests/cuda/host/queue_cuda.h -- how the host CUDA's library stand-ins (cuBLAS, cuDNN) queue
+// their work on a stream of the host driver (driver_cuda.cpp), in order with everything else.
+#pragma once
+
+#include <cuda.h>
+
+#include <functional>
+
+/// Queues `task` on `stream` (0: the current context's default stream).
+void kiln_host_enqueue(CUstream stream, std::function<void()> task);
