@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -10,6 +11,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/cuda.h"
 #include "runtime/profiler.h"
 #include "runtime/recorder.h"
 
@@ -123,6 +125,34 @@ void run_hooks(TensorImpl* leaf) {
 
 // Runs the backward pass. When `inputs` is non-empty, gradients reaching them are captured
 // into `captured` instead of accumulating into leaves.
+// The backward of a CUDA op runs on the stream its forward ran on, as in PyTorch's engine. The
+// engine runs nodes one at a time, so each switch of stream waits (an event, not the host) for
+// everything queued on the stream before it; at the end, the caller's stream waits for the
+// last one, so the gradients are ready for whatever it queues next.
+class StreamOrder {
+ public:
+  // Makes n's stream current for the scope of the returned guard (none for a CPU node).
+  std::optional<cuda::StreamGuard> enter(const Node& n) {
+    if (!n.device.is_cuda()) return std::nullopt;
+    cuda::Stream s(n.device.index, n.stream);
+    if (!first_) first_ = cuda::current_stream(s.device_index());
+    if (last_ && !(*last_ == s)) wait_for(*last_, s);
+    last_ = s;
+    return std::optional<cuda::StreamGuard>(std::in_place, s);
+  }
+  void finish() {
+    if (last_ && first_ && !(*last_ == *first_)) wait_for(*last_, *first_);
+  }
+
+ private:
+  static void wait_for(const cuda::Stream& before, const cuda::Stream& after) {
+    cuda::Event done;
+    done.record(before);
+    done.block(after);
+  }
+  std::optional<cuda::Stream> first_, last_;  // the caller's stream; the last node's
+};
+
 void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph,
          bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured) {
   KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
@@ -217,10 +247,12 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
   for (Node* r : roots)
     if (pending[r] == 0 && seen.erase(r)) ready.push(r);  // erase: push each root once
 
+  StreamOrder streams;
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
     Ref<Node> keep(n);  // buffers and edges may drop the last other reference
+    auto on_stream = streams.enter(*n);
     std::vector<Tensor> g(n->num_outputs);
     if (auto it = buffer.find(n); it != buffer.end()) {
       g = std::move(it->second);
@@ -267,6 +299,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
       }
     }
   }
+  streams.finish();
   if (capturing) {
     for (auto& [leaf, g] : leaf_grads) (*captured)[capture_leaf[leaf]] = g;
   }

@@ -13,7 +13,6 @@
 // epochs (20 by default); an error (a rank lost, a missing data file) is printed and the
 // program exits with status 1.
 #include <kiln/kiln.h>
-#include <zlib.h>
 
 #include <unistd.h>
 
@@ -25,37 +24,12 @@
 #include <sstream>
 #include <string>
 
+#include "examples/digits_data.h"
 #include "examples/digits_net.h"
 
 using namespace kiln;
 
 namespace {
-
-const char* kDefaultData = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
-
-// Reads the gzipped CSV: 64 pixel values (0..16) then the label, per line.
-std::pair<Tensor, Tensor> load_digits(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw Error("digits: cannot open " + path + " (install python3-sklearn)");
-  std::string text;
-  char buf[1 << 16];
-  for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  gzclose(f);
-  std::vector<float> pixels;
-  std::vector<int64_t> labels;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    std::istringstream fields(line);
-    std::vector<float> row;
-    for (std::string v; std::getline(fields, v, ',');) row.push_back(std::stof(v));
-    if (row.size() != 65) throw Error("digits: expected 65 values per line in " + path);
-    pixels.insert(pixels.end(), row.begin(), row.end() - 1);
-    labels.push_back(static_cast<int64_t>(row.back()));
-  }
-  int64_t n = static_cast<int64_t>(labels.size());
-  return {from_vector(pixels, {n, 1, 8, 8}) / 16.0f, from_vector(labels)};
-}
 
 using Net = kiln::examples::DigitsNet;
 
@@ -82,7 +56,7 @@ int train(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   bool use_jit = false;
   int epochs = 20;
-  std::string data_path = kDefaultData, profile_path;
+  std::string data_path = kiln::examples::kDigitsData, profile_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jit") use_jit = true;
@@ -93,7 +67,7 @@ int train(int argc, char** argv) {
   }
   if (epochs < 1) throw Error("train_digits: --epochs takes a positive number");
   const int profiled_epoch = 2;
-  auto [images, labels] = load_digits(data_path);
+  auto [images, labels] = kiln::examples::load_digits(data_path);
   manual_seed(0);
   Tensor order = randperm(images.shape()[0]);
   data::TensorDataset all({index_select(images, 0, order), index_select(labels, 0, order)});

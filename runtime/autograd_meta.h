@@ -54,6 +54,8 @@ struct Node final : RefCounted {
   std::shared_ptr<const NodeBackward> custom;  // set: runs this instead of op's vjp
   uint64_t sequence = 0;               // creation order; the engine runs later nodes first
   bool released = false;               // saved tensors freed by a backward without retain_graph
+  Device device;                       // where the op ran: its backward runs there too,
+  uintptr_t stream = 0;                // on this stream (CUDA: the forward's; 0: the default)
 
   ~Node();  // frees a long chain of nodes in a loop, not by recursion (runtime/tape.cpp)
   void release() {

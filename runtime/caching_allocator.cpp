@@ -184,10 +184,16 @@ CachingAllocator::CachingAllocator(std::unique_ptr<DeviceMemory> memory) : s_(st
 }
 
 CachingAllocator::~CachingAllocator() {
-  // Blocks still live belong to tensors that outlive the allocator (statics at exit): their
-  // segments stay with the device, which the process is leaving.
+  // The device allocators are never destroyed (tensors outlive statics); one made by a test is
+  // destroyed with its blocks returned. Segments still in use stay with the device; only the
+  // bookkeeping goes.
   std::lock_guard<std::mutex> lock(s_->mu);
   s_->release_cache();
+  std::set<Block*> rest;
+  for (Pool* pool : {&s_->small, &s_->large}) rest.insert(pool->begin(), pool->end());
+  for (auto& [p, b] : s_->live) rest.insert(b);
+  for (auto& [e, b] : s_->pending) rest.insert(b);
+  for (Block* b : rest) delete b;
 }
 
 void* CachingAllocator::allocate(size_t nbytes) { return allocate(nbytes, s_->memory->current_stream()); }

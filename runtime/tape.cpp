@@ -6,6 +6,7 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/backend.h"
 #include "runtime/check.h"
+#include "runtime/cuda.h"
 #include "runtime/ops/loops.h"
 #include "runtime/ops/pointwise.h"
 #include "runtime/recorder.h"
@@ -81,6 +82,8 @@ void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const 
     node->versions.push_back(version_of(out));
   }
   node->out_type = out.type();
+  node->device = out.device();
+  if (out.device().is_cuda()) node->stream = cuda::current_stream(out.device().index).handle();
   meta(out.impl()).grad_fn = std::move(node);
 }
 

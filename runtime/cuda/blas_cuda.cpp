@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "runtime/check.h"
@@ -75,6 +76,14 @@ cublasHandle_t handle(int device) {
   if (it != handles.end()) return it->second;
   cublasHandle_t h = nullptr;
   check_blas(cublas().create(&h), "cublasCreate");
+  // Kept for the process (a thread's handles die with the process, as its streams do), and
+  // reachable from here once the thread that made them is gone.
+  static std::mutex mu;
+  static auto* all = new std::vector<cublasHandle_t>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    all->push_back(h);
+  }
   return handles[device] = h;
 }
 

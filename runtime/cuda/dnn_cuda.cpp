@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "runtime/check.h"
@@ -90,6 +91,12 @@ cudnnHandle_t handle(int device) {
   if (it != handles.end()) return it->second;
   cudnnHandle_t h = nullptr;
   check_dnn(cudnn().cudnnCreate(&h), "cudnnCreate", "conv2d");
+  static std::mutex mu;  // kept for the process, reachable after its thread ends (as cuBLAS's)
+  static auto* all = new std::vector<cudnnHandle_t>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    all->push_back(h);
+  }
   return handles[device] = h;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -62,11 +63,12 @@ int run(const std::vector<std::string>& argv, const std::string& log_path) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The emulation header, precompiled (most of a kernel's compile is the header): g++ takes
-// emulation_cuda.h.gch beside the emulation_cuda.h it is told to include when the flags match.
-// Kept per user in $TMPDIR/kiln-host-nvrtc-<uid>/<hash of the headers, compiler and flags>,
-// built once by whichever process gets there first (made in a folder of its own, renamed into
-// place); the plain header when it cannot be.
+// The emulation header, precompiled (most of a kernel's compile is the header): the compiler
+// takes emulation_cuda.h.gch beside the emulation_cuda.h it is told to include when the flags
+// match. Kept per user in $TMPDIR/kiln-host-nvrtc-<uid>/<hash of the headers, compiler and
+// flags>. The header copy is made once and never rewritten (clang's PCH names it and checks its
+// time); each .gch is built under a name of its own and renamed into place, so concurrent
+// processes never see half of one. The plain header when it cannot be made.
 std::string header_to_include(const std::string& cxx, const std::vector<std::string>& flags) {
   static std::mutex mu;
   static std::string path;
@@ -80,25 +82,31 @@ std::string header_to_include(const std::string& cxx, const std::vector<std::str
   std::string root = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-" + std::to_string(getuid());
   mkdir(root.c_str(), 0700);
   std::string dir = root + "/" + std::to_string(std::hash<std::string>{}(key));
-  if (access((dir + "/emulation_cuda.h.gch").c_str(), R_OK) == 0) return path = dir + "/emulation_cuda.h";
-  std::string pattern = root + "/build-XXXXXX";
-  std::vector<char> build(pattern.begin(), pattern.end());
-  build.push_back('\0');
-  if (!mkdtemp(build.data())) return path;
-  std::string b = build.data();
-  std::ofstream(b + "/emulation_cuda.h") << text;
+  mkdir(dir.c_str(), 0700);
+  std::string header = dir + "/emulation_cuda.h", gch = header + ".gch";
+  if (access(gch.c_str(), R_OK) == 0) return path = header;
+  if (access(header.c_str(), R_OK) != 0) {
+    std::string t = dir + "/header-XXXXXX";
+    int fd = mkstemp(t.data());
+    if (fd < 0) return path;
+    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    if (ok && link(t.c_str(), header.c_str()) != 0 && errno != EEXIST) ok = false;
+    unlink(t.c_str());
+    if (!ok) return path;
+  }
+  std::string t = dir + "/gch-XXXXXX";
+  int fd = mkstemp(t.data());
+  if (fd < 0) return path;
+  close(fd);
   std::vector<std::string> argv = {cxx};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  for (std::string a : {"-x", "c++-header"}) argv.push_back(a);
-  argv.push_back(b + "/emulation_cuda.h");
-  argv.push_back("-o");
-  argv.push_back(b + "/emulation_cuda.h.gch");
-  bool built = run(argv, b + "/log.txt") == 0;
-  unlink((b + "/log.txt").c_str());
-  if (built && (rename(b.c_str(), dir.c_str()) == 0 || access((dir + "/emulation_cuda.h.gch").c_str(), R_OK) == 0))
-    path = dir + "/emulation_cuda.h";
-  for (const char* f : {"/emulation_cuda.h", "/emulation_cuda.h.gch"}) unlink((b + f).c_str());
-  rmdir(b.c_str());
+  for (const std::string& a : {std::string("-x"), std::string("c++-header"), header, std::string("-o"), t})
+    argv.push_back(a);
+  bool built = run(argv, t + ".log") == 0 && rename(t.c_str(), gch.c_str()) == 0;
+  unlink(t.c_str());
+  unlink((t + ".log").c_str());
+  if (built || access(gch.c_str(), R_OK) == 0) path = header;
   return path;
 }
 

@@ -1,0 +1,153 @@
+// tests/cuda/training_test.cpp -- training on cuda:0 (the host CUDA in CI) as on the CPU:
+// autograd's gradients, an optimizer step, dropout's masks, a backward on the forward's stream,
+// and the digits CNN trained for an epoch to the CPU's accuracy.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "examples/digits_data.h"
+#include "examples/digits_net.h"
+#include "tests/ops/reference.h"
+
+namespace kiln {
+namespace {
+
+bool on_host_cuda() {
+  const char* d = std::getenv("KILN_CUDA_DRIVER");
+  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
+}
+#define REQUIRE_HOST_CUDA() \
+  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA"
+
+const Device kGpu = cuda::device(0);
+
+void expect_near(const Tensor& got, const Tensor& want, double rtol = 1e-5, double atol = 1e-6) {
+  ASSERT_TRUE(got.defined() && want.defined());
+  EXPECT_TRUE(test::all_close(got.to(cpu), want.to(cpu).to_vector<double>(), want.shape(), {rtol, atol}));
+}
+
+struct Mlp : nn::Module {
+  nn::Linear fc1{16, 32}, fc2{32, 5};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor operator()(const Tensor& x) { return fc2(gelu(fc1(x))); }
+};
+
+TEST(CudaTraining, GradientsMatchTheCpu) {
+  REQUIRE_HOST_CUDA();
+  manual_seed(4);
+  Mlp cpu_net, gpu_net;
+  gpu_net.load_state_dict(cpu_net.state_dict());
+  gpu_net.to(kGpu);
+  Tensor x = randn({8, 16}), y = randint(0, 5, {8});
+  Tensor l_cpu = cross_entropy(cpu_net(x), y);
+  Tensor l_gpu = cross_entropy(gpu_net(x.to(kGpu)), y.to(kGpu));
+  EXPECT_EQ(l_gpu.device(), kGpu);
+  expect_near(l_gpu, l_cpu);
+  l_cpu.backward();
+  l_gpu.backward();
+  auto cp = cpu_net.named_parameters(), gp = gpu_net.named_parameters();
+  ASSERT_EQ(cp.size(), gp.size());
+  for (size_t i = 0; i < cp.size(); ++i) {
+    SCOPED_TRACE(cp[i].first);
+    EXPECT_EQ(gp[i].second.grad().device(), kGpu);
+    expect_near(gp[i].second.grad(), cp[i].second.grad());
+  }
+}
+
+TEST(CudaTraining, AdamStepsMatchTheCpu) {
+  REQUIRE_HOST_CUDA();
+  manual_seed(5);
+  Mlp cpu_net, gpu_net;
+  gpu_net.load_state_dict(cpu_net.state_dict());
+  gpu_net.to(kGpu);
+  optim::Adam cpu_opt(cpu_net.parameters(), 1e-2), gpu_opt(gpu_net.parameters(), 1e-2);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({8, 16}), y = randint(0, 5, {8});
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    cross_entropy(cpu_net(x), y).backward();
+    cross_entropy(gpu_net(x.to(kGpu)), y.to(kGpu)).backward();
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+  auto cp = cpu_net.named_parameters(), gp = gpu_net.named_parameters();
+  for (size_t i = 0; i < cp.size(); ++i) {
+    SCOPED_TRACE(cp[i].first);
+    EXPECT_EQ(gp[i].second.device(), kGpu);
+    expect_near(gp[i].second, cp[i].second, 1e-4, 1e-5);
+  }
+}
+
+TEST(CudaTraining, DropoutDrawsTheCpusMask) {
+  REQUIRE_HOST_CUDA();
+  Tensor x = ones({64, 33});
+  manual_seed(9);
+  Tensor on_cpu = nn::dropout(x, 0.25, true);
+  manual_seed(9);
+  Tensor on_gpu = nn::dropout(x.to(kGpu), 0.25, true);
+  EXPECT_EQ(on_gpu.device(), kGpu);
+  EXPECT_EQ(on_gpu.to(cpu).to_vector<float>(), on_cpu.to_vector<float>());
+}
+
+// As in PyTorch, each backward op runs on the stream its forward ran on.
+TEST(CudaTraining, BackwardRunsOnTheForwardsStream) {
+  REQUIRE_HOST_CUDA();
+  cuda::Stream side = cuda::Stream::create();
+  Tensor w = randn({6, 6}).to(kGpu).requires_grad_();
+  Tensor loss;
+  {
+    cuda::StreamGuard g(side);
+    loss = (matmul(w, w) * 3.0).sum();
+  }
+  loss.backward();  // from the default stream: the engine orders the side stream's work first
+  Tensor wc = w.detach().to(cpu).requires_grad_();
+  (matmul(wc, wc) * 3.0).sum().backward();
+  expect_near(w.grad(), wc.grad());
+}
+
+// The digits CNN (the demo's), one epoch on cuda:0 from the same weights and batches as on the
+// CPU: the same accuracy on the held-out images, within an image or two (float rounding).
+TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
+  REQUIRE_HOST_CUDA();
+  if (access(examples::kDigitsData, R_OK) != 0)
+    GTEST_SKIP() << examples::kDigitsData << " is missing (scripts/deps.sh installs python3-sklearn)";
+  auto [images, labels] = examples::load_digits();
+  manual_seed(0);
+  Tensor order = randperm(images.shape()[0]);
+  images = index_select(images, 0, order);
+  labels = index_select(labels, 0, order);
+  int64_t n_train = images.shape()[0] - 360;
+  auto train = [&](Device d) {
+    manual_seed(1);
+    examples::DigitsNet net;
+    net.to(d);
+    optim::Adam opt(net.parameters(), 3e-3);
+    for (int64_t i = 0; i + 32 <= n_train; i += 32) {
+      Tensor x = images.narrow(0, i, 32).to(d), y = labels.narrow(0, i, 32).to(d);
+      opt.zero_grad();
+      cross_entropy(net(x), y).backward();
+      opt.step();
+    }
+    NoGradGuard no_grad;
+    net.eval();
+    Tensor test_x = images.narrow(0, n_train, 360).to(d), test_y = labels.narrow(0, n_train, 360).to(d);
+    return sum(argmax(net(test_x), 1) == test_y).item<double>() / 360.0;
+  };
+  double cpu_acc = train(cpu), gpu_acc = train(kGpu);
+  std::printf("digits CNN, one epoch: test accuracy %.2f%% on the CPU, %.2f%% on cuda:0\n", 100 * cpu_acc,
+              100 * gpu_acc);
+  EXPECT_GT(cpu_acc, 0.5) << "the CPU's epoch did not learn: the test proves nothing";
+  EXPECT_NEAR(gpu_acc, cpu_acc, 2.5 / 360) << "cuda:0 reached " << gpu_acc << ", the CPU " << cpu_acc;
+}
+
+}  // namespace
+}  // namespace kiln
