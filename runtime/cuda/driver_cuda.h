@@ -19,7 +19,8 @@ namespace kiln::cuda {
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)            \
   X(cuMemsetD8Async) X(cuStreamCreateWithPriority) X(cuStreamSynchronize) X(cuStreamWaitEvent)                 \
   X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)   \
-  X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuFuncSetAttribute)
+  X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)       \
+  X(cuFuncSetAttribute)
 
 struct Driver {
 #define KILN_CUDA_DECLARE(fn) decltype(&::fn) fn = nullptr;

@@ -2,6 +2,9 @@
 // attributes the code generator sizes them by.
 #include <fmt/format.h>
 
+#include <mutex>
+#include <vector>
+
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_kernels.h"
 #include "runtime/check.h"
@@ -18,6 +21,15 @@ int attribute(int device, CUdevice_attribute a, const char* what) {
   return v;
 }
 
+// Every module loaded stays loaded for the process (the kernel caches keep its functions);
+// the list keeps them reachable, for the leak checker, and in one place.
+void loaded_modules(CUmodule m) {
+  static std::mutex mu;
+  static std::vector<CUmodule>* modules = new std::vector<CUmodule>;
+  std::lock_guard<std::mutex> lock(mu);
+  modules->push_back(m);
+}
+
 }  // namespace
 
 DeviceFunction load_function(int device, const std::string& image, const std::string& name) {
@@ -31,7 +43,11 @@ DeviceFunction load_function(int device, const std::string& image, const std::st
   }
   CUfunction f = nullptr;
   r = driver()->cuModuleGetFunction(&f, m, name.c_str());
-  if (r != CUDA_SUCCESS) throw Error(fmt::format("cuda: the module of kernel {} has no function of that name", name));
+  if (r != CUDA_SUCCESS) {
+    driver()->cuModuleUnload(m);
+    throw Error(fmt::format("cuda: the module of kernel {} has no function of that name", name));
+  }
+  loaded_modules(m);
   return {reinterpret_cast<uintptr_t>(f), device};
 }
 

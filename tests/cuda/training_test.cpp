@@ -120,7 +120,8 @@ TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
   REQUIRE_HOST_CUDA();
   if (access(examples::kDigitsData, R_OK) != 0)
     GTEST_SKIP() << examples::kDigitsData << " is missing (scripts/deps.sh installs python3-sklearn)";
-  auto [images, labels] = examples::load_digits();
+  auto digits = examples::load_digits();  // not a structured binding: clang 14 cannot capture one
+  Tensor images = digits.first, labels = digits.second;
   manual_seed(0);
   Tensor order = randperm(images.shape()[0]);
   images = index_select(images, 0, order);

@@ -104,12 +104,13 @@ struct Context {
   int device;
 };
 
-struct Module {
-  void* lib = nullptr;
-};
-
 struct Function {
   KilnHostEntry entry = nullptr;
+};
+
+struct Module {
+  void* lib = nullptr;
+  std::vector<std::unique_ptr<Function>> functions;  // the handles given out, freed with it
 };
 
 struct Host {
@@ -465,7 +466,16 @@ CUresult cuModuleLoadData(CUmodule* m, const void* image) {
   if (!lib && written) std::fprintf(stderr, "host CUDA: cannot load a module: %s\n", dlerror());
   ::unlink(path.c_str());
   if (!lib) return CUDA_ERROR_INVALID_IMAGE;
-  *m = reinterpret_cast<CUmodule>(new Module{lib});
+  *m = reinterpret_cast<CUmodule>(new Module{lib, {}});
+  return CUDA_SUCCESS;
+}
+
+// Its functions go with it, as the driver's do.
+CUresult cuModuleUnload(CUmodule m) {
+  auto* mod = reinterpret_cast<Module*>(m);
+  if (!mod) return CUDA_ERROR_INVALID_HANDLE;
+  dlclose(mod->lib);
+  delete mod;
   return CUDA_SUCCESS;
 }
 
@@ -473,7 +483,8 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   auto* mod = reinterpret_cast<Module*>(m);
   void* entry = dlsym(mod->lib, (std::string("kiln_host_entry_") + name).c_str());
   if (!entry) return CUDA_ERROR_NOT_FOUND;
-  *f = reinterpret_cast<CUfunction>(new Function{reinterpret_cast<KilnHostEntry>(entry)});
+  mod->functions.push_back(std::make_unique<Function>(Function{reinterpret_cast<KilnHostEntry>(entry)}));
+  *f = reinterpret_cast<CUfunction>(mod->functions.back().get());
   return CUDA_SUCCESS;
 }
 

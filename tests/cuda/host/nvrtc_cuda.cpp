@@ -76,7 +76,9 @@ std::string header_to_include(const std::string& cxx, const std::vector<std::str
   if (!path.empty()) return path;
   path = KILN_HOST_CUDA_DIR "/emulation_cuda.h";
   std::string text = read_file(path);
-  std::string key = text + read_file(KILN_HOST_CUDA_DIR "/abi_cuda.h") + read_file(KILN_SOURCE_DIR "/runtime/half.h") + cxx;
+  // The layout's version leads the key: a .gch an older layout built (in a folder since
+  // removed) would name a header that is gone.
+  std::string key = "layout 2\n" + text + read_file(KILN_HOST_CUDA_DIR "/abi_cuda.h") + read_file(KILN_SOURCE_DIR "/runtime/half.h") + cxx;
   for (const std::string& f : flags) key += " " + f;
   const char* tmp = std::getenv("TMPDIR");
   std::string root = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-" + std::to_string(getuid());
