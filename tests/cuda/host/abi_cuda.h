@@ -8,10 +8,21 @@
 #define KILN_HOST_CUBIN_MAGIC "KILNHOST"
 #define KILN_HOST_CUBIN_MAGIC_SIZE 8
 
+/// Each thread of a block runs on a stack of this many bytes, aligned to its size.
+#define KILN_HOST_STACK_BYTES (256u << 10)
+
 struct KilnHostLaunch {
   unsigned grid[3];
   unsigned block[3];
   size_t shared_bytes;
+  // The worker thread's scratch, reused launch after launch: a stack for each thread of a block
+  // (KILN_HOST_STACK_BYTES each, aligned to that size, so that code running on one finds its
+  // thread from its stack pointer) and shared_bytes + 16 bytes of shared memory. The kernels'
+  // modules hold no thread_local state of their own: clang 14's LeakSanitizer misreads the
+  // dynamic TLS of dlopen'd modules now and then (google/sanitizers#1409, fixed in LLVM 17) and
+  // its tracer crashes at exit.
+  char* const* stacks;
+  unsigned char* shared;
 };
 
 /// A kernel `name` of a host cubin is the symbol kiln_host_entry_<name>: it runs every block

@@ -11,10 +11,12 @@
 // (nvrtc_cuda.cpp), whose kernels run their grid on the stream's worker.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +57,9 @@ struct Stream {
   std::deque<std::function<void()>> tasks;
   bool busy = false;
   std::thread worker;
+  // The kernels' scratch (abi_cuda.h), touched by the worker alone and kept for the next launch.
+  std::vector<char*> stacks;
+  std::vector<unsigned char> shared;
 
   explicit Stream(int d) : device(d) {
     worker = std::thread([this] { run(); });
@@ -72,6 +77,27 @@ struct Stream {
   bool is_idle() {
     std::lock_guard<std::mutex> lock(mu);
     return tasks.empty() && !busy;
+  }
+  // Makes the scratch a launch needs; runs on the worker.
+  void prepare(KilnHostLaunch& l) {
+    size_t threads = size_t{l.block[0]} * l.block[1] * l.block[2];
+    while (stacks.size() < threads) {
+      // Twice the size, then trimmed to an aligned stack (a kernel's thread finds its state from
+      // its stack pointer).
+      const size_t n = KILN_HOST_STACK_BYTES;
+      void* m = mmap(nullptr, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m == MAP_FAILED) {
+        std::fprintf(stderr, "host CUDA: no memory for a kernel thread's stack\n");
+        std::abort();
+      }
+      auto begin = reinterpret_cast<uintptr_t>(m), aligned = (begin + n - 1) / n * n;
+      if (aligned > begin) munmap(m, aligned - begin);
+      if (begin + 2 * n > aligned + n) munmap(reinterpret_cast<void*>(aligned + n), begin + 2 * n - aligned - n);
+      stacks.push_back(reinterpret_cast<char*>(aligned));
+    }
+    if (shared.size() < l.shared_bytes + 16) shared.resize(l.shared_bytes + 16);
+    l.stacks = stacks.data();
+    l.shared = shared.data();
   }
   void run() {
     int delay = env_int("KILN_HOST_CUDA_DELAY_US", 0);
@@ -138,7 +164,9 @@ Host& host() {
   return *h;
 }
 
-thread_local Context* t_context = nullptr;
+// Initial-exec: this library is dlopen'd, and clang 14's LeakSanitizer misreads dynamic TLS
+// (abi_cuda.h); eight bytes of glibc's static TLS surplus hold it instead.
+__attribute__((tls_model("initial-exec"))) thread_local Context* t_context = nullptr;
 
 int current_device() { return t_context ? t_context->device : 0; }
 
@@ -497,7 +525,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
     return CUDA_ERROR_INVALID_VALUE;
   auto* fn = reinterpret_cast<Function*>(f);
-  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared};
+  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr};
   // Each argument is copied at its size, which the kernel's entry reports (params == nullptr).
   std::vector<size_t> sizes(64);
   void* query[2] = {sizes.data(), nullptr};
@@ -506,9 +534,11 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   auto copies = std::make_shared<std::vector<std::vector<char>>>();
   for (size_t i = 0; i < count; ++i)
     copies->emplace_back(static_cast<char*>(params[i]), static_cast<char*>(params[i]) + sizes[i]);
-  stream_of(s)->push([fn, launch, copies] {
+  Stream* stream = stream_of(s);
+  stream->push([fn, launch, copies, stream]() mutable {
     std::vector<void*> args;
     for (auto& c : *copies) args.push_back(c.data());
+    stream->prepare(launch);
     fn->entry(&launch, args.data());
   });
   return CUDA_SUCCESS;

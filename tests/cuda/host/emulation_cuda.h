@@ -11,7 +11,6 @@
 // through kiln_shared<T>()).
 #pragma once
 
-#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <cmath>
@@ -20,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -42,102 +42,91 @@ namespace kiln_host {
 
 enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
 
+struct Block;
+
+// A thread of the block: it lives at the low end of its own stack (abi_cuda.h), so the code
+// running on that stack finds it from the stack pointer, with no thread_local.
 struct Fiber {
   ucontext_t context;
   dim3 thread_idx;
   unsigned linear = 0;
   State state = State::Runnable;
-  char* stack = nullptr;
+  Block* block = nullptr;
 };
 
 struct Block {
   dim3 block_idx, block_dim, grid_dim;
   unsigned char* shared = nullptr;
-  std::vector<Fiber>* fibers = nullptr;
   unsigned long long warp_slots[32][32];  // a value per lane, per warp, for shuffles
   ucontext_t scheduler;
   void (*body)(void*) = nullptr;
   void* body_arg = nullptr;
 };
 
-inline thread_local Block* t_block = nullptr;
-inline thread_local Fiber* t_fiber = nullptr;
+constexpr size_t kFiberBytes = (sizeof(Fiber) + 63) / 64 * 64;  // the stack proper starts above it
 
-inline Fiber& fiber() { return *t_fiber; }
-inline Block& block() { return *t_block; }
+// Only for code running on a fiber's stack: a kernel's body and what it calls.
+inline Fiber& fiber() {
+  auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  return *reinterpret_cast<Fiber*>(sp & ~static_cast<uintptr_t>(KILN_HOST_STACK_BYTES - 1));
+}
+inline Block& block() { return *fiber().block; }
 
 inline void yield_to_scheduler(State s) {
   Fiber& f = fiber();
   f.state = s;
-  swapcontext(&f.context, &block().scheduler);
+  swapcontext(&f.context, &f.block->scheduler);
 }
 
 inline void trampoline() {
-  Block& b = block();
-  b.body(b.body_arg);
-  t_fiber->state = State::Done;  // uc_link returns to the scheduler
+  Fiber& f = fiber();
+  f.block->body(f.block->body_arg);
+  f.state = State::Done;  // uc_link returns to the scheduler
 }
-
-constexpr size_t kStack = 256 << 10;
 
 // Runs one block: every thread as a fiber, released from barriers when all that can reach
 // them have.
-inline void run_block(Block& b, unsigned threads) {
-  thread_local std::vector<Fiber> fibers;
-  if (fibers.size() < threads) {
-    size_t old = fibers.size();
-    fibers.resize(threads);
-    for (size_t i = old; i < threads; ++i) {
-      void* s = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (s == MAP_FAILED) {
-        std::fprintf(stderr, "host CUDA: no memory for a thread's stack\n");
-        std::abort();
-      }
-      fibers[i].stack = static_cast<char*>(s);
-    }
-  }
-  b.fibers = &fibers;
+inline void run_block(Block& b, Fiber* const* fibers, char* const* stacks, unsigned threads) {
   for (unsigned i = 0; i < threads; ++i) {
-    Fiber& f = fibers[i];
+    Fiber& f = *fibers[i];
+    f.block = &b;
     f.linear = i;
     f.thread_idx.x = i % b.block_dim.x;
     f.thread_idx.y = (i / b.block_dim.x) % b.block_dim.y;
     f.thread_idx.z = i / (b.block_dim.x * b.block_dim.y);
     f.state = State::Runnable;
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStack;
+    f.context.uc_stack.ss_sp = stacks[i] + kFiberBytes;
+    f.context.uc_stack.ss_size = KILN_HOST_STACK_BYTES - kFiberBytes;
     f.context.uc_link = &b.scheduler;
     makecontext(&f.context, trampoline, 0);
   }
-  t_block = &b;
   for (;;) {
     for (unsigned i = 0; i < threads; ++i) {
-      Fiber& f = fibers[i];
+      Fiber& f = *fibers[i];
       if (f.state != State::Runnable) continue;
-      t_fiber = &f;
       swapcontext(&b.scheduler, &f.context);
     }
     bool all_done = true, released = false;
     bool block_ready = true;  // every live thread waits at __syncthreads
     for (unsigned i = 0; i < threads; ++i) {
-      if (fibers[i].state != State::Done) all_done = false;
-      if (fibers[i].state != State::Done && fibers[i].state != State::AtBlockBarrier) block_ready = false;
+      if (fibers[i]->state != State::Done) all_done = false;
+      if (fibers[i]->state != State::Done && fibers[i]->state != State::AtBlockBarrier) block_ready = false;
     }
     if (all_done) break;
     if (block_ready) {
       for (unsigned i = 0; i < threads; ++i)
-        if (fibers[i].state == State::AtBlockBarrier) fibers[i].state = State::Runnable, released = true;
+        if (fibers[i]->state == State::AtBlockBarrier) fibers[i]->state = State::Runnable, released = true;
     }
     for (unsigned w = 0; w * 32 < threads; ++w) {  // each warp whose live lanes all wait
       bool ready = true, any = false;
       for (unsigned i = w * 32; i < threads && i < w * 32 + 32; ++i) {
-        if (fibers[i].state == State::AtWarpBarrier) any = true;
-        else if (fibers[i].state != State::Done) ready = false;
+        if (fibers[i]->state == State::AtWarpBarrier) any = true;
+        else if (fibers[i]->state != State::Done) ready = false;
       }
       if (!ready || !any) continue;
       for (unsigned i = w * 32; i < threads && i < w * 32 + 32; ++i)
-        if (fibers[i].state == State::AtWarpBarrier) fibers[i].state = State::Runnable, released = true;
+        if (fibers[i]->state == State::AtWarpBarrier) fibers[i]->state = State::Runnable, released = true;
     }
     if (!released) {
       std::fprintf(stderr, "host CUDA: block (%u,%u,%u) deadlocked: threads wait at barriers the others never reach\n",
@@ -145,27 +134,25 @@ inline void run_block(Block& b, unsigned threads) {
       std::abort();
     }
   }
-  t_block = nullptr;
-  t_fiber = nullptr;
 }
 
 // Runs every block of a launch; `body` runs the kernel for the current thread.
 inline void run_grid(const KilnHostLaunch& l, void (*body)(void*), void* arg) {
-  thread_local std::vector<unsigned char> shared;
   Block b;
   b.grid_dim = dim3{l.grid[0], l.grid[1], l.grid[2]};
   b.block_dim = dim3{l.block[0], l.block[1], l.block[2]};
   b.body = body;
   b.body_arg = arg;
+  b.shared = l.shared;
   unsigned threads = l.block[0] * l.block[1] * l.block[2];
-  shared.resize(l.shared_bytes + 16);
+  std::vector<Fiber*> fibers(threads);
+  for (unsigned i = 0; i < threads; ++i) fibers[i] = new (l.stacks[i]) Fiber;
   for (unsigned z = 0; z < l.grid[2]; ++z)
     for (unsigned y = 0; y < l.grid[1]; ++y)
       for (unsigned x = 0; x < l.grid[0]; ++x) {
-        std::memset(shared.data(), 0xa5, shared.size());
-        b.shared = shared.data();
+        std::memset(l.shared, 0xa5, l.shared_bytes + 16);
         b.block_idx = dim3{x, y, z};
-        run_block(b, threads);
+        run_block(b, fibers.data(), l.stacks, threads);
       }
 }
 
