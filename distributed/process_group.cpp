@@ -1,6 +1,7 @@
 // distributed/process_group.cpp -- the process group over Gloo (TCP): rendezvous through the
 // TcpStore, every collective on one worker thread in issue order, its errors turned into
-// kiln::Errors that name the collective and the ranks that did not arrive.
+// kiln::Errors that name the collective and the ranks that did not arrive. CUDA tensors go to
+// NCCL (distributed/nccl.h), which joins through the same store and runs the same check.
 #include "distributed/process_group.h"
 
 #include <fmt/format.h>
@@ -34,7 +35,9 @@
 #include <thread>
 #include <utility>
 
+#include "distributed/nccl.h"
 #include "distributed/tcp_store.h"
+#include "distributed/work.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
@@ -42,31 +45,18 @@
 
 namespace kiln::distributed {
 
-// An operation's outcome. Its error is kept as text and thrown anew by each wait(): an
-// exception object is never shared between the worker thread and its waiters.
-struct Work::State {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false, failed = false;
-  std::string error;
-  void finish(bool f, std::string e) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-      failed = f;
-      error = std::move(e);
-    }
-    cv.notify_all();
-  }
-};
-
 void Work::wait() const {
+  if (state_->event) {  // on a CUDA stream: the caller's stream waits for it
+    state_->event->block(cuda::current_stream(state_->device));
+    return;
+  }
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
   if (state_->failed) throw Error(state_->error);
 }
 
 bool Work::completed() const {
+  if (state_->event) return state_->event->query();
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done;
 }
@@ -222,6 +212,15 @@ class GlooBackend final : public Backend {
 
   int rank() const override { return o_.rank; }
   int world_size() const override { return o_.world_size; }
+  Device device() const override { return cpu; }
+  const Options& options() const { return o_; }
+  TcpStore& store() { return *store_; }
+
+  // The per-collective check alone (Options::check), for another engine's collective: in this
+  // group's order, naming a mismatch or a missing rank as a Gloo collective would.
+  void check_only(const char* name, const Tensor& t) {
+    enqueue(name, t, [](uint32_t) {}).wait();
+  }
 
   Work all_reduce(Tensor t, ReduceOp op) override {
     return enqueue("all_reduce", t, [this, t, op](uint32_t tag) mutable {
@@ -439,10 +438,8 @@ class GlooBackend final : public Backend {
   std::thread worker_;
 };
 
-Tensor contiguous_cpu(const Tensor& t, const char* what) {
+Tensor contiguous_operand(const Tensor& t, const char* what) {
   KILN_CHECK(t.defined(), "distributed: {}: the tensor is undefined", what);
-  KILN_CHECK(t.device().is_cpu(), "distributed: {}: {} is on {}; the Gloo backend takes CPU tensors (NCCL will take "
-             "CUDA ones)", what, t.type().str(), t.device().str());
   return t.is_contiguous() ? t : t.contiguous();
 }
 
@@ -460,11 +457,39 @@ Options options_from_env() {
   return o;
 }
 
+// A group's engines: Gloo, which also serves the store and runs the per-collective check,
+// and NCCL's communicators by CUDA device, made on first use (the k-th one made takes the
+// store's key "nccl/k", which every rank reaches in the same order).
+struct GroupEngines {
+  std::unique_ptr<GlooBackend> gloo;
+  std::mutex mu;
+  std::map<int, std::unique_ptr<Backend>> cuda;
+  int made = 0;
+
+  Backend& of(Device d) {
+    if (d.is_cpu()) return *gloo;
+    KILN_CHECK(d.is_cuda(), "distributed: tensors on {} have no collective engine (the CPU's is Gloo, CUDA's NCCL)",
+               d.str());
+    std::lock_guard<std::mutex> lock(mu);
+    std::unique_ptr<Backend>& b = cuda[d.index];
+    if (!b) {
+      std::function<void(const char*, const Tensor&)> check;
+      if (gloo->options().check)
+        check = [g = gloo.get()](const char* name, const Tensor& t) { g->check_only(name, t); };
+      b = make_nccl_backend(gloo->store(), gloo->options(), d.index, fmt::format("nccl/{}", made++), check);
+    }
+    return *b;
+  }
+  ~GroupEngines() {
+    cuda.clear();  // before Gloo: they join and check through it
+  }
+};
+
 namespace {
 
 // The live groups by id, for the all_reduce op (which names its group by number).
 std::mutex g_groups_mu;
-std::map<int64_t, Backend*> g_groups;
+std::map<int64_t, GroupEngines*> g_groups;
 int64_t g_next_group = 1;
 
 ReduceOp reduce_op_of(Combine c) {
@@ -476,22 +501,22 @@ ReduceOp reduce_op_of(Combine c) {
 }
 
 void run_all_reduce_op(int64_t group, Combine reduce, const Tensor& data) {
-  Backend* b = nullptr;
+  GroupEngines* g = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_groups_mu);
     auto it = g_groups.find(group);
     KILN_CHECK(it != g_groups.end(), "all_reduce: process group {} does not exist in this process (it was "
                "destroyed, or the graph was traced in another process)", group);
-    b = it->second;
+    g = it->second;
   }
-  b->all_reduce(data, reduce_op_of(reduce)).wait();
+  g->of(data.device()).all_reduce(data, reduce_op_of(reduce)).wait();
 }
 
-int64_t register_group(Backend* b) {
+int64_t register_group(GroupEngines* g) {
   std::lock_guard<std::mutex> lock(g_groups_mu);
   if (g_groups.empty()) set_all_reduce_engine(run_all_reduce_op);
   int64_t id = g_next_group++;
-  g_groups[id] = b;
+  g_groups[id] = g;
   return id;
 }
 
@@ -500,18 +525,24 @@ void unregister_group(int64_t id) {
   g_groups.erase(id);
 }
 
+std::unique_ptr<GroupEngines> make_engines(const Options& options) {
+  auto e = std::make_unique<GroupEngines>();
+  e->gloo = std::make_unique<GlooBackend>(options);
+  return e;
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(const Options& options)
-    : backend_(std::make_unique<GlooBackend>(options)), id_(register_group(backend_.get())) {}
+    : engines_(make_engines(options)), id_(register_group(engines_.get())) {}
 ProcessGroup::~ProcessGroup() {
-  if (backend_) unregister_group(id_);
+  if (engines_) unregister_group(id_);
 }
-ProcessGroup::ProcessGroup(ProcessGroup&& o) noexcept : backend_(std::move(o.backend_)), id_(std::exchange(o.id_, 0)) {}
+ProcessGroup::ProcessGroup(ProcessGroup&& o) noexcept : engines_(std::move(o.engines_)), id_(std::exchange(o.id_, 0)) {}
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&& o) noexcept {
   if (this != &o) {
-    if (backend_) unregister_group(id_);
-    backend_ = std::move(o.backend_);
+    if (engines_) unregister_group(id_);
+    engines_ = std::move(o.engines_);
     id_ = std::exchange(o.id_, 0);
   }
   return *this;
@@ -525,15 +556,16 @@ Tensor all_reduced(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
   Tensor r = all_reduce_op(t, pg.id(), c);
   return op == ReduceOp::Mean ? r * (1.0 / pg.world_size()) : r;
 }
-int ProcessGroup::rank() const { return backend_->rank(); }
-int ProcessGroup::world_size() const { return backend_->world_size(); }
-Backend& ProcessGroup::backend() const { return *backend_; }
+int ProcessGroup::rank() const { return engines_->gloo->rank(); }
+int ProcessGroup::world_size() const { return engines_->gloo->world_size(); }
+Backend& ProcessGroup::backend() const { return *engines_->gloo; }
+Backend& ProcessGroup::backend(Device device) { return engines_->of(device); }
 
 Work all_reduce_async(ProcessGroup& pg, Tensor& t, ReduceOp op) {
+  Tensor c = contiguous_operand(t, "all_reduce");
   KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()), "distributed: all_reduce: mean of {} (an integer dtype); use "
              "sum", t.type().str());
-  Tensor c = contiguous_cpu(t, "all_reduce");
-  Work w = pg.backend().all_reduce(c, op);
+  Work w = pg.backend(c.device()).all_reduce(c, op);
   if (c.impl() == t.impl()) return w;
   w.wait();  // reduced through a copy: written back before the caller sees it
   t.copy_(c);
@@ -545,8 +577,8 @@ void all_reduce(ProcessGroup& pg, Tensor& t, ReduceOp op) { all_reduce_async(pg,
 Work broadcast_async(ProcessGroup& pg, Tensor& t, int root) {
   KILN_CHECK(root >= 0 && root < pg.world_size(), "distributed: broadcast: root {} is outside 0..{}", root,
              pg.world_size() - 1);
-  Tensor c = contiguous_cpu(t, "broadcast");
-  Work w = pg.backend().broadcast(c, root);
+  Tensor c = contiguous_operand(t, "broadcast");
+  Work w = pg.backend(c.device()).broadcast(c, root);
   if (c.impl() == t.impl()) return w;
   w.wait();
   t.copy_(c);
@@ -556,16 +588,16 @@ Work broadcast_async(ProcessGroup& pg, Tensor& t, int root) {
 void broadcast(ProcessGroup& pg, Tensor& t, int root) { broadcast_async(pg, t, root).wait(); }
 
 Tensor all_gather(ProcessGroup& pg, const Tensor& t) {
-  Tensor in = contiguous_cpu(t, "all_gather");
+  Tensor in = contiguous_operand(t, "all_gather");
   Dims shape = in.shape().vec();
   shape.insert(0, pg.world_size());
-  Tensor out = empty(shape, in.dtype());
-  pg.backend().all_gather(out, in).wait();
+  Tensor out = empty(shape, in.dtype(), in.device());
+  pg.backend(in.device()).all_gather(out, in).wait();
   return out;
 }
 
 Tensor reduce_scatter(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
-  Tensor in = contiguous_cpu(t, "reduce_scatter");
+  Tensor in = contiguous_operand(t, "reduce_scatter");
   KILN_CHECK(in.dim() >= 1 && in.shape()[0] % pg.world_size() == 0,
              "distributed: reduce_scatter: dim 0 of {} must divide into {} blocks (one per rank)", in.type().str(),
              pg.world_size());
@@ -573,8 +605,8 @@ Tensor reduce_scatter(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
              "dtype); use sum", in.type().str());
   Dims shape = in.shape().vec();
   shape[0] /= pg.world_size();
-  Tensor out = empty(shape, in.dtype());
-  pg.backend().reduce_scatter(out, in, op).wait();
+  Tensor out = empty(shape, in.dtype(), in.device());
+  pg.backend(in.device()).reduce_scatter(out, in, op).wait();
   return out;
 }
 

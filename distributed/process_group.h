@@ -5,9 +5,11 @@
 //   auto pg = distributed::ProcessGroup(distributed::options_from_env());  // RANK, WORLD_SIZE,
 //   distributed::all_reduce(pg, grad, distributed::ReduceOp::Mean);         // MASTER_ADDR/PORT
 //
-// The engine underneath is Gloo (the CPU engine PyTorch uses; Debian's libgloo-dev) over TCP;
-// the Backend interface is what NCCL will implement for CUDA tensors. Rendezvous goes through
-// a small TCP store that rank 0 serves (distributed/tcp_store.h). A rank that dies or never
+// The engines underneath are Gloo (the CPU engine PyTorch uses; Debian's libgloo-dev) over TCP
+// for CPU tensors, and NCCL for CUDA tensors (distributed/nccl_cuda.cpp; its communicator on a
+// device is made at the group's first collective there). A collective goes to the engine of its
+// tensor's device. Rendezvous goes through a small TCP store that rank 0 serves
+// (distributed/tcp_store.h). A rank that dies or never
 // arrives makes the others fail within Options::timeout with an error naming the collective
 // and the ranks missing, never a hang; mismatched shapes or dtypes across ranks are an error
 // from a cheap check before each collective (Options::check, on by default).
@@ -46,7 +48,10 @@ struct Options {
 /// a missing or malformed variable.
 Options options_from_env();
 
-/// An operation in flight: wait() blocks until it completed, and rethrows its error.
+/// An operation in flight. On the CPU, wait() blocks until it completed and rethrows its error.
+/// On CUDA (NCCL), the collective runs on a stream of the group's and wait() makes the caller's
+/// current stream wait for it without blocking the host, as PyTorch's Work::wait does; the
+/// result is then ready for whatever that stream runs next.
 class Work {
  public:
   void wait() const;
@@ -65,6 +70,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  /// Where its tensors live: the CPU for Gloo, cuda:N for NCCL.
+  virtual Device device() const = 0;
   /// In place over `t` (contiguous, on the backend's device).
   virtual Work all_reduce(Tensor t, ReduceOp op) = 0;
   virtual Work broadcast(Tensor t, int root) = 0;
@@ -74,6 +81,8 @@ class Backend {
   virtual Work reduce_scatter(Tensor out, Tensor in, ReduceOp op) = 0;
   virtual Work barrier() = 0;
 };
+
+struct GroupEngines;  // a group's engines, by device (process_group.cpp)
 
 class ProcessGroup {
  public:
@@ -87,20 +96,26 @@ class ProcessGroup {
 
   int rank() const;
   int world_size() const;
+  /// The CPU engine (Gloo).
   Backend& backend() const;
+  /// The engine of tensors on `device`: Gloo for the CPU, NCCL for cuda:N, made at the first
+  /// call for that device (a collective's first on it: every rank gets there, in the same
+  /// order, as with any collective). Throws kiln::Error when NCCL is unavailable, naming why.
+  Backend& backend(Device device);
   /// This process's number for the group (1, 2, ...): what a traced all_reduce names in the
   /// IR (`all_reduce %g {group=1, reduce=sum}`). Ranks that make their groups in the same
   /// order agree on it.
   int64_t id() const { return id_; }
 
  private:
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<GroupEngines> engines_;
   int64_t id_ = 0;
 };
 
 // The collectives on tensors. Each checks its operands (a kiln::Error names the collective and
 // what was expected), runs through the group's backend, and gives a Work to wait on; the plain
-// forms wait. Inputs may be any layout; a non-contiguous tensor is reduced through a copy.
+// forms wait. Inputs may be any layout; a non-contiguous tensor is reduced through a copy. The
+// tensors of one call are on one device, the CPU or a CUDA device; results are on it too.
 
 /// Reduces `t` across the ranks into every rank's `t`. Mean divides the sum by world_size
 /// (floating dtypes only).

@@ -5,6 +5,7 @@
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/cuda.h"
 
 namespace kiln::data {
 
@@ -69,6 +70,11 @@ DataLoader::DataLoader(const TensorDataset& dataset, int64_t batch_size, bool sh
   order_ = arange(dataset.size());
 }
 
+DataLoader::DataLoader(const TensorDataset& dataset, const DataLoaderOptions& options)
+    : DataLoader(dataset, options.batch_size, options.shuffle, options.drop_last) {
+  pin_memory_ = options.pin_memory && cuda::is_available();
+}
+
 DataLoader::DataLoader(const TensorDataset& dataset, int64_t batch_size, const DistributedSampler& sampler,
                        bool drop_last)
     : DataLoader(dataset, batch_size, false, drop_last) {
@@ -90,7 +96,10 @@ DataLoader::Iterator DataLoader::begin() {
 std::vector<Tensor> DataLoader::Iterator::operator*() const {
   int64_t b = batch_ * loader_->batch_size_;
   int64_t e = std::min(b + loader_->batch_size_, loader_->order_.numel());
-  return loader_->dataset_.get(loader_->order_.slice(0, b, e));
+  std::vector<Tensor> batch = loader_->dataset_.get(loader_->order_.slice(0, b, e));
+  if (loader_->pin_memory_)
+    for (Tensor& t : batch) t = t.pin_memory();
+  return batch;
 }
 
 }  // namespace kiln::data

@@ -49,11 +49,24 @@ class DistributedSampler {
   int64_t epoch_ = 0;
 };
 
+/// A DataLoader's settings, PyTorch's names and defaults.
+struct DataLoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  bool drop_last = false;
+  /// Batches in page-locked host memory (Tensor::pin_memory), from which a copy to a CUDA
+  /// device is asynchronous: x.to(cuda::device(0)) returns at once. Without CUDA, batches
+  /// are plain (as PyTorch's, which warns).
+  bool pin_memory = false;
+};
+
 /// Iterates over a dataset in batches; shuffles (with the kiln generator) at each begin().
 ///   for (auto batch : data::DataLoader(ds, 64, true)) { Tensor x = batch[0], y = batch[1]; }
+///   data::DataLoader(ds, {.batch_size = 64, .shuffle = true, .pin_memory = true})
 class DataLoader {
  public:
   DataLoader(const TensorDataset& dataset, int64_t batch_size, bool shuffle = false, bool drop_last = false);
+  DataLoader(const TensorDataset& dataset, const DataLoaderOptions& options);
   /// The batches of this rank's share: the sampler's indices for its epoch, read at begin().
   DataLoader(const TensorDataset& dataset, int64_t batch_size, const DistributedSampler& sampler,
              bool drop_last = false);
@@ -81,7 +94,7 @@ class DataLoader {
  private:
   TensorDataset dataset_;  // a copy of the handles: the loader may outlive what it was given
   int64_t batch_size_;
-  bool shuffle_, drop_last_;
+  bool shuffle_, drop_last_, pin_memory_ = false;
   const DistributedSampler* sampler_ = nullptr;  // the caller's: it outlives the loop
   Tensor order_;
 };

@@ -25,7 +25,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, distributed::Pr
     if (p.requires_grad()) params_.push_back(p);
   KILN_CHECK(!params_.empty(), "DistributedDataParallel: the module has no parameter that requires grad");
   // Buckets in reverse registration order (the last layer's gradients come first), each of one
-  // dtype, closed when the next parameter would pass the cap.
+  // dtype on one device, closed when the next parameter would pass the cap.
   bucket_of_.resize(params_.size());
   offset_.resize(params_.size());
   auto cap = [&](size_t bucket) { return bucket == 0 ? options.first_bucket_bytes : options.bucket_bytes; };
@@ -33,9 +33,11 @@ DistributedDataParallel::DistributedDataParallel(Module& module, distributed::Pr
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = params_[k];
     size_t size = static_cast<size_t>(p.numel()) * dtype_size(p.dtype());
-    if (buckets_.empty() || buckets_.back().dtype != p.dtype() || bytes + size > cap(buckets_.size() - 1)) {
+    if (buckets_.empty() || buckets_.back().dtype != p.dtype() || buckets_.back().device != p.device() ||
+        bytes + size > cap(buckets_.size() - 1)) {
       buckets_.emplace_back();
       buckets_.back().dtype = p.dtype();
+      buckets_.back().device = p.device();
       bytes = 0;
     }
     Bucket& b = buckets_.back();
@@ -107,7 +109,7 @@ void DistributedDataParallel::start(Bucket& b) {
   std::vector<Tensor> pieces;
   for (size_t k : b.params) {
     Tensor g = params_[k].grad();
-    pieces.push_back(g.defined() ? g.reshape({params_[k].numel()}) : zeros({params_[k].numel()}, b.dtype));
+    pieces.push_back(g.defined() ? g.reshape({params_[k].numel()}) : zeros({params_[k].numel()}, b.dtype, b.device));
   }
   Tensor flat = pieces.size() == 1 ? pieces[0].clone() : cat(pieces, 0);  // never a grad's own storage
   events_.push_back({DdpEvent::BucketStarted, static_cast<size_t>(&b - buckets_.data())});

@@ -88,6 +88,7 @@ class DistributedDataParallel {
   struct Bucket {
     std::vector<size_t> params;
     DType dtype = DType::F32;
+    Device device = cpu;  // where its parameters live: a bucket is one dtype on one device
     int64_t numel = 0;
     size_t pending = 0;
     Tensor flat;                             // the gradients, flattened; reduced in place

@@ -1,13 +1,14 @@
 // runtime/collective.cpp -- the all_reduce op's OpDef: its type rule, its kernel (a copy of the
-// operand that the installed engine reduces in place) and its derivative.
+// operand that the installed engine reduces in place; the same on the CPU and on CUDA, where
+// the engine is NCCL and the reduction is ordered on the current stream) and its derivative.
 #include "runtime/collective.h"
 
 #include <atomic>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/cuda_kernels.h"
 #include "runtime/ops/defs.h"
-#include "runtime/ops/loops.h"
 
 namespace kiln {
 namespace {
@@ -25,13 +26,16 @@ TensorType all_reduce_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   return in[0].type();
 }
 
-void all_reduce_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+void all_reduce_kernel(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   AllReduceEngine engine = g_engine.load();
   KILN_CHECK(engine, "all_reduce: no process group exists in this process (group {}); make a "
              "distributed::ProcessGroup first", a.group);
-  copy_into(in[0], out);
+  Tensor result = out;
+  result.copy_(in[0]);  // through the device's backend
   engine(a.group, a.reduce, out);
 }
+
+const bool g_on_cuda = (cuda::set_op_kernel(OpId::AllReduce, all_reduce_kernel), true);
 
 // Every rank's result is the reduction of every rank's operand, so each operand's gradient
 // gathers the gradients of every rank's result: for a sum, their sum; for max and min, that sum
@@ -45,7 +49,7 @@ Grads all_reduce_vjp(const VjpArgs& a) {
 
 }  // namespace
 
-const OpDef defs::AllReduce{.infer = all_reduce_rule, .cpu = all_reduce_cpu, .vjp = all_reduce_vjp,
+const OpDef defs::AllReduce{.infer = all_reduce_rule, .cpu = all_reduce_kernel, .vjp = all_reduce_vjp,
                             .saves = kSaveBoth, .attrs = kAttrGroup | kAttrReduce, .effect = true};
 
 void set_all_reduce_engine(AllReduceEngine engine) { g_engine.store(engine); }

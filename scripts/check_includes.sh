@@ -34,8 +34,8 @@ done < <(grep -rnE '#include\s*[<"](llvm|llvm-c)/' --include='*.h' --include='*.
 while IFS= read -r hit; do
   file="${hit%%:*}"
   [[ "$(basename "$file")" == *cuda* ]] || report "CUDA header outside a *cuda* file: $hit"
-done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn)[^>"]*\.h' --include='*.h' --include='*.cpp' \
-           runtime autograd ir codegen jit nn tools kiln 2>/dev/null || true)
+done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn|nccl)[^>"]*\.h' --include='*.h' --include='*.cpp' \
+           runtime autograd ir codegen jit distributed nn tools kiln 2>/dev/null || true)
 
 while IFS= read -r hit; do
   file="${hit%%:*}"

@@ -1,6 +1,6 @@
 // tests/cuda/training_test.cpp -- training on cuda:0 (the host CUDA in CI) as on the CPU:
-// autograd's gradients, an optimizer step, dropout's masks, a backward on the forward's stream,
-// and the digits CNN trained for an epoch to the CPU's accuracy.
+// autograd's gradients, an optimizer step, dropout's masks, a backward on the forward's stream, a
+// DataLoader's pinned batches, and the digits CNN trained for an epoch to the CPU's accuracy.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -116,6 +116,25 @@ TEST(CudaTraining, BackwardRunsOnTheForwardsStream) {
 
 // The digits CNN (the demo's), one epoch on cuda:0 from the same weights and batches as on the
 // CPU: the same accuracy on the held-out images, within an image or two (float rounding).
+TEST(CudaTraining, ADataLoaderPinsItsBatchesWhenAsked) {
+  REQUIRE_HOST_CUDA();
+  manual_seed(5);
+  data::TensorDataset ds({randn({10, 3}), arange(10)});
+  manual_seed(6);
+  std::vector<std::vector<Tensor>> plain, pinned;
+  for (auto b : data::DataLoader(ds, 4, true)) plain.push_back(b);
+  manual_seed(6);
+  for (auto b : data::DataLoader(ds, {.batch_size = 4, .shuffle = true, .pin_memory = true})) pinned.push_back(b);
+  ASSERT_EQ(pinned.size(), 3u);
+  ASSERT_EQ(plain.size(), 3u);
+  for (size_t i = 0; i < pinned.size(); ++i)
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_TRUE(pinned[i][k].is_pinned()) << "batch " << i << ", tensor " << k;
+      EXPECT_FALSE(plain[i][k].is_pinned());
+      expect_near(pinned[i][k].to(kGpu).to(cpu), plain[i][k], 0, 0);
+    }
+}
+
 TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
   REQUIRE_HOST_CUDA();
   if (access(examples::kDigitsData, R_OK) != 0)

@@ -241,11 +241,6 @@ TEST_P(EveryOp, GradientMatchesFiniteDifferencesOrOpHasNone) {
 
 // ---- CUDA: every op on cuda:0 (the host CUDA in CI; a GPU where there is one) -------------
 
-// Ops whose CUDA kernels are still to come (issue 25 lands them in steps). Each is checked to
-// say so with a clear error, so the list cannot go stale; an op that gains a kernel must leave
-// it, and the suite is done when it is empty.
-const std::set<OpId> kNotYetOnCuda = {OpId::AllReduce};
-
 // x on device d with x's layout (offset, strides, expanded dims): its whole storage copied and
 // viewed the same way, so the device kernels meet the same views as the CPU's.
 Tensor same_layout_on(const Tensor& x, Device d) {
@@ -270,7 +265,6 @@ Tensor same_layout_on(const Tensor& x, Device d) {
 TEST_P(EveryOp, CudaMatchesDoubleReference) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA here: " << cuda::unavailable_reason();
   const OpTests& op = GetParam();
-  bool pending = kNotYetOnCuda.count(op.id) > 0;
   manual_seed(seed_of(op));
   for (DType t : op.dtypes) {
     SCOPED_TRACE(std::string(op.name) + " in " + std::string(dtype_name(t)) + " on cuda:0");
@@ -278,11 +272,6 @@ TEST_P(EveryOp, CudaMatchesDoubleReference) {
       SCOPED_TRACE(c.name);
       std::vector<Tensor> on_device;
       for (const Tensor& x : c.inputs) on_device.push_back(same_layout_on(x, cuda::device(0)));
-      if (pending) {
-        EXPECT_TRUE(throws_error([&] { c.run(on_device).to(cpu); }, {"no CUDA kernel"}))
-            << op.name << " runs on CUDA now: take it off kNotYetOnCuda";
-        continue;
-      }
       Tensor y = c.run(on_device);
       if (op.id != OpId::ToDevice) {  // to_device picks its own
         EXPECT_EQ(y.device(), cuda::device(0));
