@@ -1,4 +1,5 @@
-// autograd/gradcheck.cpp -- analytical gradients against central finite differences in f64.
+// autograd/gradcheck.cpp -- analytical gradients against central finite differences in f64, on
+// the inputs' device (the perturbations are made on the host and copied there).
 #include <cmath>
 
 #include "autograd/autograd.h"
@@ -27,7 +28,7 @@ std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
     v = static_cast<double>(state >> 11) * 0x1p-53 * 2.0 - 1.0;
   }
-  Tensor proj = from_vector(pv, y.shape());
+  Tensor proj = from_vector(pv, y.shape()).to(y.device());
   Tensor loss = sum(y.to(DType::F64) * proj);
   std::vector<Tensor> analytic = grad({&loss, 1}, checked, {}, false, false, true);
 
@@ -40,14 +41,16 @@ std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
     std::vector<double> a = analytic[c].defined() ? analytic[c].to_vector<double>()
                                                   : std::vector<double>(static_cast<size_t>(checked[c].numel()), 0.0);
     std::vector<Tensor> xs(inputs.begin(), inputs.end());
-    Tensor base = inputs[which].detach().clone();
+    Device device = inputs[which].device();
+    Tensor base = inputs[which].detach().to(cpu).contiguous().clone();
+    auto on_device = [&](const Tensor& host) { return host.view(inputs[which].shape()).to(device).requires_grad_(); };
     for (int64_t j = 0; j < base.numel(); ++j) {
       Tensor plus = base.clone(), minus = base.clone();
       plus.data<double>()[j] += opt.eps;
       minus.data<double>()[j] -= opt.eps;
-      xs[which] = plus.view(inputs[which].shape()).requires_grad_();
+      xs[which] = on_device(plus);
       double fp = projected(xs);
-      xs[which] = minus.view(inputs[which].shape()).requires_grad_();
+      xs[which] = on_device(minus);
       double fm = projected(xs);
       double numeric = (fp - fm) / (2 * opt.eps);
       if (!(std::abs(a[j] - numeric) <= opt.atol + opt.rtol * std::abs(numeric))) {

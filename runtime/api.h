@@ -54,7 +54,7 @@ void set_random_state(const Tensor& state);
 // Drawn on `device` from the one generator: the same numbers on every device for one seed.
 Tensor rand(const Dims& shape, DType dtype = f32, Device device = cpu);   // uniform [0, 1)
 Tensor randn(const Dims& shape, DType dtype = f32, Device device = cpu);  // standard normal
-Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64);  // [low, high)
+Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64, Device device = cpu);  // [low, high)
 Tensor bernoulli(const Tensor& p);                 // 1 with probability p, same dtype as p
 Tensor bernoulli(const Dims& shape, double p, DType dtype = f32, Device device = cpu);
 Tensor randperm(int64_t n);

@@ -210,7 +210,9 @@ Tensor randn(const Dims& shape, DType dtype, Device device) {
   return draw(OpId::Randn, shape, dtype, device);
 }
 
-Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
+// Drawn on the host and copied to `device`: the CPU's numbers everywhere, for the small integer
+// tensors (labels, tokens, indices) it makes.
+Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype, Device device) {
   KILN_CHECK(low < high, "randint: low ({}) must be below high ({})", low, high);
   uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);  // may exceed 2^63
   Tensor t = empty(shape, DType::I64);
@@ -220,7 +222,7 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
   for_each_bits(seed, base, n, [&](int64_t i, uint64_t bits) {
     p[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + bits % range);
   });
-  return t.to(dtype);
+  return t.to(dtype).to(device);
 }
 
 Tensor bernoulli(const Dims& shape, double prob, DType dtype, Device device) {

@@ -10,6 +10,10 @@
 #   scripts/run.sh sanitize  the library and the whole suite under AddressSanitizer and
 #                          UndefinedBehaviorSanitizer (build-asan), then the concurrency tests
 #                          under ThreadSanitizer (build-tsan); any report fails the run
+#   scripts/run.sh gpu     on a machine with a GPU: Release build with tests and benchmarks,
+#                          then the CUDA tests and the op suite's CUDA column on the real
+#                          driver, NVRTC, cuBLAS, cuDNN and NCCL, then kiln_cuda_bench
+#                          (arguments go to it); without a GPU each says why and skips
 #   scripts/run.sh bench --torch-isolation [CASES [BENCHMARK ARGS...]]
 #                          LibTorch's cases alone in a process beside LibTorch's after kiln's in
 #                          one process (scripts/bench_torch_isolation.sh)
@@ -63,8 +67,21 @@ case "$what" in
       ./build-release/benchmarks/kiln_bench "${@:2}"
     fi
     ;;
+  gpu)
+    scripts/deps.sh
+    configure_and_build build-gpu Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCHMARKS=ON -DKILN_CUDA=ON
+    # Empty names the real libraries (libcuda.so.1, the toolkit's NVRTC, cuBLAS, cuDNN, NCCL);
+    # the test binaries would otherwise point themselves at the host CUDA.
+    export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUDNN= KILN_CUDA_NCCL=
+    export KILN_CACHE_DIR="$PWD/build-gpu/kernel-cache"
+    status=0
+    ./build-gpu/tests/kiln_cuda_tests || status=1
+    ./build-gpu/tests/kiln_every_op_tests --gtest_filter='*Cuda*' || status=1
+    ./build-gpu/benchmarks/kiln_cuda_bench "${@:2}" || status=1
+    exit "$status"
+    ;;
   *)
-    echo "usage: scripts/run.sh demo|test|sanitize|bench" >&2
+    echo "usage: scripts/run.sh demo|test|sanitize|bench|gpu" >&2
     exit 2
     ;;
 esac

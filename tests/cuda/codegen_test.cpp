@@ -19,15 +19,13 @@
 #include "jit/cuda_group.h"
 #include "jit/executable.h"
 #include "jit/run.h"
+#include "tests/cuda/cuda_test.h"
 #include "tests/ops/reference.h"
 
 namespace kiln {
 namespace {
 
-bool on_host_cuda() {
-  const char* d = std::getenv("KILN_CUDA_DRIVER");
-  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
-}
+using test::on_host_cuda;
 
 struct Group {
   std::string name, text;  // a graph whose fused form is one group
@@ -138,7 +136,7 @@ std::vector<Tensor> run_on_cuda(const ir::Node& group, const std::vector<Tensor>
 class CudaGroup : public ::testing::TestWithParam<Group> {};
 
 TEST_P(CudaGroup, RunsAsTheCpuRunsItOpByOp) {
-  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA";
+  REQUIRE_CUDA();
   const Group& c = GetParam();
   ir::Graph g = ir::parse(c.text);
   ir::Graph fused = ir::fuse(g);
@@ -167,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Groups, CudaGroup, ::testing::ValuesIn(kGroups),
 
 // Strided and broadcast operands, as the layout of a real call gives them.
 TEST(CudaGroupLayout, ReadsTransposedAndBroadcastOperandsInPlace) {
-  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA";
+  REQUIRE_CUDA();
   ir::Graph g = ir::parse(R"(graph @f(%0: f32[8,5], %1: f32[5]) -> (f32[8,5]) {
   %2 = expand %1 {shape=[8,5]} : f32[8,5]
   %3 = mul %0, %2 : f32[8,5]

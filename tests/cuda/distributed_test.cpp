@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "tests/cuda/cuda_test.h"
 #include "tests/distributed/ranks.h"
 
 namespace kiln {
@@ -26,14 +27,6 @@ using distributed::ReduceOp;
 using test::fresh_dir;
 using test::run_ranks;
 using test::text_of;
-
-bool on_host_cuda() {
-  const char* d = std::getenv("KILN_CUDA_DRIVER");
-  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
-}
-
-#define REQUIRE_HOST_CUDA() \
-  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA"
 
 constexpr DType kDTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8};
 
@@ -157,7 +150,7 @@ void expect_equal(const Tensor& got, const Tensor& want, const std::string& what
 }
 
 TEST(CudaDistributed, CollectivesMatchTheDoubleResultForEachDType) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_DEVICES(2);  // NCCL takes a device per rank
   constexpr int n = 2;
   std::string dir = fresh_dir("cuda_collectives");
   std::vector<int> status = run_ranks(n, "collectives", dir, 60000, "CudaDistChild.DISABLED_Rank");
@@ -200,7 +193,7 @@ TEST(CudaDistributed, CollectivesMatchTheDoubleResultForEachDType) {
 }
 
 TEST(CudaDistributed, AShapeMismatchIsNamedOnEveryRank) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_DEVICES(2);  // NCCL takes a device per rank
   std::string dir = fresh_dir("cuda_mismatch");
   run_ranks(2, "mismatch", dir, 20000, "CudaDistChild.DISABLED_Rank");
   std::string e0 = text_of(dir + "/error.r0.txt"), e1 = text_of(dir + "/error.r1.txt");
@@ -211,7 +204,7 @@ TEST(CudaDistributed, AShapeMismatchIsNamedOnEveryRank) {
 }
 
 TEST(CudaDistributed, DdpOnTwoDevicesMatchesOneCpuProcessOnTheWholeBatch) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_DEVICES(2);  // NCCL takes a device per rank
   std::string dir = fresh_dir("cuda_ddp");
   std::vector<int> status = run_ranks(2, "ddp", dir, 60000, "CudaDistChild.DISABLED_Rank");
   EXPECT_EQ(status, (std::vector<int>{0, 0}));

@@ -1,6 +1,7 @@
-// tests/cuda/runtime_test.cpp -- the CUDA runtime on the host CUDA (tests/cuda/host): the
-// driver loaded through dlopen, devices, copies between host and devices, streams ordered by
-// events, the caching allocator on device memory, pinned memory, errors.
+// tests/cuda/runtime_test.cpp -- the CUDA runtime, on the host CUDA (tests/cuda/host) and on a
+// GPU (scripts/run.sh gpu): the driver loaded through dlopen, devices, copies between host and
+// devices, streams ordered by events, the caching allocator on device memory, pinned memory,
+// errors. The tests that need the host driver's delay or its limits run on it alone.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -8,20 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend.h"
+#include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
 
 namespace kiln {
 namespace {
-
-// The suite runs on the host CUDA (tests/cuda/host_env.cpp sets KILN_CUDA_DRIVER); a test run
-// with another driver skips rather than testing whatever driver the machine has.
-bool on_host_cuda() {
-  const char* d = std::getenv("KILN_CUDA_DRIVER");
-  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
-}
-
-#define REQUIRE_HOST_CUDA() \
-  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA (libkiln_host_cuda.so)"
 
 TEST(CudaRuntime, TheHostDriverGivesTwoDevices) {
   REQUIRE_HOST_CUDA();
@@ -34,7 +27,7 @@ TEST(CudaRuntime, TheHostDriverGivesTwoDevices) {
 }
 
 TEST(CudaRuntime, TensorsRoundTripThroughADevice) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   manual_seed(1);
   Tensor x = randn({5, 7});
   Tensor d = x.to(cuda::device(0));
@@ -56,7 +49,7 @@ TEST(CudaRuntime, TensorsRoundTripThroughADevice) {
 }
 
 TEST(CudaRuntime, CopiesBetweenTwoDevicesGoThroughTheHost) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_DEVICES(2);
   Tensor x = arange(12).to(f32).reshape({3, 4});
   Tensor a = x.to(cuda::device(0));
   Tensor b = a.to(cuda::device(1));
@@ -65,7 +58,7 @@ TEST(CudaRuntime, CopiesBetweenTwoDevicesGoThroughTheHost) {
 }
 
 TEST(CudaRuntime, HostConversionsOnTheWayIn) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   Tensor x = arange(6).reshape({2, 3});  // i64
   Tensor d = empty({2, 3}, f64, cuda::device(0));
   d.copy_(x);  // converted on the host, then copied
@@ -76,7 +69,7 @@ TEST(CudaRuntime, HostConversionsOnTheWayIn) {
 }
 
 TEST(CudaRuntime, StreamGuardsSetTheCurrentStream) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   cuda::Stream main = cuda::current_stream();
   EXPECT_EQ(main, cuda::default_stream());
   cuda::Stream side = cuda::Stream::create();
@@ -143,7 +136,7 @@ TEST(CudaRuntime, WithoutAnEventTheOtherStreamReadsTooEarly) {
 }
 
 TEST(CudaRuntime, EventsTime) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   cuda::Event start(true), end(true);
   start.record();
   Tensor x = empty({1 << 20}, f32, cuda::device(0));
@@ -157,7 +150,7 @@ TEST(CudaRuntime, EventsTime) {
 }
 
 TEST(CudaRuntime, TheCachingAllocatorReusesDeviceMemory) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   cuda::synchronize();
   AllocatorStats s0 = cuda::memory_stats(0);
   const void* first;
@@ -197,7 +190,7 @@ TEST(CudaRuntime, ATensorRecordedOnAnotherStreamIsHeldUntilThatStreamIsDone) {
 }
 
 TEST(CudaRuntime, PinnedMemoryCopiesAsynchronously) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   Tensor x = arange(1000).to(f32);
   EXPECT_FALSE(x.is_pinned());
   Tensor p = x.pin_memory();
@@ -222,6 +215,39 @@ TEST(CudaRuntime, ErrorsNameTheDeviceAndTheLimits) {
     EXPECT_NE(m.find("free of 4.00 GiB"), std::string::npos) << m;
   }
   test::expect_error([] { cuda::Stream::create(3); }, {"cuda:3 does not exist"});
+}
+
+// With the cache limit at 0 every free goes to the driver, while the kernels that read the
+// memory may still be queued: the driver's free waits for them (the host driver's too).
+TEST(CudaRuntime, WithoutTheCacheMemoryIsFreedAfterTheWorkThatUsesIt) {
+  REQUIRE_CUDA();
+  Device d = cuda::device(0);
+  Allocator& memory = backend(d).allocator(d);
+  int64_t limit = memory.stats().cache_limit;
+  memory.set_cache_limit(0);
+  int64_t mallocs = memory.stats().system_allocs;
+  Tensor y = full({4 << 20}, 1.5, f32, d);  // 16 MiB: a segment of its own
+  for (int i = 0; i < 4; ++i) y = y * 2.0f;  // each step frees the tensor before, its reader queued
+  Tensor host = y.to(cpu);
+  EXPECT_EQ(amin(host).item<float>(), 24.0f);
+  EXPECT_EQ(amax(host).item<float>(), 24.0f);
+  EXPECT_GE(memory.stats().system_allocs - mallocs, 5) << "the limit of 0 kept memory cached";
+  memory.set_cache_limit(limit);
+}
+
+// rand, randn and randint on a device draw the CPU's numbers for the same seed.
+TEST(CudaRuntime, RandomCreationOnADeviceDrawsTheCpusNumbers) {
+  REQUIRE_CUDA();
+  Device d = cuda::device(0);
+  for (int which = 0; which < 3; ++which) {
+    auto draw = [&](Device on) {
+      manual_seed(21);
+      return which == 0 ? rand({5, 7}, f32, on) : which == 1 ? randn({5, 7}, f32, on) : randint(-3, 9, {5, 7}, i64, on);
+    };
+    Tensor host = draw(cpu), device = draw(d);
+    EXPECT_EQ(device.device(), d);
+    EXPECT_EQ(device.to(cpu).to_vector<double>(), host.to_vector<double>()) << "case " << which;
+  }
 }
 
 // Run by ctest cuda_unavailable with KILN_CUDA_DRIVER naming a file that does not exist.

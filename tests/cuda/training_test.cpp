@@ -13,17 +13,11 @@
 
 #include "examples/digits_data.h"
 #include "examples/digits_net.h"
+#include "tests/cuda/cuda_test.h"
 #include "tests/ops/reference.h"
 
 namespace kiln {
 namespace {
-
-bool on_host_cuda() {
-  const char* d = std::getenv("KILN_CUDA_DRIVER");
-  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
-}
-#define REQUIRE_HOST_CUDA() \
-  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER does not name the host CUDA"
 
 const Device kGpu = cuda::device(0);
 
@@ -42,7 +36,7 @@ struct Mlp : nn::Module {
 };
 
 TEST(CudaTraining, GradientsMatchTheCpu) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   manual_seed(4);
   Mlp cpu_net, gpu_net;
   gpu_net.load_state_dict(cpu_net.state_dict());
@@ -64,7 +58,7 @@ TEST(CudaTraining, GradientsMatchTheCpu) {
 }
 
 TEST(CudaTraining, AdamStepsMatchTheCpu) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   manual_seed(5);
   Mlp cpu_net, gpu_net;
   gpu_net.load_state_dict(cpu_net.state_dict());
@@ -88,7 +82,7 @@ TEST(CudaTraining, AdamStepsMatchTheCpu) {
 }
 
 TEST(CudaTraining, DropoutDrawsTheCpusMask) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   Tensor x = ones({64, 33});
   manual_seed(9);
   Tensor on_cpu = nn::dropout(x, 0.25, true);
@@ -100,7 +94,7 @@ TEST(CudaTraining, DropoutDrawsTheCpusMask) {
 
 // As in PyTorch, each backward op runs on the stream its forward ran on.
 TEST(CudaTraining, BackwardRunsOnTheForwardsStream) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   cuda::Stream side = cuda::Stream::create();
   Tensor w = randn({6, 6}).to(kGpu).requires_grad_();
   Tensor loss;
@@ -117,7 +111,7 @@ TEST(CudaTraining, BackwardRunsOnTheForwardsStream) {
 // The digits CNN (the demo's), one epoch on cuda:0 from the same weights and batches as on the
 // CPU: the same accuracy on the held-out images, within an image or two (float rounding).
 TEST(CudaTraining, ADataLoaderPinsItsBatchesWhenAsked) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   manual_seed(5);
   data::TensorDataset ds({randn({10, 3}), arange(10)});
   manual_seed(6);
@@ -136,7 +130,7 @@ TEST(CudaTraining, ADataLoaderPinsItsBatchesWhenAsked) {
 }
 
 TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   if (access(examples::kDigitsData, R_OK) != 0)
     GTEST_SKIP() << examples::kDigitsData << " is missing (scripts/deps.sh installs python3-sklearn)";
   auto digits = examples::load_digits();  // not a structured binding: clang 14 cannot capture one

@@ -5,7 +5,8 @@
 //   - the traced function (in a fused kernel; op by op and bit for bit under KILN_FUSION=0, the
 //     ctest entry kiln_every_op_tests_unfused) against eager;
 //   - the gradient against central finite differences in f64, or the op says it has none;
-//   - on cuda:0 (the host CUDA in CI), the same cases against the same references.
+//   - on cuda:0 (the host CUDA in CI), the same cases against the same references, and the
+//     same gradient checks.
 // The list of ops is ops.def itself, and each op's Spec is looked up at compile time: an op
 // listed without one stops this file from building.
 #include <gtest/gtest.h>
@@ -202,27 +203,22 @@ TEST_P(EveryOp, TracedAndFusedMatchEager) {
   }
 }
 
-TEST_P(EveryOp, GradientMatchesFiniteDifferencesOrOpHasNone) {
-  const OpTests& op = GetParam();
-  const OpDef& def = op_def(op.id);
-  if (!def.differentiable) {
-    EXPECT_EQ(def.vjp, nullptr) << op.name << " says it is not differentiable but has a vjp";
-    return;
-  }
-  ASSERT_NE(def.vjp, nullptr) << op.name << " has neither a vjp nor differentiable = false";
-  ASSERT_TRUE(accepted(op, f64)) << op.name << " is differentiable: its Spec must accept f64";
+// Each gradcheck case of `op` on device `d`: the float inputs become contiguous f64 leaves
+// there (finite differences move one element at a time, which an expanded view would repeat);
+// whole-number and index inputs stay fixed.
+void expect_gradients_match_finite_differences(const OpTests& op, Device d) {
   manual_seed(seed_of(op));
   int checked = 0;
   for (const Case& c : op.gradcheck_cases()) {
-    SCOPED_TRACE(c.name);
-    // Float inputs become contiguous f64 leaves (finite differences move one element at a
-    // time, which an expanded view would repeat); whole-number and index inputs stay fixed.
+    SCOPED_TRACE(c.name + " on " + d.str());
     std::vector<Tensor> all, varied;
     std::vector<bool> is_varied;
     for (const Tensor& t : c.inputs) {
       Tensor x = t.contiguous().detach();
       is_varied.push_back(is_float(x.dtype()));
-      if (is_varied.back()) varied.push_back(x = x.to(f64).requires_grad_());
+      if (is_varied.back()) x = x.to(f64);
+      x = x.to(d);
+      if (is_varied.back()) varied.push_back(x.requires_grad_());
       all.push_back(x);
     }
     if (c.run(all).dtype() != f64) continue;  // casts to other dtypes: nothing to differentiate
@@ -237,6 +233,18 @@ TEST_P(EveryOp, GradientMatchesFiniteDifferencesOrOpHasNone) {
     ++checked;
   }
   EXPECT_GT(checked, 0) << op.name << " is differentiable but no case gave an f64 result to check";
+}
+
+TEST_P(EveryOp, GradientMatchesFiniteDifferencesOrOpHasNone) {
+  const OpTests& op = GetParam();
+  const OpDef& def = op_def(op.id);
+  if (!def.differentiable) {
+    EXPECT_EQ(def.vjp, nullptr) << op.name << " says it is not differentiable but has a vjp";
+    return;
+  }
+  ASSERT_NE(def.vjp, nullptr) << op.name << " has neither a vjp nor differentiable = false";
+  ASSERT_TRUE(accepted(op, f64)) << op.name << " is differentiable: its Spec must accept f64";
+  expect_gradients_match_finite_differences(op, cpu);
 }
 
 // ---- CUDA: every op on cuda:0 (the host CUDA in CI; a GPU where there is one) -------------
@@ -281,6 +289,14 @@ TEST_P(EveryOp, CudaMatchesDoubleReference) {
       EXPECT_TRUE(all_close(y.to(cpu), want.v, want.shape, tolerance(y.dtype()), want.scale));
     }
   }
+}
+
+// The same gradient checks with the op and its backward on cuda:0.
+TEST_P(EveryOp, CudaGradientMatchesFiniteDifferences) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA here: " << cuda::unavailable_reason();
+  const OpTests& op = GetParam();
+  if (!op_def(op.id).differentiable) GTEST_SKIP() << op.name << " is not differentiable";
+  expect_gradients_match_finite_differences(op, cuda::device(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(OpsDef, EveryOp, ::testing::ValuesIn(kOps),

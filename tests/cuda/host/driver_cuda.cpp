@@ -47,7 +47,18 @@ struct Event {
   uint64_t recorded = 0, completed = 0;  // generations: done when completed == recorded
   Clock::time_point when;
   bool timing = true;
+  // The handle's reference and each queued task's: destroyed with work still queued on it (as
+  // a driver allows), it goes when that work has run.
+  std::atomic<int> refs{1};
 };
+
+Event* retain(Event* e) {
+  e->refs.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+void release(Event* e) {
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+}
 
 // An ordered queue of work and the thread that runs it.
 struct Stream {
@@ -316,8 +327,17 @@ CUresult cuMemAlloc(CUdeviceptr* p, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+// As the driver's, it waits for the device's work first (kernels queued may still use the
+// memory): the cost that makes a caching allocator worth having.
 CUresult cuMemFree(CUdeviceptr p) {
   Host& h = host();
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(h.mu);
+    for (Device& d : h.devices)
+      if (d.blocks.count(p)) streams = d.streams;
+  }
+  for (Stream* s : streams) s->wait_idle();
   std::lock_guard<std::mutex> lock(h.mu);
   for (Device& d : h.devices) {
     auto it = d.blocks.find(p);
@@ -413,8 +433,8 @@ CUresult cuEventCreate(CUevent* e, unsigned int flags) {
 }
 
 CUresult cuEventDestroy(CUevent e) {
-  // Work queued may still complete it: events are small, and kept (as a driver defers too).
-  (void)e;
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  release(reinterpret_cast<Event*>(e));
   return CUDA_SUCCESS;
 }
 
@@ -425,11 +445,14 @@ CUresult cuEventRecord(CUevent e, CUstream s) {
     std::lock_guard<std::mutex> lock(ev->mu);
     generation = ++ev->recorded;
   }
-  stream_of(s)->push([ev, generation] {
-    std::lock_guard<std::mutex> lock(ev->mu);
-    ev->completed = std::max(ev->completed, generation);
-    ev->when = Clock::now();
-    ev->cv.notify_all();
+  stream_of(s)->push([ev = retain(ev), generation] {
+    {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ev->completed = std::max(ev->completed, generation);
+      ev->when = Clock::now();
+      ev->cv.notify_all();
+    }
+    release(ev);
   });
   return CUDA_SUCCESS;
 }
@@ -464,9 +487,12 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int) {
     std::lock_guard<std::mutex> lock(ev->mu);
     generation = ev->recorded;
   }
-  stream_of(s)->push([ev, generation] {
-    std::unique_lock<std::mutex> lock(ev->mu);
-    ev->cv.wait(lock, [&] { return ev->completed >= generation; });
+  stream_of(s)->push([ev = retain(ev), generation] {
+    {
+      std::unique_lock<std::mutex> lock(ev->mu);
+      ev->cv.wait(lock, [&] { return ev->completed >= generation; });
+    }
+    release(ev);
   });
   return CUDA_SUCCESS;
 }

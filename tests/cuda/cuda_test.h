@@ -1,0 +1,34 @@
+// tests/cuda/cuda_test.h -- which CUDA a test runs on. The suite runs on the host CUDA in CI
+// (tests/cuda/host_env.cpp points KILN_CUDA_* at libkiln_host_cuda.so unless they are set), and
+// on a real GPU under scripts/run.sh gpu, which empties those variables. A test of kiln's
+// behaviour runs on either (REQUIRE_CUDA); a test of the host CUDA itself, or one that needs its
+// per-task delay or its two devices, only there (REQUIRE_HOST_CUDA).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/cuda.h"
+
+namespace kiln::test {
+
+inline bool on_host_cuda() {
+  const char* d = std::getenv("KILN_CUDA_DRIVER");
+  return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
+}
+
+}  // namespace kiln::test
+
+#define REQUIRE_CUDA() \
+  if (!::kiln::cuda::is_available()) GTEST_SKIP() << "no CUDA here: " << ::kiln::cuda::unavailable_reason()
+
+#define REQUIRE_HOST_CUDA() \
+  if (!::kiln::test::on_host_cuda()) GTEST_SKIP() << "a test of the host CUDA: KILN_CUDA_DRIVER does not name libkiln_host_cuda.so"
+
+/// `n` devices or more (the host CUDA has 2).
+#define REQUIRE_DEVICES(n)                                                                        \
+  REQUIRE_CUDA();                                                                                 \
+  if (::kiln::cuda::device_count() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, this " \
+                                                          "machine has " << ::kiln::cuda::device_count()
