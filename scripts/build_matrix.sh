@@ -9,11 +9,14 @@
 #                                  Makefiles; clang 14: Release, RelWithDebInfo and Debug; each
 #                                  with the tests, benchmarks, examples and tools; then the
 #                                  library alone, installed, and a find_package(kiln) program
-#                                  built and run against the install
+#                                  built and run against the install (g++ with CUDA, clang 14
+#                                  without: the build a machine without the toolkit makes)
 #   scripts/build_matrix.sh --ci   what CI adds in its time (about 8 minutes): g++ Release with
 #                                  Unix Makefiles, the library and the tests only, whose suite
 #                                  then runs (optimization-only bugs show at -O3); then the
-#                                  library alone, installed, with the downstream program
+#                                  library alone without CUDA, by clang 14, installed, with the
+#                                  downstream program (CI's machine has the toolkit, so nothing
+#                                  else builds the stand-ins of runtime/cuda/unavailable.cpp)
 #
 # Build folders are build-matrix/<name>; a line per configuration says what built.
 set -euo pipefail
@@ -36,11 +39,13 @@ build() {
   echo "build_matrix: $name built ($gen, $cxx, $type${*:+, $*}) in $((SECONDS - start)) s"
 }
 
-# installed NAME COMPILER: the library alone (no tests, no benchmarks), installed into a
-# prefix, then tests/downstream configured with find_package(kiln), built and run.
+# installed NAME COMPILER [CMAKE ARGS...]: the library alone (no tests, no benchmarks),
+# installed into a prefix, then tests/downstream configured with find_package(kiln), built and
+# run.
 installed() {
   local name="$1" cxx="$2" dir="build-matrix/$1"
-  build "$name" "Unix Makefiles" "$cxx" Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF
+  shift 2
+  build "$name" "Unix Makefiles" "$cxx" Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCHMARKS=OFF "$@"
   rm -rf "$dir/prefix" "$dir/downstream"
   cmake --install "$dir" --prefix "$dir/prefix" >/dev/null
   cmake -S tests/downstream -B "$dir/downstream" -G "Unix Makefiles" -DCMAKE_CXX_COMPILER="$cxx" \
@@ -59,7 +64,7 @@ if [[ "$mode" == --ci ]]; then
     -E '^install_and_build_downstream$' >build-matrix/gcc-release-make.ctest.log 2>&1 ||
     { tail -40 build-matrix/gcc-release-make.ctest.log; echo "build_matrix: the Release suite FAILED"; exit 1; }
   echo "build_matrix: gcc-release-make: $(grep -E '^[0-9]+% tests passed' build-matrix/gcc-release-make.ctest.log)"
-  installed gcc-installed g++
+  installed clang-installed-nocuda clang++-14 -DKILN_CUDA=OFF
   exit 0
 fi
 
@@ -70,5 +75,5 @@ build clang-release Ninja clang++-14 Release
 build clang-relwithdebinfo Ninja clang++-14 RelWithDebInfo
 build clang-debug Ninja clang++-14 Debug
 installed gcc-installed g++
-installed clang-installed clang++-14
+installed clang-installed-nocuda clang++-14 -DKILN_CUDA=OFF
 echo "build_matrix: every configuration built"

@@ -33,9 +33,11 @@ Stream current_stream(int) { unavailable("cuda::current_stream"); }
 Stream default_stream(int) { unavailable("cuda::default_stream"); }
 void set_current_stream(const Stream&) { unavailable("cuda::set_current_stream"); }
 StreamGuard::StreamGuard(const Stream&) : previous_(), previous_device_(0) { unavailable("cuda::StreamGuard"); }
-StreamGuard::~StreamGuard() = default;
+// The destructors read the fields the CUDA build uses: clang's -Wunused-private-field sees every
+// member of these classes defined here, none of them using the fields otherwise.
+StreamGuard::~StreamGuard() { (void)previous_device_; }
 Event::Event(bool enable_timing) : timing_(enable_timing) {}
-Event::~Event() = default;
+Event::~Event() { (void)handle_, (void)device_, (void)timing_; }
 void Event::record(const Stream&) { unavailable("cuda::Event::record"); }
 void Event::record() { unavailable("cuda::Event::record"); }
 void Event::block(const Stream&) const { unavailable("cuda::Event::block"); }
