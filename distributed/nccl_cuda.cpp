@@ -18,6 +18,7 @@
 #include "distributed/nccl.h"
 #include "distributed/work.h"
 #include "runtime/check.h"
+#include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda.h"
 
 namespace kiln::distributed {
@@ -37,22 +38,9 @@ struct Nccl {
 
 Nccl load() {
   Nccl n;
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("KILN_CUDA_NCCL"); env && *env) {
-    candidates.push_back(env);
-  } else {
-    candidates = {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"};
-  }
-  void* lib = nullptr;
-  std::string errors;
-  for (const std::string& p : candidates) {
-    if ((lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", dlerror());
-  }
-  if (!lib) {
-    n.reason = "NCCL could not be loaded: " + errors;
-    return n;
-  }
+  void* lib = cuda::open_library("KILN_CUDA_NCCL", {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"}, "NCCL",
+                                 &n.reason);
+  if (!lib) return n;
   std::string missing;
 #define KILN_NCCL_LOAD(fn)                                   \
   n.fn = reinterpret_cast<decltype(n.fn)>(dlsym(lib, #fn));  \

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_kernels.h"
 
@@ -36,23 +37,9 @@ struct Cublas {
 
 Cublas load() {
   Cublas c;
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("KILN_CUDA_CUBLAS"); env && *env) {
-    candidates.push_back(env);
-  } else {
-    candidates = {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12",
-                  "/usr/local/cuda/lib64/libcublas.so.12"};
-  }
-  void* lib = nullptr;
-  std::string errors;
-  for (const std::string& p : candidates) {
-    if ((lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", dlerror());
-  }
-  if (!lib) {
-    c.reason = "cuBLAS could not be loaded: " + errors;
-    return c;
-  }
+  void* lib = open_library("KILN_CUDA_CUBLAS", {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
+                          "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so.12"}, "cuBLAS", &c.reason);
+  if (!lib) return c;
   c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
   c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
   c.gemm = reinterpret_cast<GemmStridedBatchedEx>(dlsym(lib, "cublasGemmStridedBatchedEx"));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_kernels.h"
 
@@ -47,22 +48,9 @@ struct Cudnn {
 
 Cudnn load() {
   Cudnn c;
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("KILN_CUDA_CUDNN"); env && *env) {
-    candidates.push_back(env);
-  } else {
-    candidates = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"};
-  }
-  void* lib = nullptr;
-  std::string errors;
-  for (const std::string& p : candidates) {
-    if ((lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", dlerror());
-  }
-  if (!lib) {
-    c.reason = "cuDNN 9 could not be loaded: " + errors;
-    return c;
-  }
+  void* lib = open_library("KILN_CUDA_CUDNN", {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, "cuDNN 9",
+                           &c.reason);
+  if (!lib) return c;
   std::string missing;
 #define KILN_CUDNN_LOAD(fn)                                        \
   c.fn = reinterpret_cast<decltype(c.fn)>(dlsym(lib, #fn));        \
