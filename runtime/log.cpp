@@ -3,12 +3,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <string>
 
 namespace kiln {
 namespace {
-const char* kNames[] = {"jit", "codegen", "cache"};
+const char* kNames[] = {"jit", "codegen", "cache", "cuda"};
 
 unsigned topics() {
   static const unsigned mask = [] {
@@ -17,7 +18,7 @@ unsigned topics() {
     std::string s = env;
     if (s == "all" || s == "1") return ~0u;
     unsigned m = 0;
-    for (unsigned i = 0; i < 3; ++i) {
+    for (unsigned i = 0; i < std::size(kNames); ++i) {
       std::string name = kNames[i];
       size_t p = s.find(name);
       // a whole word in the comma-separated list

@@ -1,11 +1,11 @@
-// runtime/log.h -- KILN_LOG=jit,codegen,cache (or all): what kiln tells on stderr.
+// runtime/log.h -- KILN_LOG=jit,codegen,cache,cuda (or all): what kiln tells on stderr.
 #pragma once
 
 #include <string_view>
 
 namespace kiln {
 
-enum class LogTopic : uint8_t { Jit, Codegen, Cache };
+enum class LogTopic : uint8_t { Jit, Codegen, Cache, Cuda };
 
 /// True when KILN_LOG names the topic (read once).
 bool log_enabled(LogTopic topic);

@@ -3,23 +3,28 @@
 // legacy convolution calls (cudnnConvolutionForward, ...BackwardData, ...BackwardFilter), which
 // cuDNN 9 keeps (marked deprecated in favour of its graph API, whose descriptors would add
 // nothing for these three ops): NCHW, any input strides, groups, dilation; the first algorithm
-// cuDNN's heuristics rank whose workspace the caching allocator can give. A configuration cuDNN
-// does not support is a kiln::Error naming it, never a wrong answer. Installed into the CUDA
-// op table by the runtime itself.
+// cuDNN's heuristics rank as working, its workspace from the caching allocator. Where cuDNN has
+// none, contiguous operands and then wider dtypes are tried (convolve); a configuration that
+// not even f64 supports is a kiln::Error naming it, never a wrong answer. Installed into the
+// CUDA op table by the runtime itself.
 #include <cudnn.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/check.h"
 #include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_kernels.h"
+#include "runtime/log.h"
 
 // cuDNN 9 marks the legacy convolution API deprecated; kiln calls it on purpose (see above).
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -164,14 +169,12 @@ struct Workspace {
   }
 };
 
-// The first ranked algorithm that cuDNN says works: `perf` as the heuristics gave it.
+// The first ranked algorithm that cuDNN says works, if any.
 template <class Perf>
-Perf pick(const std::vector<Perf>& perf, int count, const std::string& op) {
+std::optional<Perf> first_working(const std::vector<Perf>& perf, int count) {
   for (int i = 0; i < count; ++i)
     if (perf[static_cast<size_t>(i)].status == CUDNN_STATUS_SUCCESS) return perf[static_cast<size_t>(i)];
-  throw Error(fmt::format("{}: cuDNN has no algorithm for this configuration (a configuration cuDNN does not "
-                          "support)",
-                          op));
+  return std::nullopt;
 }
 
 void prepare(int device) {
@@ -180,74 +183,135 @@ void prepare(int device) {
             "conv2d");
 }
 
-void conv2d_forward(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  const Tensor& x = in[0];
-  Tensor w = in[1].contiguous();
-  int device = out.device().index;
-  Conv c("conv2d", x, w.shape(), out, a);
-  prepare(device);
-  cudnnHandle_t h = handle(device);
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+// Which of a convolution's three tensors (cuDNN's x, w, y) a call writes: conv2d writes y from x
+// and w, its input gradient x from y's gradient and w, its weight gradient w from x and y's.
+enum class Pass { Forward, InputGrad, WeightGrad };
+size_t written(Pass p) { return p == Pass::Forward ? 2 : p == Pass::InputGrad ? 0 : 1; }
+
+// Ranks `Perf`'s algorithms with `get`, runs the first that works with its workspace through
+// `call`; false when there is none (or cuDNN says the configuration is not supported).
+template <class Perf, class Get, class Call>
+bool rank_and_run(int algo_count, Get get, Call call, const std::string& op, const char* get_name,
+                  const char* call_name, Device device) {
+  std::vector<Perf> perf(static_cast<size_t>(algo_count));
   int n = 0;
-  check_dnn(c.d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, static_cast<int>(perf.size()), &n,
-                                                       perf.data()),
-            "cudnnGetConvolutionForwardAlgorithm_v7", c.op);
-  auto algo = pick(perf, n, c.op);
-  Workspace ws(algo.memory, out.device());
+  cudnnStatus_t s = get(algo_count, &n, perf.data());
+  if (s == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  check_dnn(s, get_name, op);
+  std::optional<Perf> algo = first_working(perf, n);
+  if (!algo) return false;
+  Workspace ws(algo->memory, device);
+  s = call(algo->algo, ws.ptr, algo->memory);
+  if (s == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  check_dnn(s, call_name, op);
+  log(LogTopic::Cuda, fmt::format("{}: cuDNN algorithm {}, {} B of workspace", op, static_cast<int>(algo->algo),
+                                  algo->memory));
+  return true;
+}
+
+// One try at `p` over t = {x, w, y} as they are laid out; false when cuDNN has no algorithm.
+bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, const Attrs& a) {
+  const Tensor &x = t[0], &w = t[1], &y = t[2];
+  Device device = t[written(p)].device();
+  Conv c(op.c_str(), x, w.shape(), y, a);
+  prepare(device.index);
+  cudnnHandle_t h = handle(device.index);
+  const Cudnn& d = c.d;
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
   bool f64 = x.dtype() == DType::F64;
-  check_dnn(c.d.cudnnConvolutionForward(h, f64 ? (void*)&one64 : (void*)&one32, c.x, x.data_ptr(), c.w,
-                                        w.data_ptr(), c.conv, algo.algo, ws.ptr, algo.memory,
-                                        f64 ? (void*)&zero64 : (void*)&zero32, c.y, out.data_ptr()),
-            "cudnnConvolutionForward", c.op);
+  const void* one = f64 ? static_cast<const void*>(&one64) : &one32;
+  const void* zero = f64 ? static_cast<const void*>(&zero64) : &zero32;
+  switch (p) {
+    case Pass::Forward:
+      return rank_and_run<cudnnConvolutionFwdAlgoPerf_t>(
+          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+          [&](int m, int* n, cudnnConvolutionFwdAlgoPerf_t* perf) {
+            return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, m, n, perf);
+          },
+          [&](cudnnConvolutionFwdAlgo_t algo, void* ws, size_t bytes) {
+            return d.cudnnConvolutionForward(h, one, c.x, x.data_ptr(), c.w, w.data_ptr(), c.conv, algo, ws, bytes,
+                                             zero, c.y, y.data_ptr());
+          },
+          op, "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnConvolutionForward", device);
+    case Pass::InputGrad:
+      return rank_and_run<cudnnConvolutionBwdDataAlgoPerf_t>(
+          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+          [&](int m, int* n, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+            return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, n, perf);
+          },
+          [&](cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t bytes) {
+            return d.cudnnConvolutionBackwardData(h, one, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws,
+                                                  bytes, zero, c.x, x.data_ptr());
+          },
+          op, "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData", device);
+    case Pass::WeightGrad:
+      return rank_and_run<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+          [&](int m, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+            return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, n, perf);
+          },
+          [&](cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t bytes) {
+            return d.cudnnConvolutionBackwardFilter(h, one, c.x, x.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws,
+                                                    bytes, zero, c.w, w.data_ptr());
+          },
+          op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnConvolutionBackwardFilter", device);
+  }
+  return false;
+}
+
+// Strides cuDNN's descriptors can say: positive wherever a dim has more than one element.
+bool describable(const Tensor& t) {
+  for (int i = 0; i < t.dim(); ++i)
+    if (t.shape()[static_cast<size_t>(i)] > 1 && t.strides()[static_cast<size_t>(i)] <= 0) return false;
+  return true;
+}
+
+// Runs `p` writing t[written(p)] (the op's output; the filter operand must be contiguous). cuDNN
+// has no algorithm for some layouts and dtypes (on an H200, for both gradients of a grouped,
+// dilated convolution with a channels-last operand), so on "none" it tries again with
+// contiguous operands, then in wider dtypes (f16/bf16 in f32, then f32 in f64: exact for the
+// inputs, one rounding of the result), as KILN_LOG=cuda says. Only when f64 has no algorithm either is it an error.
+void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
+  const size_t out = written(p);
+  Tensor result = t[out];
+  bool layout_ok = std::all_of(t.begin(), t.end(), describable);
+  if (layout_ok && attempt(p, op, t, a)) return;
+  DType wide = result.dtype();
+  std::string tried = layout_ok ? fmt::format("{} as laid out", dtype_name(wide)) : "";
+  for (;;) {
+    std::array<Tensor, 3> packed;
+    for (size_t i = 0; i < 3; ++i)
+      packed[i] = i == out ? Tensor::empty({wide, result.shape(), result.device()}) : t[i].to(wide).contiguous();
+    if (!tried.empty())
+      log(LogTopic::Cuda, fmt::format("{}: no cuDNN algorithm for {}; trying contiguous {}", op, tried,
+                                      dtype_name(wide)));
+    tried = fmt::format("contiguous {}", dtype_name(wide));
+    if (attempt(p, op, packed, a)) {
+      result.copy_(packed[out]);
+      return;
+    }
+    if (wide == DType::F64) break;
+    wide = wide == DType::F32 ? DType::F64 : DType::F32;
+  }
+  throw Error(fmt::format("{}: cuDNN has no algorithm for {} x {} -> {} in {} (stride {}, padding {}, dilation {}, "
+                          "groups {}), not even contiguous in f64",
+                          op, shape_str(t[0].shape()), shape_str(t[1].shape()), shape_str(t[2].shape()),
+                          dtype_name(result.dtype()), shape_str(a.stride), shape_str(a.padding), shape_str(a.dilation), a.groups));
+}
+
+void conv2d_forward(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  convolve(Pass::Forward, "conv2d", {in[0], in[1].contiguous(), out}, a);
 }
 
 // conv2d_input_grad(g, w): the gradient of conv2d's input, of attrs.shape.
 void conv2d_input_grad(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  const Tensor& g = in[0];
-  Tensor w = in[1].contiguous();
-  int device = out.device().index;
-  Conv c("conv2d_input_grad", out, w.shape(), g, a);
-  prepare(device);
-  cudnnHandle_t h = handle(device);
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-  int n = 0;
-  check_dnn(c.d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, static_cast<int>(perf.size()),
-                                                            &n, perf.data()),
-            "cudnnGetConvolutionBackwardDataAlgorithm_v7", c.op);
-  auto algo = pick(perf, n, c.op);
-  Workspace ws(algo.memory, out.device());
-  double one64 = 1, zero64 = 0;
-  float one32 = 1, zero32 = 0;
-  bool f64 = g.dtype() == DType::F64;
-  check_dnn(c.d.cudnnConvolutionBackwardData(h, f64 ? (void*)&one64 : (void*)&one32, c.w, w.data_ptr(), c.y,
-                                             g.data_ptr(), c.conv, algo.algo, ws.ptr, algo.memory,
-                                             f64 ? (void*)&zero64 : (void*)&zero32, c.x, out.data_ptr()),
-            "cudnnConvolutionBackwardData", c.op);
+  convolve(Pass::InputGrad, "conv2d_input_grad", {out, in[1].contiguous(), in[0]}, a);
 }
 
 // conv2d_weight_grad(x, g): the gradient of conv2d's weight, of attrs.shape (contiguous).
 void conv2d_weight_grad(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-  const Tensor &x = in[0], &g = in[1];
-  int device = out.device().index;
-  Conv c("conv2d_weight_grad", x, out.shape(), g, a);
-  prepare(device);
-  cudnnHandle_t h = handle(device);
-  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-  int n = 0;
-  check_dnn(c.d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, static_cast<int>(perf.size()),
-                                                              &n, perf.data()),
-            "cudnnGetConvolutionBackwardFilterAlgorithm_v7", c.op);
-  auto algo = pick(perf, n, c.op);
-  Workspace ws(algo.memory, out.device());
-  double one64 = 1, zero64 = 0;
-  float one32 = 1, zero32 = 0;
-  bool f64 = x.dtype() == DType::F64;
-  check_dnn(c.d.cudnnConvolutionBackwardFilter(h, f64 ? (void*)&one64 : (void*)&one32, c.x, x.data_ptr(), c.y,
-                                               g.data_ptr(), c.conv, algo.algo, ws.ptr, algo.memory,
-                                               f64 ? (void*)&zero64 : (void*)&zero32, c.w, out.data_ptr()),
-            "cudnnConvolutionBackwardFilter", c.op);
+  convolve(Pass::WeightGrad, "conv2d_weight_grad", {in[0], out, in[1]}, a);
 }
 
 const bool g_installed = [] {

@@ -79,6 +79,10 @@ TEST(CudaRuntime, StreamGuardsSetTheCurrentStream) {
     EXPECT_EQ(cuda::current_stream(), side);
   }
   EXPECT_EQ(cuda::current_stream(), main);
+}
+
+TEST(CudaRuntime, AStreamGuardOnAnotherDeviceSetsTheCurrentDevice) {
+  REQUIRE_DEVICES(2);
   cuda::Stream on1 = cuda::Stream::create(1);
   {
     cuda::StreamGuard g(on1);

@@ -4,7 +4,9 @@
 // KILN_CUDA_CUDNN names it.
 #include <cudnn.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runtime/half.h"
@@ -73,6 +75,33 @@ void taps(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnTen
                 if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
                 fn(n, o, oy, ox, o / per_group_out * w.c + ci, ky, kx, iy, ix, ci);
               }
+}
+
+// KILN_HOST_CUDNN_REFUSE (a comma list of f32, f64, f16, bf16 and "strided") makes the
+// heuristics rank only an algorithm that does not work for those dtypes, or for tensors that
+// are not packed NCHW, as the real cuDNN does for some configurations: kiln's fallbacks then
+// run in CI.
+const char* type_name(cudnnDataType_t t) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return "f32";
+    case CUDNN_DATA_DOUBLE: return "f64";
+    case CUDNN_DATA_HALF: return "f16";
+    case CUDNN_DATA_BFLOAT16: return "bf16";
+    default: return "?";
+  }
+}
+bool listed(const char* word) {
+  const char* env = std::getenv("KILN_HOST_CUDNN_REFUSE");
+  if (!env) return false;
+  std::string list = std::string(",") + env + ",";
+  return list.find(std::string(",") + word + ",") != std::string::npos;
+}
+bool packed(const cudnnTensorStruct& d) {
+  return d.sw == 1 && d.sh == d.w && d.sc == d.h * d.w && d.sn == d.c * d.h * d.w;
+}
+cudnnStatus_t refused(const cudnnTensorStruct& a, const cudnnTensorStruct& b) {
+  bool no = listed(type_name(a.type)) || (listed("strided") && (!packed(a) || !packed(b)));
+  return no ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
 }
 
 bool unit_scales(const void* alpha, const void* beta, cudnnDataType_t t) {
@@ -144,32 +173,32 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int 
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMathType_t) { return CUDNN_STATUS_SUCCESS; }
 
 // One algorithm, no workspace.
-cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
-                                                     cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int,
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t,
+                                                     cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t y, int,
                                                      int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
   std::memset(p, 0, sizeof *p);
   p->algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  p->status = CUDNN_STATUS_SUCCESS;
+  p->status = refused(*x, *y);
   *n = 1;
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t, cudnnFilterDescriptor_t,
-                                                          cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,
-                                                          cudnnTensorDescriptor_t, int, int* n,
+                                                          cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t,
+                                                          cudnnTensorDescriptor_t dx, int, int* n,
                                                           cudnnConvolutionBwdDataAlgoPerf_t* p) {
   std::memset(p, 0, sizeof *p);
   p->algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  p->status = CUDNN_STATUS_SUCCESS;
+  p->status = refused(*dx, *dy);
   *n = 1;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t,
-                                                            cudnnTensorDescriptor_t, cudnnConvolutionDescriptor_t,
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t x,
+                                                            cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t,
                                                             cudnnFilterDescriptor_t, int, int* n,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t* p) {
   std::memset(p, 0, sizeof *p);
   p->algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  p->status = CUDNN_STATUS_SUCCESS;
+  p->status = refused(*x, *dy);
   *n = 1;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# scripts/gpu_pack.sh -- the on-device suite for a GPU machine that cannot build kiln (no Debian
+# packages, no network: the lent machines' image has the driver, the CUDA 13 libraries and
+# PyTorch, but not LLVM, oneDNN or OpenBLAS).
+#
+#   scripts/gpu_pack.sh pack [BUILD]   here: BUILD's (default build/) CUDA tests, op suite and
+#                                      kiln_cuda_bench, with every library they load that is not
+#                                      glibc's or libstdc++'s, stripped, in .gpu/kiln.tar.xz
+#   scripts/gpu_pack.sh run OUT [tests] there: unpacks it, finds the CUDA libraries (the toolkit's
+#                                      or pip's nvidia-* wheels'), runs what scripts/run.sh gpu
+#                                      runs plus benchmarks/torch_cuda_peer.py (with "tests", the
+#                                      tests alone), logs under OUT
+#
+# .gpu/ is ignored (.git/info/exclude), carried with the run: the pack is about 56 MB xz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+pack() {
+  local build=${1:-build} dir
+  dir=$(mktemp -d)
+  mkdir -p "$dir/bin" "$dir/lib" .gpu
+  cp "$build/tests/kiln_cuda_tests" "$build/tests/kiln_every_op_tests" "$build/benchmarks/kiln_cuda_bench" "$dir/bin/"
+  ldd "$dir"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so' |
+    while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+  strip --strip-unneeded "$dir"/bin/* "$dir"/lib/*
+  tar -C "$dir" -cf - bin lib | xz -T0 -8 >.gpu/kiln.tar.xz
+  rm -rf "$dir"
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+  ls -la .gpu/kiln.tar.xz
+}
+
+# The directory of the first file named $1 under the usual CUDA places.
+lib_dir() {
+  find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu \
+    /opt /usr/local/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname
+}
+
+run() {
+  local out=$1 k=/tmp/kiln-gpu status=0
+  mkdir -p "$out" "$k"
+  tar -C "$k" -xJf .gpu/kiln.tar.xz || return 1
+  local path="$k/lib"
+  for so in libcuda.so.1 libnvrtc.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+    local d
+    d=$(lib_dir "$so")
+    echo "$so: ${d:-NOT FOUND}"
+    [[ -n $d ]] && path="$path:$d"
+  done
+  export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Empty names the real libraries (as scripts/run.sh gpu).
+  export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUDNN= KILN_CUDA_NCCL=
+  export KILN_CACHE_DIR="$k/kernel-cache"
+  { uname -r; grep PRETTY /etc/os-release; } >"$out/env.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$out/env.txt"
+  ldd "$k"/bin/kiln_cuda_tests | grep -i "not found" | tee -a "$out/env.txt"
+  (
+    timeout 180 "$k/bin/kiln_cuda_tests" >"$out/cuda_tests.log" 2>&1
+    echo "kiln_cuda_tests exit $?" >>"$out/cuda_tests.log"
+  ) &
+  for i in 0 1 2 3; do
+    (
+      GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 180 "$k/bin/kiln_every_op_tests" --gtest_filter='*Cuda*' \
+        >"$out/every_op.$i.log" 2>&1
+      echo "kiln_every_op_tests shard $i exit $?" >>"$out/every_op.$i.log"
+    ) &
+  done
+  wait
+  cat "$out"/every_op.*.log >"$out/every_op.log" && rm "$out"/every_op.*.log
+  grep -hE "^\[  (PASSED|SKIPPED) +\] [0-9]+ test|^\[  FAILED  \] .*\(|exit [0-9]+$" "$out/cuda_tests.log" "$out/every_op.log"
+  grep -q "exit 0$" "$out/cuda_tests.log" || status=1
+  [[ $(grep -c "exit 0$" "$out/every_op.log") == 4 ]] || status=1
+  KILN_LOG=cuda "$k/bin/kiln_cuda_tests" --gtest_filter='CudaConv.*' 2>&1 | grep -E "kiln:cuda|OK|FAILED" | sort | uniq -c
+  [[ ${2:-} == tests ]] && return "$status"
+  timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$k/bin/kiln_cuda_bench" --benchmark_min_time=0.3 2>&1 | tee "$out/bench.log" || status=1
+  PYTHONUNBUFFERED=1 timeout 75 python3 benchmarks/torch_cuda_peer.py --min-time 0.3 2>&1 | tee "$out/torch_peer.log" || status=1
+  return "$status"
+}
+
+case "${1:-}" in
+  pack) pack "${2:-build}" ;;
+  run) run "${2:?usage: scripts/gpu_pack.sh run OUT [tests]}" "${3:-}" ;;
+  *)
+    echo "usage: scripts/gpu_pack.sh pack [BUILD] | run OUT [tests]" >&2
+    exit 2
+    ;;
+esac
