@@ -28,6 +28,9 @@ Graph transpose_matmul(const Graph& g);
 struct FuseOptions {
   /// Nodes that must stay ops (jit keeps the ones it tapes for autograd out of kernels).
   std::function<bool(const Node&)> keep_out;
+  /// The devices whose groups run as kernels (jit's code generators: the CPU and CUDA); work
+  /// on any other device stays ops. Unset: every device.
+  std::function<bool(Device)> has_kernels;
 };
 /// Forms fused groups of pointwise ops, casts, broadcasts and reductions (ir/fusion.h).
 Graph fuse(const Graph& g);

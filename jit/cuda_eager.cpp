@@ -53,15 +53,22 @@ void launch_source(const std::string& source, const std::vector<uint64_t>& args,
 }
 int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
 
-// Launches a kernel of emit_cuda over `layout` with the argument words `args`.
-void launch(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, const std::string& source,
-            const std::vector<uint64_t>& args, int device) {
-  int64_t work = 1;  // elements, or with a reduction the kept indices (a block each)
+// The grid of a kernel of emit_cuda over `layout`: a block per kept index with a reduction,
+// else a thread per element, at most 32 blocks per multiprocessor (the kernels loop over what
+// is left); 0 for an empty domain.
+int64_t grid_for(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, int device) {
+  int64_t work = 1;
   for (int d = 0; d < layout.rank; ++d)
     if (!(layout.reduced >> d & 1)) work *= sizes[static_cast<size_t>(d)];
   for (int64_t s : sizes)
-    if (s == 0) return;
-  launch_source(source, args, layout.reduced ? work : blocks_for(work), device);
+    if (s == 0) return 0;
+  return std::clamp<int64_t>(layout.reduced ? work : blocks_for(work), 1, int64_t{sm_count(device)} * 32);
+}
+
+// Launches a kernel of emit_cuda over `layout` with the argument words `args`.
+void launch(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, const std::string& source,
+            const std::vector<uint64_t>& args, int device) {
+  if (int64_t blocks = grid_for(layout, sizes, device)) launch_source(source, args, blocks, device);
 }
 
 // The bits an immediate travels in: a double's for a float compute dtype, else an int64.
@@ -78,8 +85,7 @@ uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
 
 }  // namespace
 
-void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-                    bool eager) {
+CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, bool eager) {
   const ir::Graph& body = *fused.body;
   std::vector<Dims> shapes, strides;
   for (const Tensor& x : inputs) {
@@ -89,19 +95,40 @@ void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::
   KernelArgs ka = kernel_args(fused, shapes, strides);
   codegen::CudaEmitOptions options;
   options.immediates_as_args = options.generic_strides = eager;
-  std::string source = codegen::emit_cuda(body, ka.layout, "kiln_kernel", options);
-  std::vector<void*> data;
-  for (const Tensor& x : inputs) data.push_back(x.data_ptr());
-  for (const Tensor& y : outputs) {
-    KILN_CHECK(y.is_contiguous() && y.device().is_cuda(), "fused group: outputs are contiguous CUDA tensors");
-    data.push_back(y.data_ptr());
-  }
-  std::vector<uint64_t> imms;
+  CudaGroup g;
+  g.layout = std::move(ka.layout);
+  g.sizes = std::move(ka.sizes);
+  g.strides = std::move(ka.strides);
   if (eager)
     for (const codegen::CudaImmediate& m : codegen::cuda_immediates(body))
-      imms.push_back(immediate_bits(body.nodes[m.node].attrs.imm[m.slot], m.is_float));
-  launch(ka.layout, ka.sizes, source, codegen::pack_cuda_args(ka.layout, ka.sizes, ka.strides, data, imms),
-         outputs[0].device().index);
+      g.immediates.push_back(immediate_bits(body.nodes[m.node].attrs.imm[m.slot], m.is_float));
+  int device = body.type(body.outputs[0]).device.index;
+  CudaKernel k = cuda_kernel_for(codegen::emit_cuda(body, g.layout, "kiln_kernel", options), device);
+  g.fn = k.fn;
+  g.symbol = std::move(k.symbol);
+  g.blocks = grid_for(g.layout, g.sizes, device);
+  return g;
+}
+
+void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  if (g.blocks == 0) return;  // nothing to compute
+  std::vector<void*> data;
+  data.reserve(inputs.size() + outputs.size());
+  for (const Tensor& x : inputs) data.push_back(x.data_ptr());
+  for (const Tensor& y : outputs) {
+    KILN_CHECK(y.is_contiguous() && y.device().index == g.fn.device && y.device().is_cuda(),
+               "fused group: outputs are contiguous tensors on cuda:{}", g.fn.device);
+    data.push_back(y.data_ptr());
+  }
+  std::vector<uint64_t> args = codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.immediates);
+  unsigned grid[3] = {static_cast<unsigned>(g.blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+  void* param = args.data();
+  cuda::launch(g.fn, grid, block, codegen::kCudaSharedBytes, &param);
+}
+
+void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                    bool eager) {
+  launch_group_cuda(prepare_group_cuda(fused, inputs, eager), inputs, outputs);
 }
 
 namespace {

@@ -3,16 +3,39 @@
 // one op (jit/cuda_eager.cpp).
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
+#include "codegen/backend.h"
 #include "ir/graph.h"
+#include "runtime/cuda_kernels.h"
 
 namespace kiln::jit {
 
-/// Runs `fused`'s body over `inputs` (on one CUDA device, any strides; broadcast to the group's
-/// domain) into `outputs` (fresh, contiguous, on that device). `eager` compiles a kernel that
-/// fits more calls: its pointwise numbers and every stride are arguments, not part of its text
+/// A fused group ready to launch for operands laid out as at preparation: its loop layout, the
+/// sizes and strides it passes, and its kernel, compiled for one device. The compiled plans
+/// (jit/executable.cpp) prepare once and launch per call.
+struct CudaGroup {
+  codegen::KernelLayout layout;
+  std::vector<int64_t> sizes, strides;
+  std::vector<uint64_t> immediates;  // eager kernels: the immediates' bits, in argument order
+  std::string symbol;                // kiln_<hash of the source>
+  cuda::DeviceFunction fn;  // on the operands' device
+  int64_t blocks = 0;        // the launch's grid
+};
+
+/// Compiles `fused`'s body for operands shaped and strided as `inputs` (on one CUDA device, any
+/// strides; broadcast to the group's domain). `eager` compiles a kernel that fits more calls:
+/// its pointwise numbers and every stride are arguments, not part of its text
 /// (codegen::CudaEmitOptions), so an eager op compiles once per op, dtypes and loop rank.
+/// Throws kiln::Error for a group codegen cannot lower.
+CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, bool eager);
+/// Queues `group` on the current stream over `inputs` (laid out as prepared) into `outputs`
+/// (contiguous, on its device).
+void launch_group_cuda(const CudaGroup& group, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+/// Both at once: what an eager op does.
 void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                     bool eager);
 

@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "ir/fusion.h"
+#include "jit/cuda_group.h"
 #include "jit/kernels.h"
 #include "jit/run.h"
 #include "runtime/autograd_meta.h"
@@ -48,6 +49,7 @@ struct KernelStep {
   KernelArgs args;
   std::vector<Dims> input_strides;  // as prepared
   std::string label;                // for the profiler: "fused amax+sub+exp+sum+div"
+  std::unique_ptr<CudaGroup> cuda;  // a group on a CUDA device: its kernel there
 };
 
 }  // namespace
@@ -109,6 +111,15 @@ void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
   k.args = kernel_args(n, shapes, strides);
   k.input_strides = std::move(strides);
   k.kernel = kernel_for(*n.body, k.args.layout);
+  k.ready = true;
+}
+
+// A group whose values live on a CUDA device: one kernel there (codegen/cuda), from the same
+// formulas and loop layout as the CPU's.
+void prepare_cuda(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
+  k.cuda = std::make_unique<CudaGroup>(prepare_group_cuda(n, ins, /*eager=*/false));
+  k.kernel.symbol = k.cuda->symbol;
+  for (const Tensor& t : ins) k.input_strides.push_back(t.strides());
   k.ready = true;
 }
 
@@ -250,8 +261,8 @@ struct Executable::Impl {
       const ir::Node& n = g.nodes[i];
       if (n.kind != ir::NodeKind::Fused) continue;
       for (uint32_t v : n.results) {
-        if (pinned[v] || last[v] < 0) continue;
         const TensorType& t = g.type(v);
+        if (pinned[v] || last[v] < 0 || !t.device.is_cpu()) continue;  // a device's own allocator
         size_t bytes = (static_cast<size_t>(t.shape.product()) * dtype_size(t.dtype) + kAlign - 1) / kAlign * kAlign;
         if (bytes == 0) continue;
         size_t off;
@@ -371,7 +382,8 @@ struct Executable::Impl {
     if (compiled) {
       std::call_once(k.once, [&] {
         try {
-          prepare(k, n, ins);
+          if (g.type(n.results[0]).device.is_cuda()) prepare_cuda(k, n, ins);
+          else prepare(k, n, ins);
         } catch (const Error& e) {
           k.refused = e.what();
           log(LogTopic::Codegen, fmt::format("@{}: a fused group runs op by op: {}", g.name, k.refused));
@@ -413,6 +425,11 @@ struct Executable::Impl {
       event.arg("ops", static_cast<int64_t>(n.body->nodes.size()));
       event.arg("bytes", bytes);
       event.arg("graph", "@" + g.name);
+    }
+    if (k.cuda) {
+      std::vector<Tensor> outs;
+      for (uint32_t v : n.results) outs.push_back(vals[v]);
+      return launch_group_cuda(*k.cuda, ins, outs);
     }
     if (k.args.split_dim >= 0) return run_split(k, ins.size(), ptrs, n.results, vals);
     codegen::KernelFn fn = k.kernel.fn;

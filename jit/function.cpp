@@ -249,20 +249,15 @@ void set_fusion_enabled(bool on) { g_fusion.store(on ? 1 : 0, std::memory_order_
 
 namespace {
 
-// The graph as it runs: fused (unless fusion is off) and verified.
-// Fused kernels are CPU code: a graph with values on another device runs op by op, each op
-// through its device's backend, until that device has a kernel generator.
-bool on_cpu(const ir::Graph& g) {
-  for (const TensorType& t : g.types)
-    if (!t.device.is_cpu()) return false;
-  return true;
-}
-
+// The graph as it runs: fused (unless fusion is off) and verified. A group holds values of one
+// device (the fuse pass's rule) and runs as a kernel there: LLVM's on the CPU, NVRTC's on a
+// CUDA device (jit/executable.cpp).
 ir::Graph fused(ir::Graph g, const std::string& name) {
-  if (!fusion_enabled() || !on_cpu(g)) return g;
+  if (!fusion_enabled()) return g;
   g = ir::transpose_matmul(g);  // within rounding, as fused results are
   ir::FuseOptions fo;
   fo.keep_out = [](const ir::Node& n) { return n.grad; };
+  fo.has_kernels = [](Device d) { return d.is_cpu() || d.is_cuda(); };
   g = ir::fuse(g, fo);
   ir::verify(g);
   if (log_enabled(LogTopic::Jit)) log(LogTopic::Jit, fmt::format("@{} after fuse:\n{}", g.name, ir::print(g)));

@@ -93,9 +93,23 @@ struct Fuser {
     }
     for (int64_t d : g.type(n.result).shape)
       if (is_symbol(d)) return false;
+    // A group runs on one device: every operand on the result's, but for scalar constants,
+    // which are copied into the body as numbers (a CPU scalar input on a CUDA op stays eager,
+    // where the CPU-scalar rule makes it a number). So groups never mix devices.
+    const Device device = g.type(n.result).device;
+    if (opt.has_kernels && !opt.has_kernels(device)) return false;
+    for (uint32_t v : n.inputs)
+      if (g.type(v).device != device && !scalar_constant(v)) return false;
     OpFamily f = op_family(n.op);
     if (f == OpFamily::Pointwise) return true;
     return f == OpFamily::Cast || fusible_reduction(n.op) || n.op == OpId::Reshape || n.op == OpId::Expand;
+  }
+
+  // A one-element constant: fused_node copies it into the body.
+  bool scalar_constant(uint32_t v) const {
+    int p = producer[v];
+    return p >= 0 && g.nodes[static_cast<size_t>(p)].kind == NodeKind::Const &&
+           g.nodes[static_cast<size_t>(p)].constant.numel() == 1;
   }
 
   // Whether some value reachable backwards from `v` (through ops and other groups, not through
@@ -308,10 +322,8 @@ struct Fuser {
     std::vector<uint32_t> inner(g.types.size(), kNoValue);
     auto operand = [&](uint32_t v) {
       if (inner[v] != kNoValue) return inner[v];
-      int p = producer[v];
-      const Node* c = p >= 0 ? &g.nodes[p] : nullptr;
-      if (c && c->kind == NodeKind::Const && c->constant.numel() == 1) {  // a scalar: copied in
-        Node k = *c;
+      if (scalar_constant(v)) {  // a number: copied in
+        Node k = g.nodes[static_cast<size_t>(producer[v])];
         k.result = inner[v] = body->add_value(g.type(v));
         body->nodes.push_back(std::move(k));
         return inner[v];

@@ -1,0 +1,192 @@
+// tests/cuda/jit_test.cpp -- traced functions on CUDA tensors: their fused groups run as NVRTC
+// kernels (codegen/cuda) on the device, forward, through the compiled backward, and as whole
+// training steps, each against the same function run eagerly on the CPU. On the host CUDA in
+// CI (the generated CUDA C compiled for the host and run there) and on a GPU under
+// scripts/run.sh gpu.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "jit/trace.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/jit/jit_test_util.h"
+
+namespace kiln {
+namespace {
+
+const Device kGpu = cuda::device(0);
+
+std::vector<Tensor> on(Device d, const std::vector<Tensor>& xs) {
+  std::vector<Tensor> out;
+  for (const Tensor& x : xs) out.push_back(x.to(d));
+  return out;
+}
+
+struct Program {
+  std::string name;
+  std::function<std::vector<Tensor>(std::span<const Tensor>)> fn;
+  std::vector<Tensor> inputs;  // on the CPU
+  int64_t min_kernels = 1;
+};
+
+std::vector<Program> programs() {
+  manual_seed(11);
+  auto gelu9 = [](const Tensor& x) {
+    Tensor cube = x * x * x;
+    Tensor inner = (x + cube * 0.044715f) * 0.7978845608f;
+    return x * 0.5f * (tanh(inner) + 1.0f);
+  };
+  return {
+      {"gelu_from_9_ops", [=](auto in) { return std::vector<Tensor>{gelu9(in[0])}; }, {randn({37, 129})}},
+      {"softmax_from_primitives",
+       [](auto in) {
+         Tensor e = exp(in[0] - amax(in[0], {-1}, true));
+         return std::vector<Tensor>{e / e.sum({-1}, true)};
+       },
+       {randn({5, 7, 300})}},
+      {"layer_norm_from_primitives",
+       [](auto in) {
+         Tensor d = in[0] - in[0].mean({-1}, true);
+         Tensor var = (d * d).mean({-1}, true);
+         return std::vector<Tensor>{d * rsqrt(var + 1e-5f) * in[1] + in[2]};
+       },
+       {randn({33, 257}), randn({257}), randn({257})}},
+      {"two_outputs_of_one_group",
+       [](auto in) {
+         Tensor y = exp(in[0]) * 2.0f;
+         return std::vector<Tensor>{y, y.sum({-1}) + 1.0f};
+       },
+       {randn({9, 65})}},
+      {"a_reduction_over_leading_axes", [](auto in) { return std::vector<Tensor>{(in[0] * in[0]).sum({0, 1}) * 3.0f}; },
+       {randn({6, 5, 70})}},
+      {"broadcast_and_a_transposed_view",
+       [](auto in) { return std::vector<Tensor>{relu(in[0].transpose(0, 1) * in[1] + in[2])}; },
+       {randn({40, 30}), randn({30, 1}), randn({40})}},
+      {"casts_through_bf16_and_f16",
+       [](auto in) {
+         Tensor h = (in[0] * 3.0f).to(DType::BF16);
+         return std::vector<Tensor>{(h.to(f32) + 1.0f).to(DType::F16) * in[0].to(DType::F16)};
+       },
+       {randn({50, 20})}},
+      {"integers_and_comparisons",
+       [](auto in) {
+         Tensor k = in[0] * 3 + 7;
+         return std::vector<Tensor>{where(k > 10, k, k * 2), amax((k - 3).to(f32), {-1})};
+       },
+       {randint(-20, 20, {12, 31}, DType::I64)}},
+      {"a_full_reduction", [](auto in) { return std::vector<Tensor>{(in[0] * 2.0f).exp().sum()}; },
+       {randn({100, 300}) * 0.1f}},
+  };
+}
+
+class CudaTraced : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaTraced, RunsFusedKernelsThatMatchEagerOnTheCpu) {
+  REQUIRE_CUDA();
+  Program p = programs()[GetParam()];
+  SCOPED_TRACE(p.name);
+  std::vector<Tensor> want = p.fn(p.inputs);
+  std::vector<Tensor> args = on(kGpu, p.inputs);
+  jit::Function f = jit::trace_tensors(p.fn, args, p.name);
+  std::vector<Tensor> got = f.call(args);
+  EXPECT_GE(f.stats().kernels, p.min_kernels) << "the function ran op by op";
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].device(), kGpu);
+    EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << "output " << i << ":\n"
+                                                            << got[i].to(cpu) << "\nwant\n" << want[i];
+  }
+  // A second call finds its plan and its kernels.
+  int64_t before = jit::kernel_cache_stats().compiles;
+  std::vector<Tensor> again = f.call(args);
+  EXPECT_EQ(jit::kernel_cache_stats().compiles, before);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(test::bitwise_equal(again[i].to(cpu), got[i].to(cpu)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, CudaTraced, ::testing::Range<size_t>(0, programs().size()),
+                         [](const auto& info) { return programs()[info.param].name; });
+
+TEST(CudaTraced, AnotherBatchSizeReusesTheKernels) {
+  REQUIRE_CUDA();
+  auto softmax = [](const Tensor& x) {
+    Tensor e = exp(x - amax(x, {-1}, true));
+    return e / e.sum({-1}, true);
+  };
+  jit::Function f = jit::trace(softmax, {randn({8, 100}, f32, kGpu)});
+  f(randn({8, 100}, f32, kGpu));
+  int64_t compiles = jit::kernel_cache_stats().compiles;
+  Tensor x = randn({31, 100});
+  Tensor got = f(x.to(kGpu));
+  EXPECT_EQ(jit::kernel_cache_stats().compiles, compiles);
+  EXPECT_EQ(f.stats().traces, 2);
+  EXPECT_TRUE(test::close_enough(got.to(cpu), softmax(x)));
+}
+
+// The compiled backward: its groups are CUDA kernels too, and the gradients match the CPU's.
+TEST(CudaTraced, TheCompiledBackwardMatchesTheCpu) {
+  REQUIRE_CUDA();
+  manual_seed(5);
+  Tensor x = randn({16, 40}), w = randn({40}), b = randn({40});
+  auto loss_of = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor d = x - x.mean({-1}, true);
+    Tensor y = d * rsqrt((d * d).mean({-1}, true) + 1e-5f) * w + b;
+    return (tanh(y) * y).sum();
+  };
+  auto grads = [&](Device dev, bool traced) {
+    auto leaf = [&](const Tensor& t) { return t.to(dev).detach().requires_grad_(); };
+    Tensor xd = leaf(x), wd = leaf(w), bd = leaf(b);
+    Tensor loss;
+    if (traced) {
+      jit::Function f = jit::trace(loss_of, {xd, wd, bd});
+      loss = f(xd, wd, bd);
+      EXPECT_GE(f.stats().kernels, 1);
+    } else {
+      loss = loss_of(xd, wd, bd);
+    }
+    loss.backward();
+    return std::vector<Tensor>{loss.detach(), xd.grad(), wd.grad(), bd.grad()};
+  };
+  std::vector<Tensor> want = grads(cpu, false), got = grads(kGpu, true);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].device(), kGpu);
+    EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << "value " << i;
+  }
+}
+
+// A whole training step traced on CUDA (forward, backward and AdamW's update in one plan) trains
+// as the CPU's eager step does.
+TEST(CudaTraced, AWholeTrainingStepMatchesTheCpusEagerSteps) {
+  REQUIRE_CUDA();
+  manual_seed(3);
+  nn::Linear a1(20, 32), a2(32, 5);
+  nn::Linear b1(20, 32), b2(32, 5);
+  b1.load_state_dict(a1.state_dict());
+  b2.load_state_dict(a2.state_dict());
+  b1.to(kGpu);
+  b2.to(kGpu);
+  std::vector<Tensor> pa{a1.weight, a1.bias, a2.weight, a2.bias}, pb{b1.weight, b1.bias, b2.weight, b2.bias};
+  optim::AdamW oa(pa, 0.01), ob(pb, 0.01);
+  auto step = [](nn::Linear& l1, nn::Linear& l2, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(l2(gelu(l1(x))), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  Tensor x = randn({64, 20}), y = randint(0, 5, {64}, DType::I64);
+  jit::Function traced = jit::trace([&](Tensor x, Tensor y) { return step(b1, b2, ob, x, y); },
+                                    {x.to(kGpu), y.to(kGpu)}, "step");
+  for (int i = 0; i < 5; ++i) {
+    Tensor want = step(a1, a2, oa, x, y);
+    Tensor got = traced(x.to(kGpu), y.to(kGpu));
+    EXPECT_TRUE(test::close_enough(got.to(cpu), want)) << "step " << i;
+  }
+  EXPECT_GE(traced.stats().kernels, 2);
+  for (size_t k = 0; k < pa.size(); ++k) EXPECT_TRUE(test::close_enough(pb[k].to(cpu), pa[k])) << "param " << k;
+}
+
+}  // namespace
+}  // namespace kiln
