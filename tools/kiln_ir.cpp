@@ -6,6 +6,7 @@
 //   kiln-ir dot f.ir | dot -Tsvg > f.svg       Graphviz
 //   kiln-ir run f.ir --input x.npy --repeat 100   (--fuse: the jit's passes and fusion first)
 //   kiln-ir codegen f.ir --target=cpu          LLVM IR of each fused group's kernel
+//   kiln-ir codegen f.ir --target=cuda [--ptx --arch sm_90]   CUDA C (or PTX) of each
 //   kiln-ir inspect m.kiln                     a saved module: versions, signature, parameters, kernels
 //   kiln-ir extract m.kiln -o w.safetensors    a saved module's tensors, as a file other tools read
 //
@@ -38,8 +39,8 @@ struct Args {
   std::vector<std::string> passes;
   bool print_after_all = false;
   std::string output = "-";
-  std::string target = "cpu";
-  std::vector<std::string> dims;  // codegen, inspect: NAME=SIZE
+  CodegenOptions codegen;
+  std::vector<std::string> dims;  // inspect: NAME=SIZE
   RunOptions run;
 };
 
@@ -84,7 +85,7 @@ int dispatch(const CLI::App& app, const Args& a) {
   } else if (app.got_subcommand("run")) {
     run_module(load_verified(a.file), a.run);
   } else if (app.got_subcommand("codegen")) {
-    write_text(a.output, codegen_module(load_verified(a.file), a.target, a.dims));
+    write_text(a.output, codegen_module(load_verified(a.file), a.codegen));
   } else if (app.got_subcommand("inspect")) {
     write_text("-", inspect_module(load_verified(a.file), a.dims));
   } else if (app.got_subcommand("extract")) {
@@ -145,11 +146,13 @@ int main(int argc, char** argv) {
   run->add_option("--repeat", a.run.repeat, "runs to time (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   run->add_option("--save", a.run.save_dir, "write each output as out<i>.npy in this folder");
-  CLI::App* codegen = app.add_subcommand("codegen", "print the LLVM IR of each fused group's kernel");
+  CLI::App* codegen = app.add_subcommand("codegen", "print the source of each fused group's kernel");
   add_file(codegen, a);
-  codegen->add_option("--target", a.target, "cpu (the default)");
+  codegen->add_option("--target", a.codegen.target, "cpu (LLVM IR, the default) or cuda (CUDA C)");
+  codegen->add_option("--arch", a.codegen.arch, "cuda: the architecture for --ptx (default sm_80)");
+  codegen->add_flag("--ptx", a.codegen.ptx, "cuda: NVRTC's PTX instead of the CUDA C (no GPU needed)");
   codegen->add_option("-o,--output", a.output, "write here instead of standard output");
-  codegen->add_option("--dim", a.dims, "NAME=SIZE for a symbolic dim (default 64)");
+  codegen->add_option("--dim", a.codegen.dims, "NAME=SIZE for a symbolic dim (default 64)");
   CLI::App* inspect = app.add_subcommand("inspect", "a saved module's metadata, parameters and the kernels it compiles");
   add_file(inspect, a);
   inspect->add_option("--dim", a.dims, "NAME=SIZE for a dynamic dim, for the kernel list (default 64)");

@@ -36,10 +36,16 @@ void write_text(const std::string& path, std::string_view text);
 /// type of the value they carry; inputs, params, constants and outputs have their own shapes.
 std::string to_dot(const ir::Graph& g);
 
-/// LLVM IR of each fused group's kernel (after the jit's passes and fusion when the graph has no
-/// groups yet, symbolic dims sized by `dims`, NAME=SIZE, default 64), as compiled for this CPU
-/// with contiguous operands. `target`: "cpu".
-std::string codegen_module(const Module& m, const std::string& target, const std::vector<std::string>& dims = {});
+/// What kiln-ir codegen prints.
+struct CodegenOptions {
+  std::string target = "cpu";     // "cpu": LLVM IR for this CPU; "cuda": CUDA C (or PTX)
+  std::string arch = "sm_80";     // cuda: the architecture PTX is made for
+  bool ptx = false;               // cuda: NVRTC's PTX instead of the CUDA C (needs no GPU)
+  std::vector<std::string> dims;  // NAME=SIZE for symbolic dims, default 64
+};
+/// The source of each fused group's kernel (after the jit's passes and fusion when the graph
+/// has no groups yet, symbolic dims sized by `options.dims`), with contiguous operands.
+std::string codegen_module(const Module& m, const CodegenOptions& options = {});
 /// parse_dims, with every symbolic dim not given sized 64.
 std::map<std::string, int64_t, std::less<>> sizes_or_default(const ir::Graph& g, const std::vector<std::string>& dims);
 

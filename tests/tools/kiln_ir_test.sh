@@ -4,6 +4,7 @@
 set -uo pipefail
 KILN_IR="$1"
 DATA="$2"
+HAVE_CUDA="${3:-OFF}"  # kiln built with the CUDA toolkit (KILN_HAVE_CUDA): NVRTC makes PTX
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 passed=0
@@ -145,7 +146,22 @@ has "codegen prefetches the next row" 'call void @llvm\.prefetch'
 printf 'graph @mm(%%0: f32[2,3], %%1: f32[3,4]) -> (f32[2,4]) {\n  %%2 = matmul %%0, %%1 : f32[2,4]\n  return %%2\n}\n' >"$TMP/mm.ir"
 ok "codegen of a graph without groups" codegen "$TMP/mm.ir"
 has "codegen no groups" 'no fused groups'
-bad "codegen cuda" 1 "target 'cuda' is not built in" codegen "$DATA/softmax.ir" --target=cuda
+# --target=cuda: CUDA C from the same groups (string building, in every build); --ptx through
+# NVRTC, which needs no GPU.
+ok "codegen cuda" codegen "$DATA/softmax.ir" --target=cuda
+has "codegen cuda group" '^// ---- group 0: kiln_[0-9a-f]{32} -> f32\[64,128\] \(5 ops\)$'
+has "codegen cuda entry" '^extern "C" __global__ __launch_bounds__\(256\) void kiln_[0-9a-f]{32}\(const Args a\)'
+has "codegen cuda block reduction" '__shfl_xor_sync'
+bad "codegen cuda bad arch" 1 "--arch 'sm_x' is not an architecture like sm_90" codegen "$DATA/softmax.ir" --target=cuda --ptx --arch sm_x
+bad "codegen ptx for the cpu" 1 "--ptx is for --target=cuda" codegen "$DATA/softmax.ir" --ptx
+bad "codegen unknown target" 1 "target 'tpu' is not built in \\(known: cpu, cuda\\)" codegen "$DATA/softmax.ir" --target=tpu
+if [[ $HAVE_CUDA == ON ]]; then
+  ok "codegen ptx" codegen "$DATA/softmax.ir" --target=cuda --ptx --arch sm_90
+  has "codegen ptx target" '^\.target sm_90$'
+  has "codegen ptx entry" '^\.visible \.entry kiln_[0-9a-f]{32}\('
+else
+  bad "codegen ptx without CUDA" 1 "built without CUDA" codegen "$DATA/softmax.ir" --target=cuda --ptx
+fi
 export KILN_CACHE_DIR="$TMP/kernels"
 KILN_LOG=cache "$KILN_IR" run "$DATA/softmax.ir" --fuse --seed 1 >"$TMP/out" 2>"$TMP/err"
 has "run --fuse" '^plan: 1 fused kernel, 0 eager ops'
