@@ -13,6 +13,13 @@
 //   alloc_loop_1000     1000 eager ops on 16 MiB tensors with the caching allocator, and with
 //                       its cache limit at 0 (every free returns memory to the driver): the
 //                       paper's figure
+//   .../traced          the same through jit::trace: gelu and softmax and layer_norm from
+//                       primitives as fused NVRTC kernels, the MLP and transformer steps traced
+//                       whole (forward, backward and update in one plan)
+//   first_call          trace and first call of the gelu chain on cuda:0 in a fresh process
+//                       (this binary with --kiln-first-call, its CUDA context made before the
+//                       clock starts): NVRTC's compile with the disk cache off, the cubin read
+//                       from a warm disk cache
 //
 // Every iteration ends with cuda::synchronize(), so the times are the device's work plus
 // kiln's launch overhead, never the launches alone.
@@ -21,13 +28,20 @@
 
 #include <kiln/kiln.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "benchmarks/bench_cases.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_kernels.h"
+#include "runtime/files.h"
 
 using namespace kiln;
 
@@ -65,6 +79,30 @@ void gelu9_64m(benchmark::State& s) {
   bench::count_bytes(s, 2.0 * 4 * double(k64M));
 }
 
+// `fn` traced on `inputs`, then timed like the eager cases.
+void traced(benchmark::State& s, const jit::TensorFn& fn, std::vector<Tensor> inputs) {
+  jit::Function f = jit::trace_tensors(fn, inputs, "bench");
+  timed(s, [&] { benchmark::DoNotOptimize(f.call(inputs)); });
+  s.counters["kernels"] = double(f.stats().kernels);
+}
+
+void gelu9_64m_traced(benchmark::State& s) {
+  traced(s, [](auto in) { return std::vector<Tensor>{bench::gelu_9ops(in[0])}; }, {randn({k64M}, f32, kGpu)});
+  bench::count_bytes(s, 2.0 * 4 * double(k64M));
+}
+
+void softmax_prims_traced(benchmark::State& s) {
+  traced(s, [](auto in) { return std::vector<Tensor>{bench::softmax_prims(in[0])}; },
+         {randn({16384, 4096}, f32, kGpu)});
+  bench::count_bytes(s, 2.0 * 4 * 16384 * 4096);
+}
+
+void layer_norm_prims_traced(benchmark::State& s) {
+  traced(s, [](auto in) { return std::vector<Tensor>{bench::layer_norm_prims(in[0], in[1], in[2])}; },
+         {randn({16384, 4096}, f32, kGpu), randn({4096}, f32, kGpu), randn({4096}, f32, kGpu)});
+  bench::count_bytes(s, 2.0 * 4 * 16384 * 4096);
+}
+
 void softmax_rows(benchmark::State& s) {
   Tensor x = randn({16384, 4096}, f32, kGpu);
   timed(s, [&] { benchmark::DoNotOptimize(softmax(x, -1)); });
@@ -95,24 +133,36 @@ void matmul_cublas(benchmark::State& s, DType t) {
   bench::count_flops(s, 2.0 * double(kN) * kN * kN);
 }
 
+// One training step, eagerly or traced whole (forward, backward and update in one plan).
 template <class Loss>
-void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops) {
-  timed(s, [&] {
+void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops, bool whole,
+          std::vector<Tensor> inputs) {
+  auto one = [&](std::span<const Tensor> in) {
     opt.zero_grad();
-    loss_of().backward();
+    Tensor loss = loss_of(in);
+    loss.backward();
     opt.step();
-  });
+    return std::vector<Tensor>{loss};
+  };
+  if (whole) {
+    jit::Function f = jit::trace_tensors(one, inputs, "step");
+    timed(s, [&] { benchmark::DoNotOptimize(f.call(inputs)); });
+    s.counters["kernels"] = double(f.stats().kernels);
+  } else {
+    timed(s, [&] { benchmark::DoNotOptimize(one(inputs)); });
+  }
   if (flops > 0) bench::count_flops(s, flops);
 }
 
-void mlp_step(benchmark::State& s) {
+void mlp_step(benchmark::State& s, bool whole) {
   manual_seed(0);
   nn::Linear fc1(784, 256), fc2(256, 10);
   fc1.to(kGpu);
   fc2.to(kGpu);
   optim::SGD opt({fc1.weight, fc1.bias, fc2.weight, fc2.bias}, 0.01);
   Tensor x = randn({256, 784}, f32, kGpu), y = randint(0, 10, {256}, i64, kGpu);
-  step(s, opt, [&] { return cross_entropy(fc2(relu(fc1(x))), y); }, bench::mlp_step_flops(256));
+  step(s, opt, [&](auto in) { return cross_entropy(fc2(relu(fc1(in[0]))), in[1]); }, bench::mlp_step_flops(256),
+       whole, {x, y});
 }
 
 void digits_step(benchmark::State& s) {
@@ -121,7 +171,8 @@ void digits_step(benchmark::State& s) {
   net.to(kGpu);
   optim::Adam opt(net.parameters(), 3e-3);
   Tensor x = rand({bench::kDigitsBatch, 1, 8, 8}, f32, kGpu), y = randint(0, 10, {bench::kDigitsBatch}, i64, kGpu);
-  step(s, opt, [&] { return cross_entropy(net(x), y); }, bench::digits_step_flops(bench::kDigitsBatch));
+  step(s, opt, [&](auto in) { return cross_entropy(net(in[0]), in[1]); }, bench::digits_step_flops(bench::kDigitsBatch),
+       false, {x, y});
 }
 
 void block_step(benchmark::State& s) {
@@ -131,10 +182,10 @@ void block_step(benchmark::State& s) {
   optim::SGD opt(net.parameters(), 0.01);
   const bench::ConvCase& c = bench::kBlockConv;
   Tensor x = randn({c.n, c.c, c.hw, c.hw}, f32, kGpu), target = randn({c.n, c.c, c.hw, c.hw}, f32, kGpu);
-  step(s, opt, [&] { return mse_loss(net(x), target); }, bench::block_step_flops());
+  step(s, opt, [&](auto in) { return mse_loss(net(in[0]), in[1]); }, bench::block_step_flops(), false, {x, target});
 }
 
-void encoder_step(benchmark::State& s) {
+void encoder_step(benchmark::State& s, bool whole) {
   using E = bench::EncoderBlock;
   manual_seed(0);
   E net;
@@ -142,8 +193,8 @@ void encoder_step(benchmark::State& s) {
   optim::AdamW opt(net.parameters(), 1e-3);
   Tensor tokens = randint(0, E::kVocab, {E::kBatch, E::kSeq}, i64, kGpu);
   Tensor next = randint(0, E::kVocab, {E::kBatch * E::kSeq}, i64, kGpu);
-  step(s, opt, [&] { return cross_entropy(net(tokens).reshape({E::kBatch * E::kSeq, E::kVocab}), next); },
-       bench::encoder_step_flops());
+  step(s, opt, [&](auto in) { return cross_entropy(net(in[0]).reshape({E::kBatch * E::kSeq, E::kVocab}), in[1]); },
+       bench::encoder_step_flops(), whole, {tokens, next});
 }
 
 // 1000 eager ops, each allocating its result and freeing the one before: with the cache every
@@ -167,13 +218,58 @@ void alloc_loop(benchmark::State& s, bool cached) {
   memory.set_cache_limit(limit);
 }
 
+// The child's side of first_call: the CUDA context first (not what is measured), then the
+// trace and first call of the gelu chain, to the device's completion; prints milliseconds.
+int first_call_probe() {
+  NoGradGuard g;
+  Tensor x = randn({4096}, f32, kGpu);
+  cuda::synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  jit::Function f = jit::trace([](Tensor x) { return bench::gelu_9ops(x); }, {x});
+  f(x);
+  cuda::synchronize();
+  std::printf("%.4f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return 0;
+}
+
+double child_first_call_ms(const std::string& cache_dir) {
+  std::optional<std::string> out = files::run_program({fmt::format("/proc/{}/exe", ::getpid()), "--kiln-first-call"},
+                                                      {"KILN_CACHE_DIR=" + cache_dir});
+  return out && !out->empty() ? std::atof(out->c_str()) : -1;
+}
+
+void first_call(benchmark::State& s, bool warm) {
+  std::string dir =
+      (std::filesystem::temp_directory_path() / fmt::format("kiln-cuda-bench-cache-{}", ::getpid())).string();
+  std::filesystem::remove_all(dir);
+  if (warm) child_first_call_ms(dir);  // fills the disk cache
+  for (auto _ : s) {
+    double ms = child_first_call_ms(warm ? dir : "off");
+    if (ms < 0) s.SkipWithError("the child process failed");
+    s.SetIterationTime(ms / 1e3);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 void register_all() {
   auto add = [](const std::string& name, std::function<void(benchmark::State&)> fn) {
-    return benchmark::RegisterBenchmark(("cuda/" + name).c_str(), [fn](benchmark::State& s) { fn(s); })->UseRealTime();
+    // A case that throws is reported as failed; the cases after it still run.
+    return benchmark::RegisterBenchmark(("cuda/" + name).c_str(),
+                                        [fn](benchmark::State& s) {
+                                          try {
+                                            fn(s);
+                                          } catch (const std::exception& e) {
+                                            s.SkipWithError(e.what());
+                                          }
+                                        })
+        ->UseRealTime();
   };
   add("copy_64M", copy_64m);
   add("add_64M", add_64m);
   add("gelu9_64M", gelu9_64m);
+  add("gelu9_64M/traced", gelu9_64m_traced);
+  add("softmax_prims[16384x4096]/traced", softmax_prims_traced);
+  add("layer_norm_prims[16384x4096]/traced", layer_norm_prims_traced);
   add("softmax[16384x4096]", softmax_rows);
   add("layer_norm[16384x4096]", layer_norm_rows);
   for (DType t : {f32, DType::BF16}) {
@@ -181,17 +277,25 @@ void register_all() {
     add("matmul_4096_" + d + "/kiln", [t](benchmark::State& s) { matmul_kiln(s, t); });
     add("matmul_4096_" + d + "/cublas", [t](benchmark::State& s) { matmul_cublas(s, t); });
   }
-  add(bench::mlp_step_name(256), mlp_step);
+  add(bench::mlp_step_name(256), [](benchmark::State& s) { mlp_step(s, false); });
+  add(bench::mlp_step_name(256) + "/traced", [](benchmark::State& s) { mlp_step(s, true); });
   add(bench::kDigitsName, digits_step);
   add(bench::kBlockName, block_step);
-  add(bench::kEncoderName, encoder_step);
+  add(bench::kEncoderName, [](benchmark::State& s) { encoder_step(s, false); });
+  add(bench::kEncoderName + "/traced", [](benchmark::State& s) { encoder_step(s, true); });
   add("alloc_loop_1000/cached", [](benchmark::State& s) { alloc_loop(s, true); });
   add("alloc_loop_1000/uncached", [](benchmark::State& s) { alloc_loop(s, false); });
+  for (bool warm : {false, true})
+    benchmark::RegisterBenchmark(warm ? "cuda/first_call_warm_disk_cache/traced" : "cuda/first_call_cold_cache/traced",
+                                 [warm](benchmark::State& s) { first_call(s, warm); })
+        ->UseManualTime()
+        ->Iterations(5);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--kiln-first-call") return first_call_probe();
   if (!cuda::is_available()) {
     std::printf("kiln_cuda_bench: skipped, no CUDA here: %s\n", cuda::unavailable_reason().c_str());
     return 0;
