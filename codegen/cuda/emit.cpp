@@ -22,6 +22,9 @@
 namespace kiln::codegen {
 namespace {
 
+// Indices a thread handles per turn of a strided loop, their loads issued together.
+constexpr int kUnroll = 4;
+
 enum class CT : uint8_t { F32, F64, I32, I64, U8 };
 const char* cname(CT t) {
   switch (t) {
@@ -534,6 +537,54 @@ struct KernelEmitter {
     e.line("__syncthreads();  // the slot is reused");
   }
 
+  // The outputs computed at one loop index (before any is stored).
+  struct Computed {
+    std::vector<std::string> idx;
+    std::vector<std::pair<size_t, Val>> out;  // (output, value)
+  };
+  // Every output (with full_only: the full-size ones) at the index whose `dims` coordinates
+  // come from linear index `i`, the other coordinates as in `base`.
+  Computed outputs_at(const std::vector<int>& dims, const std::string& i, const std::vector<std::string>& base,
+                      bool full_only = false) {
+    Computed c{base, {}};
+    coords(dims, i, c.idx);
+    std::map<uint32_t, Val> memo;
+    for (size_t o = 0; o < n_out; ++o)
+      if (!full_only || full_output(o)) c.out.emplace_back(o, value(body.outputs[o], c.idx, memo));
+    return c;
+  }
+  void store_all(const Computed& c) {
+    for (const auto& [o, v] : c.out) store(o, v, c.idx);
+  }
+
+  // A strided loop, `for (i = start; i < limit; i += step)`, unrolled kUnroll times: each turn
+  // runs `load` for kUnroll indices first, then `use` on each result in index order, so the
+  // loads of a turn are in flight together (stores come after every load: the compiler may not
+  // move a load above a store that could alias it). A remainder loop finishes. `load` gets the
+  // index's name and returns what `use` takes.
+  template <class Load, class Use>
+  void unrolled_loop(const std::string& start, const std::string& limit, const std::string& step, Load load, Use use) {
+    std::string i0 = e.temp();
+    e.line(fmt::format("long long {} = {};", i0, start));
+    e.line(fmt::format("for (; {0} + {1} * ({2}) < {3}; {0} += {4} * ({2})) {{", i0, kUnroll - 1, step, limit, kUnroll));
+    ++e.indent;
+    std::vector<decltype(load(std::string()))> turn;
+    for (int k = 0; k < kUnroll; ++k) {
+      std::string ik = e.temp();
+      e.line(fmt::format("const long long {} = {} + {} * ({});", ik, i0, k, step));
+      turn.push_back(load(ik));
+    }
+    for (auto& t : turn) use(t);
+    --e.indent;
+    e.line("}");
+    e.line(fmt::format("for (; {0} < {1}; {0} += {2}) {{", i0, limit, step));
+    ++e.indent;
+    auto t = load(i0);
+    use(t);
+    --e.indent;
+    e.line("}");
+  }
+
   std::string run(const std::string& symbol) {
     size_t n_ops = n_in + n_out;
     std::vector<Reduction> reds;
@@ -554,14 +605,10 @@ struct KernelEmitter {
     e.indent = 1;
     if (reds.empty()) {
       e.line(fmt::format("const long long total = {};", count(all)));
-      e.line("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; "
-             "i += (long long)gridDim.x * blockDim.x) {");
-      ++e.indent;
-      coords(all, "i", idx);
-      std::map<uint32_t, Val> memo;
-      for (size_t o = 0; o < n_out; ++o) store(o, value(body.outputs[o], idx, memo), idx);
-      --e.indent;
-      e.line("}");
+      e.line("const long long step = (long long)gridDim.x * blockDim.x;");
+      unrolled_loop("(long long)blockIdx.x * blockDim.x + threadIdx.x", "total", "step",
+                    [&](const std::string& i) { return outputs_at(all, i, idx); },
+                    [&](const Computed& c) { store_all(c); });
     } else {
       KILN_CHECK(!kept.empty() || L.rank >= 1, "codegen: a reduction kernel needs a loop");
       e.line(fmt::format("const long long rows = {}, cols = {};", count(kept), count(reduced)));
@@ -575,22 +622,31 @@ struct KernelEmitter {
           e.line(fmt::format("{} {} = {};", cname(ct_of(r.acc)), a, identity(r.op, r.acc)));
           acc[r.value] = Val(&e, a, ct_of(r.acc));
         }
-        e.line("for (long long j = threadIdx.x; j < cols; j += blockDim.x) {");
-        ++e.indent;
-        std::vector<std::string> jx = idx;
-        coords(reduced, "j", jx);
-        std::map<uint32_t, Val> memo;
-        for (const Reduction& r : reds) {
-          if (level[r.value] != lv) continue;
-          const ir::Node& n = body.nodes[producer[r.value]];
-          Val in = value(n.inputs[0], jx, memo);
-          if (auto st = stash.find(n.inputs[0]); st != stash.end() && lv == max_level) store(st->second, in, jx);
-          Val x = e.cast(in, body.type(n.inputs[0]).dtype, r.acc);
-          const std::string& a = acc[r.value].x;
-          e.line(fmt::format("{} = {};", a, combine(r.op, r.acc, a, x.as(ct_of(r.acc)))));
-        }
-        --e.indent;
-        e.line("}");
+        // Per reduced index: each reduction's input (cast to its accumulator), then the stashes
+        // and the combines, in index order (each thread's order, so the bits do not change).
+        struct Inputs {
+          std::vector<std::string> jx;
+          std::vector<std::pair<const Reduction*, Val>> in;  // per reduction of this level
+        };
+        unrolled_loop(
+            "threadIdx.x", "cols", "blockDim.x",
+            [&](const std::string& j) {
+              Inputs t{idx, {}};
+              coords(reduced, j, t.jx);
+              std::map<uint32_t, Val> memo;
+              for (const Reduction& r : reds)
+                if (level[r.value] == lv) t.in.emplace_back(&r, value(body.nodes[producer[r.value]].inputs[0], t.jx, memo));
+              return t;
+            },
+            [&](const Inputs& t) {
+              for (const auto& [r, in] : t.in) {
+                uint32_t u = body.nodes[producer[r->value]].inputs[0];
+                if (auto st = stash.find(u); st != stash.end() && lv == max_level) store(st->second, in, t.jx);
+                Val x = e.cast(in, body.type(u).dtype, r->acc);
+                const std::string& a = acc[r->value].x;
+                e.line(fmt::format("{} = {};", a, combine(r->op, r->acc, a, x.as(ct_of(r->acc)))));
+              }
+            });
         for (const Reduction& r : reds)
           if (level[r.value] == lv) block_reduce(r, acc[r.value].x);
         std::map<uint32_t, Val> done;  // reduced outputs this level completed
@@ -609,15 +665,9 @@ struct KernelEmitter {
       for (size_t o = 0; o < n_out; ++o) any_full = any_full || full_output(o);
       if (any_full) {
         final_pass = true;
-        e.line("for (long long j = threadIdx.x; j < cols; j += blockDim.x) {");
-        ++e.indent;
-        std::vector<std::string> jx = idx;
-        coords(reduced, "j", jx);
-        std::map<uint32_t, Val> memo;
-        for (size_t o = 0; o < n_out; ++o)
-          if (full_output(o)) store(o, value(body.outputs[o], jx, memo), jx);
-        --e.indent;
-        e.line("}");
+        unrolled_loop("threadIdx.x", "cols", "blockDim.x",
+                      [&](const std::string& j) { return outputs_at(reduced, j, idx, /*full_only=*/true); },
+                      [&](const Computed& c) { store_all(c); });
         final_pass = false;
       }
       --e.indent;
