@@ -85,6 +85,87 @@ uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
 
 }  // namespace
 
+namespace {
+
+// Reductions of more elements per output than kSplitMin, into fewer kept indices than a grid of
+// kSplitRows blocks per multiprocessor, run in parts (CudaGroup::Split) of at least kSplitMin
+// elements: enough blocks to fill the device, then a second, small reduction.
+constexpr int64_t kSplitMin = 4096;
+constexpr int64_t kSplitRows = 4;
+
+void split_reduction(CudaGroup& g, const ir::Graph& body, int device) {
+  codegen::KernelLayout& L = g.layout;
+  if (L.reduced == 0) return;
+  int64_t rows = 1, cols = 1;
+  for (int d = 0; d < L.rank; ++d) (L.reduced >> d & 1 ? cols : rows) *= g.sizes[static_cast<size_t>(d)];
+  int64_t want = int64_t{sm_count(device)} * kSplitRows;
+  if (rows == 0 || rows >= want || cols < 2 * kSplitMin || L.rank >= 16) return;
+  std::vector<OpId> combine = terminal_reductions(body);
+  if (combine.empty()) return;
+  int d = 0;
+  while (!(L.reduced >> d & 1)) ++d;  // the outermost reduced dim
+  int64_t size = g.sizes[static_cast<size_t>(d)];
+  int64_t inner = cols / size;  // the other reduced dims' elements
+  int64_t runs = std::min({(want + rows - 1) / rows, size * inner / kSplitMin, size});
+  if (runs < 2) return;
+  int64_t run = size / runs;
+  CudaGroup::Split& sp = g.split;
+  sp.dim = d;
+  sp.runs = runs;
+  sp.run = run;
+  sp.rest = size - runs * run;
+  sp.combine = std::move(combine);
+  // Dim d becomes (runs: kept, run: reduced). Inputs step run * stride through the parts; the
+  // partial outputs step one output's elements (they are [parts, output...], contiguous).
+  size_t n_in = L.inputs.size(), n_ops = n_in + L.outputs.size(), rank = static_cast<size_t>(L.rank);
+  std::vector<int64_t> strides;
+  for (size_t k = 0; k < n_ops; ++k) {
+    for (size_t e = 0; e < rank; ++e) {
+      int64_t s = g.strides[k * rank + e];
+      if (e == static_cast<size_t>(d)) {
+        int64_t per_part = k < n_in ? s * run : body.type(body.outputs[k - n_in]).shape.product();
+        if (k < n_in) sp.input_step.push_back(s * run);
+        strides.push_back(per_part);
+      }
+      strides.push_back(s);
+    }
+  }
+  g.strides = std::move(strides);
+  g.sizes[static_cast<size_t>(d)] = run;
+  g.sizes.insert(g.sizes.begin() + d, runs);
+  // The layout: one more dim; d kept, the dims from d on move one up.
+  uint32_t low = L.reduced & ((1u << d) - 1), high = L.reduced >> d;
+  L.reduced = low | (high << (d + 1));
+  ++L.rank;
+  for (size_t k = 0; k < n_ops; ++k) {
+    codegen::OperandLayout& o = k < n_in ? L.inputs[k] : L.outputs[k - n_in];
+    o.broadcast = 0;
+    for (int e = 0; e < L.rank; ++e)
+      if (g.strides[k * static_cast<size_t>(L.rank) + static_cast<size_t>(e)] == 0) o.broadcast |= 1u << e;
+  }
+  L.parallel_dim = -1;
+}
+
+// The sizes of a split group's last, shorter part: one part of `rest` elements.
+std::vector<int64_t> rest_sizes(const CudaGroup& g) {
+  std::vector<int64_t> sizes = g.sizes;
+  sizes[static_cast<size_t>(g.split.dim)] = 1;
+  sizes[static_cast<size_t>(g.split.dim) + 1] = g.split.rest;
+  return sizes;
+}
+
+// Queues g's kernel over `sizes` with operand pointers `data`.
+void launch_words(const CudaGroup& g, const std::vector<int64_t>& sizes, const std::vector<void*>& data,
+                  int64_t blocks) {
+  if (blocks == 0) return;  // nothing to compute
+  std::vector<uint64_t> args = codegen::pack_cuda_args(g.layout, sizes, g.strides, data, g.immediates);
+  unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+  void* param = args.data();
+  cuda::launch(g.fn, grid, block, codegen::kCudaSharedBytes, &param);
+}
+
+}  // namespace
+
 CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, bool eager) {
   const ir::Graph& body = *fused.body;
   std::vector<Dims> shapes, strides;
@@ -103,27 +184,49 @@ CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inpu
     for (const codegen::CudaImmediate& m : codegen::cuda_immediates(body))
       g.immediates.push_back(immediate_bits(body.nodes[m.node].attrs.imm[m.slot], m.is_float));
   int device = body.type(body.outputs[0]).device.index;
+  split_reduction(g, body, device);
   CudaKernel k = cuda_kernel_for(codegen::emit_cuda(body, g.layout, "kiln_kernel", options), device);
   g.fn = k.fn;
   g.symbol = std::move(k.symbol);
   g.blocks = grid_for(g.layout, g.sizes, device);
+  if (g.split.rest > 0) g.split.rest_blocks = grid_for(g.layout, rest_sizes(g), device);
   return g;
 }
 
 void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
-  if (g.blocks == 0) return;  // nothing to compute
+  for (const Tensor& y : outputs)
+    KILN_CHECK(y.is_contiguous() && y.device().index == g.fn.device && y.device().is_cuda(),
+               "fused group: outputs are contiguous tensors on cuda:{}", g.fn.device);
   std::vector<void*> data;
   data.reserve(inputs.size() + outputs.size());
   for (const Tensor& x : inputs) data.push_back(x.data_ptr());
-  for (const Tensor& y : outputs) {
-    KILN_CHECK(y.is_contiguous() && y.device().index == g.fn.device && y.device().is_cuda(),
-               "fused group: outputs are contiguous tensors on cuda:{}", g.fn.device);
-    data.push_back(y.data_ptr());
+  const CudaGroup::Split& sp = g.split;
+  if (sp.dim < 0) {
+    for (const Tensor& y : outputs) data.push_back(y.data_ptr());
+    launch_words(g, g.sizes, data, g.blocks);
+    return;
   }
-  std::vector<uint64_t> args = codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.immediates);
-  unsigned grid[3] = {static_cast<unsigned>(g.blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
-  void* param = args.data();
-  cuda::launch(g.fn, grid, block, codegen::kCudaSharedBytes, &param);
+  // In parts: partial results, then their reduction into the outputs.
+  int64_t parts = sp.runs + (sp.rest > 0);
+  std::vector<Tensor> partial;
+  for (const Tensor& y : outputs) {
+    Dims shape = y.shape();
+    shape.insert(0, parts);
+    partial.push_back(Tensor::empty({y.dtype(), shape, y.device()}));
+    data.push_back(partial.back().data_ptr());
+  }
+  launch_words(g, g.sizes, data, g.blocks);
+  if (sp.rest > 0) {  // the shorter last part: one more part of `rest` elements
+    for (size_t k = 0; k < inputs.size(); ++k)
+      data[k] = static_cast<char*>(data[k]) + sp.runs * sp.input_step[k] * dtype_size(inputs[k].dtype());
+    for (size_t j = 0; j < outputs.size(); ++j) data[inputs.size() + j] = partial[j][sp.runs].data_ptr();
+    launch_words(g, rest_sizes(g), data, sp.rest_blocks);
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    Attrs attrs;
+    attrs.axes = {0};
+    copy_between(apply(sp.combine[j], {partial[j]}, attrs), outputs[j]);
+  }
 }
 
 void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,

@@ -24,6 +24,17 @@ struct CudaGroup {
   std::string symbol;                // kiln_<hash of the source>
   cuda::DeviceFunction fn;  // on the operands' device
   int64_t blocks = 0;        // the launch's grid
+  /// A reduction of many elements into few outputs runs in parts: loop dim `dim` of the
+  /// original layout became two, `runs` parts (kept) of `run` elements (reduced), and the
+  /// kernel writes partial results [runs (+1 for a shorter last part of `rest` elements),
+  /// output...] that `combine` reduces over their first dim. dim -1: no split.
+  struct Split {
+    int dim = -1;
+    int64_t runs = 0, run = 0, rest = 0;
+    std::vector<int64_t> input_step;  // per input: elements from one part to the next
+    std::vector<OpId> combine;        // per output
+    int64_t rest_blocks = 0;
+  } split;
 };
 
 /// Compiles `fused`'s body for operands shaped and strided as `inputs` (on one CUDA device, any

@@ -81,26 +81,6 @@ Dims output_strides(const Dims& domain, uint64_t reduced) {
   return s;
 }
 
-// The reductions producing each of the body's outputs, when every output is one and no node
-// of the body reads a reduction's result; else empty.
-std::vector<OpId> terminal_reductions(const ir::Graph& body) {
-  std::vector<int> made_by(body.types.size(), -1);  // value -> node index
-  for (size_t i = 0; i < body.nodes.size(); ++i)
-    if (body.nodes[i].result != ir::kNoValue) made_by[body.nodes[i].result] = static_cast<int>(i);
-  auto is_reduction = [&](uint32_t v) {
-    int i = made_by[v];
-    return i >= 0 && body.nodes[i].kind == ir::NodeKind::Op && ir::fusible_reduction(body.nodes[i].op);
-  };
-  for (const ir::Node& n : body.nodes)
-    for (uint32_t v : n.inputs)
-      if (is_reduction(v)) return {};
-  std::vector<OpId> ops;
-  for (uint32_t v : body.outputs) {
-    if (!is_reduction(v)) return {};
-    ops.push_back(body.nodes[made_by[v]].op);
-  }
-  return ops;
-}
 
 void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
   std::vector<Dims> shapes, strides;
@@ -124,6 +104,25 @@ void prepare_cuda(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins)
 }
 
 }  // namespace
+
+std::vector<OpId> terminal_reductions(const ir::Graph& body) {
+  std::vector<int> made_by(body.types.size(), -1);  // value -> node index
+  for (size_t i = 0; i < body.nodes.size(); ++i)
+    if (body.nodes[i].result != ir::kNoValue) made_by[body.nodes[i].result] = static_cast<int>(i);
+  auto is_reduction = [&](uint32_t v) {
+    int i = made_by[v];
+    return i >= 0 && body.nodes[i].kind == ir::NodeKind::Op && ir::fusible_reduction(body.nodes[i].op);
+  };
+  for (const ir::Node& n : body.nodes)
+    for (uint32_t v : n.inputs)
+      if (is_reduction(v)) return {};
+  std::vector<OpId> ops;
+  for (uint32_t v : body.outputs) {
+    if (!is_reduction(v)) return {};
+    ops.push_back(body.nodes[made_by[v]].op);
+  }
+  return ops;
+}
 
 KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::span<const Dims> operand_strides) {
   const ir::Graph& body = *n.body;

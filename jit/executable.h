@@ -37,6 +37,11 @@ struct KernelArgs {
 };
 KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides);
 
+/// The reductions producing each of `body`'s outputs, when every output is one and no node of
+/// the body reads a reduction's result (such a group may reduce in parts, then combine the
+/// partial results with these ops); else empty.
+std::vector<OpId> terminal_reductions(const ir::Graph& body);
+
 /// A fused group named for people by its ops ("fused amax+sub+exp+sum+div"): its kernel's
 /// symbol is a hash. The profiler and kiln-ir inspect show it.
 std::string group_label(const ir::Graph& body);

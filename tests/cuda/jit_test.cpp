@@ -79,6 +79,16 @@ std::vector<Program> programs() {
        {randint(-20, 20, {12, 31}, DType::I64)}},
       {"a_full_reduction", [](auto in) { return std::vector<Tensor>{(in[0] * 2.0f).exp().sum()}; },
        {randn({100, 300}) * 0.1f}},
+      // Many elements into few outputs: reduced in parts, then the parts (CudaGroup::Split),
+      // with a shorter last part.
+      {"a_split_reduction_over_leading_axes",
+       [](auto in) {
+         Tensor y = in[0] * in[0];
+         return std::vector<Tensor>{y.sum({0}), amax(y, {0}), amin(in[0] + 1.0f, {0})};
+       },
+       {randn({20011, 3})}},
+      {"a_split_integer_sum", [](auto in) { return std::vector<Tensor>{(in[0] * 3).sum()}; },
+       {randint(-1000, 1000, {40009}, DType::I64)}},
   };
 }
 
@@ -154,6 +164,17 @@ TEST(CudaTraced, TheCompiledBackwardMatchesTheCpu) {
     EXPECT_EQ(got[i].device(), kGpu);
     EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << "value " << i;
   }
+}
+
+// Eager reductions of many elements into few run in parts too.
+TEST(CudaReductions, ManyElementsIntoFewRunInParts) {
+  REQUIRE_CUDA();
+  manual_seed(9);
+  Tensor x = randn({100003}), m = randn({9001, 3});
+  EXPECT_TRUE(test::close_enough(x.to(kGpu).sum().to(cpu), x.sum()));
+  EXPECT_TRUE(test::close_enough(amax(x.to(kGpu), {0}).to(cpu), amax(x, {0})));
+  EXPECT_TRUE(test::close_enough(m.to(kGpu).sum({0}).to(cpu), m.sum({0})));
+  EXPECT_TRUE(test::close_enough(m.to(kGpu).transpose(0, 1).sum({1}).to(cpu), m.transpose(0, 1).sum({1})));
 }
 
 // A whole training step traced on CUDA (forward, backward and AdamW's update in one plan) trains
