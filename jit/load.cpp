@@ -70,6 +70,16 @@ struct LoadedFunction::State {
     return results;
   }
 
+  // The callable: a Function over the replay, its parameters named as saved (its plans hold
+  // the parameter tensors: made again when they are replaced).
+  void make_function() {
+    ParamNames named;
+    for (size_t i = 0; i < params.size(); ++i) named.emplace_back(info.parameters[i].name, params[i]);
+    State* self = this;  // the Function lives inside the state it reads
+    fn = std::make_unique<Function>([self](std::span<const Tensor> in) { return self->replay(in); }, info.name,
+                                    std::move(named));
+  }
+
   size_t find(const std::string& name) const {
     for (size_t i = 0; i < info.parameters.size(); ++i)
       if (info.parameters[i].name == name && !info.parameters[i].constant) return i;
@@ -294,12 +304,7 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
     st->random_state = from_vector<int64_t>({m.integer(r, "seed", INT64_MIN, INT64_MAX), m.integer(r, "offset", 0, INT64_MAX)});
   }
 
-  // The callable: a Function over the replay, its parameters named as saved.
-  ParamNames named;
-  for (size_t i = 0; i < st->params.size(); ++i) named.emplace_back(info.parameters[i].name, st->params[i]);
-  LoadedFunction::State* raw = st.get();  // the Function lives inside the state it reads
-  st->fn = std::make_unique<Function>([raw](std::span<const Tensor> in) { return raw->replay(in); }, info.name,
-                                      std::move(named));
+  st->make_function();
   LoadedFunction f;
   f.state_ = std::move(st);
   return f;
@@ -332,6 +337,32 @@ std::vector<std::pair<std::string, Tensor>> LoadedFunction::named_parameters() c
 }
 
 Tensor LoadedFunction::parameter(const std::string& name) const { return state_->params[state_->find(name)]; }
+
+void LoadedFunction::to(Device device) {
+  State& s = *state_;
+  NoGradGuard no_grad;
+  bool moved = false;
+  for (Tensor& p : s.params) {
+    if (p.device() == device) continue;
+    Tensor copy = p.to(device).detach();
+    if (p.requires_grad()) copy.requires_grad_();
+    p = copy;
+    moved = true;
+  }
+  if (!moved) return;
+  // The saved graph's values and moves follow: its calls take inputs on `device` now.
+  for (TensorType& t : s.graph.types) t.device = device;
+  for (ir::Node& n : s.graph.nodes)
+    if (n.kind == ir::NodeKind::Op && n.op == OpId::ToDevice) n.attrs.device = device;
+  for (ParameterInfo& p : s.info.parameters) p.type.device = device;
+  s.make_function();
+}
+
+LoadedFunction load(const std::string& path, Device device) {
+  LoadedFunction f = load(path);
+  f.to(device);
+  return f;
+}
 
 void LoadedFunction::set_parameter(const std::string& name, const Tensor& value) {
   State& s = *state_;

@@ -180,7 +180,9 @@ struct Symbolizer {
   }
   static bool equal_bytes(const Tensor& a, const Tensor& b) {
     size_t n = static_cast<size_t>(a.numel() * dtype_size(a.dtype()));
-    return n == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), n) == 0;
+    if (n == 0) return true;
+    Tensor x = a.to(cpu).contiguous(), y = b.to(cpu).contiguous();  // constants of a CUDA trace too
+    return std::memcmp(x.data_ptr(), y.data_ptr(), n) == 0;
   }
 };
 
@@ -245,6 +247,13 @@ void save(const Function& fn, const std::string& path, const SaveOptions& option
              "jit::save: @{} draws random numbers: its draws' offsets depend on the sizes, so it saves with static "
              "dims only",
              sp.name);
+  // A module is saved for the CPU: a graph traced on one device (all its values there) is
+  // written with every value on the CPU, and jit::load(path, device) moves it where it runs.
+  // A graph that moves data between devices keeps its devices.
+  bool one_device = true;
+  for (const TensorType& ty : g.types) one_device = one_device && ty.device == g.types.front().device;
+  if (one_device)
+    for (TensorType& ty : g.types) ty.device = cpu;
 
   // Names: the graph's own (trace_module), then the options', then param.N; unique.
   std::vector<Tensor> values = t.params;

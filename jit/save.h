@@ -135,6 +135,11 @@ class LoadedFunction {
   /// The parameters (constants left out) as a state dict, for save_safetensors.
   std::map<std::string, Tensor> state_dict() const;
 
+  /// Moves the parameters, buffers, optimizer state and constants to `device` (as copies;
+  /// requires_grad kept): later calls take inputs there and compile for it. A module saved on
+  /// one device runs on another. Not concurrently with calls.
+  void to(Device device);
+
   /// A step that draws random numbers keeps the generator's state from when it was saved:
   /// this puts the generator there, so the loaded step draws what the original would next.
   void restore_random_state() const;
@@ -148,6 +153,8 @@ class LoadedFunction {
 
 /// Reads a saved module (jit::save); throws kiln::Error naming the file and what is wrong.
 LoadedFunction load(const std::string& path);
+/// The same with its tensors moved to `device` (LoadedFunction::to): jit::load(path, cuda::device(0)).
+LoadedFunction load(const std::string& path, Device device);
 /// The same from the file's bytes; `name` stands for the file in errors.
 LoadedFunction load_bytes(std::string_view bytes, const std::string& name = "<bytes>");
 

@@ -6,10 +6,15 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "examples/digits_net.h"
+#include "jit/save.h"
 #include "jit/trace.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/jit/jit_test_util.h"
@@ -207,6 +212,77 @@ TEST(CudaTraced, AWholeTrainingStepMatchesTheCpusEagerSteps) {
   }
   EXPECT_GE(traced.stats().kernels, 2);
   for (size_t k = 0; k < pa.size(); ++k) EXPECT_TRUE(test::close_enough(pb[k].to(cpu), pa[k])) << "param " << k;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kiln_cuda_jit_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+// A forward saved on the CPU runs on CUDA after jit::load(path, device), at any batch size; one
+// saved from CUDA tensors loads onto the CPU; LoadedFunction::to moves a loaded one back.
+TEST(CudaSavedModules, AForwardSavedOnOneDeviceRunsOnTheOther) {
+  REQUIRE_CUDA();
+  manual_seed(4);
+  examples::DigitsNet net;
+  Tensor x = rand({5, 1, 8, 8}), x7 = rand({7, 1, 8, 8});
+  Tensor want, want7;
+  {
+    NoGradGuard g;
+    want = net(x);
+    want7 = net(x7);
+  }
+  std::string from_cpu = temp_path("from_cpu.kiln"), from_gpu = temp_path("from_gpu.kiln");
+  jit::save_module(net, x, from_cpu, jit::SaveOptions().dynamic(0, 0, "B"));
+  jit::LoadedFunction f = jit::load(from_cpu, kGpu);
+  for (const auto& [name, p] : f.named_parameters()) EXPECT_EQ(p.device(), kGpu) << name;
+  Tensor got = f(x.to(kGpu)), got7 = f(x7.to(kGpu));
+  EXPECT_EQ(got.device(), kGpu);
+  EXPECT_TRUE(test::close_enough(got.to(cpu), want));
+  EXPECT_TRUE(test::close_enough(got7.to(cpu), want7));
+  EXPECT_GE(f.stats().kernels, 1);
+  f.to(cpu);
+  EXPECT_TRUE(test::close_enough(f(x), want));
+  test::expect_error([&] { f(x.to(kGpu)); }, {"cuda:0"});
+
+  net.to(kGpu);
+  jit::save_module(net, x.to(kGpu), from_gpu, jit::SaveOptions().dynamic(0, 0, "B"));
+  jit::LoadedFunction g = jit::load(from_gpu);
+  EXPECT_TRUE(test::close_enough(g(x7), want7));
+  std::filesystem::remove(from_cpu);
+  std::filesystem::remove(from_gpu);
+}
+
+// A whole training step saved on the CPU trains on CUDA as it does on the CPU.
+TEST(CudaSavedModules, ASavedTrainingStepTrainsOnCuda) {
+  REQUIRE_CUDA();
+  manual_seed(8);
+  nn::Linear l1(6, 8), l2(8, 3);
+  optim::Adam opt({l1.weight, l1.bias, l2.weight, l2.bias}, 0.05);
+  Tensor x = randn({16, 6}), y = randint(0, 3, {16}, DType::I64);
+  jit::Function step = jit::trace(
+      [&](Tensor x, Tensor y) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(l2(relu(l1(x))), y);
+        loss.backward();
+        opt.step();
+        return loss;
+      },
+      {x, y});
+  std::string path = temp_path("step.kiln");
+  jit::save(step, path);
+  jit::LoadedFunction on_cpu = jit::load(path), on_gpu = jit::load(path, kGpu);
+  for (int i = 0; i < 4; ++i) {
+    Tensor a = on_cpu(x, y), b = on_gpu(x.to(kGpu), y.to(kGpu));
+    EXPECT_TRUE(test::close_enough(b.to(cpu), a)) << "step " << i;
+  }
+  auto pa = on_cpu.named_parameters(), pb = on_gpu.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t k = 0; k < pa.size(); ++k) {
+    EXPECT_EQ(pb[k].second.device(), kGpu) << pa[k].first;
+    EXPECT_TRUE(test::close_enough(pb[k].second.to(cpu), pa[k].second)) << pa[k].first;
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
