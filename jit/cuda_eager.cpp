@@ -102,6 +102,8 @@ void split_reduction(CudaGroup& g, const ir::Graph& body, int device) {
   if (rows == 0 || rows >= want || cols < 2 * kSplitMin || L.rank >= 16) return;
   std::vector<OpId> combine = terminal_reductions(body);
   if (combine.empty()) return;
+  for (uint32_t o : body.outputs)  // partial results in f16/bf16 would round twice
+    if (body.type(o).dtype == DType::F16 || body.type(o).dtype == DType::BF16) return;
   int d = 0;
   while (!(L.reduced >> d & 1)) ++d;  // the outermost reduced dim
   int64_t size = g.sizes[static_cast<size_t>(d)];

@@ -71,6 +71,18 @@ run() {
   grep -q "exit 0$" "$out/cuda_tests.log" || status=1
   [[ $(grep -c "exit 0$" "$out/every_op.log") == 4 ]] || status=1
   KILN_LOG=cuda "$k/bin/kiln_cuda_tests" --gtest_filter='CudaConv.*' 2>&1 | grep -E "kiln:cuda|OK|FAILED" | sort | uniq -c
+  # KILN_GPU_DIFF_PROGRAMS=N: the CUDA differential test on N random programs, in 8 processes.
+  local n=${KILN_GPU_DIFF_PROGRAMS:-0}
+  if ((n > 0)); then
+    for i in 0 1 2 3 4 5 6 7; do
+      KILN_DIFF_PROGRAMS=$((n / 8)) KILN_DIFF_SEED=$((i * (n / 8))) timeout 240 "$k/bin/kiln_cuda_tests" \
+        --gtest_filter='CudaDifferential.*' >"$out/diff.$i.log" 2>&1 &
+    done
+    wait
+    cat "$out"/diff.*.log >"$out/differential.log" && rm "$out"/diff.*.log
+    grep -E "^cuda: [0-9]+ of" "$out/differential.log" || status=1
+    grep -q "FAILED" "$out/differential.log" && status=1
+  fi
   [[ ${2:-} == tests ]] && return "$status"
   timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$k/bin/kiln_cuda_bench" --benchmark_min_time=0.3 2>&1 | tee "$out/bench.log" || status=1
   PYTHONUNBUFFERED=1 timeout 75 python3 benchmarks/torch_cuda_peer.py --min-time 0.3 2>&1 | tee "$out/torch_peer.log" || status=1

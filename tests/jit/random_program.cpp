@@ -5,6 +5,7 @@
 #include <kiln/kiln.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "random_generator.h"
 
@@ -76,21 +77,31 @@ size_t Generator::new_arg(const Dims& shape, DType dtype) {
   return add(fmt::format("arg {}", k), [k](auto args, auto&) { return args[k]; });
 }
 
+// A program runs on the device of its first argument (the CUDA differential test moves the
+// arguments): captured tensors are copied there once, when first read eagerly (a trace then
+// captures the copy), and literals are made there.
 size_t Generator::captured(const Dims& shape, DType dtype) {
   std::string name = fmt::format("c{}", p_.captured.size());
   Tensor c = random_data(shape, dtype);
   p_.captured.emplace_back(name, c);
-  return add(name, [c](auto, auto&) { return c; });
+  auto copies = std::make_shared<std::vector<Tensor>>(1, c);
+  return add(name, [copies](auto args, auto&) {
+    Device d = args[0].device();
+    for (const Tensor& t : *copies)
+      if (t.device() == d) return t;
+    copies->push_back(copies->front().to(d));
+    return copies->back();
+  });
 }
 
 size_t Generator::literal(const Dims& shape, DType dtype) {
   if (coin(0.5)) {
     double v = number();
     return add(fmt::format("full {}", v),
-               [shape, v, dtype](auto, auto&) { return full(shape, v, dtype); });
+               [shape, v, dtype](auto args, auto&) { return full(shape, v, dtype, args[0].device()); });
   }
-  return add("arange", [shape, dtype](auto, auto&) {
-    return (arange(shape.product()).to(dtype) * 0.25 - 1.0).reshape(shape);
+  return add("arange", [shape, dtype](auto args, auto&) {
+    return (arange(shape.product()).to(dtype).to(args[0].device()) * 0.25 - 1.0).reshape(shape);
   });
 }
 
