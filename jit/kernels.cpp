@@ -82,7 +82,8 @@ CudaKernel cuda_kernel_for(const std::string& source, int device) {
   try {
     auto t0 = std::chrono::steady_clock::now();
     int arch = cuda::compute_capability(device);
-    std::string identity = fmt::format("{}\nnvrtc {}; sm_{}\n{}", kKilnVersion, codegen::cuda::nvrtc_version(), arch, src);
+    std::string identity = fmt::format("{}\nnvrtc {} ({}); sm_{}\n{}", kKilnVersion, codegen::cuda::nvrtc_version(),
+                                       codegen::cuda::nvrtc_options(), arch, src);
     std::optional<std::string> cubin = disk_cache_get(identity);
     bool from_disk = cubin.has_value();
     if (from_disk) {

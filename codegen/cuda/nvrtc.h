@@ -12,6 +12,8 @@ bool nvrtc_available();
 std::string nvrtc_unavailable_reason();
 /// "13.0": part of the disk cache's key for cubins.
 std::string nvrtc_version();
+/// The options every kernel is compiled with besides its architecture: part of the key too.
+std::string nvrtc_options();
 
 /// Compiles `source` into a cubin for sm_<arch> (80 for sm_80); `name` names the program in
 /// errors, which carry NVRTC's log.

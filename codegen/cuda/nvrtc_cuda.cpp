@@ -77,14 +77,20 @@ const Nvrtc& require(const char* what) {
   return n;
 }
 
+// Every kernel's options besides its architecture. --fmad=false: each op rounds its result, as
+// the eager kernels and the CPU's do; contracting x * y - m into one FMA skips a rounding (on an
+// H200, layer_norm of a product over a size-1 dim gave x * y - mean != 0, so 1 / it was finite,
+// not inf).
+const char* const kOptions[] = {"--std=c++17", "--fmad=false"};
+
 // Compiles `source` for sm_<arch> (cubin) or compute_<arch> (PTX); the log in errors.
 nvrtcProgram compile(const Nvrtc& n, const std::string& source, int arch, bool cubin, const std::string& name) {
   nvrtcProgram prog = nullptr;
   nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
   if (r != NVRTC_SUCCESS) throw Error(fmt::format("nvrtc: cannot create a program for {}: {}", name, n.nvrtcGetErrorString(r)));
   std::string gpu = fmt::format("--gpu-architecture={}_{}", cubin ? "sm" : "compute", arch);
-  const char* options[] = {gpu.c_str(), "--std=c++17"};
-  r = n.nvrtcCompileProgram(prog, 2, options);
+  const char* options[] = {gpu.c_str(), kOptions[0], kOptions[1]};
+  r = n.nvrtcCompileProgram(prog, 3, options);
   if (r != NVRTC_SUCCESS) {
     size_t size = 0;
     n.nvrtcGetProgramLogSize(prog, &size);
@@ -104,6 +110,8 @@ bool nvrtc_available() { return nvrtc().ok; }
 std::string nvrtc_unavailable_reason() { return nvrtc().reason; }
 
 std::string nvrtc_version() { return require("nvrtc").version; }
+
+std::string nvrtc_options() { return fmt::format("{} {}", kOptions[0], kOptions[1]); }
 
 std::string compile_cubin(const std::string& source, int arch, const std::string& name) {
   const Nvrtc& n = require("nvrtc");

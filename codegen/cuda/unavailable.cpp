@@ -11,6 +11,7 @@ const char* kReason = "kiln was built without CUDA (no CUDA toolkit at configure
 bool nvrtc_available() { return false; }
 std::string nvrtc_unavailable_reason() { return kReason; }
 std::string nvrtc_version() { throw Error(std::string("nvrtc: ") + kReason); }
+std::string nvrtc_options() { throw Error(std::string("nvrtc: ") + kReason); }
 std::string compile_cubin(const std::string&, int, const std::string&) { throw Error(std::string("nvrtc: ") + kReason); }
 std::string compile_ptx(const std::string&, int, const std::string&) { throw Error(std::string("nvrtc: ") + kReason); }
 

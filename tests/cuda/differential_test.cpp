@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -34,13 +35,31 @@ std::vector<Tensor> on(Device d, const std::vector<Tensor>& xs) {
   return out;
 }
 
+// close_enough with 10x its float tolerance (|a - b| <= 1e-4 + 1e-3 |b|): cuBLAS and the CPU's
+// BLAS sum a matmul in different orders, and the programs' cos and exp of large arguments
+// magnify that (on an H200, one gradient of 2000 programs differed by 1.1e-4 relative).
+bool close_across_devices(const Tensor& a, const Tensor& b) {
+  if (!(a.type() == b.type())) return false;
+  if (!is_float(a.dtype()) || a.dtype() == DType::F16 || a.dtype() == DType::BF16) return test::close_enough(a, b);
+  std::vector<double> x = a.to(DType::F64).contiguous().to_vector<double>();
+  std::vector<double> y = b.to(DType::F64).contiguous().to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i]) || std::isinf(x[i]) || std::isinf(y[i])) {
+      if (!(std::isnan(x[i]) && std::isnan(y[i])) && x[i] != y[i]) return false;
+    } else if (std::abs(x[i] - y[i]) > 1e-4 + 1e-3 * std::abs(y[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void expect_close_to_cpu(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].defined(), want[i].defined()) << what << ": output " << i;
     if (!want[i].defined()) continue;
     EXPECT_EQ(got[i].device(), kGpu) << what << ": output " << i;
-    EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << what << ": output " << i << "\n"
+    EXPECT_TRUE(close_across_devices(got[i].to(cpu), want[i])) << what << ": output " << i << "\n"
                                                             << got[i].to(cpu) << "\nwant\n" << want[i];
   }
 }

@@ -92,6 +92,11 @@ std::vector<Program> programs() {
          return std::vector<Tensor>{y.sum({0}), amax(y, {0}), amin(in[0] + 1.0f, {0})};
        },
        {randn({20011, 3})}},
+      // Each op rounds (NVRTC --fmad=false): x * y - mean(x * y) over one element is 0, so
+      // its layer_norm is 0 and 1 / it is inf (contracted into an FMA, it was not, on an H200).
+      {"layer_norm_of_a_product_over_one_element",
+       [](auto in) { return std::vector<Tensor>{1.0f / layer_norm(in[0] * in[1], {1})}; },
+       {randn({3, 3, 1}), randn({1, 1})}},
       {"a_split_integer_sum", [](auto in) { return std::vector<Tensor>{(in[0] * 3).sum()}; },
        {randint(-1000, 1000, {40009}, DType::I64)}},
   };

@@ -159,6 +159,11 @@ if [[ $HAVE_CUDA == ON ]]; then
   ok "codegen ptx" codegen "$DATA/softmax.ir" --target=cuda --ptx --arch sm_90
   has "codegen ptx target" '^\.target sm_90$'
   has "codegen ptx entry" '^\.visible \.entry kiln_[0-9a-f]{32}\('
+  # Each op rounds (--fmad=false): x * y - x is a rounded multiply, then a subtraction.
+  printf 'graph @ms(%%0: f32[64], %%1: f32[64]) -> (f32[64]) {\n  %%2 = mul %%0, %%1 : f32[64]\n  %%3 = sub %%2, %%0 : f32[64]\n  return %%3\n}\n' >"$TMP/ms.ir"
+  ok "codegen ptx of a multiply-subtract" codegen "$TMP/ms.ir" --target=cuda --ptx
+  has "codegen ptx rounds the product" 'mul\.rn\.f32'
+  if grep -q 'fma\.rn\.f32' "$TMP/out"; then fail "codegen ptx contracted x * y - x into an fma"; else passed=$((passed + 1)); fi
 else
   bad "codegen ptx without CUDA" 1 "built without CUDA" codegen "$DATA/softmax.ir" --target=cuda --ptx
 fi

@@ -168,7 +168,7 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::ofstream(src_path) << source;
   const char* env_cxx = std::getenv("KILN_HOST_CUDA_CXX");
   std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
-  std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-I" KILN_HOST_CUDA_DIR,
+  std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR,
                                     "-I" KILN_SOURCE_DIR};
   std::vector<std::string> argv = {cxx};
   argv.insert(argv.end(), flags.begin(), flags.end());
