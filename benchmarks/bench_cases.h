@@ -6,10 +6,17 @@
 
 #include <kiln/kiln.h>
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 #include "examples/digits_net.h"
+#include "runtime/files.h"
 
 namespace kiln::bench {
 
@@ -43,6 +50,26 @@ struct Mlp {
 };
 
 int first_call_probe();  // jit_bench.cpp
+
+/// The first call of a function in a fresh process: this binary run again with `flag` (its
+/// child side prints its own milliseconds), with the disk cache off, or warmed by a first
+/// child. Timed manually, one child per iteration.
+inline double child_first_call_ms(const std::string& flag, const std::string& cache_dir) {
+  std::optional<std::string> out =
+      files::run_program({fmt::format("/proc/{}/exe", ::getpid()), flag}, {"KILN_CACHE_DIR=" + cache_dir});
+  return out && !out->empty() ? std::atof(out->c_str()) : -1;
+}
+inline void first_call_in_child(benchmark::State& s, bool warm, const std::string& flag) {
+  std::string dir = (std::filesystem::temp_directory_path() / fmt::format("kiln-bench-cache-{}", ::getpid())).string();
+  std::filesystem::remove_all(dir);
+  if (warm) child_first_call_ms(flag, dir);  // fills the disk cache
+  for (auto _ : s) {
+    double ms = child_first_call_ms(flag, warm ? dir : "off");
+    if (ms < 0) s.SkipWithError("the child process failed");
+    s.SetIterationTime(ms / 1e3);
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // ---- the kernels a training step spends its time in (train_bench.cpp, torch_train_bench.cpp):
 // the same shapes and the same FLOP and byte counts for kiln and LibTorch -------------------

@@ -232,25 +232,6 @@ int first_call_probe() {
   return 0;
 }
 
-double child_first_call_ms(const std::string& cache_dir) {
-  std::optional<std::string> out = files::run_program({fmt::format("/proc/{}/exe", ::getpid()), "--kiln-first-call"},
-                                                      {"KILN_CACHE_DIR=" + cache_dir});
-  return out && !out->empty() ? std::atof(out->c_str()) : -1;
-}
-
-void first_call(benchmark::State& s, bool warm) {
-  std::string dir =
-      (std::filesystem::temp_directory_path() / fmt::format("kiln-cuda-bench-cache-{}", ::getpid())).string();
-  std::filesystem::remove_all(dir);
-  if (warm) child_first_call_ms(dir);  // fills the disk cache
-  for (auto _ : s) {
-    double ms = child_first_call_ms(warm ? dir : "off");
-    if (ms < 0) s.SkipWithError("the child process failed");
-    s.SetIterationTime(ms / 1e3);
-  }
-  std::filesystem::remove_all(dir);
-}
-
 void register_all() {
   auto add = [](const std::string& name, std::function<void(benchmark::State&)> fn) {
     // A case that throws is reported as failed; the cases after it still run.
@@ -287,7 +268,7 @@ void register_all() {
   add("alloc_loop_1000/uncached", [](benchmark::State& s) { alloc_loop(s, false); });
   for (bool warm : {false, true})
     benchmark::RegisterBenchmark(warm ? "cuda/first_call_warm_disk_cache/traced" : "cuda/first_call_cold_cache/traced",
-                                 [warm](benchmark::State& s) { first_call(s, warm); })
+                                 [warm](benchmark::State& s) { bench::first_call_in_child(s, warm, "--kiln-first-call"); })
         ->UseManualTime()
         ->Iterations(5);
 }

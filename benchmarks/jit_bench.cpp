@@ -176,22 +176,7 @@ BENCHMARK(BM_CacheHitEagerProfiled)->Name("call_cached[1]/kiln_profiled");
 // The first call of the gelu chain in a fresh process (this binary, run again with
 // --kiln-first-call): trace, passes, fusion, then either the LLVM compile (disk cache off) or
 // the object read from a warm disk cache, and the run. The child reports its own time.
-double child_first_call_ms(const std::string& cache_dir) {
-  std::optional<std::string> out = files::run_program({fmt::format("/proc/{}/exe", ::getpid()), "--kiln-first-call"},
-                                                      {"KILN_CACHE_DIR=" + cache_dir});
-  return out && !out->empty() ? std::atof(out->c_str()) : -1;
-}
-void BM_FirstCall(benchmark::State& s, bool warm) {
-  std::string dir = (std::filesystem::temp_directory_path() / fmt::format("kiln-bench-cache-{}", ::getpid())).string();
-  std::filesystem::remove_all(dir);
-  if (warm) child_first_call_ms(dir);  // fills the disk cache
-  for (auto _ : s) {
-    double ms = child_first_call_ms(warm ? dir : "off");
-    if (ms < 0) s.SkipWithError("the child process failed");
-    s.SetIterationTime(ms / 1e3);
-  }
-  std::filesystem::remove_all(dir);
-}
+void BM_FirstCall(benchmark::State& s, bool warm) { bench::first_call_in_child(s, warm, "--kiln-first-call"); }
 BENCHMARK_CAPTURE(BM_FirstCall, cold, false)->Name("first_call_cold_cache/jit")->UseManualTime()->Iterations(5);
 BENCHMARK_CAPTURE(BM_FirstCall, warm, true)->Name("first_call_warm_disk_cache/jit")->UseManualTime()->Iterations(5);
 

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,27 +141,42 @@ TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
   images = index_select(images, 0, order);
   labels = index_select(labels, 0, order);
   int64_t n_train = images.shape()[0] - 360;
-  auto train = [&](Device d) {
+  // Eagerly, or with the whole step traced (forward, backward and Adam's update as one plan
+  // of fused kernels, cuDNN and cuBLAS calls).
+  auto train = [&](Device d, bool traced) {
     manual_seed(1);
     examples::DigitsNet net;
     net.to(d);
     optim::Adam opt(net.parameters(), 3e-3);
+    auto step = [&](Tensor x, Tensor y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(net(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    std::optional<jit::Function> fast;
+    if (traced) fast = jit::trace(step, {images.narrow(0, 0, 32).to(d), labels.narrow(0, 0, 32).to(d)}, "step");
     for (int64_t i = 0; i + 32 <= n_train; i += 32) {
       Tensor x = images.narrow(0, i, 32).to(d), y = labels.narrow(0, i, 32).to(d);
-      opt.zero_grad();
-      cross_entropy(net(x), y).backward();
-      opt.step();
+      if (fast) (*fast)(x, y);
+      else step(x, y);
+    }
+    if (fast) {
+      EXPECT_GE(fast->stats().kernels, 2) << "the traced step fused nothing";
     }
     NoGradGuard no_grad;
     net.eval();
     Tensor test_x = images.narrow(0, n_train, 360).to(d), test_y = labels.narrow(0, n_train, 360).to(d);
     return sum(argmax(net(test_x), 1) == test_y).item<double>() / 360.0;
   };
-  double cpu_acc = train(cpu), gpu_acc = train(kGpu);
-  std::printf("digits CNN, one epoch: test accuracy %.2f%% on the CPU, %.2f%% on cuda:0\n", 100 * cpu_acc,
-              100 * gpu_acc);
+  double cpu_acc = train(cpu, false), gpu_acc = train(kGpu, false), traced_acc = train(kGpu, true);
+  std::printf("digits CNN, one epoch: test accuracy %.2f%% on the CPU, %.2f%% on cuda:0, %.2f%% traced on cuda:0\n",
+              100 * cpu_acc, 100 * gpu_acc, 100 * traced_acc);
   EXPECT_GT(cpu_acc, 0.5) << "the CPU's epoch did not learn: the test proves nothing";
   EXPECT_NEAR(gpu_acc, cpu_acc, 2.5 / 360) << "cuda:0 reached " << gpu_acc << ", the CPU " << cpu_acc;
+  EXPECT_NEAR(traced_acc, cpu_acc, 2.5 / 360) << "the traced step on cuda:0 reached " << traced_acc << ", the CPU "
+                                               << cpu_acc;
 }
 
 }  // namespace
