@@ -80,7 +80,7 @@ run() {
   local n=${KILN_GPU_DIFF_PROGRAMS:-0}
   if ((n > 0)); then
     for i in 0 1 2 3 4 5 6 7; do
-      KILN_DIFF_PROGRAMS=$((n / 8)) KILN_DIFF_SEED=$((i * (n / 8))) timeout 200 "$k/bin/kiln_cuda_tests" \
+      KILN_CUDA_DIFF_PROGRAMS=$((n / 8)) KILN_CUDA_DIFF_SEED=$((i * (n / 8))) timeout 200 "$k/bin/kiln_cuda_tests" \
         --gtest_filter='CudaDifferential.*' >"$out/diff.$i.log" 2>&1 &
     done
     wait

@@ -1,8 +1,9 @@
 // tests/cuda/differential_test.cpp -- the jit's random programs (tests/jit/random_program.h) on
 // cuda:0: eagerly, and traced (fused NVRTC kernels, and through the compiled backward), each
-// against the same program run eagerly on the CPU. KILN_DIFF_PROGRAMS (default 40: the host
-// CUDA compiles its kernels with the host compiler) and KILN_DIFF_SEED pick the programs; the
-// README gives the command for a 10,000-program run.
+// against the same program run eagerly on the CPU. KILN_CUDA_DIFF_PROGRAMS (default 40: the
+// host CUDA compiles its kernels with the host compiler; apart from the CPU test's
+// KILN_DIFF_PROGRAMS, which the sanitizer run sets) and KILN_CUDA_DIFF_SEED pick the
+// programs; the README gives the command for a 10,000-program run.
 #include <fmt/format.h>
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
@@ -119,7 +120,7 @@ void check_program(uint64_t seed) {
 
 TEST(CudaDifferential, RandomProgramsOnCudaMatchTheCpu) {
   REQUIRE_CUDA();
-  const uint64_t programs = env_or("KILN_DIFF_PROGRAMS", 40), first = env_or("KILN_DIFF_SEED", 0);
+  const uint64_t programs = env_or("KILN_CUDA_DIFF_PROGRAMS", 40), first = env_or("KILN_CUDA_DIFF_SEED", 0);
   std::vector<uint64_t> failed;
   for (uint64_t seed = first; seed < first + programs; ++seed) {
     testing::TestPartResultArray results;
