@@ -81,7 +81,6 @@ Dims output_strides(const Dims& domain, uint64_t reduced) {
   return s;
 }
 
-
 void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
   std::vector<Dims> shapes, strides;
   for (const Tensor& t : ins) {
