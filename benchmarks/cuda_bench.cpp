@@ -15,7 +15,9 @@
 //                       paper's figure
 //   .../traced          the same through jit::trace: gelu and softmax and layer_norm from
 //                       primitives as fused NVRTC kernels, the MLP and transformer steps traced
-//                       whole (forward, backward and update in one plan)
+//                       whole (forward, backward and update in one plan), replayed as a CUDA
+//                       graph (counter graph_replays; the label says why not), and
+//                       .../traced_no_graphs with CUDA graphs off: a launch per kernel
 //   first_call          trace and first call of the gelu chain on cuda:0 in a fresh process
 //                       (this binary with --kiln-first-call, its CUDA context made before the
 //                       clock starts): NVRTC's compile with the disk cache off, the cubin read
@@ -133,9 +135,13 @@ void matmul_cublas(benchmark::State& s, DType t) {
   bench::count_flops(s, 2.0 * double(kN) * kN * kN);
 }
 
-// One training step, eagerly or traced whole (forward, backward and update in one plan).
+// How a step runs: eagerly, traced whole (forward, backward and update in one plan, replayed
+// as a CUDA graph), or traced whole with CUDA graphs off (a launch per kernel).
+enum class Mode { Eager, Traced, TracedNoGraphs };
+
+// One training step.
 template <class Loss>
-void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops, bool whole,
+void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops, Mode mode,
           std::vector<Tensor> inputs) {
   auto one = [&](std::span<const Tensor> in) {
     opt.zero_grad();
@@ -144,17 +150,22 @@ void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops
     opt.step();
     return std::vector<Tensor>{loss};
   };
-  if (whole) {
+  if (mode != Mode::Eager) {
+    bool graphs = jit::cuda_graphs_enabled();
+    jit::set_cuda_graphs_enabled(mode == Mode::Traced);
     jit::Function f = jit::trace_tensors(one, inputs, "step");
     timed(s, [&] { benchmark::DoNotOptimize(f.call(inputs)); });
+    jit::set_cuda_graphs_enabled(graphs);
     s.counters["kernels"] = double(f.stats().kernels);
+    s.counters["graph_replays"] = double(f.stats().graph_replays);
+    if (mode == Mode::Traced && !f.stats().graph_refusal.empty()) s.SetLabel("no graph: " + f.stats().graph_refusal);
   } else {
     timed(s, [&] { benchmark::DoNotOptimize(one(inputs)); });
   }
   if (flops > 0) bench::count_flops(s, flops);
 }
 
-void mlp_step(benchmark::State& s, bool whole) {
+void mlp_step(benchmark::State& s, Mode mode) {
   manual_seed(0);
   nn::Linear fc1(784, 256), fc2(256, 10);
   fc1.to(kGpu);
@@ -162,7 +173,7 @@ void mlp_step(benchmark::State& s, bool whole) {
   optim::SGD opt({fc1.weight, fc1.bias, fc2.weight, fc2.bias}, 0.01);
   Tensor x = randn({256, 784}, f32, kGpu), y = randint(0, 10, {256}, i64, kGpu);
   step(s, opt, [&](auto in) { return cross_entropy(fc2(relu(fc1(in[0]))), in[1]); }, bench::mlp_step_flops(256),
-       whole, {x, y});
+       mode, {x, y});
 }
 
 void digits_step(benchmark::State& s) {
@@ -172,7 +183,7 @@ void digits_step(benchmark::State& s) {
   optim::Adam opt(net.parameters(), 3e-3);
   Tensor x = rand({bench::kDigitsBatch, 1, 8, 8}, f32, kGpu), y = randint(0, 10, {bench::kDigitsBatch}, i64, kGpu);
   step(s, opt, [&](auto in) { return cross_entropy(net(in[0]), in[1]); }, bench::digits_step_flops(bench::kDigitsBatch),
-       false, {x, y});
+       Mode::Eager, {x, y});
 }
 
 void block_step(benchmark::State& s) {
@@ -182,10 +193,10 @@ void block_step(benchmark::State& s) {
   optim::SGD opt(net.parameters(), 0.01);
   const bench::ConvCase& c = bench::kBlockConv;
   Tensor x = randn({c.n, c.c, c.hw, c.hw}, f32, kGpu), target = randn({c.n, c.c, c.hw, c.hw}, f32, kGpu);
-  step(s, opt, [&](auto in) { return mse_loss(net(in[0]), in[1]); }, bench::block_step_flops(), false, {x, target});
+  step(s, opt, [&](auto in) { return mse_loss(net(in[0]), in[1]); }, bench::block_step_flops(), Mode::Eager, {x, target});
 }
 
-void encoder_step(benchmark::State& s, bool whole) {
+void encoder_step(benchmark::State& s, Mode mode) {
   using E = bench::EncoderBlock;
   manual_seed(0);
   E net;
@@ -194,7 +205,7 @@ void encoder_step(benchmark::State& s, bool whole) {
   Tensor tokens = randint(0, E::kVocab, {E::kBatch, E::kSeq}, i64, kGpu);
   Tensor next = randint(0, E::kVocab, {E::kBatch * E::kSeq}, i64, kGpu);
   step(s, opt, [&](auto in) { return cross_entropy(net(in[0]).reshape({E::kBatch * E::kSeq, E::kVocab}), in[1]); },
-       bench::encoder_step_flops(), whole, {tokens, next});
+       bench::encoder_step_flops(), mode, {tokens, next});
 }
 
 // 1000 eager ops, each allocating its result and freeing the one before: with the cache every
@@ -258,12 +269,14 @@ void register_all() {
     add("matmul_4096_" + d + "/kiln", [t](benchmark::State& s) { matmul_kiln(s, t); });
     add("matmul_4096_" + d + "/cublas", [t](benchmark::State& s) { matmul_cublas(s, t); });
   }
-  add(bench::mlp_step_name(256), [](benchmark::State& s) { mlp_step(s, false); });
-  add(bench::mlp_step_name(256) + "/traced", [](benchmark::State& s) { mlp_step(s, true); });
+  add(bench::mlp_step_name(256), [](benchmark::State& s) { mlp_step(s, Mode::Eager); });
+  add(bench::mlp_step_name(256) + "/traced", [](benchmark::State& s) { mlp_step(s, Mode::Traced); });
+  add(bench::mlp_step_name(256) + "/traced_no_graphs", [](benchmark::State& s) { mlp_step(s, Mode::TracedNoGraphs); });
   add(bench::kDigitsName, digits_step);
   add(bench::kBlockName, block_step);
-  add(bench::kEncoderName, [](benchmark::State& s) { encoder_step(s, false); });
-  add(bench::kEncoderName + "/traced", [](benchmark::State& s) { encoder_step(s, true); });
+  add(bench::kEncoderName, [](benchmark::State& s) { encoder_step(s, Mode::Eager); });
+  add(bench::kEncoderName + "/traced", [](benchmark::State& s) { encoder_step(s, Mode::Traced); });
+  add(bench::kEncoderName + "/traced_no_graphs", [](benchmark::State& s) { encoder_step(s, Mode::TracedNoGraphs); });
   add("alloc_loop_1000/cached", [](benchmark::State& s) { alloc_loop(s, true); });
   add("alloc_loop_1000/uncached", [](benchmark::State& s) { alloc_loop(s, false); });
   for (bool warm : {false, true})

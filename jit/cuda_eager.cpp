@@ -20,6 +20,7 @@
 #include "codegen/cuda/random.h"
 #include "ir/fusion.h"
 #include "ir/graph.h"
+#include "jit/cuda_graph.h"
 #include "jit/cuda_group.h"
 #include "jit/executable.h"
 #include "jit/kernels.h"
@@ -320,8 +321,15 @@ void put(std::vector<uint64_t>& w, const Dims& d) {
 }
 
 // Two int64 on the device, zero: {1, the bad index} after a kernel met an index out of range.
-Tensor error_flag(Device d) { return zeros({2}, DType::I64, d); }
+// A checked index op's error flag (i64[2]: found, the index), set by its kernel and read here
+// after it ran. Under a CUDA graph capture, which cannot wait for it, it is a slot of the
+// graph's flags, read by the plan's next call (jit/cuda_graph.h).
+Tensor error_flag(Device d, const char* op, int64_t size) {
+  if (CapturedChecks* checks = captured_checks()) return checks->flag(op, size);
+  return zeros({2}, DType::I64, d);
+}
 void check_flag(const Tensor& flag, const char* op, int64_t size) {
+  if (captured_checks()) return;
   std::vector<int64_t> f = flag.to(cpu).to_vector<int64_t>();
   KILN_CHECK(f[0] == 0, "{}: index {} is out of range for a dim of size {}", op, f[1], size);
 }
@@ -336,7 +344,7 @@ void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Te
   int64_t dim_size = x.dim() == 0 ? 1 : x.shape()[dim], dim_stride = x.dim() == 0 ? 0 : x.strides()[dim];
   x_st[x.dim() == 0 ? 0 : dim] = 0;
   Dims sizes = at_least_1d(out.shape(), 1);
-  Tensor flag = error_flag(out.device());
+  Tensor flag = error_flag(out.device(), op, dim_size);
   std::vector<uint64_t> w;
   put(w, sizes);
   put(w, at_least_1d(out.strides(), 1));
@@ -365,7 +373,7 @@ void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st
   if (src.numel() == 0) return;
   Dims out_st = out.strides();
   out_st[dim] = 0;
-  Tensor flag = error_flag(out.device());
+  Tensor flag = error_flag(out.device(), op, out.shape()[dim]);
   std::vector<uint64_t> w;
   put(w, src.shape());
   put(w, src.strides());

@@ -16,9 +16,11 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include "ir/fusion.h"
+#include "jit/cuda_graph.h"
 #include "jit/cuda_group.h"
 #include "jit/kernels.h"
 #include "jit/run.h"
@@ -194,8 +196,6 @@ KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::spa
   return a;
 }
 
-namespace {
-// Per value, the value whose storage it shares: itself, or for a view the base it views.
 std::vector<uint32_t> view_bases(const ir::Graph& g) {
   std::vector<uint32_t> base(g.types.size());
   for (uint32_t v = 0; v < base.size(); ++v) base[v] = v;
@@ -203,7 +203,6 @@ std::vector<uint32_t> view_bases(const ir::Graph& g) {
     if (n.kind == ir::NodeKind::Op && op_def(n.op).view) base[n.result] = base[n.inputs[0]];
   return base;
 }
-}  // namespace
 
 struct Executable::Impl {
   ir::Graph g;
@@ -228,6 +227,18 @@ struct Executable::Impl {
   size_t kernels = 0, ops = 0;
   mutable std::mutex pool_mu;
   mutable std::vector<Ref<Storage>> pool;
+  // Set for a plan on CUDA that may replay as a CUDA graph (jit/cuda_graph.h).
+  std::unique_ptr<GraphReplay> replay;
+  std::string replay_refusal;
+
+  // Which nodes a run runs: all (a plain call), or for a CUDA graph the host part or the
+  // device part (ReplayLayout). The host part returns every value by id; the device part
+  // starts from `preset` values (by id) and leaves host outputs and assigns alone.
+  enum class Part { All, Host, Device };
+  ReplayLayout layout;
+  std::vector<Tensor> run_plan(std::span<const Tensor> inputs, std::span<const Tensor> params,
+                               const OutputReady* ready, Part part = Part::All,
+                               std::vector<Tensor> preset = {}) const;
 
   void plan_memory() {
     offset.assign(g.types.size(), -1);
@@ -500,10 +511,18 @@ Executable::Executable(ir::Graph g, bool kernels) : impl_(std::make_unique<Impl>
     if (last[v] >= 0 && !kept[v]) m.drop_after[static_cast<size_t>(last[v])].push_back(v);
   if (!m.compiled) {  // no kernel writes a workspace or a param in place
     m.in_place.assign(m.g.types.size(), -1);
+    m.replay_refusal = "a reference plan (fused groups run op by op)";
     return;
   }
   m.plan_memory();
   m.plan_in_place();
+  m.layout = replay_layout(m.g);
+  m.replay_refusal = m.layout.refusal;
+  if (m.replay_refusal.empty()) {
+    m.replay = std::make_unique<GraphReplay>(m.g, m.layout);
+  } else if (uses_cuda(m.g)) {
+    log(LogTopic::Cache, fmt::format("jit @{}: no CUDA graph: {}", m.g.name, m.replay_refusal));
+  }
 }
 
 Executable::~Executable() = default;
@@ -511,9 +530,20 @@ Executable::~Executable() = default;
 const ir::Graph& Executable::graph() const { return impl_->g; }
 
 ExecutableStats Executable::stats() const {
-  size_t in_place = 0;
-  for (int p : impl_->in_place) in_place += p >= 0;
-  return {impl_->kernels, impl_->ops, impl_->workspace, in_place};
+  const Impl& m = *impl_;
+  ExecutableStats st;
+  for (int p : m.in_place) st.in_place += p >= 0;
+  st.kernels = m.kernels;
+  st.ops = m.ops;
+  st.planned_bytes = m.workspace;
+  if (m.replay) {
+    st.graph_captures = m.replay->captures();
+    st.graph_replays = m.replay->replays();
+    st.graph_refusal = m.replay->refusal();
+  } else {
+    st.graph_refusal = m.replay_refusal;
+  }
+  return st;
 }
 
 std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<const Tensor> params,
@@ -530,15 +560,43 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
   KILN_CHECK(inputs.size() == g.inputs.size() && params.size() == g.params.size(),
              "jit: @{} takes {} inputs and {} params, got {} and {}", g.name, g.inputs.size(), g.params.size(),
              inputs.size(), params.size());
+  if (m.replay) {
+    GraphReplay::Plan plan;
+    plan.host = [&m](std::span<const Tensor> in, std::span<const Tensor> ps) {
+      return m.run_plan(in, ps, nullptr, Impl::Part::Host);
+    };
+    plan.device = [&m](std::span<const Tensor> in, std::span<const Tensor> ps, std::vector<Tensor> values) {
+      return m.run_plan(in, ps, nullptr, Impl::Part::Device, std::move(values));
+    };
+    if (std::optional<std::vector<Tensor>> out = m.replay->run(inputs, params, plan)) {
+      if (ready)
+        for (size_t i = 0; i < out->size(); ++i) (*ready)(i, (*out)[i]);
+      return std::move(*out);
+    }
+  }
+  return m.run_plan(inputs, params, ready);
+}
+
+std::vector<Tensor> Executable::Impl::run_plan(std::span<const Tensor> inputs, std::span<const Tensor> params,
+                                               const OutputReady* ready, Part part,
+                                               std::vector<Tensor> preset) const {
+  const Impl& m = *this;
   std::vector<Tensor> vals(g.types.size());
   for (size_t i = 0; i < inputs.size(); ++i) vals[g.inputs[i]] = inputs[i];
   for (size_t i = 0; i < params.size(); ++i) vals[g.params[i]] = params[i];
+  for (size_t v = 0; v < preset.size(); ++v)
+    if (preset[v].defined()) vals[v] = std::move(preset[v]);
   Ref<Storage> ws = m.workspace ? m.acquire() : Ref<Storage>();
   bool caller_grad = grad_enabled();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
+    if (part != Part::All && m.layout.host[i] != ReplayLayout::kBoth &&
+        (m.layout.host[i] == ReplayLayout::kHost) != (part == Part::Host))
+      continue;
     switch (n.kind) {
-      case ir::NodeKind::Const: vals[n.result] = n.constant; break;
+      case ir::NodeKind::Const:  // (unless preset: a device part reads its copy there)
+        if (!vals[n.result].defined()) vals[n.result] = n.constant;
+        break;
       case ir::NodeKind::Assign: break;  // applied after every node ran
       case ir::NodeKind::Fused: m.run_fused(i, vals, ws, params); break;
       case ir::NodeKind::Op: {
@@ -559,15 +617,19 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
     }
     if (ready)
       for (size_t o : m.ready_after[i]) (*ready)(o, vals[g.outputs[o]]);
-    for (uint32_t v : m.drop_after[i]) vals[v] = Tensor();
+    if (part != Part::Host)  // (the host part hands every value over)
+      for (uint32_t v : m.drop_after[i]) vals[v] = Tensor();
   }
+  if (part == Part::Host) return vals;  // the assigns to CPU params and the outputs are the caller's
   // Outputs that are arguments or params themselves hold the value from before the assigns.
   std::vector<Tensor> out(g.outputs.size());
+  auto skipped = [&](uint32_t v) { return part == Part::Device && g.type(v).device.is_cpu(); };
   for (size_t i = 0; i < g.outputs.size(); ++i)
-    if (m.bound_output[i]) out[i] = vals[g.outputs[i]].detach().clone();
+    if (m.bound_output[i] && !skipped(g.outputs[i])) out[i] = vals[g.outputs[i]].detach().clone();
   if (!m.assigns.empty()) {
     GradModeGuard no_grad(false);
     for (auto [p, v] : m.assigns) {
+      if (skipped(v)) continue;
       Tensor target = params[p];
       if (vals[v].impl() == target.impl()) {  // the kernel wrote it in place
         target.impl()->storage->bump_version();
@@ -577,7 +639,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
     }
   }
   for (size_t i = 0; i < g.outputs.size(); ++i) {
-    if (m.bound_output[i]) continue;
+    if (m.bound_output[i] || skipped(g.outputs[i])) continue;
     const Tensor& t = vals[g.outputs[i]];
     // A constant (or a view of one): the caller may write into what it gets.
     bool constant = false;

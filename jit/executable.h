@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "codegen/backend.h"
@@ -18,6 +19,9 @@ struct ExecutableStats {
   size_t ops = 0;              // ops run eagerly (matmul, conv, data movement, taped ops)
   size_t planned_bytes = 0;    // workspace for intermediates, reused across calls
   size_t in_place = 0;         // assigns whose kernel writes into the param itself
+  size_t graph_captures = 0;   // CUDA graphs captured (jit/cuda_graph.h)
+  size_t graph_replays = 0;    // calls that replayed one
+  std::string graph_refusal;   // why calls do not replay one ("" while they may; CPU plans say so)
 };
 
 /// How a fused node's kernel is called for operands of these shapes and strides: the loop
@@ -41,6 +45,9 @@ KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std:
 /// the body reads a reduction's result (such a group may reduce in parts, then combine the
 /// partial results with these ops); else empty.
 std::vector<OpId> terminal_reductions(const ir::Graph& body);
+
+/// Per value of `g`, the value whose storage it shares: itself, or for a view the base it views.
+std::vector<uint32_t> view_bases(const ir::Graph& g);
 
 /// A fused group named for people by its ops ("fused amax+sub+exp+sum+div"): its kernel's
 /// symbol is a hash. The profiler and kiln-ir inspect show it.

@@ -446,7 +446,13 @@ Stats Function::stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   Stats st = state_->stats;
   st.saved_bytes = state_->last ? static_cast<int64_t>(state_->last->saved_bytes) : 0;
-  st.kernels = state_->last ? static_cast<int64_t>(state_->last->exec->stats().kernels) : 0;
+  if (const Plan* p = state_->last.get()) {
+    ExecutableStats forward = p->exec->stats();
+    st.kernels = static_cast<int64_t>(forward.kernels);
+    st.graph_replays = static_cast<int64_t>(forward.graph_replays);
+    st.graph_refusal = forward.graph_refusal;
+    if (p->backward) st.graph_replays += static_cast<int64_t>(p->backward->executable().stats().graph_replays);
+  }
   return st;
 }
 

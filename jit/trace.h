@@ -60,6 +60,11 @@ struct Stats {
   int64_t saved_bytes = 0;
   /// For the plan used last: the fused kernels one call runs.
   int64_t kernels = 0;
+  /// For the plan used last, on CUDA: the calls of its forward and compiled backward that
+  /// replayed a CUDA graph, and why its forward does not ("" while it may; see
+  /// set_cuda_graphs_enabled).
+  int64_t graph_replays = 0;
+  std::string graph_refusal;
 };
 
 /// The process's kernel cache: every traced or loaded function's fused kernels.
@@ -76,6 +81,15 @@ KernelCacheStats kernel_cache_stats();
 /// remembers the setting it was made with.
 bool fusion_enabled();
 void set_fusion_enabled(bool on);
+
+/// Whether compiled calls on CUDA replay as CUDA graphs (default on). The second call of a plan
+/// whose device work is all on one CUDA device, with static shapes, is captured once; later
+/// calls run its CPU part (an optimizer's scalars, the generator's state), copy their inputs
+/// in, replay it with one launch and get copies of its outputs. Off (or KILN_CUDA_GRAPHS=0),
+/// every call launches its kernels one by one. KILN_LOG=cache says when a plan is captured,
+/// and why one is not (jit/cuda_graph.h).
+bool cuda_graphs_enabled();
+void set_cuda_graphs_enabled(bool on);
 
 /// The type-erased function a trace runs: tensors in, tensors out.
 using TensorFn = std::function<std::vector<Tensor>(std::span<const Tensor>)>;

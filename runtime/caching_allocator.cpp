@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -75,6 +76,16 @@ struct CachingAllocator::State {
   std::deque<std::pair<EventHandle, Block*>> pending;     // frees waiting for other streams
   AllocatorStats stats;
   int64_t cap = -1;                                       // most bytes held free; -1: no cap
+  std::map<StreamHandle, StreamHandle> capturing;         // stream -> its private pool's key
+  std::set<StreamHandle> private_pools;                   // keys of the pools graphs still use
+  StreamHandle next_pool = 1;
+
+  // The pool key of work on `stream`: its own, or its private pool's while captured.
+  StreamHandle key_of(StreamHandle stream) const {
+    if (capturing.empty()) return stream;
+    auto it = capturing.find(stream);
+    return it == capturing.end() ? stream : it->second;
+  }
 
   Pool& pool_of(const Block* b) { return b->small ? small : large; }
 
@@ -118,7 +129,7 @@ struct CachingAllocator::State {
     for (Pool* pool : {&small, &large}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
-        if (b->prev || b->next) {
+        if (b->prev || b->next || private_pools.count(b->stream)) {
           ++it;
           continue;
         }
@@ -203,6 +214,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   bool small_pool = size <= kSmallSize;
   State& s = *s_;
   std::lock_guard<std::mutex> lock(s.mu);
+  stream = s.key_of(stream);
   s.process_events();
   ++s.stats.allocations;
   Block* b = s.find_free(size, stream, small_pool);
@@ -260,6 +272,7 @@ void CachingAllocator::record_stream(void* p, uintptr_t stream) {
   KILN_CHECK(it != s_->live.end(), "record_stream: the tensor's memory was not allocated by {}'s allocator",
              s_->memory->name());
   Block* b = it->second;
+  stream = s_->key_of(stream);
   if (stream == b->stream) return;
   for (StreamHandle u : b->stream_uses)
     if (u == stream) return;
@@ -271,6 +284,50 @@ StreamHandle CachingAllocator::stream_of(void* p) const {
   auto it = s_->live.find(p);
   KILN_ASSERT(it != s_->live.end());
   return it->second->stream;
+}
+
+StreamHandle CachingAllocator::begin_private_pool(StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  KILN_ASSERT(!s_->capturing.count(stream));
+  // Odd numbers with the top bit set: no stream handle (an aligned pointer, or 0) is one.
+  StreamHandle key = (StreamHandle{1} << (8 * sizeof(StreamHandle) - 1)) | (s_->next_pool++ << 1) | 1;
+  s_->capturing[stream] = key;
+  s_->private_pools.insert(key);
+  return key;
+}
+
+void CachingAllocator::end_private_pool(StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->capturing.erase(stream);
+}
+
+void CachingAllocator::release_private_pool(StreamHandle key, StreamHandle stream) {
+  State& s = *s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  KILN_ASSERT(s.private_pools.count(key));
+  s.private_pools.erase(key);
+  for (auto it = s.capturing.begin(); it != s.capturing.end();)
+    it = it->second == key ? s.capturing.erase(it) : std::next(it);
+  for (auto& [p, b] : s.live)
+    if (b->stream == key) b->stream = stream;
+  for (auto& [e, b] : s.pending)
+    if (b->stream == key) b->stream = stream;
+  for (Pool* pool : {&s.small, &s.large}) {
+    std::vector<Block*> moved;
+    for (auto it = pool->begin(); it != pool->end();) {
+      if ((*it)->stream == key) {
+        moved.push_back(*it);
+        it = pool->erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (Block* b : moved) {
+      b->stream = stream;
+      pool->insert(b);
+    }
+  }
+  if (s.cap >= 0 && s.stats.cached > s.cap) s.free_whole_segments();
 }
 
 AllocatorStats CachingAllocator::stats() const {

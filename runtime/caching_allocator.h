@@ -16,6 +16,10 @@
 // - Out of memory: wait for the pending events, return every whole free segment to the device,
 //   try once more, then throw kiln::OutOfMemory giving the requested, in-use, reserved and free
 //   bytes.
+// - Private pools, for CUDA graphs (PyTorch's graph pools): while a stream is captured, its
+//   blocks come from a pool of their own, keyed like a stream that never runs. A graph replays
+//   its kernels on those addresses, so until it is gone nobody else gets the blocks (freed, they
+//   go back to the private pool) and the cache never returns their segments to the device.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +81,14 @@ class CachingAllocator final : public Allocator {
   void set_cache_limit(int64_t bytes) override;
   /// The stream a live block was allocated for.
   StreamHandle stream_of(void* p) const;
+
+  /// From here until end_private_pool(stream), blocks for work on `stream` come from a new
+  /// private pool, whose key is returned (a handle no real stream has).
+  StreamHandle begin_private_pool(StreamHandle stream);
+  void end_private_pool(StreamHandle stream);
+  /// The graph that used pool `key` is gone and its work has run: the pool's blocks become
+  /// ordinary blocks of `stream`, free ones back in its pool.
+  void release_private_pool(StreamHandle key, StreamHandle stream);
 
   static constexpr size_t kMinBlock = 512;             // sizes round up to this
   static constexpr size_t kSmallSize = 1 << 20;        // largest request of the small pool

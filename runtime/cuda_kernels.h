@@ -7,9 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
+#include "runtime/cuda.h"
 #include "runtime/op.h"
 
 namespace kiln::cuda {
@@ -44,6 +46,33 @@ void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned bloc
 void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
           const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c,
           int64_t ldc, int64_t stride_c, int64_t batch);
+
+/// A CUDA graph: the work queued on a stream during a capture, replayed by launch() on any
+/// stream of its device. The memory its kernels touch was allocated during the capture from a
+/// private pool of the device's caching allocator, and stays the graph's until it is
+/// destroyed, which first waits for its replays.
+class CapturedGraph {
+ public:
+  CapturedGraph(int device, uintptr_t exec, uintptr_t pool, uintptr_t stream)
+      : device_(device), exec_(exec), pool_(pool), stream_(stream) {}
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  /// Queues the whole graph on the current stream of its device.
+  void launch() const;
+  int device() const { return device_; }
+
+ private:
+  int device_;
+  uintptr_t exec_, pool_, stream_;  // a CUgraphExec, the private pool's key, the captured stream
+};
+/// Starts capturing `stream` (never a default stream: the driver does not capture those):
+/// the work queued on it is recorded instead of run, and its allocations come from a new
+/// private pool.
+void begin_capture(const Stream& stream);
+/// Ends the capture: the graph, or nullptr with `*why` when a call during the capture was not
+/// allowed in one (the capture is over either way).
+std::unique_ptr<CapturedGraph> end_capture(const Stream& stream, std::string* why);
 
 /// The device's compute capability as NVRTC names architectures: 90 for 9.0.
 int compute_capability(int device);

@@ -20,7 +20,8 @@ namespace kiln::cuda {
   X(cuMemsetD8Async) X(cuStreamCreateWithPriority) X(cuStreamSynchronize) X(cuStreamWaitEvent)                 \
   X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)   \
   X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)       \
-  X(cuFuncSetAttribute)
+  X(cuFuncSetAttribute) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)   \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 struct Driver {
 #define KILN_CUDA_DECLARE(fn) decltype(&::fn) fn = nullptr;

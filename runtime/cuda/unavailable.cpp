@@ -64,5 +64,9 @@ void gemm(int, DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_
   unavailable("matmul");
 }
 int multiprocessor_count(int) { unavailable("cuda device"); }
+CapturedGraph::~CapturedGraph() { (void)device_, (void)exec_, (void)pool_, (void)stream_; }
+void CapturedGraph::launch() const { unavailable("cuda graph"); }
+void begin_capture(const Stream&) { unavailable("cuda graph capture"); }
+std::unique_ptr<CapturedGraph> end_capture(const Stream&, std::string*) { unavailable("cuda graph capture"); }
 
 }  // namespace kiln::cuda

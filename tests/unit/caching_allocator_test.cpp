@@ -1,7 +1,7 @@
 // tests/unit/caching_allocator_test.cpp -- the device caching allocator's logic on a fake
 // provider: size classes and segments, per-stream reuse, splitting and merging, blocks used on
 // other streams held back until their events complete, out-of-memory retry and its error, the
-// statistics, empty_cache and a cache limit.
+// statistics, empty_cache and a cache limit, and the private pools of CUDA graphs.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -246,6 +246,40 @@ TEST(CachingAllocator, ACacheLimitOfZeroReturnsEverySegmentAtOnce) {
   EXPECT_EQ(f.device.frees, 3);
   EXPECT_EQ(f.a.stats().reserved, 0);
   EXPECT_EQ(f.a.stats().cache_limit, 0);
+}
+
+TEST(CachingAllocator, APrivatePoolKeepsItsBlocksFromEveryoneElse) {
+  Fixture f;
+  StreamHandle key = f.a.begin_private_pool(1);
+  EXPECT_NE(key, StreamHandle(1));
+  void* p = f.a.allocate(4096, 1);
+  EXPECT_EQ(f.a.stream_of(p), key) << "work on the captured stream allocates from the private pool";
+  f.a.deallocate(p, 4096);
+  EXPECT_EQ(f.a.allocate(4096, 1), p) << "within the capture, a freed block is reused";
+  f.a.deallocate(p, 4096);
+  f.a.end_private_pool(1);
+  void* q = f.a.allocate(4096, 1);
+  EXPECT_NE(q, p) << "after the capture, the graph's blocks are not handed out";
+  f.a.deallocate(q, 4096);
+  f.a.empty_cache();
+  EXPECT_EQ(f.device.segments.size(), 1u) << "the cache never returns a graph's segment";
+  f.a.release_private_pool(key, 1);
+  EXPECT_EQ(f.a.allocate(4096, 1), p) << "released, its blocks are the stream's own";
+  f.a.deallocate(p, 4096);
+  f.a.empty_cache();
+  EXPECT_TRUE(f.device.segments.empty());
+}
+
+TEST(CachingAllocator, AReleasedPoolsLiveBlockReturnsToTheStream) {
+  Fixture f;
+  StreamHandle key = f.a.begin_private_pool(1);
+  void* kept = f.a.allocate(1 * MiB, 1);
+  f.a.end_private_pool(1);
+  f.a.release_private_pool(key, 1);
+  EXPECT_EQ(f.a.stream_of(kept), StreamHandle(1));
+  f.a.deallocate(kept, 0);
+  EXPECT_EQ(f.a.allocate(1 * MiB, 1), kept);
+  f.a.deallocate(kept, 0);
 }
 
 TEST(CachingAllocator, FormatsSizesForMessages) {

@@ -9,6 +9,12 @@
 // KILN_HOST_CUDA_MEMORY_MB each (default 4096); new device memory is filled with 0xff bytes
 // (NaN for floats), so reading memory nobody wrote shows too. Modules are host cubins
 // (nvrtc_cuda.cpp), whose kernels run their grid on the stream's worker.
+//
+// Stream capture records what would be queued on a stream into a graph instead of running it;
+// an instantiated graph queues all of it again at each launch. As on a GPU, a call that would
+// wait for a capturing stream (synchronizing it, its context or a pageable copy) fails with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, and so does waiting on
+// an event recorded outside it.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -43,6 +49,7 @@ int env_int(const char* name, int fallback) {
 
 struct Event {
   std::mutex mu;
+  const void* captured_in = nullptr;  // the graph its last recording went into, if any
   std::condition_variable cv;
   uint64_t recorded = 0, completed = 0;  // generations: done when completed == recorded
   Clock::time_point when;
@@ -60,6 +67,15 @@ void release(Event* e) {
   if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
 }
 
+// What a stream capture recorded: the tasks, in order.
+struct Graph {
+  std::vector<std::function<void()>> tasks;
+};
+
+struct Stream;
+// The stream whose worker is running the current task (a graph's tasks run on any stream).
+thread_local Stream* t_worker = nullptr;
+
 // An ordered queue of work and the thread that runs it.
 struct Stream {
   int device = 0;
@@ -67,6 +83,8 @@ struct Stream {
   std::condition_variable cv, idle;
   std::deque<std::function<void()>> tasks;
   bool busy = false;
+  Graph* capture = nullptr;  // while captured: where its work goes instead
+  bool invalidated = false;  // the capture met a call it does not allow
   std::thread worker;
   // The kernels' scratch (abi_cuda.h), touched by the worker alone and kept for the next launch.
   std::vector<char*> stacks;
@@ -78,6 +96,10 @@ struct Stream {
   }
   void push(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mu);
+    if (capture) {
+      capture->tasks.push_back(std::move(task));
+      return;
+    }
     tasks.push_back(std::move(task));
     cv.notify_one();
   }
@@ -88,6 +110,12 @@ struct Stream {
   bool is_idle() {
     std::lock_guard<std::mutex> lock(mu);
     return tasks.empty() && !busy;
+  }
+  // A call that would wait for this stream: refused, and the capture is over, while captured.
+  bool refuse_while_captured() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (capture) invalidated = true;
+    return capture != nullptr;
   }
   // Makes the scratch a launch needs; runs on the worker.
   void prepare(KilnHostLaunch& l) {
@@ -111,6 +139,7 @@ struct Stream {
     l.shared = shared.data();
   }
   void run() {
+    t_worker = this;
     int delay = env_int("KILN_HOST_CUDA_DELAY_US", 0);
     for (;;) {
       std::function<void()> task;
@@ -231,6 +260,10 @@ CUresult cuGetErrorName(CUresult error, const char** s) {
     case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
     case CUDA_ERROR_INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; break;
     case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case CUDA_ERROR_ILLEGAL_STATE: *s = "CUDA_ERROR_ILLEGAL_STATE"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *s = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: *s = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION: *s = "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; break;
   }
   return CUDA_SUCCESS;
@@ -240,6 +273,8 @@ CUresult cuGetErrorString(CUresult error, const char** s) {
   switch (error) {
     case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
     case CUDA_ERROR_ILLEGAL_ADDRESS: *s = "an illegal memory access was encountered"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *s = "operation not permitted when stream is capturing"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: *s = "operation failed due to a previous error during capture"; break;
     default: *s = "host CUDA error"; break;
   }
   return CUDA_SUCCESS;
@@ -306,6 +341,9 @@ CUresult cuCtxSynchronize() {
     std::lock_guard<std::mutex> lock(host().mu);
     streams = d.streams;
   }
+  bool captured = false;
+  for (Stream* s : streams) captured = s->refuse_while_captured() || captured;
+  if (captured) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   for (Stream* s : streams) s->wait_idle();
   return CUDA_SUCCESS;
 }
@@ -378,6 +416,7 @@ CUresult cuMemFreeHost(void* p) {
 // it); from pinned memory, when the copy runs.
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   if (!is_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_pinned(src) && stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (is_pinned(src)) {
     stream_of(s)->push([=] { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
   } else {
@@ -392,6 +431,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream 
 CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   if (!is_device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = stream_of(s);
+  if (!is_pinned(dst) && st->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   st->push([=] { std::memcpy(dst, reinterpret_cast<const void*>(src), n); });
   if (!is_pinned(dst)) st->wait_idle();
   return CUDA_SUCCESS;
@@ -419,11 +459,15 @@ CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int, int) {
 }
 
 CUresult cuStreamSynchronize(CUstream s) {
+  if (stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   stream_of(s)->wait_idle();
   return CUDA_SUCCESS;
 }
 
-CUresult cuStreamQuery(CUstream s) { return stream_of(s)->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+CUresult cuStreamQuery(CUstream s) {
+  if (stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return stream_of(s)->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
 
 CUresult cuEventCreate(CUevent* e, unsigned int flags) {
   auto* ev = new Event;
@@ -441,11 +485,15 @@ CUresult cuEventDestroy(CUevent e) {
 CUresult cuEventRecord(CUevent e, CUstream s) {
   auto* ev = reinterpret_cast<Event*>(e);
   uint64_t generation;
+  Stream* st = stream_of(s);
   {
-    std::lock_guard<std::mutex> lock(ev->mu);
+    std::lock_guard<std::mutex> lock(st->mu);
+    std::lock_guard<std::mutex> event_lock(ev->mu);
+    ev->captured_in = st->capture;
+    if (st->capture) return CUDA_SUCCESS;  // a node of the graph: it orders nothing outside
     generation = ++ev->recorded;
   }
-  stream_of(s)->push([ev = retain(ev), generation] {
+  st->push([ev = retain(ev), generation] {
     {
       std::lock_guard<std::mutex> lock(ev->mu);
       ev->completed = std::max(ev->completed, generation);
@@ -483,11 +531,18 @@ CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int) {
   auto* ev = reinterpret_cast<Event*>(e);
   uint64_t generation;
+  Stream* st = stream_of(s);
   {
-    std::lock_guard<std::mutex> lock(ev->mu);
+    std::lock_guard<std::mutex> lock(st->mu);
+    std::lock_guard<std::mutex> event_lock(ev->mu);
+    if (st->capture) {  // only events of the same capture order work within it
+      if (ev->captured_in == st->capture) return CUDA_SUCCESS;
+      st->invalidated = true;
+      return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
     generation = ev->recorded;
   }
-  stream_of(s)->push([ev = retain(ev), generation] {
+  st->push([ev = retain(ev), generation] {
     {
       std::unique_lock<std::mutex> lock(ev->mu);
       ev->cv.wait(lock, [&] { return ev->completed >= generation; });
@@ -560,13 +615,70 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   auto copies = std::make_shared<std::vector<std::vector<char>>>();
   for (size_t i = 0; i < count; ++i)
     copies->emplace_back(static_cast<char*>(params[i]), static_cast<char*>(params[i]) + sizes[i]);
-  Stream* stream = stream_of(s);
-  stream->push([fn, launch, copies, stream]() mutable {
+  stream_of(s)->push([fn, launch, copies]() mutable {
     std::vector<void*> args;
     for (auto& c : *copies) args.push_back(c.data());
-    stream->prepare(launch);
+    t_worker->prepare(launch);
     fn->entry(&launch, args.data());
   });
+  return CUDA_SUCCESS;
+}
+
+// Stream capture (global, thread-local or relaxed mode alike: the host CUDA checks the calls
+// on the captured stream only).
+CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
+  if (!s) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the legacy default stream
+  Stream* st = stream_of(s);
+  std::lock_guard<std::mutex> lock(st->mu);
+  if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  st->capture = new Graph;
+  st->invalidated = false;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  Stream* st = stream_of(s);
+  std::lock_guard<std::mutex> lock(st->mu);
+  if (!st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  Graph* g = st->capture;
+  st->capture = nullptr;
+  if (st->invalidated) {
+    delete g;
+    *graph = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  Stream* st = stream_of(s);
+  std::lock_guard<std::mutex> lock(st->mu);
+  *status = !st->capture       ? CU_STREAM_CAPTURE_STATUS_NONE
+            : st->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  *exec = reinterpret_cast<CUgraphExec>(new Graph(*reinterpret_cast<Graph*>(graph)));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  for (const std::function<void()>& task : reinterpret_cast<Graph*>(exec)->tasks) stream_of(s)->push(task);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  delete reinterpret_cast<Graph*>(exec);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph graph) {
+  delete reinterpret_cast<Graph*>(graph);
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,131 @@
+// jit/cuda_graph.h -- a compiled plan on CUDA replayed as one CUDA graph: one launch instead of
+// one per kernel, which is most of what a small step costs on a GPU.
+//
+// The second call of a plan that may be replayed (graph_replay_refusal) runs it under stream
+// capture on a side stream: its inputs are first copied into buffers the graph keeps, and every
+// allocation of the capture comes from the graph's private pool (CachingAllocator), so the
+// addresses the kernels were given stay theirs. Each later call copies its inputs into those
+// buffers, launches the graph on the current stream and returns copies of its outputs (the
+// graph's own are overwritten by the next replay). Parameters are used where they are; when a
+// call passes them at other addresses the plan is captured again. The first call runs as
+// usual: it compiles the kernels and lets cuBLAS and cuDNN choose their algorithms, which
+// may synchronize. A training step's values on the CPU (ReplayLayout: an optimizer's scalars,
+// the generator's state) are computed on the host at each call and copied in like inputs.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "jit/trace.h"  // cuda_graphs_enabled
+#include "runtime/tensor.h"
+
+namespace kiln::cuda {
+class CapturedGraph;
+}
+
+namespace kiln::jit {
+
+/// How a plan splits for replay. Its host part, the values on the CPU (an optimizer's
+/// learning rate and step count and what is computed from them, the generator's state that
+/// random draws read) and the assigns to CPU params, runs on the host at every call. The
+/// device part, everything else, is captured: the CPU values it reads (`crossing`) are copied
+/// to the device before each launch, as the ops reading them would copy them, and it reads
+/// those copies.
+struct ReplayLayout {
+  /// Why `g` cannot replay, or "" when it can: every device value must be on one CUDA device,
+  /// with static shapes; no host op may read a device value (that waits for the device); no op
+  /// may record autograd (the tape keeps each call's tensors) or be a collective; no output may
+  /// be a view of an argument (replays return copies).
+  std::string refusal;
+  enum Part : char { kDevice, kHost, kBoth };
+  std::vector<char> host;          // per node: its part (constants are in both)
+  std::vector<uint32_t> crossing;  // CPU values that device nodes read: copied at every call
+  std::vector<uint32_t> uploads;   // CPU constants copied to the device: copied once
+  std::vector<std::pair<size_t, uint32_t>> host_assigns;  // (param index, value) of CPU params
+  int device = 0;                  // the CUDA device of the device part
+};
+ReplayLayout replay_layout(const ir::Graph& g);
+/// replay_layout(g).refusal.
+std::string graph_replay_refusal(const ir::Graph& g);
+
+/// Whether any value of `g` lives on a CUDA device (a plan worth deciding about).
+bool uses_cuda(const ir::Graph& g);
+
+/// The error flags of checked index ops (gather, scatter) in a plan being captured. Eagerly
+/// their kernels set a flag the host reads after them; a capture cannot wait for it. So each
+/// takes a slot of the graph's flag buffer, zeroed once before the capture and never reset,
+/// which the plan's next call reads (first waiting for the replay before it): a bad index is
+/// reported there, one call late, as CUDA's own errors are.
+class CapturedChecks {
+ public:
+  static constexpr int64_t kSlots = 64;
+  /// Zeroed slots on `device`, before a capture.
+  void reset(int device);
+  /// A slot (i64[2]: found, the index) for op `op` over a dim of `size`.
+  Tensor flag(const char* op, int64_t size);
+  /// Throws kiln::Error for the first slot a replay set; waits for the replays queued so far.
+  void check(const std::string& plan) const;
+  bool empty() const { return ops_.empty(); }
+
+ private:
+  Tensor flags_;
+  std::vector<std::pair<const char*, int64_t>> ops_;
+};
+/// The checks of the capture running on this thread, or nullptr.
+CapturedChecks* captured_checks();
+
+class GraphReplay {
+ public:
+  /// The plan's two parts. host: runs the host part, returning every value by id (the host
+  /// ones set). device: runs the device part, with `values` (by id) holding the crossing
+  /// values as device scalars, and returns the plan's outputs (its host outputs unset).
+  struct Plan {
+    std::function<std::vector<Tensor>(std::span<const Tensor> inputs, std::span<const Tensor> params)> host;
+    std::function<std::vector<Tensor>(std::span<const Tensor> inputs, std::span<const Tensor> params,
+                                      std::vector<Tensor> values)>
+        device;
+  };
+  /// For plan `g`, whose replay_layout(g) is `layout` (with no refusal).
+  GraphReplay(const ir::Graph& g, ReplayLayout layout);
+  ~GraphReplay();
+
+  /// The call's outputs: on the first call by running `plan`'s parts on the graph's buffers,
+  /// later by replaying the captured graph (capturing it first when there is none yet);
+  /// nullopt when this call runs the plan as usual: a call while another thread replays, and
+  /// every call from a failed capture on.
+  std::optional<std::vector<Tensor>> run(std::span<const Tensor> inputs, std::span<const Tensor> params,
+                                         const Plan& plan);
+
+  size_t captures() const;
+  size_t replays() const;
+  /// Why calls no longer replay ("" while they may).
+  std::string refusal() const;
+
+ private:
+  std::vector<Tensor> stage(std::span<const Tensor> inputs, const std::vector<Tensor>& host);
+  bool capture(std::span<const Tensor> params, const Plan& plan, std::vector<Tensor> values);
+  void refuse(std::string why);
+
+  std::string name_;
+  ReplayLayout layout_;
+  std::vector<uint32_t> graph_inputs_, graph_outputs_;
+  std::vector<char> cpu_input_, cpu_output_;  // per input, per output: a host value
+  std::vector<size_t> assigned_;  // the params the device part assigns
+  mutable std::mutex mu_;
+  size_t calls_ = 0, captures_ = 0, replays_ = 0;
+  std::string refusal_;
+  std::unique_ptr<cuda::CapturedGraph> graph_;
+  // The graph's own buffers: its device inputs, the device scalars of the crossing values (by
+  // value id), its outputs.
+  std::vector<Tensor> inputs_, scalars_, outputs_;
+  std::vector<const void*> params_;  // where the captured graph has the params
+  CapturedChecks checks_;
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,270 @@
+// tests/cuda/graph_test.cpp -- CUDA graphs: stream capture and replay (runtime/cuda_kernels.h)
+// and compiled plans replayed as graphs (jit/cuda_graph.h): a replay gives the results of the
+// launches it replaces, bit for bit, forward, through the compiled backward and as a whole
+// training step. On the host CUDA, whose driver records a captured stream's work and queues it
+// again at each launch, and on a GPU. Which plans replay is decided without a device
+// (tests/jit/cuda_graph_decision_test.cpp).
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <string>
+#include <vector>
+
+#include "ir/passes.h"
+#include "jit/executable.h"
+#include "jit/trace.h"
+#include "runtime/cuda_kernels.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/jit/jit_test_util.h"
+
+namespace kiln {
+namespace {
+
+const Device kGpu = cuda::device(0);
+
+bool same_bits(const Tensor& a, const Tensor& b) { return test::bitwise_equal(a.to(cpu), b.to(cpu)); }
+
+// Graphs on or off for a scope.
+struct Graphs {
+  explicit Graphs(bool on) : was(jit::cuda_graphs_enabled()) { jit::set_cuda_graphs_enabled(on); }
+  ~Graphs() { jit::set_cuda_graphs_enabled(was); }
+  bool was;
+};
+
+TEST(CudaGraphCapture, AReplayRunsTheWorkTheCaptureRecorded) {
+  REQUIRE_CUDA();
+  Tensor x = randn({1000}).to(kGpu);
+  cuda::Stream side = cuda::Stream::create(0);
+  cuda::synchronize(0);
+  Tensor y;
+  std::unique_ptr<cuda::CapturedGraph> graph;
+  {
+    cuda::StreamGuard on_side(side);
+    cuda::begin_capture(side);
+    y = exp(x) * 2.0f + x;  // allocated from the graph's pool, computed by nothing yet
+    std::string why;
+    graph = cuda::end_capture(side, &why);
+    ASSERT_TRUE(graph) << why;
+  }
+  for (int i = 0; i < 3; ++i) {
+    Tensor fresh = randn({1000});
+    x.copy_(fresh.to(kGpu));
+    graph->launch();
+    EXPECT_TRUE(test::close_enough(y.to(cpu), exp(fresh) * 2.0f + fresh)) << "replay " << i;
+  }
+}
+
+TEST(CudaGraphCapture, ASynchronizingCallEndsTheCapture) {
+  REQUIRE_CUDA();
+  cuda::Stream side = cuda::Stream::create(0);
+  Tensor x = randn({10}).to(kGpu);
+  cuda::synchronize(0);  // x is ready for the side stream
+  cuda::StreamGuard on_side(side);
+  cuda::begin_capture(side);
+  Tensor y = x + 1.0f;
+  EXPECT_THROW(side.synchronize(), Error);
+  std::string why;
+  EXPECT_FALSE(cuda::end_capture(side, &why));
+  EXPECT_NE(why.find("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"), std::string::npos) << why;
+  // The stream works as before.
+  EXPECT_TRUE(test::close_enough((x * 3.0f).to(cpu), x.to(cpu) * 3.0f));
+}
+
+TEST(CudaGraphCapture, ADefaultStreamIsNotCaptured) {
+  REQUIRE_CUDA();
+  try {
+    cuda::begin_capture(cuda::default_stream(0));
+    FAIL() << "captured a default stream";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("default stream cannot be captured"), std::string::npos) << e.what();
+  }
+}
+
+Tensor mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2) {
+  return softmax(matmul(gelu(matmul(x, w1) + b1), w2), -1);
+}
+
+TEST(CudaGraphReplay, AForwardReplaysWithTheResultsOfItsLaunches) {
+  REQUIRE_CUDA();
+  manual_seed(1);
+  Tensor w1 = randn({32, 64}).to(kGpu), b1 = randn({64}).to(kGpu), w2 = randn({64, 10}).to(kGpu);
+  auto fn = [&](const Tensor& x) { return mlp(x, w1, b1, w2); };
+  std::vector<Tensor> xs;
+  for (int i = 0; i < 4; ++i) xs.push_back(randn({16, 32}));
+  std::vector<Tensor> with, without, kept;
+  {
+    Graphs on(true);
+    jit::Function f = jit::trace(fn, {xs[0].to(kGpu)}, "mlp");
+    // Each call's input at an address of its own: a replay must read the one it is given.
+    for (const Tensor& x : xs) with.push_back(f(kept.emplace_back(x.to(kGpu))));
+    EXPECT_EQ(f.stats().graph_refusal, "");
+    EXPECT_EQ(f.stats().graph_replays, 3) << "every call after the first";
+  }
+  {
+    Graphs off(false);
+    jit::Function f = jit::trace(fn, {xs[0].to(kGpu)}, "mlp");
+    for (const Tensor& x : xs) without.push_back(f(x.to(kGpu)));
+    EXPECT_EQ(f.stats().graph_replays, 0);
+  }
+  for (size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_TRUE(same_bits(with[i], without[i])) << "call " << i;
+    EXPECT_TRUE(test::close_enough(with[i].to(cpu), mlp(xs[i], w1.to(cpu), b1.to(cpu), w2.to(cpu)))) << "call " << i;
+  }
+  // Each call got its own result: the next replay did not overwrite it.
+  EXPECT_FALSE(same_bits(with[1], with[2]));
+}
+
+TEST(CudaGraphReplay, TheCompiledBackwardReplaysToo) {
+  REQUIRE_CUDA();
+  manual_seed(2);
+  Tensor w1 = randn({32, 64}), b1 = randn({64}), w2 = randn({64, 10});
+  auto run = [&](bool graphs) {
+    Graphs g(graphs);
+    std::vector<Tensor> ps;
+    for (const Tensor& p : {w1, b1, w2}) ps.push_back(p.to(kGpu).detach().requires_grad_());
+    auto loss_of = [&](const Tensor& x) { return (mlp(x, ps[0], ps[1], ps[2]) * x.sum({-1}, true)).sum(); };
+    jit::Function f = jit::trace(loss_of, {randn({8, 32}).to(kGpu)}, "loss");
+    manual_seed(7);
+    std::vector<Tensor> out;
+    for (int i = 0; i < 3; ++i) {
+      Tensor loss = f(randn({8, 32}).to(kGpu));
+      loss.backward();
+      out.push_back(loss.detach());
+    }
+    for (const Tensor& p : ps) out.push_back(p.grad());
+    if (graphs) {
+      EXPECT_EQ(f.stats().graph_replays, 4) << "2 forwards and 2 backwards";
+    }
+    return out;
+  };
+  std::vector<Tensor> with = run(true), without = run(false);
+  for (size_t i = 0; i < with.size(); ++i)
+    EXPECT_TRUE(same_bits(with[i], without[i])) << "value " << i << " differs by "
+                                                << (with[i] - without[i]).abs().max().item<float>();
+}
+
+// A whole training step: the forward, the backward and the update (assigns into the params)
+// replay as one graph, while the optimizer's scalars on the CPU (the step count it increments,
+// the learning rate a schedule changes) are computed on the host at each call and copied in:
+// training goes on bit for bit as without a graph.
+void train_with_and_without_graphs(bool adam) {
+  auto train = [adam](bool graphs) {
+    Graphs g(graphs);
+    manual_seed(3);
+    nn::Linear l1(20, 32), l2(32, 5);
+    l1.to(kGpu);
+    l2.to(kGpu);
+    std::vector<Tensor> params{l1.weight, l1.bias, l2.weight, l2.bias};
+    std::unique_ptr<optim::Optimizer> opt;
+    if (adam) opt = std::make_unique<optim::AdamW>(params, 0.01);
+    else opt = std::make_unique<optim::SGD>(params, 0.1, optim::SgdOptions{.momentum = 0.9, .dampening = 0.1});
+    auto step = [&](const Tensor& x, const Tensor& y) {
+      opt->zero_grad();
+      Tensor loss = cross_entropy(l2(gelu(l1(x))), y);
+      loss.backward();
+      opt->step();
+      return loss;
+    };
+    Tensor x = randn({64, 20}), y = randint(0, 5, {64}, DType::I64);
+    jit::Function traced = jit::trace(step, {x.to(kGpu), y.to(kGpu)}, "step");
+    std::vector<Tensor> out;
+    for (int i = 0; i < 6; ++i) {
+      if (i == 4) opt->set_lr(adam ? 0.003 : 0.05);
+      out.push_back(traced(x.to(kGpu), y.to(kGpu)));
+    }
+    if (graphs) {
+      EXPECT_EQ(traced.stats().graph_refusal, "");
+      EXPECT_EQ(traced.stats().graph_replays, 5) << "every call after the first";
+    }
+    for (const Tensor& p : params) out.push_back(p.detach().clone());
+    return out;
+  };
+  std::vector<Tensor> with = train(true), without = train(false);
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(same_bits(with[i], without[i])) << "value " << i;
+  EXPECT_LT(with[5].item<float>(), with[0].item<float>()) << "it trains";
+}
+
+TEST(CudaGraphReplay, AWholeSgdStepReplays) {
+  REQUIRE_CUDA();
+  train_with_and_without_graphs(false);
+}
+
+TEST(CudaGraphReplay, AWholeAdamWStepReplays) {
+  REQUIRE_CUDA();
+  train_with_and_without_graphs(true);
+}
+
+// A gather's index check cannot wait inside a graph: a bad index in a replay is reported by the
+// next call, and the plan runs without a graph from then on.
+TEST(CudaGraphReplay, ABadIndexInAReplayIsReportedByTheNextCall) {
+  REQUIRE_CUDA();
+  Graphs g(true);
+  jit::Function f = jit::trace([](const Tensor& x, const Tensor& i) { return gather(x, 1, i) * 2.0f; },
+                               {randn({4, 6}).to(kGpu), zeros({4, 1}, DType::I64).to(kGpu)}, "pick");
+  Tensor x = randn({4, 6}).to(kGpu), good = full({4, 1}, 5, DType::I64).to(kGpu);
+  Tensor bad = full({4, 1}, 6, DType::I64).to(kGpu);
+  f(x, good);
+  f(x, good);  // captured
+  EXPECT_TRUE(test::close_enough(f(x, good).to(cpu), (gather(x, 1, good) * 2.0f).to(cpu)));
+  EXPECT_EQ(f.stats().graph_replays, 2);
+  f(x, bad);  // replayed: its check is read by the next call
+  try {
+    f(x, good);
+    FAIL() << "the bad index went unreported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gather: index 6 is out of range for a dim of size 6"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(f.stats().graph_refusal.find("a replay found a bad index"), std::string::npos);
+  EXPECT_THROW(f(x, bad), Error) << "without a graph, a bad index is an error at once";
+  EXPECT_TRUE(test::close_enough(f(x, good).to(cpu), (gather(x, 1, good) * 2.0f).to(cpu)));
+}
+
+// Parameters passed at other addresses (a loaded module moved, a plan run by hand): the plan
+// is captured again for them.
+TEST(CudaGraphReplay, MovedParametersAreCapturedAgain) {
+  REQUIRE_CUDA();
+  Graphs g(true);
+  ir::Graph plan = ir::parse(
+      "graph @f(%0: f32[4,8]@cuda:0) params(%1: f32[8,8]@cuda:0 \"w\") -> (f32[4,8]@cuda:0) {\n"
+      "  %2 = matmul %0, %1 : f32[4,8]@cuda:0\n"
+      "  %3 = tanh %2 : f32[4,8]@cuda:0\n"
+      "  return %3\n"
+      "}\n");
+  for (ir::Node& n : plan.nodes) n.grad = false;
+  jit::Executable exec(ir::fuse(plan));
+  Tensor x = randn({4, 8}), w = randn({8, 8}), w2 = randn({8, 8});
+  Tensor xd = x.to(kGpu), wd = w.to(kGpu), w2d = w2.to(kGpu);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(test::close_enough(exec.run({&xd, 1}, {&wd, 1})[0].to(cpu), tanh(matmul(x, w)))) << "call " << i;
+  EXPECT_EQ(exec.stats().graph_captures, 1u);
+  EXPECT_TRUE(test::close_enough(exec.run({&xd, 1}, {&w2d, 1})[0].to(cpu), tanh(matmul(x, w2))));
+  EXPECT_EQ(exec.stats().graph_captures, 2u);
+  EXPECT_EQ(exec.stats().graph_replays, 3u);
+}
+
+// Dropout in a graph: each call reserves its draws on the host and the replay reads that state,
+// so the masks are fresh at every call and the same as without a graph.
+TEST(CudaGraphReplay, RandomDrawsAreFreshAtEveryReplay) {
+  REQUIRE_CUDA();
+  auto masks = [](bool graphs) {
+    Graphs g(graphs);
+    manual_seed(11);
+    jit::Function f = jit::trace([](const Tensor& x) { return nn::dropout(x, 0.5, true); },
+                                 {randn({256}).to(kGpu)}, "drop");
+    Tensor x = ones({256}).to(kGpu);
+    std::vector<Tensor> out;
+    for (int i = 0; i < 4; ++i) out.push_back(f(x));
+    if (graphs) {
+      EXPECT_EQ(f.stats().graph_refusal, "");
+      EXPECT_EQ(f.stats().graph_replays, 3);
+    }
+    return out;
+  };
+  std::vector<Tensor> with = masks(true), without = masks(false);
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(same_bits(with[i], without[i])) << "call " << i;
+  EXPECT_FALSE(same_bits(with[2], with[3])) << "each replay draws anew";
+}
+
+}  // namespace
+}  // namespace kiln
