@@ -24,6 +24,10 @@ Graph dce(const Graph& g);
 /// matmul(bT, aT), in the layout its reader wants. Changes rounding, not meaning: jit runs it
 /// only on fused plans.
 Graph transpose_matmul(const Graph& g);
+/// On CUDA, matmul(a, b) + bias[n], then relu or gelu_tanh of it when that alone reads it, as
+/// one addmm, addmm_relu or addmm_gelu_tanh node (cuBLASLt's epilogues). Within rounding, as
+/// transpose_matmul: jit runs it only on fused plans. The CPU keeps its GEMM and a fused kernel.
+Graph matmul_epilogue(const Graph& g);
 
 struct FuseOptions {
   /// Nodes that must stay ops (jit keeps the ones it tapes for autograd out of kernels).
@@ -48,6 +52,9 @@ std::span<const PassInfo> all_passes();
 const PassInfo& find_pass(std::string_view name);
 /// What jit::Function runs on every traced graph.
 std::vector<std::string> default_pipeline();
+/// What it runs after them on a plan it fuses, before the fuse pass: the rewrites that hold
+/// within rounding only (transpose-matmul, matmul-epilogue).
+std::vector<std::string> lowering_pipeline();
 
 struct PipelineOptions {
   bool verify = true;  // verify after every pass

@@ -55,6 +55,8 @@ std::vector<std::string> default_pipeline() {
   return names;
 }
 
+std::vector<std::string> lowering_pipeline() { return {"transpose-matmul", "matmul-epilogue"}; }
+
 Graph run_passes(Graph g, std::span<const std::string> names, const PipelineOptions& opt) {
   bool log_jit = log_enabled(LogTopic::Jit);
   if (log_jit) log(LogTopic::Jit, fmt::format("graph @{} as traced:\n{}", g.name, print(g)));

@@ -18,6 +18,7 @@
 #include "codegen/cuda/matmul.h"
 #include "codegen/cuda/pool.h"
 #include "codegen/cuda/random.h"
+#include "ir/builder.h"
 #include "ir/fusion.h"
 #include "ir/graph.h"
 #include "jit/cuda_graph.h"
@@ -543,9 +544,29 @@ void draw(OpId id, const Tensor& state, const Tensor& out) {
   launch_source(source, w, blocks_for(out.numel()), out.device().index);
 }
 
+// addmm, addmm_relu, addmm_gelu_tanh (runtime/ops/addmm.cpp): the GEMM, then the bias and the
+// activation as one generated kernel over its result, in place.
+void addmm(OpId id, std::span<const Tensor> in, const Tensor& out) {
+  Tensor ab[] = {in[1], in[2]};
+  matmul(ab, out);
+  ir::Builder b("addmm epilogue");
+  uint32_t z = b.op(OpId::Add, {b.input(out.type()), b.input(in[0].type())});
+  if (id == OpId::AddmmRelu) z = b.op(OpId::Relu, {z});
+  if (id == OpId::AddmmGeluTanh) z = b.op(OpId::GeluTanh, {z});
+  b.output(z);
+  ir::Node fused;
+  fused.kind = ir::NodeKind::Fused;
+  fused.body = std::make_shared<ir::Graph>(b.finish());
+  Tensor operands[] = {out, in[0]};
+  run_group_cuda(fused, operands, {&out, 1}, true);
+}
+
 void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
   switch (id) {
     case OpId::Matmul: return matmul(in, out);
+    case OpId::Addmm:
+    case OpId::AddmmRelu:
+    case OpId::AddmmGeluTanh: return addmm(id, in, out);
     case OpId::Rand:
     case OpId::Randn: return draw(id, in[0], out);
     case OpId::MaxPool2d:
@@ -589,7 +610,8 @@ const bool g_installed = [] {
     auto id = static_cast<OpId>(i);
     OpFamily f = op_family(id);
     if (f == OpFamily::Pointwise || f == OpFamily::Cast || f == OpFamily::Reduce ||
-        (f == OpFamily::Copy && id != OpId::ToDevice) || id == OpId::Matmul || id == OpId::MaxPool2d ||
+        (f == OpFamily::Copy && id != OpId::ToDevice) || id == OpId::Matmul || id == OpId::Addmm ||
+        id == OpId::AddmmRelu || id == OpId::AddmmGeluTanh || id == OpId::MaxPool2d ||
         id == OpId::AvgPool2d || id == OpId::MaxPool2dIndices || id == OpId::MaxPool2dBackward ||
         id == OpId::AvgPool2dBackward || id == OpId::Rand || id == OpId::Randn)
       cuda::set_op_kernel(id, run_op);

@@ -254,7 +254,7 @@ namespace {
 // CUDA device (jit/executable.cpp).
 ir::Graph fused(ir::Graph g, const std::string& name) {
   if (!fusion_enabled()) return g;
-  g = ir::transpose_matmul(g);  // within rounding, as fused results are
+  g = ir::run_passes(std::move(g), ir::lowering_pipeline());  // within rounding, as fused results are
   ir::FuseOptions fo;
   fo.keep_out = [](const ir::Node& n) { return n.grad; };
   fo.has_kernels = [](Device d) { return d.is_cpu() || d.is_cuda(); };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "examples/digits_net.h"
+#include "ir/graph.h"
 #include "jit/save.h"
 #include "jit/trace.h"
 #include "tests/cuda/cuda_test.h"
@@ -143,6 +144,42 @@ TEST(CudaTraced, AnotherBatchSizeReusesTheKernels) {
   EXPECT_EQ(jit::kernel_cache_stats().compiles, compiles);
   EXPECT_EQ(f.stats().traces, 2);
   EXPECT_TRUE(test::close_enough(got.to(cpu), softmax(x)));
+}
+
+// A linear layer's bias and relu (or gelu_tanh) after its matmul become one addmm node, a
+// GEMM with an epilogue (ir/passes/matmul_epilogue.cpp); an exact gelu stays a kernel after an
+// addmm. Forward and gradients match the CPU's eager ones.
+TEST(CudaTraced, BiasAndActivationJoinTheMatmul) {
+  REQUIRE_CUDA();
+  manual_seed(4);
+  nn::Linear a1(32, 64), a2(64, 48), a3(48, 10);
+  Tensor x = randn({16, 32});
+  auto mlp = [&](const Tensor& in) { return a3(gelu(a2(relu(a1(in))), "tanh")); };
+  std::vector<Tensor> params{a1.weight, a1.bias, a2.weight, a2.bias, a3.weight, a3.bias};
+  Tensor want = mlp(x);
+  std::vector<Tensor> want_grads;
+  want.sum().backward();
+  for (Tensor& p : params) want_grads.push_back(p.grad().clone()), p.zero_grad();
+  for (nn::Linear* l : {&a1, &a2, &a3}) l->to(kGpu);
+  std::vector<Tensor> gpu_params{a1.weight, a1.bias, a2.weight, a2.bias, a3.weight, a3.bias};
+  {
+    NoGradGuard inference;  // (training saves gelu's input for its backward: that add stays apart)
+    jit::Function f = jit::trace(mlp, {x.to(kGpu)}, "mlp");
+    Tensor got = f(x.to(kGpu));
+    std::string text = ir::print(f.graph());
+    EXPECT_NE(text.find("addmm_relu"), std::string::npos) << text;
+    EXPECT_NE(text.find("addmm_gelu_tanh"), std::string::npos) << text;
+    EXPECT_TRUE(test::close_enough(got.to(cpu), want));
+  }
+  // Trained, the partition saves the first two products for the backward (their bias and
+  // activation are recomputed there): only the last layer's bias joins its matmul.
+  jit::Function f = jit::trace(mlp, {x.to(kGpu)}, "mlp");
+  Tensor got = f(x.to(kGpu));
+  EXPECT_NE(ir::print(f.graph()).find("= addmm %"), std::string::npos) << ir::print(f.graph());
+  EXPECT_TRUE(test::close_enough(got.to(cpu), want));
+  got.sum().backward();
+  for (size_t k = 0; k < gpu_params.size(); ++k)
+    EXPECT_TRUE(test::close_enough(gpu_params[k].grad().to(cpu), want_grads[k])) << "param " << k;
 }
 
 // The compiled backward: its groups are CUDA kernels too, and the gradients match the CPU's.

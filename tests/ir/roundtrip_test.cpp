@@ -109,6 +109,10 @@ graph @loops(%0: f32[1,2,5,5], %1: f32[4,2,3,3], %2: f32[5,7], %3: f32[7,2]) -> 
   %10 = max_pool2d_indices %4 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=true} : i64[1,4,3,3]
   %11 = max_pool2d_backward %4, %5 {kernel=[2,2], stride=[2,2], padding=[0,0], ceil_mode=false} : f32[1,4,5,5]
   %12 = avg_pool2d_backward %6 {shape=[1,4,2,2], kernel=[2,2], stride=[1,1], padding=[1,1], count_include_pad=true} : f32[1,4,2,2]
+  %13 = sum %7 {axes=[0], keepdim=false} : f32[2]
+  %14 = addmm %13, %2, %3 : f32[5,2]
+  %15 = addmm_relu %13, %2, %3 : f32[5,2]
+  %16 = addmm_gelu_tanh %13, %2, %3 : f32[5,2]
   return %7
 }
 )";

@@ -498,6 +498,32 @@ template <> struct Spec<OpId::Matmul> {
   }
 };
 
+/// addmm, addmm_relu, addmm_gelu_tanh (bias [n], a [m,k], b [k,n]): the matmul's reference,
+/// plus the bias, through the activation (relu and gelu_tanh stretch errors by at most 1.13).
+template <OpId Id> struct AddmmSpec {
+  static std::vector<DType> dtypes() { return kFloatDTypes; }
+  static std::vector<Case> cases(DType t) {
+    auto run = [](std::span<const Tensor> in) { return apply(Id, {in[0], in[1], in[2]}); };
+    auto ref = [](std::span<const Ref> r) {
+      Ref o = matmul_ref(r[1], r[2]);
+      int64_t n = r[0].shape[0];
+      for (size_t i = 0; i < o.v.size(); ++i) {
+        double bias = r[0].v[i % static_cast<size_t>(n)], z = o.v[i] + bias;
+        o.scale[i] = 1.13 * (o.scale[i] + std::abs(bias));
+        if (Id == OpId::AddmmRelu) z = z < 0 ? 0 : z;
+        if (Id == OpId::AddmmGeluTanh) z = 0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
+        o.v[i] = z;
+      }
+      return o;
+    };
+    return {{"rows", {values({5}, t), values({3, 4}, t), values({4, 5}, t)}, run, ref},
+            {"views", {values({2}, t), transposed(3, 6, t), transposed(6, 2, t)}, run, ref}};
+  }
+};
+template <> struct Spec<OpId::Addmm> : AddmmSpec<OpId::Addmm> {};
+template <> struct Spec<OpId::AddmmRelu> : AddmmSpec<OpId::AddmmRelu> {};
+template <> struct Spec<OpId::AddmmGeluTanh> : AddmmSpec<OpId::AddmmGeluTanh> {};
+
 /// A 2-d convolution's geometry: every (output, input, weight) triple of taps it sums.
 struct ConvGeometry {
   Dims x, w, stride, padding, dilation;
