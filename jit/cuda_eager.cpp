@@ -29,6 +29,7 @@
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/cuda_kernels.h"
+#include "runtime/log.h"
 #include "runtime/loop_layout.h"
 #include "runtime/ops/loops.h"
 
@@ -544,20 +545,44 @@ void draw(OpId id, const Tensor& state, const Tensor& out) {
   launch_source(source, w, blocks_for(out.numel()), out.device().index);
 }
 
-// addmm, addmm_relu, addmm_gelu_tanh (runtime/ops/addmm.cpp): the GEMM, then the bias and the
+// The cuBLASLt epilogue of an addmm op: the one its activation names.
+cuda::Epilogue epilogue_of(OpId id) {
+  switch (id) {
+    case OpId::AddmmRelu: return cuda::Epilogue::ReluBias;
+    case OpId::AddmmGeluTanh: return cuda::Epilogue::GeluBias;
+    default: return cuda::Epilogue::Bias;
+  }
+}
+
+// addmm, addmm_relu, addmm_gelu_tanh (runtime/ops/addmm.cpp): one cuBLASLt GEMM with the bias
+// and activation as its epilogue; where cuBLASLt declines, the GEMM, then the bias and the
 // activation as one generated kernel over its result, in place.
 void addmm(OpId id, std::span<const Tensor> in, const Tensor& out) {
-  Tensor ab[] = {in[1], in[2]};
+  const Tensor &bias = in[0], &a = in[1], &b = in[2];
+  int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  if (out.numel() > 0 && k > 0) {
+    // Row-major out = a b + bias is column-major out^T = b^T a^T + bias (a bias per row).
+    Matrices A = matrices(a, m, k), B = matrices(b, k, n);
+    Tensor bias_values = bias.contiguous();
+    std::string why;
+    if (cuda::gemm_epilogue(out.device().index, out.dtype(), epilogue_of(id), B.transposed, A.transposed, n, m, k,
+                            B.t.data_ptr(), B.ld, A.t.data_ptr(), A.ld, bias_values.data_ptr(), out.data_ptr(), n,
+                            &why))
+      return;
+    if (log_enabled(LogTopic::Cuda))
+      log(LogTopic::Cuda, fmt::format("{}: {}; the GEMM, then a kernel for the bias and activation", op_name(id), why));
+  }
+  Tensor ab[] = {a, b};
   matmul(ab, out);
-  ir::Builder b("addmm epilogue");
-  uint32_t z = b.op(OpId::Add, {b.input(out.type()), b.input(in[0].type())});
-  if (id == OpId::AddmmRelu) z = b.op(OpId::Relu, {z});
-  if (id == OpId::AddmmGeluTanh) z = b.op(OpId::GeluTanh, {z});
-  b.output(z);
+  ir::Builder group("addmm epilogue");
+  uint32_t z = group.op(OpId::Add, {group.input(out.type()), group.input(bias.type())});
+  if (id == OpId::AddmmRelu) z = group.op(OpId::Relu, {z});
+  if (id == OpId::AddmmGeluTanh) z = group.op(OpId::GeluTanh, {z});
+  group.output(z);
   ir::Node fused;
   fused.kind = ir::NodeKind::Fused;
-  fused.body = std::make_shared<ir::Graph>(b.finish());
-  Tensor operands[] = {out, in[0]};
+  fused.body = std::make_shared<ir::Graph>(group.finish());
+  Tensor operands[] = {out, bias};
   run_group_cuda(fused, operands, {&out, 1}, true);
 }
 

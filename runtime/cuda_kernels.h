@@ -47,6 +47,23 @@ void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m
           const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c,
           int64_t ldc, int64_t stride_c, int64_t batch);
 
+/// What cuBLASLt adds to a GEMM before its one rounding: a bias per row of the (column-major)
+/// result, then a relu or the tanh approximation of gelu.
+enum class Epilogue { Bias, ReluBias, GeluBias };
+/// cuBLASLt (loaded with dlopen: KILN_CUDA_CUBLASLT, else libcublasLt of CUDA 13 or 12), in
+/// cuBLAS's column-major terms: C = epilogue(op(A) op(B) + bias), m x n, bias of m values,
+/// queued on the current stream of `device`. Returns false with `*why`, having queued nothing,
+/// when cuBLASLt is unavailable or has no algorithm for the case: the caller computes it
+/// another way. Dtypes as gemm().
+bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a, bool transpose_b, int64_t m,
+                   int64_t n, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* bias,
+                   void* c, int64_t ldc, std::string* why);
+/// Calls of gemm_epilogue that cuBLASLt ran, and that it declined.
+struct EpilogueStats {
+  int64_t fused = 0, declined = 0;
+};
+EpilogueStats epilogue_stats();
+
 /// A CUDA graph: the work queued on a stream during a capture, replayed by launch() on any
 /// stream of its device. The memory its kernels touch was allocated during the capture from a
 /// private pool of the device's caching allocator, and stays the graph's until it is

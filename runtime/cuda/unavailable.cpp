@@ -64,6 +64,12 @@ void gemm(int, DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_
   unavailable("matmul");
 }
 int multiprocessor_count(int) { unavailable("cuda device"); }
+bool gemm_epilogue(int, DType, Epilogue, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, const void*,
+                   int64_t, const void*, void*, int64_t, std::string* why) {
+  *why = kReason;
+  return false;
+}
+EpilogueStats epilogue_stats() { return {}; }
 CapturedGraph::~CapturedGraph() { (void)device_, (void)exec_, (void)pool_, (void)stream_; }
 void CapturedGraph::launch() const { unavailable("cuda graph"); }
 void begin_capture(const Stream&) { unavailable("cuda graph capture"); }

@@ -184,6 +184,10 @@ std::map<OpId, std::vector<Case>> all_cases() {
                        {"index_add/last_dim_views", {leaf({3, 4}), leaf({6, 4})}, [](std::span<const Tensor> in) {
                          return index_add(in[0].t(), 1, from_vector<int32_t>({2, 2, 0, 1, 2, 0}), in[1].t());
                        }}};
+  // The matmul-epilogue pass's ops: bias [n], a [m,k], b [k,n], b a transposed view.
+  for (OpId id : {OpId::Addmm, OpId::AddmmRelu, OpId::AddmmGeluTanh})
+    c[id] = {{std::string(op_name(id)) + "/2d", {leaf({3}), leaf({4, 5}), leaf({3, 5})},
+              [id](std::span<const Tensor> in) { return apply(id, {in[0], in[1], in[2].t()}); }}};
   c[OpId::Matmul] = {
       {"matmul/2d", {leaf({3, 4}), leaf({4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
       {"matmul/batched_broadcast", {leaf({2, 1, 3, 4}), leaf({3, 4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},

@@ -1,8 +1,13 @@
-// tests/cuda/host/blas_cuda.cpp -- the host CUDA's cuBLAS: the calls kiln makes, with
-// cublas_api.h's types, computing on the host in double (reference loops) on the handle's
-// stream, in stream order. kiln loads it instead of libcublas when KILN_CUDA_CUBLAS names it.
+// tests/cuda/host/blas_cuda.cpp -- the host CUDA's cuBLAS and cuBLASLt: the calls kiln makes,
+// with cublas_api.h's and cublasLt.h's types, computing on the host in double (reference loops)
+// on the handle's (or call's) stream, in stream order. kiln loads it instead of libcublas and
+// libcublasLt when KILN_CUDA_CUBLAS and KILN_CUDA_CUBLASLT name it. Its cuBLASLt finds no
+// algorithm while KILN_HOST_CUBLASLT_REFUSE is set, so that kiln's fallback runs in CI too.
+#include <cublasLt.h>
 #include <cublas_api.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -75,6 +80,136 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
           }
           store(c, ct, q * sc + i + static_cast<long long>(j) * ldc, acc);
         }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+// ---- cuBLASLt: the matmul with a bias epilogue (what kiln's addmm ops call) ----------------
+
+namespace {
+
+struct LtDesc {
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+};
+struct LtLayout {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+template <class T, class H> T* as(H h) { return reinterpret_cast<T*>(h); }
+
+// The tanh approximation of gelu, as cuBLASLt's GELU epilogue computes it.
+double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  static int one;
+  *h = reinterpret_cast<cublasLtHandle_t>(&one);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType_t) {
+  *d = reinterpret_cast<cublasLtMatmulDesc_t>(new LtDesc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete as<LtDesc>(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  LtDesc& x = *as<LtDesc>(d);
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: std::memcpy(&x.ta, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: std::memcpy(&x.tb, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: std::memcpy(&x.epilogue, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: std::memcpy(&x.bias, buf, size); break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+  if (ld < static_cast<int64_t>(rows)) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = reinterpret_cast<cublasLtMatrixLayout_t>(new LtLayout{type, rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete as<LtLayout>(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = reinterpret_cast<cublasLtMatmulPreference_t>(new size_t(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete as<size_t>(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// One algorithm, with no workspace, for the epilogues kiln uses; none when refusing.
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* found) {
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  *found = 0;
+  cublasLtEpilogue_t e = as<LtDesc>(d)->epilogue;
+  const char* refuse = std::getenv("KILN_HOST_CUBLASLT_REFUSE");
+  bool known = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS;
+  if ((refuse && *refuse) || !known) return CUBLAS_STATUS_NOT_SUPPORTED;
+  std::memset(&results[0], 0, sizeof results[0]);
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// D = epilogue(op(A) op(B) + bias), column-major, alpha 1 and beta 0 (what kiln passes).
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void*, const void* a,
+                              cublasLtMatrixLayout_t al, const void* b, cublasLtMatrixLayout_t bl, const void*,
+                              const void*, cublasLtMatrixLayout_t, void* d, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+  LtDesc x = *as<LtDesc>(desc);
+  LtLayout A = *as<LtLayout>(al), B = *as<LtLayout>(bl), D = *as<LtLayout>(dl);
+  uint64_t m = D.rows, n = D.cols, k = x.ta == CUBLAS_OP_N ? A.cols : A.rows;
+  if ((x.ta == CUBLAS_OP_N ? A.rows : A.cols) != m || (x.tb == CUBLAS_OP_N ? B.rows : B.cols) != k ||
+      (x.tb == CUBLAS_OP_N ? B.cols : B.rows) != n || !x.bias)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  kiln_host_enqueue(reinterpret_cast<CUstream>(stream), [=] {
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t i = 0; i < m; ++i) {
+        double acc = 0;
+        for (uint64_t l = 0; l < k; ++l) {
+          long long ia = x.ta == CUBLAS_OP_N ? static_cast<long long>(i + l * A.ld) : static_cast<long long>(l + i * A.ld);
+          long long ib = x.tb == CUBLAS_OP_N ? static_cast<long long>(l + j * B.ld) : static_cast<long long>(j + l * B.ld);
+          acc += load(a, A.type, ia) * load(b, B.type, ib);
+        }
+        // As cuBLASLt: the product rounded to the output's type is not formed; the bias is added
+        // to the accumulator (in the compute type) and the result rounded once.
+        double z = acc + load(x.bias, D.type, static_cast<long long>(i));
+        if (x.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) z = z < 0 ? 0 : z;
+        if (x.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS) z = gelu_tanh(z);
+        store(d, D.type, static_cast<long long>(i + j * D.ld), z);
+      }
   });
   return CUBLAS_STATUS_SUCCESS;
 }
