@@ -52,12 +52,15 @@ std::span<const PassInfo> all_passes();
 const PassInfo& find_pass(std::string_view name);
 /// What jit::Function runs on every traced graph.
 std::vector<std::string> default_pipeline();
-/// What it runs after them on a plan it fuses, before the fuse pass: the rewrites that hold
-/// within rounding only (transpose-matmul, matmul-epilogue).
+/// What it runs after them on a plan it fuses: the rewrites that hold within rounding only
+/// (transpose-matmul, matmul-epilogue), then fuse.
 std::vector<std::string> lowering_pipeline();
 
 struct PipelineOptions {
   bool verify = true;  // verify after every pass
+  /// The fuse pass's options (jit keeps taped nodes out and names the devices with kernels);
+  /// a reproducer replays with the defaults.
+  FuseOptions fuse;
   /// Called with the pass name and the graph after each pass (KILN_LOG=jit prints it).
   std::function<void(const std::string& pass, const Graph&)> after_pass;
 };

@@ -55,16 +55,17 @@ std::vector<std::string> default_pipeline() {
   return names;
 }
 
-std::vector<std::string> lowering_pipeline() { return {"transpose-matmul", "matmul-epilogue"}; }
+std::vector<std::string> lowering_pipeline() { return {"transpose-matmul", "matmul-epilogue", "fuse"}; }
 
 Graph run_passes(Graph g, std::span<const std::string> names, const PipelineOptions& opt) {
   bool log_jit = log_enabled(LogTopic::Jit);
-  if (log_jit) log(LogTopic::Jit, fmt::format("graph @{} as traced:\n{}", g.name, print(g)));
+  if (log_jit && !names.empty())
+    log(LogTopic::Jit, fmt::format("graph @{} before {}:\n{}", g.name, names.front(), print(g)));
   for (const std::string& name : names) {
     const PassInfo& pass = find_pass(name);
     Graph next;
     try {
-      next = pass.fn(g);
+      next = pass.fn == static_cast<PassFn>(fuse) ? fuse(g, opt.fuse) : pass.fn(g);
       if (opt.verify) verify(next);
     } catch (const std::exception& e) {
       std::string file = write_reproducer(g);

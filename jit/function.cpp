@@ -252,16 +252,14 @@ namespace {
 // The graph as it runs: fused (unless fusion is off) and verified. A group holds values of one
 // device (the fuse pass's rule) and runs as a kernel there: LLVM's on the CPU, NVRTC's on a
 // CUDA device (jit/executable.cpp).
-ir::Graph fused(ir::Graph g, const std::string& name) {
+ir::Graph fused(ir::Graph g) {
   if (!fusion_enabled()) return g;
-  g = ir::run_passes(std::move(g), ir::lowering_pipeline());  // within rounding, as fused results are
-  ir::FuseOptions fo;
-  fo.keep_out = [](const ir::Node& n) { return n.grad; };
-  fo.has_kernels = [](Device d) { return d.is_cpu() || d.is_cuda(); };
-  g = ir::fuse(g, fo);
-  ir::verify(g);
-  if (log_enabled(LogTopic::Jit)) log(LogTopic::Jit, fmt::format("@{} after fuse:\n{}", g.name, ir::print(g)));
-  return g;
+  // Through the pass pipeline (verified after each pass, logged under KILN_LOG=jit, a failure
+  // written to a reproducer): rewrites within rounding, as fused results are, then fuse.
+  ir::PipelineOptions options;
+  options.fuse.keep_out = [](const ir::Node& n) { return n.grad; };
+  options.fuse.has_kernels = [](Device d) { return d.is_cpu() || d.is_cuda(); };
+  return ir::run_passes(std::move(g), ir::lowering_pipeline(), options);
 }
 
 // Splits an optimized joint graph into the forward a call runs (returned) and the backward
@@ -289,11 +287,10 @@ ir::Graph make_differentiable(Plan& plan, ir::Graph joint) {
                                    joint.name, part.saved.size(), plan.saved_bytes, part.recomputed.size()));
   ir::verify(part.forward);
   ir::verify(part.backward);
-  std::string name = part.backward.name;
   plan.backward = std::make_shared<CompiledBackward>(
-      "jit @" + joint.name, std::make_unique<Executable>(fused(std::move(part.backward), name)),
+      "jit @" + joint.name, std::make_unique<Executable>(fused(std::move(part.backward))),
       std::move(result_types), std::move(wrt_output));
-  return fused(std::move(part.forward), joint.name);
+  return fused(std::move(part.forward));
 }
 
 }  // namespace
@@ -345,7 +342,7 @@ struct Function::State {
     } else {
       plan->optimized = g;
       mark_taped(g, plan->trace, bind_inputs(plan->trace, g.inputs.size(), inputs));
-      g = fused(std::move(g), name);
+      g = fused(std::move(g));
     }
     plan->exec = std::make_unique<Executable>(std::move(g));
     std::lock_guard<std::mutex> lock(mu);

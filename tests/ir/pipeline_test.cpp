@@ -123,5 +123,27 @@ TEST(DimSymbols, NamesArePerGraph) {
   }
 }
 
+// jit's lowering pipeline (the rewrites within rounding, then fuse) runs through run_passes
+// like every pipeline, with the fuse pass's options: a node jit keeps out (taped) stays an op.
+TEST(LoweringPipeline, FusesWithTheGivenOptions) {
+  ir::Graph g = ir::parse(R"(graph @f(%0: f32[8]) -> (f32[8]) {
+  %1 = exp %0 : f32[8]
+  %2 = tanh %1 : f32[8]
+  %3 = neg %2 : f32[8]
+  return %3
+})");
+  for (ir::Node& n : g.nodes) n.grad = n.op == OpId::Tanh;
+  std::vector<std::string> names = ir::lowering_pipeline();
+  EXPECT_EQ(names.back(), "fuse");
+  ir::PipelineOptions kept;
+  kept.fuse.keep_out = [](const ir::Node& n) { return n.grad; };
+  // Kept out, tanh splits the chain into single ops, which stay ops (a group of one is
+  // dissolved); with the defaults the three are one group.
+  std::string with_options = ir::print(ir::run_passes(g, names, kept));
+  EXPECT_EQ(with_options.find("fused"), std::string::npos) << with_options;
+  std::string without = ir::print(ir::run_passes(g, names));
+  EXPECT_NE(without.find("fused"), std::string::npos) << without;
+}
+
 }  // namespace
 }  // namespace kiln
