@@ -1,5 +1,5 @@
-// jit/executable.h -- a compiled plan: the fused graph as a flat list of steps (eager ops,
-// kernel calls, assigns) with a static memory plan for the intermediates kernels write.
+// jit/executable.h -- a compiled plan run: the fused graph as a flat list of steps (eager ops,
+// kernel calls, assigns) over the run plan of jit/plan.h.
 #pragma once
 
 #include <functional>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/backend.h"
 #include "ir/graph.h"
+#include "jit/plan.h"
 #include "runtime/tensor.h"
 
 namespace kiln::jit {
@@ -23,31 +23,6 @@ struct ExecutableStats {
   size_t graph_replays = 0;    // calls that replayed one
   std::string graph_refusal;   // why calls do not replay one ("" while they may; CPU plans say so)
 };
-
-/// How a fused node's kernel is called for operands of these shapes and strides: the loop
-/// layout (its structure, the kernel cache's key), the sizes and strides it is passed, and how
-/// the parallel dim's range splits across threads.
-struct KernelArgs {
-  codegen::KernelLayout layout;
-  std::vector<int64_t> sizes, strides;
-  int64_t range = 0, grain = 1;
-  /// A group whose outputs are all reductions that nothing in it reads, with few kept indices
-  /// to spread over threads: each call reduces one run of `run` entries of loop dim
-  /// `split_dim` into a partial result, and the partials are combined in run order (so the
-  /// bits do not depend on the thread count). split_dim -1: no split.
-  int split_dim = -1;
-  int64_t run = 0, runs = 0;
-  std::vector<OpId> combine;  // per output: the reduction that combines its partials
-};
-KernelArgs kernel_args(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides);
-
-/// The reductions producing each of `body`'s outputs, when every output is one and no node of
-/// the body reads a reduction's result (such a group may reduce in parts, then combine the
-/// partial results with these ops); else empty.
-std::vector<OpId> terminal_reductions(const ir::Graph& body);
-
-/// Per value of `g`, the value whose storage it shares: itself, or for a view the base it views.
-std::vector<uint32_t> view_bases(const ir::Graph& g);
 
 /// A fused group named for people by its ops ("fused amax+sub+exp+sum+div"): its kernel's
 /// symbol is a hash. The profiler and kiln-ir inspect show it.
