@@ -24,6 +24,7 @@
 #include "jit/cuda_graph.h"
 #include "jit/cuda_group.h"
 #include "jit/executable.h"
+#include "jit/group_runner.h"
 #include "jit/kernels.h"
 #include "runtime/api.h"
 #include "runtime/backend.h"
@@ -630,7 +631,25 @@ void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tenso
 
 // By family, which ops.def gives as constant data: the OpDefs themselves are made during static
 // initialization too, in another order.
+// The CUDA backend of the compiled plans' fused groups (jit/group_runner.h): the group's
+// kernel compiled for the operands' layout, its numbers baked in, queued on the current stream.
+class CudaRunner final : public GroupRunner {
+ public:
+  CudaRunner(const ir::Node& fused, std::span<const Tensor> inputs)
+      : group_(prepare_group_cuda(fused, inputs, /*eager=*/false)) {}
+  const std::string& symbol() const override { return group_.symbol; }
+  void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const override {
+    launch_group_cuda(group_, inputs, outputs);
+  }
+
+ private:
+  CudaGroup group_;
+};
+
 const bool g_installed = [] {
+  register_group_backend(DeviceType::CUDA, [](const ir::Node& fused, std::span<const Tensor> inputs) {
+    return std::unique_ptr<GroupRunner>(std::make_unique<CudaRunner>(fused, inputs));
+  });
   for (int i = 0; i < kNumOps; ++i) {
     auto id = static_cast<OpId>(i);
     OpFamily f = op_family(id);

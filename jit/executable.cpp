@@ -15,14 +15,12 @@
 #include <optional>
 
 #include "jit/cuda_graph.h"
-#include "jit/cuda_group.h"
-#include "jit/kernels.h"
+#include "jit/group_runner.h"
 #include "jit/run.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
-#include "runtime/parallel.h"
 #include "runtime/profiler.h"
 #include "runtime/recorder.h"
 
@@ -31,13 +29,10 @@ namespace {
 
 struct KernelStep {
   std::once_flag once;
-  bool ready = false;
   std::string refused;  // why codegen could not take the group: it runs op by op
-  Kernel kernel;
-  KernelArgs args;
-  std::vector<Dims> input_strides;  // as prepared
-  std::string label;                // for the profiler: "fused amax+sub+exp+sum+div"
-  std::unique_ptr<CudaGroup> cuda;  // a group on a CUDA device: its kernel there
+  std::unique_ptr<GroupRunner> runner;  // its kernel on the group's device (jit/group_runner.h)
+  std::vector<Dims> input_strides;      // as prepared
+  std::string label;                    // for the profiler: "fused amax+sub+exp+sum+div"
 };
 
 }  // namespace
@@ -54,32 +49,6 @@ std::string group_label(const ir::Graph& body) {
   }
   return "fused " + ops;
 }
-
-namespace {
-
-
-void prepare(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
-  std::vector<Dims> shapes, strides;
-  for (const Tensor& t : ins) {
-    shapes.push_back(t.shape());
-    strides.push_back(t.strides());
-  }
-  k.args = kernel_args(n, shapes, strides);
-  k.input_strides = std::move(strides);
-  k.kernel = kernel_for(*n.body, k.args.layout);
-  k.ready = true;
-}
-
-// A group whose values live on a CUDA device: one kernel there (codegen/cuda), from the same
-// formulas and loop layout as the CPU's.
-void prepare_cuda(KernelStep& k, const ir::Node& n, std::span<const Tensor> ins) {
-  k.cuda = std::make_unique<CudaGroup>(prepare_group_cuda(n, ins, /*eager=*/false));
-  k.kernel.symbol = k.cuda->symbol;
-  for (const Tensor& t : ins) k.input_strides.push_back(t.strides());
-  k.ready = true;
-}
-
-}  // namespace
 
 
 // The plan (jit/plan.h) and the state of running it: each group's kernel, the workspace pool,
@@ -132,40 +101,6 @@ struct Executable::Impl : RunPlan {
     return Tensor(std::move(impl));
   }
 
-  // Runs a split reduction (KernelArgs::split_dim): each run of the split dim is reduced into
-  // its own partial result, in parallel; then the partials are reduced in run order.
-  void run_split(const KernelStep& k, size_t n_in, void* const* ptrs, const std::vector<uint32_t>& results,
-                 std::vector<Tensor>& vals) const {
-    const KernelArgs& a = k.args;
-    int rank = a.layout.rank, d = a.split_dim;
-    std::vector<Tensor> partial;
-    for (uint32_t v : results) {
-      const TensorType& t = g.type(v);
-      Dims shape = t.shape;
-      shape.insert(0, a.runs);
-      partial.push_back(Tensor::empty({t.dtype, shape, t.device}));
-    }
-    parallel_for(0, a.runs, 1, [&](int64_t r0, int64_t r1) {
-      std::vector<int64_t> sizes = a.sizes;
-      std::vector<void*> p(ptrs, ptrs + n_in + results.size());
-      for (int64_t r = r0; r < r1; ++r) {
-        int64_t start = r * a.run;
-        sizes[d] = std::min(a.run, a.sizes[d] - start);
-        for (size_t j = 0; j < n_in; ++j) {
-          int64_t es = dtype_size(a.layout.inputs[j].dtype);
-          p[j] = static_cast<char*>(ptrs[j]) + start * a.strides[j * rank + d] * es;
-        }
-        for (size_t j = 0; j < results.size(); ++j) p[n_in + j] = partial[j][r].data_ptr();
-        k.kernel.fn(sizes.data(), a.strides.data(), p.data(), 0, a.range);
-      }
-    });
-    for (size_t j = 0; j < results.size(); ++j) {
-      Attrs attrs;
-      attrs.axes = {0};
-      copy_between(apply(a.combine[j], {partial[j]}, attrs), vals[results[j]]);
-    }
-  }
-
   void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws, std::span<const Tensor> params) const {
     const ir::Node& n = g.nodes[i];
     KernelStep& k = *steps[i];
@@ -175,8 +110,8 @@ struct Executable::Impl : RunPlan {
     if (compiled) {
       std::call_once(k.once, [&] {
         try {
-          if (g.type(n.results[0]).device.is_cuda()) prepare_cuda(k, n, ins);
-          else prepare(k, n, ins);
+          k.runner = prepare_group(n, g.type(n.results[0]).device, ins);
+          for (const Tensor& t : ins) k.input_strides.push_back(t.strides());
         } catch (const Error& e) {
           k.refused = e.what();
           log(LogTopic::Codegen, fmt::format("@{}: a fused group runs op by op: {}", g.name, k.refused));
@@ -185,54 +120,33 @@ struct Executable::Impl : RunPlan {
     }
     // Without a kernel for these strides (or without kernels at all): the group's reference
     // semantics, its body op by op.
-    bool same = k.ready;
+    bool same = k.runner != nullptr;
     for (size_t j = 0; same && j < ins.size(); ++j) same = ins[j].strides() == k.input_strides[j];
     if (!same) {
       std::vector<Tensor> outs = run_graph(*n.body, ins, {});
       for (size_t j = 0; j < n.results.size(); ++j) vals[n.results[j]] = outs[j];
       return;
     }
-    void* data[64];
-    std::vector<void*> spill;
-    size_t n_ops = ins.size() + n.results.size();
-    void** ptrs = data;
-    if (n_ops > 64) {
-      spill.resize(n_ops);
-      ptrs = spill.data();
-    }
-    for (size_t j = 0; j < ins.size(); ++j) ptrs[j] = ins[j].data_ptr();
-    for (size_t j = 0; j < n.results.size(); ++j) {
-      uint32_t v = n.results[j];
+    std::vector<Tensor> outs;
+    outs.reserve(n.results.size());
+    for (uint32_t v : n.results) {
       int p = in_place[v];
       Tensor out = p >= 0 && params[static_cast<size_t>(p)].is_contiguous() ? params[static_cast<size_t>(p)]
                                                                            : output_tensor(v, ws);
-      ptrs[ins.size() + j] = out.data_ptr();
-      vals[n.results[j]] = std::move(out);
+      vals[v] = out;
+      outs.push_back(std::move(out));
     }
     profiler::Scope event(profiler::Kind::Kernel, k.label);
     if (event) {
-      event.arg("kernel", k.kernel.symbol);
+      event.arg("kernel", k.runner->symbol());
       int64_t bytes = 0;
       for (const Tensor& t : ins) bytes += t.numel() * dtype_size(t.dtype());
-      for (uint32_t v : n.results) bytes += vals[v].numel() * dtype_size(vals[v].dtype());
+      for (const Tensor& t : outs) bytes += t.numel() * dtype_size(t.dtype());
       event.arg("ops", static_cast<int64_t>(n.body->nodes.size()));
       event.arg("bytes", bytes);
       event.arg("graph", "@" + g.name);
     }
-    if (k.cuda) {
-      std::vector<Tensor> outs;
-      for (uint32_t v : n.results) outs.push_back(vals[v]);
-      return launch_group_cuda(*k.cuda, ins, outs);
-    }
-    if (k.args.split_dim >= 0) return run_split(k, ins.size(), ptrs, n.results, vals);
-    codegen::KernelFn fn = k.kernel.fn;
-    const int64_t* sizes = k.args.sizes.data();
-    const int64_t* strides = k.args.strides.data();
-    if (k.args.range <= k.args.grain) {
-      fn(sizes, strides, ptrs, 0, k.args.range);
-    } else {
-      parallel_for(0, k.args.range, k.args.grain, [&](int64_t b, int64_t e) { fn(sizes, strides, ptrs, b, e); });
-    }
+    k.runner->launch(ins, outs);
   }
 };
 

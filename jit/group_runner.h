@@ -1,0 +1,34 @@
+// jit/group_runner.h -- how a fused group's kernel runs on one device. The Executable prepares a
+// GroupRunner once, for the operands' layout, and launches it at each call; a device with a
+// code generator adds a backend here instead of a branch there: the CPU's (LLVM kernels split
+// over the thread pool, jit/group_runner.cpp) and CUDA's (NVRTC kernels on the current stream,
+// jit/cuda_eager.cpp) register themselves when the library loads.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+namespace kiln::jit {
+
+class GroupRunner {
+ public:
+  virtual ~GroupRunner() = default;
+  /// The kernel's symbol, kiln_<hash of its source> (the profiler shows it).
+  virtual const std::string& symbol() const = 0;
+  /// Runs the group over `inputs` (laid out as at preparation) into `outputs` (contiguous, on
+  /// the group's device).
+  virtual void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const = 0;
+};
+
+/// Prepares fused node `fused` for operands shaped and strided as `inputs`, all on one device.
+using GroupBackend = std::unique_ptr<GroupRunner> (*)(const ir::Node& fused, std::span<const Tensor> inputs);
+void register_group_backend(DeviceType type, GroupBackend backend);
+/// The runner of the backend of `device`'s type. Throws kiln::Error when that device has no
+/// backend, or its code generator cannot lower the group (the group then runs op by op).
+std::unique_ptr<GroupRunner> prepare_group(const ir::Node& fused, Device device, std::span<const Tensor> inputs);
+
+}  // namespace kiln::jit
