@@ -1,6 +1,7 @@
 // tests/cuda/differential_test.cpp -- the jit's random programs (tests/jit/random_program.h) on
 // cuda:0: eagerly, and traced (fused NVRTC kernels, and through the compiled backward), each
-// against the same program run eagerly on the CPU. KILN_CUDA_DIFF_PROGRAMS (default 40: the
+// against the same program run eagerly on the CPU, and its third call (a CUDA graph's replay)
+// against its first. KILN_CUDA_DIFF_PROGRAMS (default 40: the
 // host CUDA compiles its kernels with the host compiler; apart from the CPU test's
 // KILN_DIFF_PROGRAMS, which the sanitizer run sets) and KILN_CUDA_DIFF_SEED pick the
 // programs; the README gives the command for a 10,000-program run.
@@ -78,7 +79,7 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& outs, const std::vector
   return autograd::grad(diff, wrt, seeds, false, false, /*allow_unused=*/true);
 }
 
-int fused_kernels = 0, compiled_backwards = 0;
+int fused_kernels = 0, compiled_backwards = 0, graph_replays = 0;
 
 void check_program(uint64_t seed) {
   test::Program p = test::random_program(seed, 6 + static_cast<int>(seed % 10));
@@ -87,8 +88,17 @@ void check_program(uint64_t seed) {
   std::vector<Tensor> args = on(kGpu, p.args);
   expect_close_to_cpu(p.run(args), want, "eager on cuda:0");  // also copies the captured tensors
   jit::Function f([&p](std::span<const Tensor> a) { return p.run(a); }, "prog");
-  expect_close_to_cpu(f.call(args), want, "traced on cuda:0");
+  std::vector<Tensor> traced = f.call(args);
+  expect_close_to_cpu(traced, want, "traced on cuda:0");
   fused_kernels += static_cast<int>(f.stats().kernels);
+  // The second call is captured as a CUDA graph and the third replays it (jit/cuda_graph.h):
+  // the same bits as the launches they replace.
+  f.call(args);
+  std::vector<Tensor> replayed = f.call(args);
+  graph_replays += static_cast<int>(f.stats().graph_replays);
+  ASSERT_EQ(replayed.size(), traced.size());
+  for (size_t i = 0; i < traced.size(); ++i)
+    EXPECT_TRUE(test::bitwise_equal(replayed[i].to(cpu), traced[i].to(cpu))) << "output " << i << " replayed";
 
   // Backward: the float arguments require grad, on both devices.
   std::vector<Tensor> cpu_args, gpu_args, cpu_wrt, gpu_wrt;
@@ -140,12 +150,14 @@ TEST(CudaDifferential, RandomProgramsOnCudaMatchTheCpu) {
       break;
     }
   }
-  std::printf("cuda: %zu of %llu programs (seeds %llu to %llu) failed; %d fused kernels ran, %d compiled backwards\n",
+  std::printf("cuda: %zu of %llu programs (seeds %llu to %llu) failed; %d fused kernels ran, %d compiled backwards, "
+              "%d calls replayed CUDA graphs\n",
               failed.size(), static_cast<unsigned long long>(programs), static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(first + programs - 1), fused_kernels, compiled_backwards);
+              static_cast<unsigned long long>(first + programs - 1), fused_kernels, compiled_backwards, graph_replays);
   EXPECT_TRUE(failed.empty()) << failed.size() << " programs failed";
   EXPECT_GT(fused_kernels, static_cast<int>(programs) / 4);
   EXPECT_GT(compiled_backwards, static_cast<int>(programs) / 4);
+  EXPECT_GT(graph_replays, static_cast<int>(programs) / 4);
 }
 
 }  // namespace
