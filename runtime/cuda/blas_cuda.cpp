@@ -15,6 +15,7 @@
 #include "runtime/check.h"
 #include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda/context_cuda.h"
+#include "runtime/cuda/gemm_types_cuda.h"
 #include "runtime/cuda_kernels.h"
 
 namespace kiln::cuda {
@@ -87,31 +88,14 @@ void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m
   const Cublas& blas = cublas();
   KILN_CHECK(blas.ok, "matmul: cuBLAS is not available: {}", blas.reason);
   bind(device, "matmul");
-  cudaDataType type;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  float alpha32 = 1, beta32 = 0;
-  double alpha64 = 1, beta64 = 0;
-  const void *alpha = &alpha32, *beta = &beta32;
-  switch (dtype) {
-    case DType::F32:
-      type = CUDA_R_32F;
-      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      break;
-    case DType::F64:
-      type = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      alpha = &alpha64, beta = &beta64;
-      break;
-    case DType::F16: type = CUDA_R_16F; break;
-    case DType::BF16: type = CUDA_R_16BF; break;
-    default: throw Error(fmt::format("matmul: cuBLAS takes float dtypes, not {}", dtype_name(dtype)));
-  }
+  GemmTypes t;
+  KILN_CHECK(gemm_types(dtype, &t), "matmul: cuBLAS takes float dtypes, not {}", dtype_name(dtype));
   cublasHandle_t h = handle(device);
   check_blas(blas.set_stream(h, reinterpret_cast<cudaStream_t>(current(device))), "cublasSetStream");
   check_blas(blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       fits(m, "m"), fits(n, "n"), fits(k, "k"), alpha, a, type, fits(lda, "lda"), stride_a, b, type,
-                       fits(ldb, "ldb"), stride_b, beta, c, type, fits(ldc, "ldc"), stride_c, fits(batch, "batch"),
-                       compute, CUBLAS_GEMM_DEFAULT),
+                       fits(m, "m"), fits(n, "n"), fits(k, "k"), t.alpha(), a, t.type, fits(lda, "lda"), stride_a, b,
+                       t.type, fits(ldb, "ldb"), stride_b, t.beta(), c, t.type, fits(ldc, "ldc"), stride_c,
+                       fits(batch, "batch"), t.compute, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
 

@@ -13,6 +13,7 @@
 
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
+#include "runtime/cuda/gemm_types_cuda.h"
 #include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda_kernels.h"
 
@@ -113,41 +114,23 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
   };
   if (!l.ok) return decline(l.reason);
   bind(device, "addmm");
-  cudaDataType type;
-  cudaDataType scale = CUDA_R_32F;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  float alpha32 = 1, beta32 = 0;
-  double alpha64 = 1, beta64 = 0;
-  const void *alpha = &alpha32, *beta = &beta32;
-  switch (dtype) {
-    case DType::F32:
-      type = CUDA_R_32F;
-      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      break;
-    case DType::F64:
-      type = scale = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      alpha = &alpha64, beta = &beta64;
-      break;
-    case DType::F16: type = CUDA_R_16F; break;
-    case DType::BF16: type = CUDA_R_16BF; break;
-    default: return decline(fmt::format("cuBLASLt takes float dtypes, not {}", dtype_name(dtype)));
-  }
+  GemmTypes t;
+  if (!gemm_types(dtype, &t)) return decline(fmt::format("cuBLASLt takes float dtypes, not {}", dtype_name(dtype)));
   Descriptors d{l};
   cublasOperation_t ta = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtEpilogue_t e = epilogue_of(epilogue);
-  check_lt(l.cublasLtMatmulDescCreate(&d.op, compute, scale), "cublasLtMatmulDescCreate");
+  check_lt(l.cublasLtMatmulDescCreate(&d.op, t.compute, t.scale), "cublasLtMatmulDescCreate");
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "cublasLtMatmulDescSetAttribute");
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "cublasLtMatmulDescSetAttribute");
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "cublasLtMatmulDescSetAttribute");
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
            "cublasLtMatmulDescSetAttribute");
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  check_lt(l.cublasLtMatrixLayoutCreate(&d.a, type, u(transpose_a ? k : m), u(transpose_a ? m : k), lda),
+  check_lt(l.cublasLtMatrixLayoutCreate(&d.a, t.type, u(transpose_a ? k : m), u(transpose_a ? m : k), lda),
            "cublasLtMatrixLayoutCreate");
-  check_lt(l.cublasLtMatrixLayoutCreate(&d.b, type, u(transpose_b ? n : k), u(transpose_b ? k : n), ldb),
+  check_lt(l.cublasLtMatrixLayoutCreate(&d.b, t.type, u(transpose_b ? n : k), u(transpose_b ? k : n), ldb),
            "cublasLtMatrixLayoutCreate");
-  check_lt(l.cublasLtMatrixLayoutCreate(&d.c, type, u(m), u(n), ldc), "cublasLtMatrixLayoutCreate");
+  check_lt(l.cublasLtMatrixLayoutCreate(&d.c, t.type, u(m), u(n), ldc), "cublasLtMatrixLayoutCreate");
   check_lt(l.cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate");
   size_t max_workspace = kMaxWorkspace;
   check_lt(l.cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
@@ -162,7 +145,7 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
                                dtype_name(dtype), m, n, k, static_cast<int>(s)));
   CachingAllocator& memory = device_allocator(device);
   void* workspace = best.workspaceSize ? memory.allocate(best.workspaceSize) : nullptr;
-  s = l.cublasLtMatmul(h, d.op, alpha, a, d.a, b, d.b, beta, c, d.c, c, d.c, &best.algo, workspace,
+  s = l.cublasLtMatmul(h, d.op, t.alpha(), a, d.a, b, d.b, t.beta(), c, d.c, c, d.c, &best.algo, workspace,
                        best.workspaceSize, current(device));
   // Freed at once: the next use of the block on this stream comes after this GEMM.
   if (workspace) memory.deallocate(workspace, best.workspaceSize);
