@@ -38,15 +38,22 @@ class CpuGroup final : public GroupRunner {
   const std::string& symbol() const override { return kernel_.symbol; }
 
   void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const override {
-    std::vector<void*> ptrs;
-    ptrs.reserve(inputs.size() + outputs.size());
-    for (const Tensor& t : inputs) ptrs.push_back(t.data_ptr());
-    for (const Tensor& t : outputs) ptrs.push_back(t.data_ptr());
-    if (args_.split_dim >= 0) return run_split(inputs.size(), ptrs.data(), outputs);
+    // The operands' pointers, on the stack for all but the widest groups (a call on a cached
+    // plan allocates nothing here).
+    void* data[64];
+    std::vector<void*> spill;
+    size_t n_ops = inputs.size() + outputs.size();
+    void** p = data;
+    if (n_ops > 64) {
+      spill.resize(n_ops);
+      p = spill.data();
+    }
+    for (size_t j = 0; j < inputs.size(); ++j) p[j] = inputs[j].data_ptr();
+    for (size_t j = 0; j < outputs.size(); ++j) p[inputs.size() + j] = outputs[j].data_ptr();
+    if (args_.split_dim >= 0) return run_split(inputs.size(), p, outputs);
     codegen::KernelFn fn = kernel_.fn;
     const int64_t* sizes = args_.sizes.data();
     const int64_t* strides = args_.strides.data();
-    void** p = ptrs.data();
     if (args_.range <= args_.grain) {
       fn(sizes, strides, p, 0, args_.range);
     } else {
