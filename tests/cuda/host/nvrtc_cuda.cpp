@@ -63,40 +63,55 @@ int run(const std::vector<std::string>& argv, const std::string& log_path) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Writes text to path once: made under a name of its own and linked into place, so a concurrent
+// process sees the whole file or none, and a file already there is never rewritten.
+bool write_once(const std::string& path, const std::string& text) {
+  if (access(path.c_str(), R_OK) == 0) return true;
+  std::string t = path + "-XXXXXX";
+  int fd = mkstemp(t.data());
+  if (fd < 0) return false;
+  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (ok && link(t.c_str(), path.c_str()) != 0 && errno != EEXIST) ok = false;
+  unlink(t.c_str());
+  return ok;
+}
+
 // The emulation header, precompiled (most of a kernel's compile is the header): the compiler
 // takes emulation_cuda.h.gch beside the emulation_cuda.h it is told to include when the flags
 // match. Kept per user in $TMPDIR/kiln-host-nvrtc-<uid>/<hash of the headers, compiler and
-// flags>. The header copy is made once and never rewritten (clang's PCH names it and checks its
-// time); each .gch is built under a name of its own and renamed into place, so concurrent
-// processes never see half of one. The plain header when it cannot be made.
+// flags>, with copies of every header the PCH reads (emulation_cuda.h, abi_cuda.h and
+// runtime/half.h; its quoted includes find the copies beside it first). Clang's PCH checks the
+// time of each header it read: had it read the checkout's, a fresh clone of the same sources
+// (same hash, newer times) would be refused. The copies are made once and never rewritten; each
+// .gch is built under a name of its own and renamed into place, so concurrent processes never
+// see half of one. The plain header when it cannot be made.
 std::string header_to_include(const std::string& cxx, const std::vector<std::string>& flags) {
   static std::mutex mu;
   static std::string path;
   std::lock_guard<std::mutex> lock(mu);
   if (!path.empty()) return path;
   path = KILN_HOST_CUDA_DIR "/emulation_cuda.h";
-  std::string text = read_file(path);
+  const std::pair<const char*, std::string> headers[] = {
+      {"emulation_cuda.h", read_file(path)},
+      {"abi_cuda.h", read_file(KILN_HOST_CUDA_DIR "/abi_cuda.h")},
+      {"runtime/half.h", read_file(KILN_SOURCE_DIR "/runtime/half.h")},
+  };
   // The layout's version leads the key: a .gch an older layout built (in a folder since
   // removed) would name a header that is gone.
-  std::string key = "layout 2\n" + text + read_file(KILN_HOST_CUDA_DIR "/abi_cuda.h") + read_file(KILN_SOURCE_DIR "/runtime/half.h") + cxx;
+  std::string key = "layout 3\n" + cxx;
+  for (const auto& [name, text] : headers) key += std::string("\n") + name + "\n" + text;
   for (const std::string& f : flags) key += " " + f;
   const char* tmp = std::getenv("TMPDIR");
   std::string root = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-" + std::to_string(getuid());
   mkdir(root.c_str(), 0700);
   std::string dir = root + "/" + std::to_string(std::hash<std::string>{}(key));
   mkdir(dir.c_str(), 0700);
+  mkdir((dir + "/runtime").c_str(), 0700);
   std::string header = dir + "/emulation_cuda.h", gch = header + ".gch";
   if (access(gch.c_str(), R_OK) == 0) return path = header;
-  if (access(header.c_str(), R_OK) != 0) {
-    std::string t = dir + "/header-XXXXXX";
-    int fd = mkstemp(t.data());
-    if (fd < 0) return path;
-    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    close(fd);
-    if (ok && link(t.c_str(), header.c_str()) != 0 && errno != EEXIST) ok = false;
-    unlink(t.c_str());
-    if (!ok) return path;
-  }
+  for (const auto& [name, text] : headers)
+    if (!write_once(dir + "/" + name, text)) return path;
   std::string t = dir + "/gch-XXXXXX";
   int fd = mkstemp(t.data());
   if (fd < 0) return path;
