@@ -120,7 +120,4 @@ std::string node_key(const Graph& g, const Node& n);
 /// common dtype for comparisons and logical ops, else the result dtype.
 DType pointwise_compute_dtype(const Graph& g, const Node& n);
 
-/// Attribute names for the text form, one per AttrField bit.
-std::string_view attr_name(AttrField f);
-
 }  // namespace kiln::ir

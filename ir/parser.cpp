@@ -2,11 +2,13 @@
 // fuzz target feeds it garbage): every error is a kiln::Error "file:line:col: message".
 #include <fmt/format.h>
 
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <type_traits>
 
 #include "ir/graph.h"
 #include "runtime/api.h"
@@ -436,61 +438,58 @@ class Parser {
     return s.to<bool>();
   }
 
+  // Reads `{name=value, ...}`: each name one of runtime/attrs.def's, read as its kind says.
   void attrs(Node& n) {
-    uint32_t mask = op_def(n.op).attrs;
-    uint32_t seen = 0;
+    uint64_t mask = op_def(n.op).attrs;
+    uint64_t seen = 0;
     if (!accept("{")) {
       if (mask) fail(fmt::format("{} needs attributes {{...}}", op_name(n.op)));
       return;
     }
-    Attrs& a = n.attrs;
     do {
       if (tok_.kind != Tok::Ident) fail(fmt::format("expected an attribute name, found {}", describe()));
       std::string key = tok_.text;
       int kl = tok_.line, kc = tok_.col;
       advance();
       expect("=");
-      uint32_t field = 0;
-      if (key == "axes") field = kAttrAxes, a.axes = dims(false);
-      else if (key == "shape") field = kAttrShape, a.shape = dims(true);  // sizes: symbols too
-      else if (key == "kernel") field = kAttrKernel, a.kernel = dims(false);
-      else if (key == "stride") field = kAttrStride, a.stride = dims(false);
-      else if (key == "padding") field = kAttrPadding, a.padding = dims(false);
-      else if (key == "dilation") field = kAttrDilation, a.dilation = dims(false);
-      else if (key == "pads") field = kAttrPads, a.pads = dims(false);
-      else if (key == "dim") field = kAttrDim, a.dim = integer();
-      else if (key == "start") field = kAttrSlice, a.start = integer();
-      else if (key == "stop") field = kAttrSlice, a.stop = integer();
-      else if (key == "step") field = kAttrSlice, a.step = integer();
-      else if (key == "groups") field = kAttrGroups, a.groups = integer();
-      else if (key == "keepdim") field = kAttrKeepdim, a.keepdim = boolean();
-      else if (key == "ceil_mode") field = kAttrCeilMode, a.ceil_mode = boolean();
-      else if (key == "count_include_pad") field = kAttrCountIncludePad, a.count_include_pad = boolean();
-      else if (key == "value") field = kAttrValue, a.value = literal();
-      else if (key == "group") field = kAttrGroup, a.group = integer();
-      else if (key == "reduce") {
-        field = kAttrReduce;
-        if (tok_.kind != Tok::Ident || !parse_combine(tok_.text, &a.reduce))
-          fail(fmt::format("expected sum, prod, max or min, found {}", describe()));
-        advance();
-      }
-      else if (key == "device") {
-        field = kAttrDevice;
-        if (tok_.kind != Tok::Ident) fail(fmt::format("expected a device, found {}", describe()));
-        a.device = device();
-      }
-      else if (key == "dtype") {
-        field = kAttrDType;
-        if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &a.dtype)) fail(fmt::format("expected a dtype, found {}", describe()));
-        advance();
-      } else {
-        fail_at(kl, kc, fmt::format("unknown attribute '{}'", key));
-      }
-      if (!(mask & field)) fail_at(kl, kc, fmt::format("{} takes no attribute '{}'", op_name(n.op), key));
-      seen |= field;
+      const AttrSchema* s = find_attr(key);
+      if (!s) fail_at(kl, kc, fmt::format("unknown attribute '{}'", key));
+      if (!(mask & s->field)) fail_at(kl, kc, fmt::format("{} takes no attribute '{}'", op_name(n.op), key));
+      if (seen & s->field) fail_at(kl, kc, fmt::format("attribute '{}' given twice", key));
+      visit_attr(n.attrs, std::countr_zero(static_cast<uint64_t>(s->field)), [&](auto& v) { attr_value(v, s->kind); });
+      seen |= s->field;
     } while (accept(","));
     expect("}");
-    if (seen != mask) fail(fmt::format("{} is missing attributes", op_name(n.op)));
+    if (seen != mask) {
+      std::vector<std::string_view> missing;
+      for (int i = 0; i < kNumAttrs; ++i)
+        if ((mask & ~seen) & attr_schema(i).field) missing.push_back(attr_schema(i).name);
+      fail(fmt::format("{} is missing attributes {}", op_name(n.op), fmt::join(missing, ", ")));
+    }
+  }
+
+  template <class T> void attr_value(T& v, AttrKind kind) {
+    if constexpr (std::is_same_v<T, Dims>) {
+      v = dims(kind == AttrKind::Sizes);  // sizes: symbols too
+    } else if constexpr (std::is_same_v<T, bool>) {
+      v = boolean();
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      v = integer();
+    } else if constexpr (std::is_same_v<T, Scalar>) {
+      v = literal();
+    } else if constexpr (std::is_same_v<T, DType>) {
+      if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &v)) fail(fmt::format("expected a dtype, found {}", describe()));
+      advance();
+    } else if constexpr (std::is_same_v<T, Device>) {
+      if (tok_.kind != Tok::Ident) fail(fmt::format("expected a device, found {}", describe()));
+      v = device();
+    } else if constexpr (std::is_same_v<T, Combine>) {
+      if (tok_.kind != Tok::Ident || !parse_combine(tok_.text, &v))
+        fail(fmt::format("expected sum, prod, max or min, found {}", describe()));
+      advance();
+    } else {
+      static_assert(!sizeof(T), "an attribute type the IR cannot read: add it here and to the printer");
+    }
   }
 
   // Integers stay exact (no round trip through double).

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <ostream>
+#include <type_traits>
 
 #include "ir/graph.h"
 #include "runtime/check.h"
@@ -89,36 +90,28 @@ struct Printer {
     return fmt::format("{}", fmt::join(parts, ", "));
   }
 
+  // The attributes the op reads, as runtime/attrs.def lists and orders them.
   std::string attrs(const Node& n) const {
-    const Attrs& a = n.attrs;
-    uint32_t mask = op_def(n.op).attrs;
+    uint64_t mask = op_def(n.op).attrs;
     std::vector<std::string> parts;
-    auto add = [&](AttrField f, const std::string& v) {
-      if (mask & f) parts.push_back(fmt::format("{}={}", attr_name(f), v));
-    };
-    add(kAttrAxes, dims_literal(a.axes));
-    add(kAttrShape, shape_str(a.shape));  // sizes, so symbolic dims print by name
-    add(kAttrKernel, dims_literal(a.kernel));
-    add(kAttrStride, dims_literal(a.stride));
-    add(kAttrPadding, dims_literal(a.padding));
-    add(kAttrDilation, dims_literal(a.dilation));
-    add(kAttrPads, dims_literal(a.pads));
-    add(kAttrDim, std::to_string(a.dim));
-    if (mask & kAttrSlice) {
-      parts.push_back(fmt::format("start={}", a.start));
-      parts.push_back(fmt::format("stop={}", a.stop));
-      parts.push_back(fmt::format("step={}", a.step));
+    for (int i = 0; i < kNumAttrs; ++i) {
+      const AttrSchema& s = attr_schema(i);
+      if (mask & s.field) parts.push_back(fmt::format("{}={}", s.name, visit_attr(n.attrs, i, [&](const auto& v) {
+        return attr_literal(v, s.kind);
+      })));
     }
-    add(kAttrGroups, std::to_string(a.groups));
-    add(kAttrDType, std::string(dtype_name(a.dtype)));
-    add(kAttrKeepdim, a.keepdim ? "true" : "false");
-    add(kAttrCeilMode, a.ceil_mode ? "true" : "false");
-    add(kAttrCountIncludePad, a.count_include_pad ? "true" : "false");
-    add(kAttrValue, scalar_literal(a.value));
-    add(kAttrDevice, a.device.str());
-    add(kAttrGroup, std::to_string(a.group));
-    add(kAttrReduce, std::string(combine_name(a.reduce)));
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
+  }
+
+  template <class T> static std::string attr_literal(const T& v, AttrKind kind) {
+    if constexpr (std::is_same_v<T, Dims>) return kind == AttrKind::Sizes ? shape_str(v) : dims_literal(v);
+    else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+    else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(v);
+    else if constexpr (std::is_same_v<T, DType>) return std::string(dtype_name(v));
+    else if constexpr (std::is_same_v<T, Scalar>) return scalar_literal(v);
+    else if constexpr (std::is_same_v<T, Device>) return v.str();
+    else if constexpr (std::is_same_v<T, Combine>) return std::string(combine_name(v));
+    else static_assert(!sizeof(T), "an attribute type the IR cannot write: add it here and to the parser");
   }
 
   std::string constant(const Tensor& t) const {
@@ -214,30 +207,6 @@ struct Printer {
 };
 
 }  // namespace
-
-std::string_view attr_name(AttrField f) {
-  switch (f) {
-    case kAttrAxes: return "axes";
-    case kAttrShape: return "shape";
-    case kAttrKernel: return "kernel";
-    case kAttrStride: return "stride";
-    case kAttrPadding: return "padding";
-    case kAttrDilation: return "dilation";
-    case kAttrPads: return "pads";
-    case kAttrDim: return "dim";
-    case kAttrSlice: return "start";
-    case kAttrGroups: return "groups";
-    case kAttrDType: return "dtype";
-    case kAttrKeepdim: return "keepdim";
-    case kAttrCeilMode: return "ceil_mode";
-    case kAttrCountIncludePad: return "count_include_pad";
-    case kAttrValue: return "value";
-    case kAttrDevice: return "device";
-    case kAttrGroup: return "group";
-    case kAttrReduce: return "reduce";
-  }
-  return "?";
-}
 
 std::string print(const Graph& g, const PrintOptions& options) {
   DimNamesScope names(&g.dim_names);

@@ -44,6 +44,21 @@ std::ostream& operator<<(std::ostream& os, OpId id) { return os << op_name(id); 
 int op_arity(OpId id) { return kOps[static_cast<size_t>(id)].arity; }
 OpFamily op_family(OpId id) { return kOps[static_cast<size_t>(id)].family; }
 
+namespace {
+constexpr std::array<AttrSchema, kNumAttrs> kAttrSchema = {{
+#define ATTR(Field, name, Type, Kind, init) {kAttr##Field, #name, AttrKind::Kind},
+#include "runtime/attrs.def"
+#undef ATTR
+}};
+}  // namespace
+
+const AttrSchema& attr_schema(int index) { return kAttrSchema.at(static_cast<size_t>(index)); }
+const AttrSchema* find_attr(std::string_view name) {
+  for (const AttrSchema& s : kAttrSchema)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
 Recorder* active_recorder() { return t_recorder; }
 RecorderGuard::RecorderGuard(Recorder* r) : prev_(t_recorder) { t_recorder = r; }
 RecorderGuard::~RecorderGuard() { t_recorder = prev_; }

@@ -5,6 +5,8 @@
 #include <iosfwd>
 #include <limits>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "runtime/tensor.h"
@@ -31,27 +33,12 @@ enum class Combine : uint8_t { None, Sum, Prod, Max, Min };
 std::string_view combine_name(Combine c);
 bool parse_combine(std::string_view name, Combine* out);
 
-/// Every attribute any op takes; each op reads the few it documents. A fixed struct (not a map)
-/// keeps the per-op path free of lookups and allocations.
+/// Every attribute any op takes (runtime/attrs.def); each op reads the few it documents. A
+/// fixed struct (not a map) keeps the per-op path free of lookups and allocations.
 struct Attrs {
-  Dims axes;      // reductions: axes (empty: all); permute: the new order
-  Dims shape;     // reshape, expand: target shape; avg_pool2d_backward: the input shape
-  Dims kernel;    // pools: window size
-  Dims stride;    // conv2d, pools
-  Dims padding;   // conv2d, pools
-  Dims dilation;  // conv2d
-  Dims pads;      // pad: (before, after) pairs from the last dim backwards
-  int64_t dim = 0;  // slice, cat, gather, index_select, scatter_add, index_add
-  int64_t start = 0, stop = 0, step = 1;  // slice
-  int64_t groups = 1;                     // conv2d
-  DType dtype = DType::F32;               // cast: target; pointwise: the compute dtype
-  bool keepdim = false;                   // reductions
-  bool ceil_mode = false;                 // max_pool2d (and its indices, backward)
-  bool count_include_pad = true;          // avg_pool2d (and its backward)
-  Scalar value;                           // pad: fill value
-  Device device = cpu;                    // to_device: where the result goes
-  int64_t group = 0;                      // all_reduce: the process group's id
-  Combine reduce = Combine::Sum;          // all_reduce: how the ranks' values combine
+#define ATTR(Field, name, Type, Kind, init) Type name = init;
+#include "runtime/attrs.def"
+#undef ATTR
   /// Pointwise ops: bit i set means operand i is the number imm[i] rather than a tensor, so
   /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.
   uint8_t imm_mask = 0;
@@ -73,14 +60,41 @@ inline int slot_of_input(uint8_t imm_mask, int t) {
     if (!(imm_mask >> k & 1) && t-- == 0) return k;
 }
 
-/// The Attrs fields an op reads, as a bit set (OpDef::attrs): the IR prints and parses these.
-enum AttrField : uint32_t {
-  kAttrAxes = 1 << 0, kAttrShape = 1 << 1, kAttrKernel = 1 << 2, kAttrStride = 1 << 3,
-  kAttrPadding = 1 << 4, kAttrDilation = 1 << 5, kAttrPads = 1 << 6, kAttrDim = 1 << 7,
-  kAttrSlice = 1 << 8 /* start, stop, step */, kAttrGroups = 1 << 9, kAttrDType = 1 << 10,
-  kAttrKeepdim = 1 << 11, kAttrCeilMode = 1 << 12, kAttrCountIncludePad = 1 << 13,
-  kAttrValue = 1 << 14, kAttrDevice = 1 << 15, kAttrGroup = 1 << 16, kAttrReduce = 1 << 17,
+/// An attribute's place in runtime/attrs.def.
+enum AttrIndex : uint8_t {
+#define ATTR(Field, name, Type, Kind, init) kAttrIndex##Field,
+#include "runtime/attrs.def"
+#undef ATTR
+  kNumAttrs
 };
+/// The Attrs fields an op reads, as a bit set (OpDef::attrs): the IR prints and parses these.
+enum AttrField : uint64_t {
+#define ATTR(Field, name, Type, Kind, init) kAttr##Field = uint64_t{1} << kAttrIndex##Field,
+#include "runtime/attrs.def"
+#undef ATTR
+};
+/// How the IR writes an attribute's value.
+enum class AttrKind : uint8_t { Dims, Sizes, Int, Bool, DType, Scalar, Device, Combine };
+/// One attribute of runtime/attrs.def: the printer, the parser and the verifier read these.
+struct AttrSchema {
+  AttrField field;
+  std::string_view name;
+  AttrKind kind;
+};
+/// Every attribute, in print order; attr_schema(i) is attribute AttrIndex i.
+const AttrSchema& attr_schema(int index);
+/// The attribute named `name`, or nullptr.
+const AttrSchema* find_attr(std::string_view name);
+/// Calls f with a reference to attribute `index` of `a` (its C++ type as in attrs.def).
+template <class A, class F> decltype(auto) visit_attr(A& a, int index, F&& f) {
+  switch (index) {
+#define ATTR(Field, name, Type, Kind, init) \
+  case kAttrIndex##Field: return f(a.name);
+#include "runtime/attrs.def"
+#undef ATTR
+  }
+  throw std::logic_error("visit_attr: no attribute " + std::to_string(index));
+}
 
 /// How a pointwise op treats dtypes. The API casts inputs to the compute dtype; the op's
 /// shape/dtype rule then requires it.
@@ -154,7 +168,7 @@ struct OpDef {
   VjpFn vjp = nullptr;              // derivative, written with Tensor ops
   bool differentiable = true;       // false: no gradient flows through it (comparisons, argmax)
   uint8_t saves = kSaveInputs;      // what vjp reads (SaveMask)
-  uint32_t attrs = 0;               // the Attrs fields it reads (AttrField)
+  uint64_t attrs = 0;               // the Attrs fields it reads (AttrField)
   uint8_t linear_in = 0;            // pointwise: bit k, the op is linear in operand k, so the
                                     // rule reads its value only for the other operands
   Combine combine = Combine::None;  // combining reductions: how elements combine

@@ -234,7 +234,7 @@ const OpDef defs::Slice{
       return Grads{slice_backward(a.grad, a.in_types[0].shape, a.attrs.dim, a.attrs.start, a.attrs.stop, a.attrs.step)};
     },
     .saves = kSaveNothing,
-    .attrs = kAttrDim | kAttrSlice,
+    .attrs = kAttrDim | kAttrStart | kAttrStop | kAttrStep,
 };
 
 // expand(x): size-1 dims (and new leading dims) repeated to attrs.shape, with stride 0.
