@@ -185,6 +185,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
       continue;
     }
     if (x[i] == y[i]) continue;  // equal infinities
+    // An infinity is close only to itself (as torch.isclose): the bound rtol |inf| is infinite.
+    if (std::isinf(x[i]) || std::isinf(y[i])) return false;
     if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) return false;
   }
   return true;

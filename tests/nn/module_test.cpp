@@ -2,6 +2,8 @@
 // state_dict save and load with its errors, and dtype conversion that keeps handles valid.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -41,6 +43,31 @@ struct Net : nn::Module {
   }
   Tensor operator()(const Tensor& x) { return head(block(x)) + bias; }
 };
+
+// y = x W^T + b in double, x [n, in] row-major.
+std::vector<double> linear_ref(const std::vector<double>& x, const nn::Linear& l) {
+  std::vector<double> w = l.weight.to_vector<double>(), b = l.bias.to_vector<double>(), y;
+  size_t out = b.size(), in = w.size() / out;
+  for (size_t r = 0; r < x.size() / in; ++r)
+    for (size_t o = 0; o < out; ++o) {
+      double acc = b[o];
+      for (size_t i = 0; i < in; ++i) acc += x[r * in + i] * w[o * in + i];
+      y.push_back(acc);
+    }
+  return y;
+}
+
+// Net's forward in eval mode (dropout the identity), in double from its parameters.
+std::vector<double> eval_ref(Net& net, const Tensor& x) {
+  std::vector<double> h = linear_ref(x.to_vector<double>(), net.block.fc);
+  std::vector<double> scale = net.block.scale.to_vector<double>(), bias = net.bias.to_vector<double>();
+  for (size_t i = 0; i < h.size(); ++i) h[i] *= scale[i % scale.size()];
+  h = linear_ref(h, static_cast<nn::Linear&>(net.head[0]));
+  for (double& v : h) v = std::max(v, 0.0);
+  h = linear_ref(h, static_cast<nn::Linear&>(net.head[3]));
+  for (size_t i = 0; i < h.size(); ++i) h[i] += bias[i % bias.size()];
+  return h;
+}
 
 std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& v) {
   std::vector<std::string> out;
@@ -120,8 +147,16 @@ TEST(Module, TrainAndEvalPropagateToEverySubmodule) {
   EXPECT_FALSE(net.block.fc.is_training());
   for (size_t i = 0; i < net.head.size(); ++i) EXPECT_FALSE(net.head[i].is_training());
   Tensor x = randn({4, 3});
-  expect_close(net(x), net(x).to_vector<double>(), 0);  // dropout is off: deterministic
+  net.block.scale.detach().copy_(randn({4}));  // so a forgotten scale shows
+  net.bias.detach().copy_(randn({2}));
+  expect_close(net(x), eval_ref(net, x), 1e-5, 1e-5);  // dropout is off: the plain layers
   net.train();
+  // Training, dropout zeroes about half of the hidden units: the output leaves the reference.
+  Tensor big = randn({64, 3});
+  std::vector<double> got = net(big).to_vector<double>(), want = eval_ref(net, big);
+  int differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += std::abs(got[i] - want[i]) > 1e-4;
+  EXPECT_GT(differ, 10);
   EXPECT_TRUE(net.head[2].is_training());
   EXPECT_TRUE(net.block.fc.is_training());
 }

@@ -141,8 +141,9 @@ void expect_near(const Tensor& got, const std::vector<double>& want, double rtol
   ASSERT_EQ(v.size(), want.size());
   int bad = 0;
   for (size_t i = 0; i < v.size() && bad < 5; ++i) {
-    bool ok = std::isnan(want[i]) ? std::isnan(v[i])
-                                  : std::abs(v[i] - want[i]) <= atol + rtol * std::abs(want[i]);
+    bool ok = std::isnan(want[i])                        ? std::isnan(v[i])
+              : std::isinf(want[i]) || std::isinf(v[i]) ? v[i] == want[i]
+                                                        : std::abs(v[i] - want[i]) <= atol + rtol * std::abs(want[i]);
     if (!ok) {
       ++bad;
       ADD_FAILURE() << got.type().str() << " element " << i << ": got " << v[i] << ", expected "

@@ -40,9 +40,11 @@ inline void expect_close(const Tensor& actual, const std::vector<double>& expect
   ASSERT_EQ(got.size(), expected.size());
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    bool ok = got[i] == expected[i] ||  // equal infinities
-              (std::isnan(expected[i])
-                   ? std::isnan(got[i])
+    // NaN meets NaN; an infinity only itself (rtol |inf| would admit anything).
+    bool ok = got[i] == expected[i] ||
+              (std::isnan(expected[i]) ? std::isnan(got[i])
+               : std::isinf(expected[i]) || std::isinf(got[i])
+                   ? false
                    : std::abs(got[i] - expected[i]) <= atol + rtol * std::abs(expected[i]));
     if (!ok) {
       ++bad;
