@@ -416,6 +416,33 @@ void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
   launch_source(codegen::cuda_arg_kernel(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0], out.device().index);
 }
 
+// ---- scans and orderings along one dim: contiguous rows (runtime/ops/scan.cpp) ------------
+
+void cumsum_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
+  along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
+    std::vector<uint64_t> w;
+    put(w, rows.shape()[0]);
+    put(w, rows.shape()[1]);
+    put(w, rows.data_ptr());
+    put(w, orows.data_ptr());
+    launch_source(codegen::cuda_cumsum_kernel(rows.dtype(), a.reverse), w, blocks_for(rows.shape()[0]),
+                  out.device().index);
+  });
+}
+
+void order_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
+  along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
+    std::vector<uint64_t> w;
+    put(w, rows.shape()[0]);
+    put(w, rows.shape()[1]);
+    put(w, orows.shape()[1]);
+    put(w, rows.data_ptr());
+    put(w, orows.data_ptr());
+    launch_source(codegen::cuda_order_kernel(rows.dtype(), a.descending), w, blocks_for(rows.numel()),
+                  out.device().index);
+  });
+}
+
 // ---- matmul: cuBLAS for floats, codegen/cuda/matmul.h for integers ---------------------------
 
 // A stack of matrices as a strided-batched GEMM reads it: one stride between matrices, and
@@ -605,6 +632,9 @@ void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tenso
     case OpId::Pad: return pad_into(in[0], attrs.pads, attrs.value, out);
     case OpId::Argmax:
     case OpId::Argmin: return arg(id, in[0], attrs, out);
+    case OpId::Cumsum: return cumsum_rows(in[0], attrs, out);
+    case OpId::Argsort:
+    case OpId::TopkIndices: return order_rows(in[0], attrs, out);
     case OpId::Gather: {
       const Tensor& idx = in[1];
       Dims st(static_cast<size_t>(idx.dim()), 0);
@@ -657,7 +687,8 @@ const bool g_installed = [] {
         (f == OpFamily::Copy && id != OpId::ToDevice) || id == OpId::Matmul || id == OpId::Addmm ||
         id == OpId::AddmmRelu || id == OpId::AddmmGeluTanh || id == OpId::MaxPool2d ||
         id == OpId::AvgPool2d || id == OpId::MaxPool2dIndices || id == OpId::MaxPool2dBackward ||
-        id == OpId::AvgPool2dBackward || id == OpId::Rand || id == OpId::Randn)
+        id == OpId::AvgPool2dBackward || id == OpId::Rand || id == OpId::Randn || id == OpId::Cumsum ||
+        id == OpId::Argsort || id == OpId::TopkIndices)
       cuda::set_op_kernel(id, run_op);
   }
   cuda::set_copy_kernel(copy_on_device);

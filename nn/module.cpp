@@ -41,11 +41,19 @@ template <class F> void Module::visit(const std::string& prefix, F&& f) const {
   for (const auto& [name, child] : children_) child->visit(prefix + name + ".", f);
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+std::vector<std::pair<std::string, Tensor>> Module::every_named_parameter() const {
   std::vector<std::pair<std::string, Tensor>> out;
   visit("", [&](const std::string& p, const Module& m) {
     for (const auto& [n, t] : m.params_) out.emplace_back(p + n, *t);
   });
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::set<const TensorImpl*> seen;
+  for (auto& [n, t] : every_named_parameter())
+    if (seen.insert(t.impl()).second) out.emplace_back(n, t);
   return out;
 }
 
@@ -116,7 +124,7 @@ void Module::to(Device device) {
 
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> out;
-  for (auto& [n, t] : named_parameters()) out[n] = t;
+  for (auto& [n, t] : every_named_parameter()) out[n] = t;
   for (auto& [n, t] : named_buffers()) out[n] = t;
   return out;
 }
@@ -151,6 +159,36 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> m) {
   KILN_CHECK(m != nullptr, "Sequential: cannot add a null module");
   register_module(std::to_string(layers_.size()), *m);
   layers_.push_back(std::move(m));
+}
+
+void ModuleList::push_back(std::shared_ptr<Module> m) {
+  KILN_CHECK(m != nullptr, "ModuleList: cannot add a null module");
+  register_module(std::to_string(items_.size()), *m);
+  items_.push_back(std::move(m));
+}
+void ModuleList::wrong_type(size_t i) const {
+  throw Error(fmt::format("ModuleList: item {} is not of the type asked for", i));
+}
+
+void ModuleDict::insert(const std::string& name, std::shared_ptr<Module> m) {
+  KILN_CHECK(m != nullptr, "ModuleDict: cannot add a null module as \"{}\"", name);
+  register_module(name, *m);
+  items_.emplace_back(name, std::move(m));
+}
+bool ModuleDict::contains(const std::string& name) const {
+  for (const auto& [n, m] : items_)
+    if (n == name) return true;
+  return false;
+}
+Module& ModuleDict::operator[](const std::string& name) {
+  for (auto& [n, m] : items_)
+    if (n == name) return *m;
+  throw Error(fmt::format("ModuleDict: no module named \"{}\" (has {})", name, fmt::join(keys(), ", ")));
+}
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [n, m] : items_) out.push_back(n);
+  return out;
 }
 
 Tensor Sequential::forward(const Tensor& x) {

@@ -28,7 +28,9 @@ class Module {
   Module& operator=(const Module&) = delete;
   virtual ~Module() = default;
 
-  /// Parameters of this module and its submodules, depth first, with dotted names.
+  /// Parameters of this module and its submodules, depth first, with dotted names. A tensor
+  /// registered twice (a tied weight: `head.weight = embed.weight;`) is listed once, under its
+  /// first name, as torch lists it, so an optimizer updates it once; state_dict keeps both names.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
@@ -68,6 +70,7 @@ class Module {
 
  private:
   void check_name(const std::string& name) const;
+  std::vector<std::pair<std::string, Tensor>> every_named_parameter() const;  // ties repeated
   template <class F> void visit(const std::string& prefix, F&& f) const;
 
   std::vector<std::pair<std::string, Tensor*>> params_;
@@ -101,6 +104,58 @@ class Sequential : public UnaryModule {
 
  private:
   std::vector<std::shared_ptr<UnaryModule>> layers_;
+};
+
+/// Submodules in a list, registered as "0", "1", ... (torch.nn.ModuleList).
+///   nn::ModuleList blocks;
+///   for (int i = 0; i < 4; ++i) blocks.add<Block>(256);
+///   for (auto& b : blocks) h = static_cast<Block&>(*b)(h);
+class ModuleList : public Module {
+ public:
+  template <class M, class... Args> M& add(Args&&... args) {
+    auto m = std::make_shared<M>(std::forward<Args>(args)...);
+    push_back(m);
+    return *m;
+  }
+  void push_back(std::shared_ptr<Module> m);
+  size_t size() const { return items_.size(); }
+  Module& operator[](size_t i) { return *items_.at(i); }
+  /// Item i as its own type (a kiln::Error when it is not one).
+  template <class M> M& at(size_t i) {
+    M* m = dynamic_cast<M*>(items_.at(i).get());
+    if (!m) wrong_type(i);
+    return *m;
+  }
+  auto begin() { return items_.begin(); }
+  auto end() { return items_.end(); }
+
+ private:
+  [[noreturn]] void wrong_type(size_t i) const;
+  std::vector<std::shared_ptr<Module>> items_;
+};
+
+/// Submodules by name, in insertion order (torch.nn.ModuleDict).
+class ModuleDict : public Module {
+ public:
+  template <class M, class... Args> M& add(const std::string& name, Args&&... args) {
+    auto m = std::make_shared<M>(std::forward<Args>(args)...);
+    insert(name, m);
+    return *m;
+  }
+  void insert(const std::string& name, std::shared_ptr<Module> m);
+  bool contains(const std::string& name) const;
+  Module& operator[](const std::string& name);
+  size_t size() const { return items_.size(); }
+  std::vector<std::string> keys() const;
+
+ private:
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> items_;
+};
+
+/// Returns its input (torch.nn.Identity): a placeholder in a Sequential.
+class Identity : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
 };
 
 }  // namespace kiln::nn

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -58,6 +59,9 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64, 
 Tensor bernoulli(const Tensor& p);                 // 1 with probability p, same dtype as p
 Tensor bernoulli(const Dims& shape, double p, DType dtype = f32, Device device = cpu);
 Tensor randperm(int64_t n);
+/// num_samples category indices (i64) per row of the weights `probs` (1-d or 2-d; they need
+/// not sum to one), drawn with or without replacement, as torch.multinomial.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);
 
 // ---- pointwise ----------------------------------------------------------------------------
 // One public function per pointwise op in runtime/ops.def, named as the op and generated from
@@ -131,6 +135,18 @@ KILN_BINARY_OPERATOR(>=)
 #include "runtime/ops.def"
 #undef OP
 Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Running sums along dim (torch.cumsum): floats keep their dtype (f16 and bf16 sum in f32),
+/// integers and bool give i64; with `dtype`, x is cast to it first.
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor cumsum(const Tensor& x, int64_t dim, DType dtype);
+/// i64 positions of x's elements along dim in sorted order. The order is always the stable one
+/// (`stable` is accepted for torch's signature); NaN sorts above every number.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+/// (values, indices) of x sorted along dim, as torch.sort (and stable, as argsort).
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+/// (values, indices) of the k largest (smallest when !largest) along dim, in sorted order
+/// (`sorted` accepted for torch's signature: they always are); ties keep index order.
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
 Tensor max(const Tensor& x);  // over all elements
 Tensor min(const Tensor& x);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values; see argmax

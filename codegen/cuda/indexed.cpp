@@ -187,4 +187,77 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
                                          kCudaBlock, value_type(elem), load, better, largest ? "larger" : "smaller");
 }
 
+namespace {
+// The element at p[i] as the type a scan or an ordering computes in: f32 for f16 and bf16.
+std::string load_wide(DType t, const std::string& e) {
+  if (t == DType::F16) return "kiln_h2f(" + e + ")";
+  if (t == DType::BF16) return "kiln_bf2f(" + e + ")";
+  return e;
+}
+}  // namespace
+
+std::string cuda_cumsum_kernel(DType elem, bool reverse) {
+  bool f = is_float(elem);
+  std::string acc = elem == DType::F64 ? "double" : f ? "float" : "long long";
+  std::string out = f ? value_type(elem) : "long long";
+  std::string add = f ? "acc += " + load_wide(elem, "p[i]") + ";"
+                      : "acc = (long long)((unsigned long long)acc + (unsigned long long)(long long)p[i]);";
+  std::string store = elem == DType::F16 ? "kiln_f2h(acc)" : elem == DType::BF16 ? "kiln_f2bf(acc)" : "acc";
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long rows, cols;
+  const void* x; void* out;
+}};
+
+extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
+  for (long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x; row < a.rows;
+       row += (long long)gridDim.x * blockDim.x) {{
+    const {1}* p = (const {1}*)a.x + row * a.cols;
+    {2}* o = ({2}*)a.out + row * a.cols;
+    {3} acc = 0;
+    for (long long j = 0; j < a.cols; ++j) {{
+      long long i = {4} ? a.cols - 1 - j : j;
+      {5}
+      o[i] = {6};
+    }}
+  }}
+}}
+)",
+                                         kCudaBlock, value_type(elem), out, acc, reverse ? 1 : 0, add, store);
+}
+
+std::string cuda_order_kernel(DType elem, bool descending) {
+  bool f = is_float(elem);
+  std::string c = elem == DType::F16 || elem == DType::BF16 ? "float" : value_type(elem);
+  // v goes before w: the comparison, NaN above every number.
+  std::string before = descending ? "v > w" : "v < w";
+  if (f) before = descending ? "(v != v) ? (w == w) : (w == w && v > w)" : "(w != w) ? (v == v) : (v == v && v < w)";
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long rows, cols, k;
+  const void* x; long long* out;
+}};
+
+__device__ __forceinline__ bool kiln_goes_before({2} v, {2} w) {{ return {3}; }}
+
+extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
+  long long total = a.rows * a.cols;
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+       t += (long long)gridDim.x * blockDim.x) {{
+    long long row = t / a.cols, i = t % a.cols;
+    const {1}* p = (const {1}*)a.x + row * a.cols;
+    {2} v = {4};
+    long long rank = 0;
+    for (long long j = 0; j < a.cols; ++j) {{
+      {2} w = {5};
+      if (kiln_goes_before(w, v) || (j < i && !kiln_goes_before(v, w))) ++rank;
+    }}
+    if (rank < a.k) a.out[row * a.k + rank] = i;
+  }}
+}}
+)",
+                                         kCudaBlock, value_type(elem), c, before, load_wide(elem, "p[i]"),
+                                         load_wide(elem, "p[j]"));
+}
+
 }  // namespace kiln::codegen

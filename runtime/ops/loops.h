@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "runtime/tensor.h"
@@ -43,6 +44,12 @@ void copy_into(const Tensor& src, const Tensor& dst);
 /// the inputs one after another along dim; or x padded with `value` (negative pads crop).
 void cat_into(std::span<const Tensor> in, int64_t dim, const Tensor& out);
 void pad_into(const Tensor& x, const Dims& pads, Scalar value, const Tensor& out);
+
+/// Calls fill(rows, out_rows) with x's elements as contiguous rows along `dim` ([m, n]) and a
+/// contiguous [m, k] for out (x's shape with k at dim; a 0-d tensor is one row of one), then
+/// puts out_rows into out: the scans and orderings (runtime/ops/scan.cpp) on any device.
+void along_dim_rows(const Tensor& x, int64_t dim, const Tensor& out,
+                    const std::function<void(const Tensor&, const Tensor&)>& fill);
 
 /// Whether a write into `t` would store several elements into one place: a dim of size > 1
 /// with stride 0, as expand() makes.

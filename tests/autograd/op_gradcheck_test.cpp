@@ -159,6 +159,14 @@ std::map<OpId, std::vector<Case>> all_cases() {
                   {"stack", {leaf({2, 3}), leaf({2, 3})}, [](std::span<const Tensor> in) { return stack({in[0], in[1].t().t()}, 1); }}};
   c[OpId::Pad] = {{"pad", {leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {1, 2, 0, 1}, 0.5); }},
                   {"pad/crop", {leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {-1, 1}); }}};
+  c[OpId::Cumsum] = {{"cumsum", {leaf({3, 4})}, [](std::span<const Tensor> in) { return cumsum(in[0], 1); }},
+                     {"cumsum_dim0_of_view", {leaf({4, 3})}, [](std::span<const Tensor> in) { return cumsum(in[0].t(), 0); }},
+                     {"sort_values", {leaf({3, 5})}, [](std::span<const Tensor> in) {
+                        return cumsum(std::get<0>(sort(in[0], 1, true)), 1);
+                      }},
+                     {"topk_values", {leaf({4, 6})}, [](std::span<const Tensor> in) {
+                        return std::get<0>(topk(in[0], 3, 0)) * 2;
+                      }}};
   c[OpId::Gather] = {{"gather", {leaf({3, 4})}, [](std::span<const Tensor> in) {
                         return gather(in[0], 1, from_vector<int64_t>({0, 3, 3, 1, 2, 0}, {3, 2}));
                       }}};

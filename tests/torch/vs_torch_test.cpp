@@ -1,0 +1,191 @@
+// tests/torch/vs_torch_test.cpp -- kiln's layers and ops beside LibTorch's (Debian's
+// libtorch-dev, 1.13) on the same inputs and weights: one forward and one backward each, within
+// 1e-4 relative (f32), and the integer results (indices, dtypes) exactly. Built only where
+// LibTorch is installed (tests/CMakeLists.txt). RMSNorm is newer than LibTorch 1.13: its
+// reference is tests/nn/norm_test.cpp.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace {
+
+using KTensor = kiln::Tensor;
+using TTensor = torch::Tensor;
+
+std::vector<int64_t> sizes(const KTensor& t) { return std::vector<int64_t>(t.shape().begin(), t.shape().end()); }
+
+// The same values (and dtype, for f32, f64, i64 and bool) as a torch tensor.
+TTensor to_torch(const KTensor& t) {
+  std::vector<double> v = t.to_vector<double>();
+  TTensor d = torch::tensor(v, torch::kDouble).reshape(sizes(t));
+  switch (t.dtype()) {
+    case kiln::DType::F32: return d.to(torch::kFloat);
+    case kiln::DType::I64: return d.to(torch::kLong);
+    case kiln::DType::I32: return d.to(torch::kInt);
+    case kiln::DType::Bool: return d.to(torch::kBool);
+    default: return d;
+  }
+}
+
+std::vector<double> values(const TTensor& t) {
+  TTensor d = t.detach().to(torch::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+void expect_same(const KTensor& got, const TTensor& want, double rtol = 1e-4, double atol = 1e-5) {
+  ASSERT_EQ(sizes(got), want.sizes().vec());
+  std::vector<double> g = got.to_vector<double>(), w = values(want);
+  int bad = 0;
+  for (size_t i = 0; i < g.size() && bad < 5; ++i) {
+    bool ok = (std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
+    if (!ok) ++bad, ADD_FAILURE() << "element " << i << ": kiln " << g[i] << ", torch " << w[i];
+  }
+}
+
+// f on kiln and torch copies of `inputs`; the results, then the gradients of sum(result * r)
+// for one random r, must match.
+void expect_forward_and_backward(const std::vector<KTensor>& inputs,
+                                 const std::function<KTensor(const std::vector<KTensor>&)>& kf,
+                                 const std::function<TTensor(const std::vector<TTensor>&)>& tf) {
+  std::vector<KTensor> k;
+  std::vector<TTensor> t;
+  for (const KTensor& x : inputs) {
+    k.push_back(x.detach().clone().requires_grad_());
+    t.push_back(to_torch(x).requires_grad_());
+  }
+  KTensor ky = kf(k);
+  TTensor ty = tf(t);
+  expect_same(ky, ty);
+  KTensor r = kiln::randn(ky.shape());
+  (ky * r).sum().backward();
+  (ty * to_torch(r)).sum().backward();
+  for (size_t i = 0; i < k.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "gradient of input " << i);
+    ASSERT_TRUE(k[i].grad().defined());
+    expect_same(k[i].grad(), t[i].grad());
+  }
+}
+
+}  // namespace
+
+TEST(VsTorch, BatchNorm2dTrainsAndEvaluatesAsTorchs) {
+  kiln::nn::BatchNorm2d kbn(3);
+  torch::nn::BatchNorm2d tbn(3);
+  kbn.weight.detach().copy_(kiln::randn({3}));
+  kbn.bias.detach().copy_(kiln::randn({3}));
+  {
+    torch::NoGradGuard no_grad;
+    tbn->weight.copy_(to_torch(kbn.weight));
+    tbn->bias.copy_(to_torch(kbn.bias));
+  }
+  KTensor x = kiln::randn({4, 3, 5, 5}) * 2.0 + 0.5;
+  expect_forward_and_backward(
+      {x, kbn.weight, kbn.bias},
+      [&](const std::vector<KTensor>& in) { return kiln::nn::batch_norm(in[0], kbn.running_mean, kbn.running_var, in[1], in[2], true); },
+      [&](const std::vector<TTensor>& in) {
+        return torch::nn::functional::batch_norm(in[0], tbn->running_mean, tbn->running_var,
+                                                 torch::nn::functional::BatchNormFuncOptions().weight(in[1]).bias(in[2]).training(true));
+      });
+  expect_same(kbn.running_mean, tbn->running_mean);
+  expect_same(kbn.running_var, tbn->running_var);
+  // The modules, a training step then eval.
+  KTensor x2 = kiln::randn({2, 3, 4, 4});
+  expect_same(kbn(x2), tbn(to_torch(x2)));
+  expect_same(kbn.running_var, tbn->running_var);
+  EXPECT_EQ(kbn.num_batches_tracked.item<int64_t>(), tbn->num_batches_tracked.item<int64_t>());
+  kbn.eval();
+  tbn->eval();
+  expect_same(kbn(x2), tbn(to_torch(x2)));
+}
+
+TEST(VsTorch, GroupNormAndBatchNorm1d) {
+  KTensor x = kiln::randn({3, 6, 4}), w = kiln::randn({6}), b = kiln::randn({6});
+  expect_forward_and_backward(
+      {x, w, b}, [](const std::vector<KTensor>& in) { return kiln::nn::group_norm(in[0], 3, in[1], in[2]); },
+      [](const std::vector<TTensor>& in) { return torch::group_norm(in[0], 3, in[1], in[2]); });
+  kiln::nn::BatchNorm1d kbn(6, {.momentum = std::nullopt});
+  torch::nn::BatchNorm1d tbn(torch::nn::BatchNorm1dOptions(6).momentum(c10::nullopt));
+  for (int i = 0; i < 3; ++i) {
+    KTensor xi = kiln::randn({5, 6}) + static_cast<double>(i);
+    expect_same(kbn(xi), tbn(to_torch(xi)));
+  }
+  expect_same(kbn.running_mean, tbn->running_mean);
+  expect_same(kbn.running_var, tbn->running_var);
+}
+
+TEST(VsTorch, Activations) {
+  // Random points, none at a kink (where torch's one-sided choices are tested in
+  // tests/nn/layers_more_test.cpp).
+  KTensor x = kiln::randn({64}) * 4.0;
+  namespace F = torch::nn::functional;
+  auto check = [&](std::function<KTensor(const KTensor&)> kf, std::function<TTensor(const TTensor&)> tf) {
+    expect_forward_and_backward({x}, [&](const std::vector<KTensor>& in) { return kf(in[0]); },
+                                [&](const std::vector<TTensor>& in) { return tf(in[0]); });
+  };
+  check(kiln::nn::relu6, [](const TTensor& t) { return F::relu6(t); });
+  check(kiln::nn::hardswish, [](const TTensor& t) { return torch::hardswish(t); });
+  check([](const KTensor& t) { return kiln::nn::leaky_relu(t, 0.2); },
+        [](const TTensor& t) { return F::leaky_relu(t, F::LeakyReLUFuncOptions().negative_slope(0.2)); });
+  check([](const KTensor& t) { return kiln::nn::softplus(t, 2.0, 5.0); },
+        [](const TTensor& t) { return F::softplus(t, F::SoftplusFuncOptions().beta(2.0).threshold(5.0)); });
+  check(kiln::nn::mish, [](const TTensor& t) { return torch::mish(t); });
+}
+
+TEST(VsTorch, ScansAndOrderings) {
+  KTensor x = kiln::randn({4, 7});
+  expect_forward_and_backward({x}, [](const std::vector<KTensor>& in) { return kiln::cumsum(in[0], 1); },
+                              [](const std::vector<TTensor>& in) { return torch::cumsum(in[0], 1); });
+  KTensor ints = kiln::randint(-5, 5, {3, 4}).to(kiln::DType::I32);
+  EXPECT_EQ(kiln::cumsum(ints, 0).dtype(), kiln::DType::I64);
+  EXPECT_EQ(torch::cumsum(to_torch(ints), 0).scalar_type(), torch::kLong);
+  expect_same(kiln::cumsum(ints, 0), torch::cumsum(to_torch(ints), 0), 0, 0);
+  // Ties and NaN: torch's stable sort gives the one order kiln always gives.
+  KTensor ties = kiln::randint(0, 4, {5, 9}).to(kiln::DType::F32);
+  ties = kiln::where(kiln::lt(kiln::rand({5, 9}), 0.15), std::numeric_limits<double>::quiet_NaN(), ties);
+  for (bool descending : {false, true}) {
+    auto [kv, ki] = kiln::sort(ties, 1, descending);
+    auto [tv, ti] = torch::sort(to_torch(ties), /*stable=*/true, 1, descending);
+    expect_same(kv, tv, 0, 0);
+    expect_same(ki, ti, 0, 0);
+    expect_same(kiln::argsort(ties, 0, descending), std::get<1>(torch::sort(to_torch(ties), true, 0, descending)), 0, 0);
+  }
+  // topk: values always; indices where the values are distinct (torch leaves ties' order open).
+  for (bool largest : {true, false}) {
+    auto [kv, ki] = kiln::topk(x, 3, 1, largest);
+    auto [tv, ti] = torch::topk(to_torch(x), 3, 1, largest);
+    expect_same(kv, tv, 0, 0);
+    expect_same(ki, ti, 0, 0);
+  }
+  expect_forward_and_backward({x}, [](const std::vector<KTensor>& in) { return std::get<0>(kiln::topk(in[0], 2, 0)); },
+                              [](const std::vector<TTensor>& in) { return std::get<0>(torch::topk(in[0], 2, 0)); });
+}
+
+TEST(VsTorch, MaskingReorderingAndTiling) {
+  KTensor x = kiln::randn({3, 4, 5});
+  using KF = std::function<KTensor(const std::vector<KTensor>&)>;
+  using TF = std::function<TTensor(const std::vector<TTensor>&)>;
+  std::vector<std::pair<KF, TF>> cases = {
+      {[](auto& in) { return kiln::tril(in[0], -1); }, [](auto& in) { return torch::tril(in[0], -1); }},
+      {[](auto& in) { return kiln::triu(in[0], 2); }, [](auto& in) { return torch::triu(in[0], 2); }},
+      {[](auto& in) { return kiln::flip(in[0], {0, 2}); }, [](auto& in) { return torch::flip(in[0], {0, 2}); }},
+      {[](auto& in) { return kiln::roll(in[0], {2, -1}, {1, 2}); }, [](auto& in) { return torch::roll(in[0], {2, -1}, {1, 2}); }},
+      {[](auto& in) { return kiln::roll(in[0], {7}); }, [](auto& in) { return torch::roll(in[0], {7}); }},
+      {[](auto& in) { return kiln::repeat(in[0], {2, 1, 1, 2}); }, [](auto& in) { return in[0].repeat({2, 1, 1, 2}); }},
+      {[](auto& in) { return kiln::chunk(in[0], 3, 2)[1]; }, [](auto& in) { return in[0].chunk(3, 2)[1]; }},
+      {[](auto& in) { return kiln::split(in[0], std::vector<int64_t>{1, 3}, 1)[1]; },
+       [](auto& in) { return in[0].split_with_sizes({1, 3}, 1)[1]; }},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "case " << i);
+    expect_forward_and_backward({x}, cases[i].first, cases[i].second);
+  }
+  KTensor mask = kiln::lt(kiln::rand({4, 1}), 0.5);
+  expect_forward_and_backward({x}, [&](auto& in) { return kiln::masked_fill(in[0], mask, -2.5); },
+                              [&](auto& in) { return in[0].masked_fill(to_torch(mask), -2.5); });
+}
