@@ -3,6 +3,8 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "nn/module.h"
 #include "runtime/api.h"
@@ -220,6 +222,92 @@ class RMSNorm : public UnaryModule {
  private:
   Dims shape_;
   std::optional<double> eps_;
+};
+
+struct InterpolateOptions {
+  Dims size{};                        // the output's H, W; or
+  std::vector<double> scale_factor{};  // H and W multiplied by these (floored)
+  std::string mode = "nearest";       // or "bilinear"
+  bool align_corners = false;         // bilinear: corners' centers map onto each other
+};
+/// Resizes the H, W of x [N, C, H, W] (torch.nn.functional.interpolate, nearest and bilinear,
+/// with torch's source indices).
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+/// Averages over windows [floor(i H / oh), ceil((i + 1) H / oh)) and likewise along W, so the
+/// output is output_size (torch's adaptive_avg_pool2d).
+Tensor adaptive_avg_pool2d(const Tensor& x, const Dims& output_size);
+/// The transposed convolution (conv2d's input gradient): weight [in, out/groups, kh, kw]; the
+/// output is (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1 high.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Dims& stride = {1, 1},
+                        const Dims& padding = {0, 0}, const Dims& output_padding = {0, 0}, int64_t groups = 1,
+                        const Dims& dilation = {1, 1});
+
+class AdaptiveAvgPool2d : public UnaryModule {
+ public:
+  explicit AdaptiveAvgPool2d(Dims output_size) : size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, size_); }
+
+ private:
+  Dims size_;
+};
+class Upsample : public UnaryModule {
+ public:
+  explicit Upsample(InterpolateOptions options) : options_(std::move(options)) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, options_); }
+
+ private:
+  InterpolateOptions options_;
+};
+struct ConvTranspose2dOptions {
+  Dims stride{1, 1}, padding{0, 0}, output_padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+/// torch.nn.ConvTranspose2d: weight [in, out/groups, kh, kw], torch's initialization.
+class ConvTranspose2d : public UnaryModule {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Dims kernel, ConvTranspose2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  ConvTranspose2dOptions options;
+};
+
+/// softmax(q k^T scale + mask) v over the last two dims (torch's scaled_dot_product_attention):
+/// scale 1/sqrt(E) by default; a bool attn_mask is true where attention is allowed, a float one
+/// is added; is_causal masks keys after each query; dropout whenever dropout_p > 0.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
+                                    double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+struct MultiheadAttentionOptions {
+  double dropout = 0.0;      // on the attention weights, in train()
+  bool bias = true;          // in_proj_bias and out_proj.bias
+  bool batch_first = false;  // [N, L, E] instead of torch's default [L, N, E]
+};
+/// torch.nn.MultiheadAttention with its parameter names (in_proj_weight [3E, E], in_proj_bias,
+/// out_proj), so a torch state_dict loads. forward gives (output, weights): the weights
+/// averaged over heads [N, L, S] (or per head [N, H, L, S]), undefined unless need_weights.
+/// attn_mask ([L, S] or [N*H, L, S]) and key_padding_mask ([N, S]) are true where attention is
+/// NOT allowed when bool (torch's convention for this module), added when float; is_causal
+/// without a mask masks keys after each query.
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options = {});
+  std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const Tensor& key_padding_mask = {}, bool need_weights = true,
+                                     const Tensor& attn_mask = {}, bool average_attn_weights = true,
+                                     bool is_causal = false);
+  std::tuple<Tensor, Tensor> operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                                        const Tensor& key_padding_mask = {}, bool need_weights = true,
+                                        const Tensor& attn_mask = {}) {
+    return forward(query, key, value, key_padding_mask, need_weights, attn_mask);
+  }
+  Tensor in_proj_weight, in_proj_bias;
+  Linear out_proj;
+
+ private:
+  int64_t embed_dim_, num_heads_;
+  MultiheadAttentionOptions options_;
 };
 
 /// dropout(x): functional form; identity when !training or p == 0.

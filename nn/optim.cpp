@@ -116,6 +116,33 @@ void adam_update(S& p, S g, S& m, S& v, const AdamStep<K>& k, const AdamOptions&
   p = p - m / (sqrt(v / k.c2) + N(o.eps)) * k.step_size;
 }
 
+// torch.optim.RMSprop, with lr the step's rate.
+template <class S, class K>
+void rmsprop_update(S& p, S g, S& square_avg, S& buffer, S& grad_avg, const K& lr, const RmspropOptions& o) {
+  using N = typename Traits<S>::Number;
+  if (o.weight_decay != 0) g = g + p * N(o.weight_decay);
+  square_avg = square_avg * N(o.alpha) + g * g * N(1 - o.alpha);
+  S avg = sqrt(square_avg) + N(o.eps);
+  if (o.centered) {
+    grad_avg = grad_avg * N(o.alpha) + g * N(1 - o.alpha);
+    avg = sqrt(square_avg - grad_avg * grad_avg) + N(o.eps);
+  }
+  if (o.momentum > 0) {
+    buffer = buffer * N(o.momentum) + g / avg;
+    p = p - buffer * lr;
+  } else {
+    p = p - g / avg * lr;
+  }
+}
+
+// torch.optim.Adagrad, with clr the step's decayed rate.
+template <class S, class K> void adagrad_update(S& p, S g, S& sum, const K& clr, const AdagradOptions& o) {
+  using N = typename Traits<S>::Number;
+  if (o.weight_decay != 0) g = g + p * N(o.weight_decay);
+  sum = sum + g * g;
+  p = p - g / (sqrt(sum) + N(o.eps)) * clr;
+}
+
 // ---- the fused eager pass -----------------------------------------------------------------
 
 // A parameter in the fused pass: its data, gradient and state, contiguous, of one dtype.
@@ -124,7 +151,7 @@ struct Slot {
   int64_t n;
   char* p;
   const char* g;
-  char* state[2];  // null where the optimizer keeps less
+  char* state[3];  // null where the optimizer keeps less
 };
 
 // The parameters with gradients, split between the fused pass and the Tensor path.
@@ -139,9 +166,9 @@ bool fusable(const Tensor& t, DType dtype) {
   return t.has_storage() && t.device().is_cpu() && t.dtype() == dtype && t.is_contiguous();
 }
 
-// state0/state1: the optimizer's per-parameter state (may be empty).
+// state0..2: the optimizer's per-parameter state (each may be empty).
 Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& state0,
-               const std::vector<Tensor>& state1) {
+               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2 = {}) {
   Plan plan;
   bool traced = active_recorder() != nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -151,17 +178,17 @@ Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& sta
     DType t = p.dtype();
     bool fuse = !traced && (t == DType::F32 || t == DType::F64) && fusable(p, t) &&
                 g.has_storage() && g.device().is_cpu() && g.dtype() == t && g.shape() == p.shape();
-    for (const auto* s : {&state0, &state1}) fuse = fuse && (s->empty() || fusable((*s)[i], t));
+    for (const auto* s : {&state0, &state1, &state2}) fuse = fuse && (s->empty() || fusable((*s)[i], t));
     if (!fuse) {
       plan.tensor_path.push_back(i);
       continue;
     }
     if (!g.is_contiguous()) plan.keep.push_back(g = g.contiguous());
     Slot s{t, p.numel(), static_cast<char*>(p.data_ptr()), static_cast<const char*>(g.data_ptr()),
-           {nullptr, nullptr}};
+           {nullptr, nullptr, nullptr}};
     plan.written.push_back(p);
     int k = 0;
-    for (const auto* st : {&state0, &state1}) {
+    for (const auto* st : {&state0, &state1, &state2}) {
       if (st->empty()) continue;
       s.state[k++] = static_cast<char*>((*st)[i].data_ptr());
       plan.written.push_back((*st)[i]);
@@ -203,29 +230,30 @@ template <class V, class E> V load(const E* x) {
 }
 template <class V, class E> void store(E* x, const V& v) { std::memcpy(x, &v, sizeof(V)); }
 
-// Applies rule(p, g, s0, s1) to elements [b, e) of a slot: blocks of lanes V, then the tail
-// one element at a time (the same IEEE operations, so the same bits either way).
+// Applies rule(p, g, s0, s1, s2) to elements [b, e) of a slot: blocks of lanes V, then the
+// tail one element at a time (the same IEEE operations, so the same bits either way).
 template <class E, class V, class Rule>
 void run_slot(const Slot& s, int64_t b, int64_t e, const Rule& rule) {
   constexpr int64_t W = sizeof(V) / sizeof(E);
   E* p = reinterpret_cast<E*>(s.p);
   const E* g = reinterpret_cast<const E*>(s.g);
-  E* s0 = reinterpret_cast<E*>(s.state[0]);
-  E* s1 = reinterpret_cast<E*>(s.state[1]);
+  E* st[3] = {reinterpret_cast<E*>(s.state[0]), reinterpret_cast<E*>(s.state[1]), reinterpret_cast<E*>(s.state[2])};
   int64_t i = b;
   for (; i + W <= e; i += W) {
-    V vp = load<V>(p + i), v0 = s0 ? load<V>(s0 + i) : V{}, v1 = s1 ? load<V>(s1 + i) : V{};
-    rule(vp, load<V>(g + i), v0, v1);
+    V vp = load<V>(p + i), v[3];
+    for (int k = 0; k < 3; ++k) v[k] = st[k] ? load<V>(st[k] + i) : V{};
+    rule(vp, load<V>(g + i), v[0], v[1], v[2]);
     store(p + i, vp);
-    if (s0) store(s0 + i, v0);
-    if (s1) store(s1 + i, v1);
+    for (int k = 0; k < 3; ++k)
+      if (st[k]) store(st[k] + i, v[k]);
   }
   for (; i < e; ++i) {
-    E xp = p[i], x0 = s0 ? s0[i] : E(0), x1 = s1 ? s1[i] : E(0);
-    rule(xp, g[i], x0, x1);
+    E xp = p[i], x[3];
+    for (int k = 0; k < 3; ++k) x[k] = st[k] ? st[k][i] : E(0);
+    rule(xp, g[i], x[0], x[1], x[2]);
     p[i] = xp;
-    if (s0) s0[i] = x0;
-    if (s1) s1[i] = x1;
+    for (int k = 0; k < 3; ++k)
+      if (st[k]) st[k][i] = x[k];
   }
 }
 
@@ -249,11 +277,37 @@ void run_fused(Plan& plan, const K32& k32, const K64& k64, const MakeRule& make_
 // ---- the optimizers ------------------------------------------------------------------------
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr)
-    : params_(std::move(params)), lr_(lr), lr_tensor_(full({}, lr, DType::F64)) {
+    : params_(std::move(params)), lr_(lr), initial_lr_(lr), lr_tensor_(full({}, lr, DType::F64)) {
   KILN_CHECK(lr >= 0, "optimizer: learning rate must be non-negative, got {}", lr);
   for (size_t i = 0; i < params_.size(); ++i)
     KILN_CHECK(params_[i].defined() && params_[i].requires_grad() && params_[i].is_leaf(),
                "optimizer: parameter {} must be a leaf that requires grad", i);
+  register_state("lr", lr_tensor_);
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : state_) out[name] = *t;
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  NoGradGuard no_grad;
+  std::vector<std::string> missing, unexpected;
+  std::map<std::string, Tensor> mine = state_dict();
+  for (const auto& [n, t] : mine)
+    if (!state.count(n)) missing.push_back(n);
+  for (const auto& [n, t] : state)
+    if (!mine.count(n)) unexpected.push_back(n);
+  KILN_CHECK(missing.empty() && unexpected.empty(), "optimizer load_state_dict: missing [{}], unexpected [{}]",
+             fmt::join(missing, ", "), fmt::join(unexpected, ", "));
+  for (auto& [n, t] : mine) {
+    const Tensor& src = state.at(n);
+    KILN_CHECK(src.defined() && src.shape() == t.shape(), "optimizer load_state_dict: \"{}\" is {} here but {} in the state", n,
+               t.type().str(), src.defined() ? src.type().str() : "undefined");
+    t.copy_(src);
+  }
+  lr_ = lr_tensor_.item<double>();
 }
 
 void Optimizer::set_lr(double lr) {
@@ -275,6 +329,8 @@ SGD::SGD(std::vector<Tensor> params, double lr, SgdOptions o) : Optimizer(std::m
   if (o.momentum != 0)
     for (const Tensor& p : params_) velocity_.push_back(zeros_like(p));
   steps_ = zeros({}, DType::F64);
+  register_state("step", steps_);
+  for (size_t i = 0; i < velocity_.size(); ++i) register_state(fmt::format("state.{}.momentum_buffer", i), velocity_[i]);
 }
 
 void SGD::step() {
@@ -284,7 +340,7 @@ void SGD::step() {
     double lr = lr_tensor_.item<double>();
     bool first = steps_.item<double>() == 0;
     run_fused(plan, SgdStep<float>{float(lr), first}, SgdStep<double>{lr, first}, [&](auto k) {
-      return [k, this](auto& p, auto g, auto& v, auto&) { sgd_update(p, g, v, k, opt_); };
+      return [k, this](auto& p, auto g, auto& v, auto&, auto&) { sgd_update(p, g, v, k, opt_); };
     });
   }
   for (size_t i : plan.tensor_path) {
@@ -307,6 +363,11 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions o) : Optimizer(std
     v_.push_back(zeros_like(p));
   }
   steps_ = zeros({}, DType::F64);
+  register_state("step", steps_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    register_state(fmt::format("state.{}.exp_avg", i), m_[i]);
+    register_state(fmt::format("state.{}.exp_avg_sq", i), v_[i]);
+  }
 }
 
 void Adam::step() { update(false); }
@@ -321,7 +382,7 @@ void Adam::update(bool decoupled) {
     auto k32 = adam_step<float>(float(lr), float(c1), float(c2), opt_, decoupled);
     auto k64 = adam_step<double>(lr, c1, c2, opt_, decoupled);
     run_fused(plan, k32, k64, [&](auto k) {
-      return [k, decoupled, this](auto& p, auto g, auto& m, auto& v) {
+      return [k, decoupled, this](auto& p, auto g, auto& m, auto& v, auto&) {
         adam_update(p, g, m, v, k, opt_, decoupled);
       };
     });
@@ -344,26 +405,136 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, AdamWOptions o)
     : Adam(std::move(params), lr,
            {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay}) {}
 
+RMSprop::RMSprop(std::vector<Tensor> params, double lr, RmspropOptions o) : Optimizer(std::move(params), lr), opt_(o) {
+  KILN_CHECK(o.alpha >= 0 && o.eps >= 0 && o.momentum >= 0 && o.weight_decay >= 0,
+             "RMSprop: alpha, eps, momentum and weight_decay must be non-negative");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    square_avg_.push_back(zeros_like(params_[i]));
+    if (o.momentum > 0) momentum_buffer_.push_back(zeros_like(params_[i]));
+    if (o.centered) grad_avg_.push_back(zeros_like(params_[i]));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    register_state(fmt::format("state.{}.square_avg", i), square_avg_[i]);
+    if (o.momentum > 0) register_state(fmt::format("state.{}.momentum_buffer", i), momentum_buffer_[i]);
+    if (o.centered) register_state(fmt::format("state.{}.grad_avg", i), grad_avg_[i]);
+  }
+}
+
+void RMSprop::step() {
+  NoGradGuard no_grad;
+  Plan plan = make_plan(params_, square_avg_, momentum_buffer_, grad_avg_);
+  if (!plan.slots.empty()) {
+    double lr = lr_tensor_.item<double>();
+    // The fused pass hands the state in make_plan's order, skipping none: absent lists leave
+    // their slot null, and the rule ignores what its options do not keep.
+    run_fused(plan, float(lr), lr, [&](auto k) {
+      return [k, this](auto& p, auto g, auto& sq, auto& b, auto& ga) {
+        if (opt_.momentum > 0) rmsprop_update(p, g, sq, b, ga, k, opt_);
+        else rmsprop_update(p, g, sq, ga, b, k, opt_);  // without momentum, slot 1 is grad_avg's
+      };
+    });
+  }
+  for (size_t i : plan.tensor_path) {
+    Tensor& p = params_[i];
+    Tensor new_p = p, sq = square_avg_[i];
+    Tensor b = opt_.momentum > 0 ? momentum_buffer_[i] : Tensor(), ga = opt_.centered ? grad_avg_[i] : Tensor();
+    rmsprop_update(new_p, p.grad(), sq, b, ga, lr_as(p.dtype()), opt_);
+    square_avg_[i].copy_(sq);
+    if (opt_.momentum > 0) momentum_buffer_[i].copy_(b);
+    if (opt_.centered) grad_avg_[i].copy_(ga);
+    p.copy_(new_p);
+  }
+}
+
+Adagrad::Adagrad(std::vector<Tensor> params, double lr, AdagradOptions o) : Optimizer(std::move(params), lr), opt_(o) {
+  KILN_CHECK(o.lr_decay >= 0 && o.weight_decay >= 0 && o.initial_accumulator_value >= 0 && o.eps >= 0,
+             "Adagrad: lr_decay, weight_decay, initial_accumulator_value and eps must be non-negative");
+  for (const Tensor& p : params_) sum_.push_back(full_like(p, o.initial_accumulator_value));
+  steps_ = zeros({}, DType::F64);
+  register_state("step", steps_);
+  for (size_t i = 0; i < params_.size(); ++i) register_state(fmt::format("state.{}.sum", i), sum_[i]);
+}
+
+void Adagrad::step() {
+  NoGradGuard no_grad;
+  steps_.add_(1);
+  Plan plan = make_plan(params_, sum_, {});
+  if (!plan.slots.empty()) {
+    double clr = lr_tensor_.item<double>() / (1 + (steps_.item<double>() - 1) * opt_.lr_decay);
+    run_fused(plan, float(clr), clr, [&](auto k) {
+      return [k, this](auto& p, auto g, auto& s, auto&, auto&) { adagrad_update(p, g, s, k, opt_); };
+    });
+  }
+  if (plan.tensor_path.empty()) return;
+  Tensor clr = lr_tensor_ / ((steps_ - 1.0) * opt_.lr_decay + 1.0);
+  for (size_t i : plan.tensor_path) {
+    Tensor& p = params_[i];
+    Tensor new_p = p, s = sum_[i];
+    adagrad_update(new_p, p.grad(), s, clr.to(p.dtype()), opt_);
+    sum_[i].copy_(s);
+    p.copy_(new_p);
+  }
+}
+
 // ---- schedules -----------------------------------------------------------------------------
 
-StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
-    : opt_(opt), step_size_(step_size), gamma_(gamma), base_(opt.lr()) {
-  KILN_CHECK(step_size > 0, "StepLR: step_size must be positive, got {}", step_size);
-}
-void StepLR::step() {
-  ++epoch_;
-  opt_.set_lr(base_ * std::pow(gamma_, static_cast<double>(epoch_ / step_size_)));
+void LRScheduler::step() {
+  ++t_;
+  opt_.set_lr(lr_at(t_));
 }
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
-    : opt_(opt), t_max_(t_max), eta_min_(eta_min), base_(opt.lr()) {
-  KILN_CHECK(t_max > 0, "CosineAnnealingLR: t_max must be positive, got {}", t_max);
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
+    : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  KILN_CHECK(step_size > 0, "StepLR: step_size must be positive, got {}", step_size);
+  start();
 }
-void CosineAnnealingLR::step() {
-  ++t_;
+double StepLR::lr_at(int64_t t) const { return base_ * std::pow(gamma_, static_cast<double>(t / step_size_)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
+    : LRScheduler(opt), t_max_(t_max), eta_min_(eta_min) {
+  KILN_CHECK(t_max > 0, "CosineAnnealingLR: t_max must be positive, got {}", t_max);
+  start();
+}
+double CosineAnnealingLR::lr_at(int64_t t) const {
   // The closed form PyTorch's schedule follows; past t_max it continues along the cosine.
-  double c = std::cos(M_PI * static_cast<double>(t_) / static_cast<double>(t_max_));
-  opt_.set_lr(eta_min_ + (base_ - eta_min_) * (1 + c) / 2);
+  double c = std::cos(M_PI * static_cast<double>(t) / static_cast<double>(t_max_));
+  return eta_min_ + (base_ - eta_min_) * (1 + c) / 2;
+}
+
+LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(opt), start_(start_factor), end_(end_factor), total_(total_iters) {
+  KILN_CHECK(start_factor > 0 && start_factor <= 1 && end_factor >= 0 && end_factor <= 1 && total_iters >= 0,
+             "LinearLR: expected 0 < start_factor <= 1, 0 <= end_factor <= 1 and total_iters >= 0, got {}, {}, {}",
+             start_factor, end_factor, total_iters);
+  start();
+}
+double LinearLR::lr_at(int64_t t) const {
+  if (t >= total_) return base_ * end_;
+  return base_ * (start_ + (end_ - start_) * static_cast<double>(t) / static_cast<double>(total_));
+}
+
+LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda) : LRScheduler(opt), lambda_(std::move(lambda)) {
+  KILN_CHECK(lambda_ != nullptr, "LambdaLR: the lambda is empty");
+  start();
+}
+double LambdaLR::lr_at(int64_t t) const { return base_ * lambda_(t); }
+
+SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(opt), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  KILN_CHECK(!schedulers_.empty() && milestones_.size() + 1 == schedulers_.size(),
+             "SequentialLR: expected one milestone fewer than schedulers, got {} schedulers and {} milestones",
+             schedulers_.size(), milestones_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    KILN_CHECK(schedulers_[i] && &schedulers_[i]->opt_ == &opt, "SequentialLR: scheduler {} is not of this optimizer", i);
+  for (size_t i = 1; i < milestones_.size(); ++i)
+    KILN_CHECK(milestones_[i] > milestones_[i - 1], "SequentialLR: milestones must increase");
+  start();
+}
+double SequentialLR::lr_at(int64_t t) const {
+  size_t i = 0;
+  while (i < milestones_.size() && t >= milestones_[i]) ++i;
+  return schedulers_[i]->lr_at(i == 0 ? t : t - milestones_[i - 1]);
 }
 
 }  // namespace kiln::optim

@@ -1,6 +1,12 @@
-// nn/optim.h -- optimizers (SGD, Adam, AdamW) and learning-rate schedules.
+// nn/optim.h -- optimizers (SGD, Adam, AdamW, RMSprop, Adagrad), their state for
+// checkpoints, and learning-rate schedules.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -27,14 +33,32 @@ class Optimizer {
   void zero_grad();
   double lr() const { return lr_; }
   void set_lr(double lr);
+  /// The learning rate the optimizer was made with: schedules start from it (torch's
+  /// initial_lr), so schedules made one after another share one base.
+  double initial_lr() const { return initial_lr_; }
   const std::vector<Tensor>& params() const { return params_; }
 
+  /// Everything a step reads besides the parameters, by name, as torch's optimizer
+  /// state_dict() holds it: "lr", "step" (where kept), and each parameter's buffers as
+  /// "state.<index>.<name>" (Adam's exp_avg and exp_avg_sq, SGD's momentum_buffer, ...). The
+  /// tensors themselves; save them with save_safetensors. An optimizer restored with
+  /// load_state_dict takes the same steps, bit for bit, as the one that was saved.
+  std::map<std::string, Tensor> state_dict() const;
+  /// Copies `state` into this optimizer's state: the names must be state_dict()'s and each
+  /// shape the same.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
  protected:
+  /// Names a tensor of the optimizer's state (a member, made up front) for state_dict.
+  void register_state(std::string name, Tensor& t) { state_.emplace_back(std::move(name), &t); }
   /// The learning rate as a 0-d tensor of `dtype`, for the update arithmetic.
   Tensor lr_as(DType dtype) const;
   std::vector<Tensor> params_;
-  double lr_;
+  double lr_, initial_lr_;
   Tensor lr_tensor_;  // f64[], updated in place by set_lr
+
+ private:
+  std::vector<std::pair<std::string, Tensor*>> state_;
 };
 
 struct SgdOptions {
@@ -81,29 +105,116 @@ class AdamW : public Adam {
   void step() override { update(true); }
 };
 
-/// Multiplies the learning rate by gamma every step_size calls of step().
-class StepLR {
+struct RmspropOptions {
+  double alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0;
+  bool centered = false;
+};
+/// torch.optim.RMSprop: s = alpha s + (1 - alpha) g^2; avg = sqrt(s) + eps (centered: the
+/// gradient's running mean a subtracted, sqrt(s - a^2) + eps); p -= lr g / avg, or through a
+/// momentum buffer b = momentum b + g / avg, p -= lr b.
+class RMSprop : public Optimizer {
  public:
-  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
-  void step();
+  RMSprop(std::vector<Tensor> params, double lr = 1e-2, RmspropOptions options = {});
+  void step() override;
 
  private:
+  RmspropOptions opt_;
+  std::vector<Tensor> square_avg_, momentum_buffer_, grad_avg_;
+};
+
+struct AdagradOptions {
+  double lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10;
+};
+/// torch.optim.Adagrad: s += g^2; p -= lr / (1 + (t - 1) lr_decay) g / (sqrt(s) + eps).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<Tensor> params, double lr = 1e-2, AdagradOptions options = {});
+  void step() override;
+
+ private:
+  AdagradOptions opt_;
+  std::vector<Tensor> sum_;
+  Tensor steps_;  // f64[]
+};
+
+/// A learning-rate schedule: step() advances its count t and sets the optimizer's rate to
+/// lr_at(t), a closed form from the optimizer's initial_lr() (torch's schedules, counted the
+/// same way: the constructor sets lr_at(0)).
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  void step();
+  /// The rate after t calls of step().
+  virtual double lr_at(int64_t t) const = 0;
+  int64_t last_epoch() const { return t_; }
+
+ protected:
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_(opt.initial_lr()) {}
+  /// Sets lr_at(0); each schedule's constructor calls it last.
+  void start() { opt_.set_lr(lr_at(0)); }
   Optimizer& opt_;
-  int64_t step_size_, epoch_ = 0;
-  double gamma_, base_;
+  double base_;
+
+ private:
+  int64_t t_ = 0;
+  friend class SequentialLR;
+};
+
+/// Multiplies the learning rate by gamma every step_size calls of step().
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t t) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
 };
 
 /// lr = eta_min + (base - eta_min) (1 + cos(pi t / t_max)) / 2, t counted by step() (past
 /// t_max it rises again, as torch.optim.lr_scheduler.CosineAnnealingLR does).
-class CosineAnnealingLR {
+class CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
-  void step();
+  double lr_at(int64_t t) const override;
 
  private:
-  Optimizer& opt_;
-  int64_t t_max_, t_ = 0;
-  double eta_min_, base_;
+  int64_t t_max_;
+  double eta_min_;
+};
+
+/// base times a factor going linearly from start_factor to end_factor over total_iters steps,
+/// then end_factor (warmup; torch.optim.lr_scheduler.LinearLR).
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& opt, double start_factor = 1.0 / 3, double end_factor = 1.0, int64_t total_iters = 5);
+  double lr_at(int64_t t) const override;
+
+ private:
+  double start_, end_;
+  int64_t total_;
+};
+
+/// base times lambda(t) (torch.optim.lr_scheduler.LambdaLR).
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda);
+  double lr_at(int64_t t) const override;
+
+ private:
+  std::function<double(int64_t)> lambda_;
+};
+
+/// Runs schedules one after another: schedules[i] from milestones[i - 1] on, counted from 0 at
+/// its milestone (warmup then cosine: {LinearLR, CosineAnnealingLR} with one milestone).
+class SequentialLR : public LRScheduler {
+ public:
+  SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers, std::vector<int64_t> milestones);
+  double lr_at(int64_t t) const override;
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
 };
 
 }  // namespace kiln::optim

@@ -189,3 +189,89 @@ TEST(VsTorch, MaskingReorderingAndTiling) {
   expect_forward_and_backward({x}, [&](auto& in) { return kiln::masked_fill(in[0], mask, -2.5); },
                               [&](auto& in) { return in[0].masked_fill(to_torch(mask), -2.5); });
 }
+
+TEST(VsTorch, MultiheadAttention) {
+  kiln::nn::MultiheadAttention kmha(8, 2);
+  torch::nn::MultiheadAttention tmha(torch::nn::MultiheadAttentionOptions(8, 2));
+  kmha.in_proj_bias.detach().copy_(kiln::randn({24}));
+  kmha.out_proj.bias.detach().copy_(kiln::randn({8}));
+  {
+    torch::NoGradGuard no_grad;
+    tmha->in_proj_weight.copy_(to_torch(kmha.in_proj_weight));
+    tmha->in_proj_bias.copy_(to_torch(kmha.in_proj_bias));
+    tmha->out_proj->weight.copy_(to_torch(kmha.out_proj.weight));
+    tmha->out_proj->bias.copy_(to_torch(kmha.out_proj.bias));
+  }
+  KTensor q = kiln::randn({3, 2, 8}), kv = kiln::randn({5, 2, 8});  // [L, N, E]
+  KTensor pad = kiln::lt(kiln::rand({2, 5}), 0.3);
+  pad = kiln::logical_and(pad, kiln::ne(kiln::arange(0, 5, 1, kiln::DType::I64).reshape({1, 5}), 0));  // key 0 stays
+  KTensor mask = kiln::lt(kiln::rand({3, 5}), 0.2);
+  mask = kiln::logical_and(mask, kiln::ne(kiln::arange(0, 5, 1, kiln::DType::I64).reshape({1, 5}), 0));
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE(which == 0 ? "key padding" : which == 1 ? "attention mask" : "both");
+    KTensor kp = which != 1 ? pad : KTensor(), km = which != 0 ? mask : KTensor();
+    auto [ko, kw] = kmha(q, kv, kv, kp, true, km);
+    // LibTorch 1.13's C++ MultiheadAttention adds a bool attn_mask as 0 and 1 instead of masking
+    // (its Python one masks where true, as kiln does): it gets the same mask as -inf floats.
+    TTensor tm = km.defined() ? torch::zeros({3, 5}).masked_fill(to_torch(km), -INFINITY) : TTensor();
+    auto [to, tw] = tmha(to_torch(q), to_torch(kv), to_torch(kv), kp.defined() ? to_torch(kp) : TTensor(), true, tm);
+    expect_same(ko, to);
+    expect_same(kw, tw);
+  }
+}
+
+TEST(VsTorch, Resampling) {
+  namespace F = torch::nn::functional;
+  KTensor x = kiln::randn({2, 3, 7, 5});
+  expect_forward_and_backward({x}, [](auto& in) { return kiln::nn::adaptive_avg_pool2d(in[0], {3, 2}); },
+                              [](auto& in) { return torch::adaptive_avg_pool2d(in[0], {3, 2}); });
+  expect_forward_and_backward({x}, [](auto& in) { return kiln::nn::interpolate(in[0], {.size = {9, 4}}); },
+                              [](auto& in) {
+                                return F::interpolate(in[0], F::InterpolateFuncOptions().size(std::vector<int64_t>{9, 4}).mode(torch::kNearest));
+                              });
+  expect_forward_and_backward({x}, [](auto& in) { return kiln::nn::interpolate(in[0], {.scale_factor = {2.5, 1.5}}); },
+                              [](auto& in) {
+                                return F::interpolate(in[0], F::InterpolateFuncOptions().scale_factor(std::vector<double>{2.5, 1.5}).mode(torch::kNearest));
+                              });
+  for (bool corners : {false, true})
+    expect_forward_and_backward(
+        {x}, [corners](auto& in) { return kiln::nn::interpolate(in[0], {.size = {11, 8}, .mode = "bilinear", .align_corners = corners}); },
+        [corners](auto& in) {
+          return F::interpolate(in[0], F::InterpolateFuncOptions().size(std::vector<int64_t>{11, 8}).mode(torch::kBilinear).align_corners(corners));
+        });
+  KTensor w = kiln::randn({4, 3, 3, 2}), b = kiln::randn({6});
+  KTensor xi = kiln::randn({2, 4, 5, 4});
+  expect_forward_and_backward(
+      {xi, w, b}, [](auto& in) { return kiln::nn::conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 1}, 2, {1, 1}); },
+      [](auto& in) {
+        return F::conv_transpose2d(in[0], in[1], F::ConvTranspose2dFuncOptions().bias(in[2]).stride(2).padding({1, 0}).output_padding(1).groups(2));
+      });
+}
+
+TEST(VsTorch, RmspropAndAdagradSteps) {
+  auto run = [](auto make_kiln, auto make_torch) {
+    KTensor p0 = kiln::randn({5});
+    KTensor kp = p0.detach().clone().requires_grad_();
+    TTensor tp = to_torch(p0).requires_grad_();
+    auto kopt = make_kiln(kp);
+    auto topt = make_torch(tp);
+    for (int s = 0; s < 5; ++s) {
+      KTensor g = kiln::randn({5});
+      kp.set_grad(g);
+      tp.mutable_grad() = to_torch(g);
+      kopt.step();
+      topt.step();
+      expect_same(kp, tp, 1e-5, 1e-6);
+    }
+  };
+  run([](KTensor p) { return kiln::optim::RMSprop({p}, 0.01, {.weight_decay = 0.1, .momentum = 0.5, .centered = true}); },
+      [](TTensor p) {
+        return torch::optim::RMSprop({p}, torch::optim::RMSpropOptions(0.01).weight_decay(0.1).momentum(0.5).centered(true));
+      });
+  run([](KTensor p) { return kiln::optim::RMSprop({p}, 0.01); },
+      [](TTensor p) { return torch::optim::RMSprop({p}, torch::optim::RMSpropOptions(0.01)); });
+  run([](KTensor p) { return kiln::optim::Adagrad({p}, 0.1, {.lr_decay = 0.05, .weight_decay = 0.01, .initial_accumulator_value = 0.1}); },
+      [](TTensor p) {
+        return torch::optim::Adagrad({p}, torch::optim::AdagradOptions(0.1).lr_decay(0.05).weight_decay(0.01).initial_accumulator_value(0.1));
+      });
+}

@@ -1,0 +1,118 @@
+// nn/attention.cpp -- scaled_dot_product_attention and MultiheadAttention, composites of
+// matmul, softmax and masks with torch's semantics (and its two mask conventions: for
+// scaled_dot_product_attention a bool mask is true where attention is allowed; for
+// MultiheadAttention's attn_mask and key_padding_mask it is true where it is not).
+#include <cmath>
+#include <limits>
+
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "runtime/check.h"
+#include "runtime/rearrange.h"
+
+namespace kiln::nn {
+
+namespace {
+
+const double kNegInf = -std::numeric_limits<double>::infinity();
+
+std::string type_of(const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; }
+
+// The causal mask [L, S]: true where key j may be seen from query i (j <= i).
+Tensor causal(int64_t l, int64_t s, Device device) { return tril(ones({l, s}, DType::Bool)).to(device); }
+
+// Scores plus a mask: a bool mask keeps where `keep_where` (else -inf), a float mask is added.
+Tensor with_mask(const Tensor& scores, const Tensor& mask, bool keep_where, const char* op) {
+  if (!mask.defined()) return scores;
+  if (mask.dtype() == DType::Bool) return masked_fill(scores, keep_where ? logical_not(mask) : mask, kNegInf);
+  KILN_CHECK(is_float(mask.dtype()), "{}: a mask must be bool or float, got {}", op, mask.type().str());
+  return scores + mask.to(scores.dtype());
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale) {
+  KILN_CHECK(q.defined() && k.defined() && v.defined() && q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
+             "scaled_dot_product_attention: expected q, k, v of 2 or more dims, got {}, {}, {}", type_of(q), type_of(k),
+             type_of(v));
+  int64_t l = q.shape()[q.shape().size() - 2], e = q.shape().back();
+  int64_t s = k.shape()[k.shape().size() - 2];
+  KILN_CHECK(k.shape().back() == e && v.shape()[v.shape().size() - 2] == s,
+             "scaled_dot_product_attention: q {} and k {} must share their last dim, and k and v {} their length",
+             q.type().str(), k.type().str(), v.type().str());
+  KILN_CHECK(!(is_causal && attn_mask.defined()), "scaled_dot_product_attention: give attn_mask or is_causal, not both");
+  KILN_CHECK(dropout_p >= 0 && dropout_p < 1, "scaled_dot_product_attention: dropout_p must be in [0, 1), got {}", dropout_p);
+  double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(e)));
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * sc;
+  scores = with_mask(scores, is_causal ? causal(l, s, q.device()) : attn_mask, true, "scaled_dot_product_attention");
+  Tensor p = softmax(scores, -1);
+  if (dropout_p > 0) p = dropout(p, dropout_p, true);  // as torch: whenever dropout_p > 0
+  return matmul(p, v);
+}
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options)
+    : out_proj(embed_dim, embed_dim, options.bias), embed_dim_(embed_dim), num_heads_(num_heads), options_(options) {
+  KILN_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0,
+             "MultiheadAttention: embed_dim {} must be a positive multiple of num_heads {}", embed_dim, num_heads);
+  KILN_CHECK(options.dropout >= 0 && options.dropout < 1, "MultiheadAttention: dropout must be in [0, 1), got {}",
+             options.dropout);
+  in_proj_weight = empty({3 * embed_dim, embed_dim});
+  xavier_uniform_(in_proj_weight);
+  register_parameter("in_proj_weight", in_proj_weight);
+  if (options.bias) {
+    in_proj_bias = zeros({3 * embed_dim});
+    register_parameter("in_proj_bias", in_proj_bias);
+    zeros_(out_proj.bias);
+  }
+  register_module("out_proj", out_proj);
+}
+
+std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const Tensor& key_padding_mask, bool need_weights,
+                                                       const Tensor& attn_mask, bool average_attn_weights,
+                                                       bool is_causal) {
+  for (const Tensor* t : {&query, &key, &value})
+    KILN_CHECK(t->defined() && t->dim() == 3 && t->shape().back() == embed_dim_,
+               "MultiheadAttention: expected query, key and value of 3 dims ending in {}, got {}, {}, {}", embed_dim_,
+               type_of(query), type_of(key), type_of(value));
+  // [N, L, E] from here on.
+  Tensor q = options_.batch_first ? query : query.transpose(0, 1);
+  Tensor k = options_.batch_first ? key : key.transpose(0, 1);
+  Tensor v = options_.batch_first ? value : value.transpose(0, 1);
+  int64_t n = q.shape()[0], l = q.shape()[1], s = k.shape()[1], h = num_heads_, d = embed_dim_ / num_heads_;
+  KILN_CHECK(k.shape()[0] == n && v.shape()[0] == n && v.shape()[1] == s,
+             "MultiheadAttention: query {}, key {} and value {} disagree on the batch or the key length",
+             query.type().str(), key.type().str(), value.type().str());
+  auto project = [&](const Tensor& x, int64_t part, int64_t len) {
+    Tensor w = in_proj_weight.slice(0, part * embed_dim_, (part + 1) * embed_dim_);
+    Tensor b = in_proj_bias.defined() ? in_proj_bias.slice(0, part * embed_dim_, (part + 1) * embed_dim_) : Tensor();
+    return linear(x, w, b).reshape({n, len, h, d}).transpose(1, 2);  // [N, H, len, D]
+  };
+  Tensor qh = project(q, 0, l), kh = project(k, 1, s), vh = project(v, 2, s);
+  Tensor scores = matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));  // [N, H, L, S]
+  if (attn_mask.defined()) {
+    bool per_head = attn_mask.dim() == 3;
+    KILN_CHECK((attn_mask.dim() == 2 && attn_mask.shape() == (Dims{l, s})) ||
+                   (per_head && attn_mask.shape() == (Dims{n * h, l, s})),
+               "MultiheadAttention: attn_mask must be [{},{}] or [{},{},{}], got {}", l, s, n * h, l, s,
+               attn_mask.type().str());
+    scores = with_mask(scores, per_head ? attn_mask.reshape({n, h, l, s}) : attn_mask, false, "MultiheadAttention");
+  } else if (is_causal) {
+    scores = with_mask(scores, causal(l, s, scores.device()), true, "MultiheadAttention");
+  }
+  if (key_padding_mask.defined()) {
+    KILN_CHECK(key_padding_mask.shape() == (Dims{n, s}), "MultiheadAttention: key_padding_mask must be [{},{}], got {}", n,
+               s, key_padding_mask.type().str());
+    scores = with_mask(scores, key_padding_mask.reshape({n, 1, 1, s}), false, "MultiheadAttention");
+  }
+  Tensor weights = softmax(scores, -1);
+  if (options_.dropout > 0) weights = dropout(weights, options_.dropout, is_training());
+  Tensor out = matmul(weights, vh).transpose(1, 2).reshape({n, l, embed_dim_});
+  out = out_proj(out);
+  if (!options_.batch_first) out = out.transpose(0, 1);
+  if (!need_weights) return {out, Tensor()};
+  return {out, average_attn_weights ? mean(weights, {1}) : weights};
+}
+
+}  // namespace kiln::nn
