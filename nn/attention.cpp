@@ -18,8 +18,12 @@ const double kNegInf = -std::numeric_limits<double>::infinity();
 
 std::string type_of(const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; }
 
-// The causal mask [L, S]: true where key j may be seen from query i (j <= i).
-Tensor causal(int64_t l, int64_t s, Device device) { return tril(ones({l, s}, DType::Bool)).to(device); }
+// The causal mask [L, S]: true where key j may be seen from query i (j <= i), from index
+// ranges rather than a constant of ones.
+Tensor causal(int64_t l, int64_t s, Device device) {
+  Tensor rows = arange(0, l, 1, DType::I64).reshape({l, 1}), cols = arange(0, s, 1, DType::I64).reshape({1, s});
+  return le(cols, rows).to(device);
+}
 
 // Scores plus a mask: a bool mask keeps where `keep_where` (else -inf), a float mask is added.
 Tensor with_mask(const Tensor& scores, const Tensor& mask, bool keep_where, const char* op) {

@@ -310,6 +310,84 @@ class MultiheadAttention : public Module {
   MultiheadAttentionOptions options_;
 };
 
+struct RNNOptions {
+  int64_t num_layers = 1;
+  bool bias = true;
+  bool batch_first = false;    // [N, T, features] instead of torch's default [T, N, features]
+  double dropout = 0;          // on each layer's output but the last, in train()
+  bool bidirectional = false;  // a second direction, its output concatenated
+};
+/// LSTM and GRU: torch's gate orders (i, f, g, o and r, z, n), parameter names
+/// (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse) and initialization
+/// (uniform in +-1/sqrt(hidden_size)). Input [T, N, in] ([N, T, in] batch_first, or [T, in]
+/// unbatched); states [num_layers * directions, N, hidden] (zeros when not given).
+class RNNBase : public Module {
+ public:
+  RNNOptions options;
+
+ protected:
+  RNNBase(const char* name, int64_t gates, int64_t input_size, int64_t hidden_size, RNNOptions options);
+  /// The output, then the final states (h, and c for an LSTM).
+  std::vector<Tensor> run(const Tensor& input, const std::vector<Tensor>& initial_states);
+
+ private:
+  struct Weights {
+    Tensor w_ih, w_hh, b_ih, b_hh;
+  };
+  const char* name_;
+  int64_t gates_, input_size_, hidden_size_;
+  std::vector<Weights> weights_;  // layer-major, then direction
+};
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
+      : RNNBase("LSTM", 4, input_size, hidden_size, options) {}
+  /// (output [T, N, D * hidden], (h_n, c_n)).
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input, const std::tuple<Tensor, Tensor>& hc = {});
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> operator()(const Tensor& input, const std::tuple<Tensor, Tensor>& hc = {}) {
+    return forward(input, hc);
+  }
+};
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
+      : RNNBase("GRU", 3, input_size, hidden_size, options) {}
+  /// (output [T, N, D * hidden], h_n).
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& h0 = {});
+  std::tuple<Tensor, Tensor> operator()(const Tensor& input, const Tensor& h0 = {}) { return forward(input, h0); }
+};
+
+/// One step of an LSTM or a GRU: torch's LSTMCell and GRUCell (weight_ih, weight_hh, bias_ih,
+/// bias_hh); input [N, in] or [in].
+class RNNCellBase : public Module {
+ public:
+  Tensor weight_ih, weight_hh, bias_ih, bias_hh;
+
+ protected:
+  RNNCellBase(const char* name, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias);
+  Tensor input_projection(const Tensor& x, bool with_hh_bias) const;
+  Tensor state_or_zeros(const Tensor& s, const Tensor& x) const;
+
+ private:
+  const char* name_;
+  int64_t input_size_, hidden_size_;
+};
+class LSTMCell : public RNNCellBase {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true)
+      : RNNCellBase("LSTMCell", 4, input_size, hidden_size, bias) {}
+  /// (h', c').
+  std::tuple<Tensor, Tensor> forward(const Tensor& x, const std::tuple<Tensor, Tensor>& hc = {});
+  std::tuple<Tensor, Tensor> operator()(const Tensor& x, const std::tuple<Tensor, Tensor>& hc = {}) { return forward(x, hc); }
+};
+class GRUCell : public RNNCellBase {
+ public:
+  GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true)
+      : RNNCellBase("GRUCell", 3, input_size, hidden_size, bias) {}
+  Tensor forward(const Tensor& x, const Tensor& h = {});
+  Tensor operator()(const Tensor& x, const Tensor& h = {}) { return forward(x, h); }
+};
+
 /// dropout(x): functional form; identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training);
 

@@ -275,3 +275,41 @@ TEST(VsTorch, RmspropAndAdagradSteps) {
         return torch::optim::Adagrad({p}, torch::optim::AdagradOptions(0.1).lr_decay(0.05).weight_decay(0.01).initial_accumulator_value(0.1));
       });
 }
+
+TEST(VsTorch, LstmAndGruWithTorchsWeights) {
+  // torch's parameters by name into kiln's: the names are the same.
+  auto load_from = [](kiln::nn::Module& k, torch::nn::Module& t) {
+    std::map<std::string, KTensor> sd;
+    for (const auto& item : t.named_parameters()) {
+      TTensor v = item.value().detach().to(torch::kDouble).contiguous();
+      std::vector<double> data(v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
+      sd[item.key()] = kiln::from_vector(data, kiln::Dims(std::vector<int64_t>(v.sizes().begin(), v.sizes().end()))).to(kiln::DType::F32);
+    }
+    k.load_state_dict(sd);
+  };
+  kiln::nn::LSTM klstm(3, 4, {.num_layers = 2, .bidirectional = true});
+  torch::nn::LSTM tlstm(torch::nn::LSTMOptions(3, 4).num_layers(2).bidirectional(true));
+  load_from(klstm, *tlstm);
+  KTensor x = kiln::randn({5, 2, 3});
+  std::vector<KTensor> kparams = klstm.parameters();
+  std::vector<KTensor> inputs{x};
+  expect_forward_and_backward(inputs, [&](const std::vector<KTensor>& in) { return std::get<0>(klstm(in[0])); },
+                              [&](const std::vector<TTensor>& in) { return std::get<0>(tlstm->forward(in[0])); });
+  // The weights' gradients too: one backward of the same projection through each.
+  KTensor r = kiln::randn({5, 2, 8});
+  for (KTensor& p : kparams) p.zero_grad();
+  tlstm->zero_grad();
+  (std::get<0>(klstm(x)) * r).sum().backward();
+  (std::get<0>(tlstm->forward(to_torch(x))) * to_torch(r)).sum().backward();
+  auto tnamed = tlstm->named_parameters();
+  for (auto& [name, p] : klstm.named_parameters()) {
+    SCOPED_TRACE(name);
+    expect_same(p.grad(), tnamed[name].grad());
+  }
+  kiln::nn::GRU kgru(3, 5);
+  torch::nn::GRU tgru(torch::nn::GRUOptions(3, 5));
+  load_from(kgru, *tgru);
+  KTensor h0 = kiln::randn({1, 2, 5});
+  expect_forward_and_backward({x, h0}, [&](const std::vector<KTensor>& in) { return std::get<0>(kgru(in[0], in[1])); },
+                              [&](const std::vector<TTensor>& in) { return std::get<0>(tgru->forward(in[0], in[1])); });
+}
