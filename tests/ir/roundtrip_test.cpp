@@ -80,6 +80,17 @@ graph @reduce(%0: f32[2,3,4]) -> (f32[3], i64[], f16[2,3,4]) {
 }
 )";
 
+// Scans and orderings: the attributes k, descending and reverse.
+const char* const kScan = R"(
+graph @scan(%0: f32[3,5], %1: i32[3,5]) -> (f32[3,5], i64[3,5], i64[2,5], i64[3,5]) {
+  %2 = cumsum %0 {dim=1, reverse=false} : f32[3,5]
+  %3 = cumsum %1 {dim=-1, reverse=true} : i64[3,5]
+  %4 = argsort %0 {dim=0, descending=true} : i64[3,5]
+  %5 = topk_indices %0 {dim=0, k=2, descending=false} : i64[2,5]
+  return %2, %4, %5, %3
+}
+)";
+
 const char* const kMovement = R"(
 graph @movement(%0: f32[2,3], %1: i64[2,3], %2: i64[2]) -> (f32[4,2,2], f32[2,6]) {
   %3 = reshape %0 {shape=[3,2]} : f32[3,2]
@@ -170,7 +181,7 @@ graph @reduce_grads(%0: f32[8], %1: i64[3]) -> (f32[8], i64[3]) {
 )";
 
 // Each text starts after its raw string's first newline.
-const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kMovement + 1,
+const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kScan + 1, kMovement + 1,
                                           kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1,
                                           kDraws + 1, kCollective + 1};
 
