@@ -128,7 +128,8 @@ TEST(Flip, ReversesEachGivenDim) {
 
 TEST(Roll, ShiftsWithWrapAround) {
   for (const Tensor& x : inputs())
-    for (auto [s1, s2] : {std::pair<int64_t, int64_t>{1, -1}, {4, 9}, {-5, 0}, {0, 0}}) {
+    for (std::pair<int64_t, int64_t> shift : {std::pair<int64_t, int64_t>{1, -1}, {4, 9}, {-5, 0}, {0, 0}}) {
+      int64_t s1 = shift.first, s2 = shift.second;  // (clang 14 cannot capture structured bindings)
       SCOPED_TRACE(testing::Message() << s1 << ", " << s2);
       auto mod = [](int64_t a, int64_t n) { return ((a % n) + n) % n; };
       expect_close(roll(x, {s1, s2}, {1, -1}), gathered(x, x.shape(), [&](std::vector<int64_t> i) {
