@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "autograd/autograd.h"
+#include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
@@ -158,6 +159,9 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
   KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
              "backward: {} gradients given for {} outputs", grad_outputs.size(), outputs.size());
   GradModeGuard mode(create_graph);
+  // Backward runs without autocast (runtime/autocast.h): each gradient comes back in its
+  // input's dtype, whatever guard the caller holds.
+  AutocastGuard no_autocast(DType::BF16, /*enabled=*/false);
   // Per node, the gradient of each of its outputs summed so far.
   std::unordered_map<const Node*, std::vector<Tensor>> buffer;
   auto add_to = [&](Node* n, uint32_t output_nr, const Tensor& g) {

@@ -1,6 +1,7 @@
 // nn/loss.cpp -- losses.
 #include "nn/loss.h"
 
+#include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 
@@ -38,7 +39,8 @@ void check_targets(const char* op, const Tensor& input, const Tensor& target) {
 
 }  // namespace
 
-Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& pred_in, const Tensor& target_in, Reduction reduction) {
+  Tensor pred = autocast_wide(pred_in), target = autocast_wide(target_in);  // losses in f32 under autocast
   KILN_CHECK(pred.defined() && target.defined() && pred.shape() == target.shape(),
              "mse_loss: prediction {} and target {} must have one shape", pred.type().str(),
              target.type().str());
@@ -46,7 +48,8 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction reduction) {
   return reduce(d * d, reduction);
 }
 
-Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  Tensor logp = autocast_wide(logp_in);
   check_targets("nll_loss", logp, target);
   Tensor lp = classes_last(logp);
   Tensor t = target.reshape({-1}).to(DType::I64);
@@ -87,8 +90,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   return nll * (1.0 - label_smoothing) + s * label_smoothing;
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction reduction,
+Tensor binary_cross_entropy_with_logits(const Tensor& x_in, const Tensor& y_in, Reduction reduction,
                                         const Tensor& pos_weight) {
+  Tensor x = autocast_wide(x_in), y = autocast_wide(y_in);
   KILN_CHECK(x.defined() && y.defined() && x.shape() == y.shape(),
              "binary_cross_entropy_with_logits: logits {} and target {} must have one shape",
              x.type().str(), y.type().str());

@@ -8,6 +8,7 @@
 
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "runtime/autocast.h"
 #include "runtime/check.h"
 #include "runtime/op.h"
 
@@ -132,12 +133,13 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   a.dilation = dilation;
   a.groups = groups;
   a.shape = shape;
-  DType t = promote(x.dtype(), weight.dtype());
-  Tensor y = apply(OpId::Conv2dInputGrad, {x.to(t), weight.to(t)}, a);
+  Tensor xl = autocast_low(x), wl = autocast_low(weight);  // runtime/autocast.h
+  DType t = promote(xl.dtype(), wl.dtype());
+  Tensor y = apply(OpId::Conv2dInputGrad, {xl.to(t), wl.to(t)}, a);
   if (!bias.defined()) return y;
   KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == shape[1], "conv_transpose2d: bias must be [{}], got {}", shape[1],
              bias.type().str());
-  return y + bias.reshape({-1, 1, 1});
+  return y + autocast_low(bias).reshape({-1, 1, 1});
 }
 
 ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Dims kernel, ConvTranspose2dOptions opt) : options(opt) {

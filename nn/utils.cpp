@@ -35,8 +35,10 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
                "cannot be clipped (error_if_nonfinite = true)", norm_type, t);
   }
   // Scale by min(1, max_norm / (total + 1e-6)), as torch, without reading the norm on the host.
+  // New tensors rather than mul_: a gradient may be an expanded view (sum's is).
   Tensor scale = clamp(max_norm / (total + 1e-6), std::nullopt, Scalar(1.0));
-  for (Tensor& g : grads) g.mul_(scale.to(g.dtype()));
+  for (const Tensor& p : parameters)
+    if (Tensor g = p.grad(); g.defined()) Tensor(p).set_grad(g * scale.to(g.dtype()));
   return total;
 }
 
@@ -48,7 +50,7 @@ void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) 
   NoGradGuard no_grad;
   KILN_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be non-negative, got {}", clip_value);
   for (const Tensor& p : parameters)
-    if (Tensor g = p.grad(); g.defined()) g.copy_(clamp(g, Scalar(-clip_value), Scalar(clip_value)));
+    if (Tensor g = p.grad(); g.defined()) Tensor(p).set_grad(clamp(g, Scalar(-clip_value), Scalar(clip_value)));
 }
 
 }  // namespace kiln::nn::utils

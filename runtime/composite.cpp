@@ -1,6 +1,7 @@
 // runtime/composite.cpp -- ops written with other ops: they get autograd and tracing for free.
 #include <cmath>
 
+#include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
@@ -22,14 +23,14 @@ int64_t reduced_count(const Tensor& x, const Dims& dims, const char* op) {
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   KILN_CHECK(x.defined(), "mean: the tensor is undefined");
-  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  Tensor xf = autocast_wide(x).to(to_float_dtype(x.dtype()));
   int64_t n = reduced_count(x, dims, "mean");
   return sum(xf, dims, keepdim) / static_cast<double>(n);
 }
 
 Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
   KILN_CHECK(x.defined(), "var: the tensor is undefined");
-  Tensor xf = x.to(to_float_dtype(x.dtype()));
+  Tensor xf = autocast_wide(x).to(to_float_dtype(x.dtype()));
   int64_t n = reduced_count(x, dims, "var");
   Tensor centered = xf - mean(xf, dims, true);
   // Two passes (mean, then squared deviations) keep the result accurate for large means.
@@ -89,7 +90,8 @@ Tensor stable_shift(const Tensor& x, const Dims& dims) {
 }
 }  // namespace
 
-Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
+  Tensor x = autocast_wide(x_in);
   KILN_CHECK(x.defined(), "logsumexp: the tensor is undefined");
   Dims axes = normalize_axes(dims, x.dim(), "logsumexp");
   Tensor xf = x.to(to_float_dtype(x.dtype()));
@@ -100,7 +102,8 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   return out;
 }
 
-Tensor softmax(const Tensor& x, int64_t dim) {
+Tensor softmax(const Tensor& x_in, int64_t dim) {
+  Tensor x = autocast_wide(x_in);
   auto f = [dim](const Tensor& in) {
     Tensor xf = in.to(to_float_dtype(in.dtype()));
     Tensor e = exp(xf - stable_shift(xf, {dim}));
@@ -109,7 +112,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   return is_last_dim(x, dim, "softmax") ? by_row_blocks(x, 1, f) : f(x);
 }
 
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+Tensor log_softmax(const Tensor& x_in, int64_t dim) {
+  Tensor x = autocast_wide(x_in);
   auto f = [dim](const Tensor& in) {
     Tensor xf = in.to(to_float_dtype(in.dtype()));
     Tensor shifted = xf - stable_shift(xf, {dim});
@@ -118,8 +122,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return is_last_dim(x, dim, "log_softmax") ? by_row_blocks(x, 1, f) : f(x);
 }
 
-Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  Tensor x = autocast_wide(x_in);
   KILN_CHECK(x.defined(), "layer_norm: the tensor is undefined");
   int64_t k = static_cast<int64_t>(normalized_shape.size());
   KILN_CHECK(k >= 1 && k <= x.dim(), "layer_norm: normalized_shape {} does not fit input {}",
@@ -152,7 +157,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(weight.defined() && weight.dim() == 2, "linear: weight must be 2-d [out, in], got {}",
              weight.defined() ? weight.type().str() : "undefined");
   Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  return bias.defined() ? y + autocast_low(bias) : y;
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/conv_onednn.h"
@@ -382,9 +383,10 @@ const OpDef defs::Conv2dInputGrad{.infer = input_grad_rule, .cpu = input_grad_cp
 const OpDef defs::Conv2dWeightGrad{.infer = weight_grad_rule, .cpu = weight_grad_cpu, .vjp = weight_grad_vjp,
                                    .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape};
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride,
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Dims& stride,
               const Dims& padding, const Dims& dilation, int64_t groups) {
-  KILN_CHECK(x.defined() && weight.defined(), "conv2d: input and weight must be defined");
+  KILN_CHECK(x_in.defined() && weight_in.defined(), "conv2d: input and weight must be defined");
+  Tensor x = autocast_low(x_in), weight = autocast_low(weight_in), bias = autocast_low(bias_in);  // runtime/autocast.h
   DType t = to_float_dtype(promote(x.dtype(), weight.dtype()));
   Attrs a;
   a.stride = stride;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
@@ -207,8 +208,9 @@ const OpDef defs::Matmul{
     },
 };
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.defined() && b.defined(), "matmul: an operand is an undefined tensor");
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  KILN_CHECK(a_in.defined() && b_in.defined(), "matmul: an operand is an undefined tensor");
+  Tensor a = autocast_low(a_in), b = autocast_low(b_in);  // runtime/autocast.h
   DType t = promote(a.dtype(), b.dtype());
   return apply(OpId::Matmul, {a.to(t), b.to(t)});
 }

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/loop_layout.h"
@@ -316,7 +317,9 @@ Tensor reduce(OpId id, const Tensor& x, const Dims& dims, bool keepdim) {
   Attrs a;
   a.axes = dims;
   a.keepdim = keepdim;
-  return apply(id, {x}, a);
+  // Sums and products need f32's range under autocast (runtime/autocast.h).
+  bool wide = op_def(id).combine == Combine::Sum || op_def(id).combine == Combine::Prod;
+  return apply(id, {wide ? autocast_wide(x) : x}, a);
 }
 }  // namespace
 

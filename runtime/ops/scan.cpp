@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
@@ -153,7 +154,7 @@ const OpDef defs::Argsort{.infer = scan_rule, .cpu = order_cpu, .differentiable 
 const OpDef defs::TopkIndices{.infer = scan_rule, .cpu = order_cpu, .differentiable = false,
                               .attrs = kAttrDim | kAttrK | kAttrDescending};
 
-Tensor cumsum(const Tensor& x, int64_t dim) { return apply(OpId::Cumsum, {x}, along(dim)); }
+Tensor cumsum(const Tensor& x, int64_t dim) { return apply(OpId::Cumsum, {autocast_wide(x)}, along(dim)); }
 Tensor cumsum(const Tensor& x, int64_t dim, DType dtype) { return cumsum(x.to(dtype), dim); }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool /*stable: always*/) {

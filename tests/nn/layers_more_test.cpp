@@ -153,4 +153,12 @@ TEST(ClipGrad, ScalesToTheMaxNormAndReturnsTheNormBefore) {
   nn::utils::clip_grad_value_({a, b}, 3.5);
   expect_close(a.grad(), {3, 3.5}, 0, 0);
   expect_close(b.grad(), {-3.5}, 0, 0);
+  // A gradient straight from backward may be an expanded view (sum's is): clipped all the same.
+  Tensor p = randn({4}, f64).requires_grad_();
+  (p.sum() * 5.0).backward();
+  EXPECT_NEAR(nn::utils::clip_grad_norm_({p}, 1.0).item<double>(), 10, 1e-12);
+  expect_close(p.grad(), std::vector<double>(4, 5 / (10 + 1e-6)), 1e-12, 1e-12);
+  (p.sum() * 5.0).backward();
+  nn::utils::clip_grad_value_({p}, 2.0);
+  expect_close(p.grad(), std::vector<double>(4, 2.0), 0, 0);
 }
