@@ -41,10 +41,27 @@ Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim) {
+Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> padding_idx) {
   KILN_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got {} and {}", num, dim);
+  KILN_CHECK(!padding_idx || (*padding_idx >= -num && *padding_idx < num),
+             "Embedding: padding_idx {} is out of range for {} embeddings", padding_idx.value_or(0), num);
+  if (padding_idx) padding_idx_ = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   weight = randn({num, dim});
+  if (padding_idx_) weight.select(0, *padding_idx_).fill_(0);
   register_parameter("weight", weight);
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight, padding_idx_); }
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+  Tensor out = kiln::embedding(indices, weight);
+  if (!padding_idx) return out;
+  int64_t num = weight.shape()[0], pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+  KILN_CHECK(pad >= 0 && pad < num, "embedding: padding_idx {} is out of range for {}", *padding_idx, weight.type().str());
+  // The rows read at padding_idx, detached: their gradient does not reach the table. (Masking
+  // the output costs its size; masking the table would cost the whole table every call.)
+  Tensor at_pad = eq(indices, Scalar(pad)).unsqueeze(-1).to(out.device());
+  return where(at_pad, out.detach(), out);
 }
 
 LayerNorm::LayerNorm(Dims shape, double eps, bool affine) : shape_(shape), eps_(eps) {

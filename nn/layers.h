@@ -71,13 +71,20 @@ class AvgPool2d : public UnaryModule {
   bool include_pad_;
 };
 
-/// Rows of a [num, dim] table picked by integer indices; normal(0, 1) init.
+/// Rows of a [num, dim] table picked by integer indices; normal(0, 1) init. With padding_idx
+/// (negative counts from the end), that row starts at zero and gets no gradient, as torch's.
 class Embedding : public UnaryModule {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
-  Tensor forward(const Tensor& indices) override { return embedding(indices, weight); }
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+  Tensor forward(const Tensor& indices) override;
   Tensor weight;
+
+ private:
+  std::optional<int64_t> padding_idx_;
 };
+/// embedding(indices, weight) where no gradient reaches row padding_idx (torch's
+/// F.embedding(..., padding_idx)).
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx);
 
 /// Normalizes over the trailing `shape` dims; weight 1 and bias 0 when elementwise_affine.
 class LayerNorm : public UnaryModule {

@@ -162,3 +162,19 @@ TEST(ClipGrad, ScalesToTheMaxNormAndReturnsTheNormBefore) {
   nn::utils::clip_grad_value_({p}, 2.0);
   expect_close(p.grad(), std::vector<double>(4, 2.0), 0, 0);
 }
+
+TEST(Embedding, APaddingRowStartsAtZeroAndGetsNoGradient) {
+  nn::Embedding e(5, 3, 1);
+  expect_close(e.weight.select(0, 1).contiguous(), {0, 0, 0}, 0, 0);
+  nn::Embedding last(5, 3, -1);
+  expect_close(last.weight.select(0, 4).contiguous(), {0, 0, 0}, 0, 0);
+  Tensor ids = from_vector(std::vector<int64_t>{1, 2, 1, 0}, {2, 2});
+  Tensor out = e(ids);
+  EXPECT_EQ(out.shape(), (Dims{2, 2, 3}));
+  expect_close(out.select(0, 0).select(0, 1).contiguous(), e.weight.select(0, 2).contiguous().to_vector<double>(), 0, 0);
+  (out * 2.0).sum().backward();
+  std::vector<double> g = e.weight.grad().to_vector<double>();
+  std::vector<double> want{2, 2, 2, 0, 0, 0, 2, 2, 2, 0, 0, 0, 0, 0, 0};  // rows 0 and 2 read once; row 1 padding
+  EXPECT_EQ(g, want);
+  expect_error([] { nn::Embedding(5, 3, 5); }, {"Embedding", "padding_idx 5", "5 embeddings"});
+}

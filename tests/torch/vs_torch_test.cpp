@@ -313,3 +313,11 @@ TEST(VsTorch, LstmAndGruWithTorchsWeights) {
   expect_forward_and_backward({x, h0}, [&](const std::vector<KTensor>& in) { return std::get<0>(kgru(in[0], in[1])); },
                               [&](const std::vector<TTensor>& in) { return std::get<0>(tgru->forward(in[0], in[1])); });
 }
+
+TEST(VsTorch, EmbeddingWithPaddingIdx) {
+  KTensor w = kiln::randn({6, 4});
+  KTensor ids = kiln::from_vector(std::vector<int64_t>{2, 5, 2, 0, 5, 3}, {2, 3});
+  namespace F = torch::nn::functional;
+  expect_forward_and_backward({w}, [&](auto& in) { return kiln::nn::embedding(ids, in[0], 5); },
+                              [&](auto& in) { return F::embedding(to_torch(ids), in[0], F::EmbeddingFuncOptions().padding_idx(5)); });
+}
