@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nn/describe.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "runtime/check.h"
@@ -15,8 +16,6 @@ namespace kiln::nn {
 namespace {
 
 const double kNegInf = -std::numeric_limits<double>::infinity();
-
-std::string type_of(const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; }
 
 // The causal mask [L, S]: true where key j may be seen from query i (j <= i), from index
 // ranges rather than a constant of ones.

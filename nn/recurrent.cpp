@@ -5,6 +5,7 @@
 // steps (unrolled by a trace).
 #include <cmath>
 
+#include "nn/describe.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "runtime/check.h"
@@ -13,8 +14,6 @@
 namespace kiln::nn {
 
 namespace {
-
-std::string type_of(const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; }
 
 // One LSTM step from the input's projection xw = x W_ih^T + b_ih + b_hh ([N, 4H]).
 std::pair<Tensor, Tensor> lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Tensor& w_hh) {

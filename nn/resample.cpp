@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nn/describe.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "runtime/autocast.h"
@@ -15,8 +16,6 @@
 namespace kiln::nn {
 
 namespace {
-
-std::string type_of(const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; }
 
 void check_image(const Tensor& x, const char* op) {
   KILN_CHECK(x.defined() && x.dim() == 4 && is_float(x.dtype()), "{}: expected a float input [N, C, H, W], got {}", op,

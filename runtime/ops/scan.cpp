@@ -42,15 +42,10 @@ void along_dim_rows(const Tensor& x, int64_t dim, const Tensor& out,
 
 namespace {
 
-// The dim a scan runs along: a 0-d tensor is one element along dim 0 (or -1).
-int64_t scan_dim(OpId id, const Tensor& x, int64_t dim) {
-  return wrap_dim(dim, std::max<int64_t>(x.dim(), 1), op_name(id));
-}
-
 TensorType scan_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(in.size() == 1, "{}: expected one tensor, got {}", op_name(id), in.size());
   const Tensor& x = in[0];
-  int64_t d = scan_dim(id, x, a.dim);
+  int64_t d = wrap_dim(a.dim, x.dim(), op_name(id));  // a 0-d tensor takes dim 0 or -1
   if (id == OpId::Cumsum) return {is_float(x.dtype()) ? x.dtype() : DType::I64, x.shape(), x.device()};
   Dims shape = x.shape();
   if (id == OpId::TopkIndices) {
