@@ -1,6 +1,10 @@
 // ir/builder.cpp -- building graphs with types from the ops' shape rules.
 #include "ir/builder.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 
 #include "runtime/check.h"
@@ -9,23 +13,61 @@ namespace kiln::ir {
 
 int64_t Graph::dim(std::string_view name) {
   KILN_CHECK(!name.empty(), "dim: a symbolic dim needs a name");
+  std::string spelled = dim_term_name(dim_term(name));  // B*T and T*B are one dim
   for (size_t k = 0; k < dim_names.size(); ++k)
-    if (dim_names[k] == name) return symbol_dim(k);
+    if (dim_names[k] == spelled) return symbol_dim(k);
   KILN_CHECK(dim_names.size() < kMaxDimNames, "@{}: more than {} symbolic dim names ('{}')", this->name, kMaxDimNames,
              name);
-  dim_names.emplace_back(name);
+  dim_names.push_back(std::move(spelled));
   return symbol_dim(dim_names.size() - 1);
 }
 
-DimFactor dim_factor(std::string_view name) {
-  size_t star = name.rfind('*');
-  if (star == std::string_view::npos || star == 0 || star + 1 == name.size()) return {name, 1};
+namespace {
+bool is_name(std::string_view part) {
+  if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
+  return std::all_of(part.begin(), part.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+// A factor from 2 to 2^31 written in decimal digits, or 0 when `part` is none.
+int64_t factor_of(std::string_view part) {
+  if (part.empty() || part.size() > 10) return 0;
   int64_t k = 0;
-  for (char c : name.substr(star + 1)) {
-    if (c < '0' || c > '9' || k > (INT64_MAX - 9) / 10) return {name, 1};
+  for (char c : part) {
+    if (c < '0' || c > '9') return 0;
     k = k * 10 + (c - '0');
   }
-  return k >= 2 ? DimFactor{name.substr(0, star), k} : DimFactor{name, 1};
+  return k >= 2 && k <= (int64_t{1} << 31) ? k : 0;
+}
+}  // namespace
+
+DimTerm dim_term(std::string_view name) {
+  DimTerm t;
+  size_t begin = 0;
+  while (true) {
+    size_t star = name.find('*', begin);
+    std::string_view part = name.substr(begin, star == std::string_view::npos ? std::string_view::npos : star - begin);
+    bool last = star == std::string_view::npos;
+    if (is_name(part)) {
+      t.symbols.push_back(part);
+    } else if (int64_t k = factor_of(part); last && k && !t.symbols.empty()) {
+      t.factor = k;
+    } else {
+      return {{name}, 1};  // not a product: a name of its own
+    }
+    if (last) break;
+    begin = star + 1;
+  }
+  std::sort(t.symbols.begin(), t.symbols.end());
+  return t;
+}
+
+std::string dim_term_name(const DimTerm& term) {
+  std::string s;
+  for (std::string_view v : term.symbols) {
+    if (!s.empty()) s += '*';
+    s += v;
+  }
+  if (term.factor != 1) s += fmt::format("*{}", term.factor);
+  return s;
 }
 
 Builder::Builder(std::string name) { g_.name = std::move(name); }

@@ -87,13 +87,22 @@ struct Graph {
   static constexpr size_t kMaxDimNames = 4096;
 };
 
-/// What a symbolic dim's name says it is: `B` is a size of its own (factor 1); `B*128` is 128
-/// times the dim named B (base "B", factor 128). The text form writes the second as `B*128`.
-struct DimFactor {
-  std::string_view base;
+/// What a symbolic dim's name says it is: a product of sizes of their own times a number. `B`
+/// is a size of its own; `B*128` is 128 times B; `B*T` is B times T (the tokens of a batch of
+/// sequences, flattened); `B*T*4` is 4 times that, and `T*T` is T squared. One product has one
+/// name: its names sorted, the number (2 or more) last, which is how Graph::dim and the parser
+/// spell it whatever order it is written in.
+struct DimTerm {
+  std::vector<std::string_view> symbols;  // sorted; a name repeats for a power
   int64_t factor = 1;
+  /// A size of its own, not a product.
+  bool alone() const { return symbols.size() == 1 && factor == 1; }
 };
-DimFactor dim_factor(std::string_view name);
+/// `name` read as a product. A name that is no product (`x*1`, `2*B`) is one size of its own.
+DimTerm dim_term(std::string_view name);
+/// The one spelling of a product: names sorted, joined by `*`, the factor last when it is 2 or
+/// more.
+std::string dim_term_name(const DimTerm& term);
 
 struct PrintOptions {
   bool locations = true;  // print loc("file":line) on nodes that have one

@@ -336,15 +336,24 @@ class Parser {
     if (!is("]")) {
       do {
         if (symbols && tok_.kind == Tok::Ident) {
+          // A product of symbols and at most one number, last: `B*128`, `B*T`, `B*T*4`.
           std::string name = tok_.text;
           advance();
-          if (accept("*")) {  // a multiple of a symbol, `B*128`: one symbol named so
+          while (accept("*")) {
             int line = tok_.line, col = tok_.col;
+            if (tok_.kind == Tok::Ident) {
+              name += "*" + tok_.text;
+              advance();
+              continue;
+            }
             int64_t k = integer();
             if (k < 2 || k > (int64_t{1} << 31))
               fail_at(line, col, fmt::format("a dim {}*{} needs a factor from 2 to 2^31", name, k));
             name += "*" + std::to_string(k);
+            if (is("*")) fail("the number of a product of dims comes last (B*T*4)");
+            break;
           }
+          name = dim_term_name(dim_term(name));  // one spelling: T*B is B*T
           d.push_back(symbol(name));
         } else {
           int line = tok_.line, col = tok_.col;

@@ -91,6 +91,12 @@ struct Printer {
   }
 
   // The attributes the op reads, as runtime/attrs.def lists and orders them.
+  // The op, its operands (iota has none) and its attributes.
+  std::string op_text(const Node& n) const {
+    std::string ops = operands(n);
+    return fmt::format("{}{}{}{}", op_name(n.op), ops.empty() ? "" : " ", ops, attrs(n));
+  }
+
   std::string attrs(const Node& n) const {
     uint64_t mask = op_def(n.op).attrs;
     std::vector<std::string> parts;
@@ -143,8 +149,7 @@ struct Printer {
       case NodeKind::Const:
         return fmt::format("{} = const {} : {}{}", name(n.result), constant(n.constant), g.type(n.result).str(), location(n));
       case NodeKind::Op:
-        return fmt::format("{} = {} {}{} : {}{}", name(n.result), op_name(n.op), operands(n), attrs(n),
-                           g.type(n.result).str(), location(n));
+        return fmt::format("{} = {} : {}{}", name(n.result), op_text(n), g.type(n.result).str(), location(n));
       case NodeKind::Fused: {
         std::vector<std::string> ins;
         for (uint32_t v : n.inputs) ins.push_back(name(v));
@@ -229,7 +234,7 @@ std::string node_key(const Graph& g, const Node& n) {
   Printer p{g, {}, {}, 0, {}};
   p.number.resize(g.types.size());
   for (size_t v = 0; v < g.types.size(); ++v) p.number[v] = static_cast<int64_t>(v);
-  return fmt::format("{} {}{}", op_name(n.op), p.operands(n), p.attrs(n));
+  return p.op_text(n);
 }
 
 DType pointwise_compute_dtype(const Graph& g, const Node& n) {

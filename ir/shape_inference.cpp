@@ -11,27 +11,30 @@ namespace kiln::ir {
 int64_t ShapeInference::stand_in(const Graph& g, int64_t symbol) {
   if (auto it = to_size_.find(symbol); it != to_size_.end()) return it->second;
   size_t k = symbol_index(symbol);
-  DimFactor f = k < g.dim_names.size() ? dim_factor(g.dim_names[k]) : DimFactor{};
+  DimTerm term = k < g.dim_names.size() ? dim_term(g.dim_names[k]) : DimTerm{};
   int64_t size = 0;
-  if (f.factor > 1) {
-    // A multiple of another symbol: that symbol's stand-in times the factor (the base gets a
-    // stand-in of its own even where the graph never names it alone).
-    int64_t base = 0;
-    for (size_t j = 0; j < g.dim_names.size() && !base; ++j)
-      if (g.dim_names[j] == f.base) base = symbol_dim(j);
-    int64_t b = 0;
-    if (base) {
-      b = stand_in(g, base);
-    } else {  // one stand-in per unnamed base, so B*2 and B*4 stay multiples of one size
-      auto [it, fresh] = unnamed_base_.try_emplace(std::string(f.base), next_);
-      if (fresh) next_ += 2;
-      b = it->second;
-    }
-    KILN_CHECK(b <= INT64_MAX / f.factor, "dim {}: too large a multiple", g.dim_names[k]);
-    size = b * f.factor;
-  } else {
+  if (term.alone() || term.symbols.empty()) {
     size = next_;
     next_ += 2;
+  } else {
+    // A product: its names' stand-ins times its factor (a name gets a stand-in of its own even
+    // where the graph never names it alone, so B*2 and B*T*4 stay multiples of one size).
+    size = term.factor;
+    for (std::string_view name : term.symbols) {
+      int64_t alone = 0;
+      for (size_t j = 0; j < g.dim_names.size() && !alone; ++j)
+        if (g.dim_names[j] == name) alone = symbol_dim(j);
+      int64_t b = 0;
+      if (alone) {
+        b = stand_in(g, alone);
+      } else {
+        auto [it, fresh] = unnamed_base_.try_emplace(std::string(name), next_);
+        if (fresh) next_ += 2;
+        b = it->second;
+      }
+      KILN_CHECK(size <= INT64_MAX / b, "dim {}: too large a product to check its shapes", g.dim_names[k]);
+      size *= b;
+    }
   }
   to_size_[symbol] = size;
   to_symbol_.try_emplace(size, symbol);

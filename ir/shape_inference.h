@@ -12,7 +12,7 @@ namespace kiln::ir {
 /// Runs ops' shape rules on a graph's types. The rules need sizes, so each symbolic dim stands
 /// for a distinct large size while a rule runs, and sizes that come back map to symbols again.
 /// One instance per graph keeps a symbol's stand-in the same across nodes; a multiple of a
-/// symbol (`B*128`) stands for that multiple of its stand-in. Sizes an op is given in its
+/// symbol (`B*128`) or a product (`B*T`) stands for that product of stand-ins. Sizes an op is given in its
 /// attributes (reshape's shape) may be symbols too.
 class ShapeInference {
  public:
@@ -30,7 +30,9 @@ class ShapeInference {
 
   std::unordered_map<int64_t, int64_t> to_size_, to_symbol_;
   std::unordered_map<std::string, int64_t> unnamed_base_;  // B's stand-in where only B*k is named
-  int64_t next_ = 1000003;
+  // Stand-ins are odd sizes from 100003 up: unlikely to be a real dim's exact size, and small
+  // enough that a product of three (a [B,H,T,T] tensor's element count) stays within int64.
+  int64_t next_ = 100003;
 };
 
 }  // namespace kiln::ir

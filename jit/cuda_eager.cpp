@@ -430,6 +430,14 @@ void cumsum_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
   });
 }
 
+void iota(const Tensor& out) {
+  if (out.numel() == 0) return;
+  std::vector<uint64_t> w;
+  put(w, out.numel());
+  put(w, out.data_ptr());
+  launch_source(codegen::cuda_iota_kernel(), w, blocks_for(out.numel()), out.device().index);
+}
+
 void order_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
   along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
     std::vector<uint64_t> w;
@@ -635,6 +643,7 @@ void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tenso
     case OpId::Cumsum: return cumsum_rows(in[0], attrs, out);
     case OpId::Argsort:
     case OpId::TopkIndices: return order_rows(in[0], attrs, out);
+    case OpId::Iota: return iota(out);
     case OpId::Gather: {
       const Tensor& idx = in[1];
       Dims st(static_cast<size_t>(idx.dim()), 0);
@@ -688,7 +697,7 @@ const bool g_installed = [] {
         id == OpId::AddmmRelu || id == OpId::AddmmGeluTanh || id == OpId::MaxPool2d ||
         id == OpId::AvgPool2d || id == OpId::MaxPool2dIndices || id == OpId::MaxPool2dBackward ||
         id == OpId::AvgPool2dBackward || id == OpId::Rand || id == OpId::Randn || id == OpId::Cumsum ||
-        id == OpId::Argsort || id == OpId::TopkIndices)
+        id == OpId::Argsort || id == OpId::TopkIndices || id == OpId::Iota)
       cuda::set_op_kernel(id, run_op);
   }
   cuda::set_copy_kernel(copy_on_device);

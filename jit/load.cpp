@@ -350,10 +350,10 @@ void LoadedFunction::to(Device device) {
     moved = true;
   }
   if (!moved) return;
-  // The saved graph's values and moves follow: its calls take inputs on `device` now.
+  // The saved graph's values, moves and positions follow: its calls take inputs on `device` now.
   for (TensorType& t : s.graph.types) t.device = device;
   for (ir::Node& n : s.graph.nodes)
-    if (n.kind == ir::NodeKind::Op && n.op == OpId::ToDevice) n.attrs.device = device;
+    if (n.kind == ir::NodeKind::Op && (n.op == OpId::ToDevice || n.op == OpId::Iota)) n.attrs.device = device;
   for (ParameterInfo& p : s.info.parameters) p.type.device = device;
   s.make_function();
 }

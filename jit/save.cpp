@@ -40,7 +40,7 @@ struct DynamicDim {
 std::vector<DynamicDim> dynamic_dims(const SavedPlan& sp, const SaveOptions& o) {
   std::vector<DynamicDim> dims;
   for (const SaveOptions::Dynamic& d : o.dynamic_dims) {
-    KILN_CHECK(!d.name.empty() && ir::dim_factor(d.name).factor == 1 &&
+    KILN_CHECK(!d.name.empty() &&
                    std::all_of(d.name.begin(), d.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
                    !std::isdigit(static_cast<unsigned char>(d.name[0])),
                "jit::save: dynamic dim name '{}' must be an identifier (letters, digits, _)", d.name);
@@ -98,22 +98,36 @@ struct Symbolizer {
     throw Error(fmt::format("jit::save: @{}: dims {} cannot stay dynamic: {}", base.name, fmt::join(names, ", "), what));
   }
 
-  // The symbol for one size: `v` in the base graph, `w[j]` in variant j.
+  // The symbol for one size: `v` in the base graph, `w[j]` in variant j (dim j at its other
+  // size). A size that grows by other/base with dim j holds that dim once, by (other/base)^2
+  // twice (T*T); what is left once the dims' sizes are divided out is the product's number.
   int64_t symbol(int64_t v, const std::vector<int64_t>& w, const std::string& where) {
-    int dependent = -1;
-    for (size_t j = 0; j < dims.size(); ++j)
-      if (w[j] != v) {
-        if (dependent >= 0)
-          fail(fmt::format("{} depends on both {} and {}", where, dims[static_cast<size_t>(dependent)].name, dims[j].name));
-        dependent = static_cast<int>(j);
+    ir::DimTerm term;
+    int64_t rest = v;
+    for (size_t j = 0; j < dims.size(); ++j) {
+      if (w[j] == v) continue;
+      const DynamicDim& d = dims[j];
+      int power = 0;
+      for (int e = 1; e <= 3 && !power; ++e) {
+        // v * (other/base)^e == w[j], in integers: v * other^e == w[j] * base^e.
+        __int128 lhs = v, rhs = w[j];
+        for (int i = 0; i < e; ++i) lhs *= d.other, rhs *= d.base;
+        if (lhs == rhs) power = e;
       }
-    if (dependent < 0) return v;
-    const DynamicDim& d = dims[static_cast<size_t>(dependent)];
-    int64_t f = v / d.base;
-    if (v % d.base != 0 || f < 1 || w[static_cast<size_t>(dependent)] != f * d.other)
-      fail(fmt::format("{} is {} at {} = {} and {} at {} = {}, not a multiple of {}", where, v, d.name, d.base,
-                       w[static_cast<size_t>(dependent)], d.name, d.other, d.name));
-    return out.dim(f == 1 ? d.name : fmt::format("{}*{}", d.name, f));
+      for (int i = 0; i < power; ++i) {
+        if (rest % d.base != 0) power = 0;
+        rest /= d.base;
+      }
+      if (power == 0 || rest < 1)
+        fail(fmt::format("{} is {} at {} = {} and {} at {} = {}: no product of the dynamic dims and a number", where, v,
+                         d.name, d.base, w[j], d.name, d.other));
+      for (int i = 0; i < power; ++i) term.symbols.push_back(d.name);
+    }
+    if (term.symbols.empty()) return v;
+    if (rest > (int64_t{1} << 31)) fail(fmt::format("{} is {} times the dynamic dims: a factor past 2^31", where, rest));
+    std::sort(term.symbols.begin(), term.symbols.end());
+    term.factor = rest;
+    return out.dim(ir::dim_term_name(term));
   }
 
   Dims symbolic(const Dims& shape, const std::vector<const Dims*>& others, const std::string& where) {

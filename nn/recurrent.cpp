@@ -15,6 +15,13 @@ namespace kiln::nn {
 
 namespace {
 
+// The zero initial state [n, h]: a zero expanded, not zeros({n, h}), so that in a trace its
+// batch size stays a size an op takes (expand's shape), which a saved module's dynamic batch
+// dim reaches, instead of a constant of one batch's size.
+Tensor zero_state(int64_t n, int64_t h, const Tensor& like) {
+  return scalar_tensor(0, like.dtype()).to(like.device()).expand({n, h});
+}
+
 // One LSTM step from the input's projection xw = x W_ih^T + b_ih + b_hh ([N, 4H]).
 std::pair<Tensor, Tensor> lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Tensor& w_hh) {
   std::vector<Tensor> g = chunk(xw + matmul(h, w_hh.t()), 4, -1);  // i, f, g, o
@@ -89,7 +96,7 @@ std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>&
       if (w.b_ih.defined()) xw = xw + (gates_ == 4 ? w.b_ih + w.b_hh : w.b_ih);
       std::vector<Tensor> s;
       for (const Tensor& s0 : state_in) s.push_back(unbatched ? s0.select(0, l * dirs + d).unsqueeze(0) : s0.select(0, l * dirs + d));
-      if (s.empty()) s.assign(kinds, zeros({n, h}, x.dtype(), x.device()));
+      if (s.empty()) s.assign(kinds, zero_state(n, h, x));
       std::vector<Tensor> hs(static_cast<size_t>(t_len));
       for (int64_t step = 0; step < t_len; ++step) {
         int64_t t = d == 0 ? step : t_len - 1 - step;
@@ -159,7 +166,7 @@ Tensor RNNCellBase::input_projection(const Tensor& x, bool with_hh_bias) const {
 
 Tensor RNNCellBase::state_or_zeros(const Tensor& s, const Tensor& x) const {
   int64_t n = x.dim() == 1 ? 1 : x.shape()[0];
-  if (!s.defined()) return zeros({n, hidden_size_}, x.dtype(), x.device());
+  if (!s.defined()) return zero_state(n, hidden_size_, x);
   Dims want = x.dim() == 1 ? Dims{hidden_size_} : Dims{n, hidden_size_};
   KILN_CHECK(s.shape() == want, "{}: a state must be {}, got {}", name_, shape_str(want), s.type().str());
   return x.dim() == 1 ? s.unsqueeze(0) : s;

@@ -1,6 +1,6 @@
-// runtime/creation.cpp -- tensors made from nothing: empty, zeros, full, arange, eye, vectors.
+// runtime/creation.cpp -- tensors made from nothing: empty, zeros, full, eye, vectors.
 // These make data rather than transform it, so they are not ops: inside a trace, a tensor
-// they make is a constant.
+// they make is a constant. (arange is the exception: an op, runtime/ops/iota.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -49,24 +49,6 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()
 Tensor full_like(const Tensor& t, Scalar v) { return full(t.shape(), v, t.dtype(), t.device()); }
 Tensor scalar_tensor(Scalar value) { return full({}, value, value.default_dtype()); }
 Tensor scalar_tensor(Scalar value, DType dtype) { return full({}, value, dtype); }
-
-Tensor arange(Scalar stop) { return arange(0, stop, 1); }
-Tensor arange(Scalar start, Scalar stop, Scalar step) {
-  bool ints = !start.is_float() && !stop.is_float() && !step.is_float();
-  return arange(start, stop, step, ints ? DType::I64 : DType::F32);
-}
-Tensor arange(Scalar start, Scalar stop, Scalar step, DType dtype) {
-  double a = start.to_double(), b = stop.to_double(), s = step.to_double();
-  KILN_CHECK(s != 0 && std::isfinite(a) && std::isfinite(b) && std::isfinite(s),
-             "arange: invalid range start={} stop={} step={}", a, b, s);
-  KILN_CHECK((b - a) / s >= 0, "arange: step {} goes away from stop ({} to {})", s, a, b);
-  int64_t n = static_cast<int64_t>(std::ceil((b - a) / s));
-  Tensor t = empty({n}, DType::F64);
-  double* p = t.data<double>();
-  bool ints = !start.is_float() && !step.is_float();
-  for (int64_t i = 0; i < n; ++i) p[i] = ints ? double(start.to_int() + i * step.to_int()) : a + double(i) * s;
-  return t.to(dtype);
-}
 
 Tensor linspace(double start, double stop, int64_t steps, DType dtype) {
   KILN_CHECK(steps >= 0, "linspace: steps must be non-negative, got {}", steps);

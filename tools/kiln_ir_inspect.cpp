@@ -37,7 +37,8 @@ ir::DimSizes parse_dims(const ir::Graph& g, const std::vector<std::string>& dims
     KILN_CHECK(ec == std::errc() && end == value.data() + value.size() && n >= 0 && n <= (int64_t{1} << 40),
                "--dim {}: '{}' is not a size", d, value);
     bool known = false;
-    for (const std::string& dn : g.dim_names) known = known || ir::dim_factor(dn).base == name;
+    for (const std::string& dn : g.dim_names)
+      for (std::string_view part : ir::dim_term(dn).symbols) known = known || part == name;
     KILN_CHECK(known, "--dim {}: @{} has no dim {}{}", d, g.name, name,
                g.dim_names.empty() ? " (it has no symbolic dims)" : fmt::format(" (its dims: {})", fmt::join(g.dim_names, ", ")));
     sizes[name] = n;
@@ -57,7 +58,8 @@ ir::Graph fused_graph(const ir::Graph& g, const ir::DimSizes& sizes) {
 
 ir::DimSizes sizes_or_default(const ir::Graph& g, const std::vector<std::string>& dims) {
   ir::DimSizes sizes = parse_dims(g, dims);
-  for (const std::string& dn : g.dim_names) sizes.try_emplace(std::string(ir::dim_factor(dn).base), kDefaultDimSize);
+  for (const std::string& dn : g.dim_names)
+    for (std::string_view part : ir::dim_term(dn).symbols) sizes.try_emplace(std::string(part), kDefaultDimSize);
   return sizes;
 }
 

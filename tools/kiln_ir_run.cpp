@@ -72,10 +72,9 @@ Bound bind_inputs(const Module& m, const RunOptions& opt) {
         fits = w == n;
         continue;
       }
-      ir::DimFactor f = ir::dim_factor(g.dim_names.at(symbol_index(w)));
-      auto it = b.sizes.find(f.base);
-      if (it == b.sizes.end() && n % f.factor == 0) it = b.sizes.emplace(std::string(f.base), n / f.factor).first;
-      fits = it != b.sizes.end() && it->second * f.factor == n;
+      // A product with another name unbound waits for the final check (ir::bind_dims's rule).
+      ir::DimTerm term = ir::dim_term(g.dim_names.at(symbol_index(w)));
+      fits = ir::bind_term(term, n, b.sizes) != ir::TermBinding::Conflict;
     }
     KILN_CHECK(fits, "run: {} holds {}, but input {}{} of @{} is {}", path, t.type().str(), i,
                i < m.input_names.size() ? " (" + m.input_names[i] + ")" : "", g.name, want.str());
@@ -90,9 +89,9 @@ Bound bind_inputs(const Module& m, const RunOptions& opt) {
   auto concrete = [&](TensorType t, const std::string& what) {
     for (int64_t& d : t.shape) {
       if (!is_symbol(d)) continue;
-      std::string base(ir::dim_factor(g.dim_names.at(symbol_index(d))).base);
-      KILN_CHECK(b.sizes.count(base), "run: {} has symbolic dim {}, which no --input or --dim binds (give --dim {}=N)",
-                 what, base, base);
+      for (std::string_view name : ir::dim_term(g.dim_names.at(symbol_index(d))).symbols)
+        KILN_CHECK(b.sizes.count(name), "run: {} has symbolic dim {}, which no --input or --dim binds (give --dim {}=N)",
+                   what, name, name);
       d = ir::dim_size(g, d, b.sizes);
     }
     return t;

@@ -260,4 +260,19 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
                                          load_wide(elem, "p[j]"));
 }
 
+std::string cuda_iota_kernel() {
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long n;
+  long long* out;
+}};
+
+extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x)
+    a.out[i] = i;
+}}
+)",
+                                      kCudaBlock);
+}
+
 }  // namespace kiln::codegen

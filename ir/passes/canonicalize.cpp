@@ -148,6 +148,15 @@ class Canonicalizer {
         break;
       }
       case OpId::Slice: v = x; break;  // the whole dim: only then is the shape unchanged
+      case OpId::ToDevice:
+        // Positions made on the host and moved are made where they go: no copy, and no host
+        // work inside a device's replayed graph.
+        if (const Node* inner = op_producer(x, OpId::Iota)) {
+          n.op = OpId::Iota;
+          n.inputs.clear();
+          n.attrs.shape = inner->attrs.shape;
+        }
+        return kNoValue;
       default:
         if (!idempotent(n.op) || n.attrs.imm_mask) return kNoValue;
         if (const Node* inner = op_producer(x, n.op); inner && !inner->attrs.imm_mask) return x;

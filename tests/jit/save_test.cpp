@@ -17,6 +17,7 @@
 #include "jit_test_util.h"
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "runtime/rearrange.h"
 #include "runtime/safetensors.h"
 #include "nn/optim.h"
 #include "runtime/api.h"
@@ -102,6 +103,51 @@ TEST(Save, DynamicBatchStaysASymbolAndTakesAnySize) {
   expect_error([&] { f(randn({4, 12})); }, {"input 'input0'", "rank 3"});
   expect_error([&] { f(randn({4, 3, 4}, f64)); }, {"input 'input0'", "dtype f32"});
   expect_error([&] { f(randn({4, 3, 4}), randn({4})); }, {"takes 1 inputs", "got 2"});
+  std::remove(path.c_str());
+}
+
+// A sequence model's forward, as a GPT's is written: tokens [B,T] embedded through their
+// flattened B*T rows, positions from arange(T), causal attention (its mask made from arange
+// too) and a tril, then logits.
+struct TinyLM : nn::Module {
+  nn::Embedding tok{16, 8}, pos{12, 8};
+  nn::Linear head{8, 16};
+  TinyLM() {
+    register_module("tok", tok);
+    register_module("pos", pos);
+    register_module("head", head);
+  }
+  Tensor operator()(const Tensor& idx) {
+    int64_t b = idx.shape()[0], t = idx.shape()[1];
+    Tensor h = tok(idx.reshape({b * t})).reshape({b, t, 8}) + pos(arange(t));
+    Tensor q = h.unsqueeze(1);  // one head
+    Tensor a = nn::scaled_dot_product_attention(q, q, q, {}, 0.0, /*is_causal=*/true).squeeze(1);
+    Tensor past = tril(matmul(h, h.transpose(-1, -2)));  // each position's scores of itself and before
+    return head(a + 0.01 * matmul(past, h));
+  }
+};
+
+TEST(Save, BatchAndLengthStayDynamicTogether) {
+  manual_seed(9);
+  TinyLM net;
+  net.eval();
+  NoGradGuard no_grad;
+  std::string path = temp_path("sequence.kiln");
+  Tensor example = randint(0, 16, {4, 6});
+  jit::save_module(net, example, path, jit::SaveOptions().dynamic(0, 0, "B").dynamic(0, 1, "T"));
+  jit::LoadedFunction f = jit::load(path);
+  EXPECT_EQ(f.inputs()[0].type, "i64[B,T]");
+  EXPECT_EQ(f.outputs()[0].type, "f32[B,T,16]");
+  std::string ir = test::text_of(f.graph());
+  EXPECT_NE(ir.find("[B*T]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("iota {shape=[T]"), std::string::npos) << ir;
+  for (auto [b, t] : {std::pair<int64_t, int64_t>{4, 6}, {1, 1}, {2, 12}, {3, 5}, {1, 7}}) {
+    SCOPED_TRACE(fmt::format("B={} T={}", b, t));
+    Tensor x = randint(0, 16, {b, t});
+    Tensor y = f(x);
+    ASSERT_EQ(y.type().str(), fmt::format("f32[{},{},16]", b, t));
+    expect_same(y, net(x));
+  }
   std::remove(path.c_str());
 }
 

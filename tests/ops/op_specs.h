@@ -380,6 +380,35 @@ template <> struct Spec<OpId::TopkIndices> {
   }
 };
 
+// iota: 0..n-1 on the device of the case's one tensor (which only says where), directly and
+// through arange's start and step. It has no operand whose dtype it could refuse: every dtype's
+// cases give i64 positions.
+template <> struct Spec<OpId::Iota> {
+  static std::vector<DType> dtypes() { return kAllDTypes; }
+  static std::vector<Case> cases(DType t) {
+    auto positions = [](int64_t start, int64_t n, int64_t step) {
+      return [=](std::span<const Ref>) {
+        Ref o = zeros_ref({n});
+        for (int64_t i = 0; i < n; ++i) o.v[size_t(i)] = double(start + i * step);
+        return o;
+      };
+    };
+    auto direct = [&](std::string name, int64_t n) {
+      return Case{std::move(name), {zeros({1}, t)},
+                  [n](std::span<const Tensor> in) {
+                    Attrs a;
+                    a.shape = {n};
+                    a.device = in[0].device();
+                    return apply(OpId::Iota, {}, a);
+                  },
+                  positions(0, n, 1)};
+    };
+    return {direct("empty", 0), direct("seven", 7), direct("past_a_block", 70001),
+            {"arange_start_step", {zeros({1}, t)},
+             [](std::span<const Tensor> in) { return arange(20, 3, -4).to(in[0].device()); }, positions(20, 5, -4)}};
+  }
+};
+
 // ---- views ----------------------------------------------------------------------------------
 /// out[idx] = in[source(idx)] over out_shape: the reference of every op that only moves values.
 template <class F> Ref gather_ref(const Ref& in, const Dims& out_shape, F source) {
