@@ -180,6 +180,22 @@ class TableReporter : public benchmark::ConsoleReporter {
           fmt::print("{} {}: {:.2f}x its GEMM limit ({:.2f} GFLOP at matmul_1024's {:.1f} GFLOP/s: {:.2f} ms)\n", name,
                      impl, it->second.ns / limit_ns, flops / 1e9, gemm / 1e9, limit_ns / 1e6);
     }
+    // The example models' steps (models_bench.cpp): each counts its GEMM and convolution FLOPs,
+    // so its time over the limit is matmul_1024's rate over its own.
+    for (const std::string& c : order_) {
+      if (c.rfind(kiln::bench::model_case(""), 0) != 0) continue;
+      std::string line;
+      double step_flops = 0;
+      for (const char* impl : {"kiln", "jit", "torch"})
+        if (auto it = rows_.at(c).find(impl); it != rows_.at(c).end() && it->second.flops_per_s > 0) {
+          line += fmt::format(" {} {:.2f}x,", impl, gemm / it->second.flops_per_s);
+          step_flops = it->second.flops_per_s * it->second.ns / 1e9;
+        }
+      if (line.empty()) continue;
+      line.pop_back();
+      fmt::print("{}: times its FLOP limit ({:.2f} GFLOP of GEMMs and convolutions at matmul_1024's {:.1f} GFLOP/s):{}\n",
+                 c, step_flops / 1e9, gemm / 1e9, line);
+    }
   }
 
   std::map<std::string, std::map<std::string, Row>> rows_;               // the median repetition

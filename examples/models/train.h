@@ -47,6 +47,7 @@ struct TrainOptions {
   int64_t steps = 20;
   bool traced = false;     // one compiled graph per step instead of eager ops
   int64_t log_every = 0;   // print every so many steps (0: never)
+  bool profile = false;    // record the steps after the first (which compiles) with kiln's profiler
 };
 
 /// Trains `task` for options.steps steps of `opt` (a scheduler steps after each, when given);
@@ -65,6 +66,7 @@ inline std::vector<double> train(Task& task, optim::Optimizer& opt, const TrainO
   std::vector<double> losses;
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < options.steps; ++i) {
+    if (options.profile && i == 1) profiler::start();
     std::vector<Tensor> batch = task.batch(i);
     if (options.traced && !traced) traced = jit::trace_tensors(step, batch, "train_step");
     Tensor loss = traced ? traced->call(batch)[0] : step(batch)[0];
@@ -77,6 +79,7 @@ inline std::vector<double> train(Task& task, optim::Optimizer& opt, const TrainO
       std::fflush(stdout);
     }
   }
+  if (options.profile && options.steps > 1) profiler::stop();
   return losses;
 }
 

@@ -2,13 +2,15 @@
 // with the shared loop (train.h), eagerly or as a traced whole step, and saves its forward.
 //
 //   train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] [--seed S]
-//                     [--save PATH] [--text FILE] [--count]
+//                     [--save PATH] [--text FILE] [--count] [--profile]
 //
 // MODEL is alexnet, vgg19_bn, resnet50, mobilenet_v2, gnmt, ncf, gpt or unet, on synthetic data
 // (zoo.h says what each learns). The GPT learns the bytes of FILE with --text (e.g.
 // /usr/share/common-licenses/GPL-3, which every Debian system has); its saved forward keeps
 // the batch and the length dynamic (B and T) for examples/generate to serve. The other models'
 // saved forwards keep the batch dynamic (N). --count prints the parameter count and stops.
+// --profile records the steps after the first (the first compiles) with kiln's profiler and
+// prints where their time went.
 // Errors are printed and the program exits with status 1.
 #include <kiln/kiln.h>
 
@@ -30,7 +32,7 @@ struct Args {
   Size size = Size::Bench;
   int64_t steps = 200, batch = 0;
   uint64_t seed = 0;
-  bool jit = false, count = false;
+  bool jit = false, count = false, profile = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -48,6 +50,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--save") a.save = value(i);
     else if (s == "--jit") a.jit = true;
     else if (s == "--count") a.count = true;
+    else if (s == "--profile") a.profile = true;
     else if (s == "--size") {
       std::string v = value(i);
       require(v == "tiny" || v == "bench" || v == "full", "--size must be tiny, bench or full, not " + v);
@@ -56,7 +59,7 @@ Args parse(int argc, char** argv) {
     else throw Error("unknown argument '" + s + "'");
   }
   require(!a.model.empty(), "usage: train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] "
-                            "[--seed S] [--save PATH] [--text FILE] [--count]");
+                            "[--seed S] [--save PATH] [--text FILE] [--count] [--profile]");
   require(a.text.empty() || a.model == "gpt", "--text is for the gpt");
   return a;
 }
@@ -70,7 +73,9 @@ int run(int argc, char** argv) {
   std::printf("training on %s, %s steps\n", a.text.empty() ? "synthetic data" : a.text.c_str(), a.jit ? "traced" : "eager");
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a.model, *task);
   optim::CosineAnnealingLR schedule(*opt, a.steps, opt->initial_lr() / 10);
-  train(*task, *opt, {.steps = a.steps, .traced = a.jit, .log_every = 25}, &schedule);
+  require(!a.profile || a.steps >= 2, "--profile needs 2 steps or more (the first is not recorded)");
+  train(*task, *opt, {.steps = a.steps, .traced = a.jit, .log_every = 25, .profile = a.profile}, &schedule);
+  if (a.profile) std::printf("%s\n", profiler::summary(20).c_str());
   if (!a.save.empty()) {
     std::vector<Tensor> b = task->batch(0);
     jit::SaveOptions options;
