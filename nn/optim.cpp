@@ -58,6 +58,13 @@ double pow(double a, double b) { return std::pow(a, b); }
 
 // c ? a : b, per step.
 template <class S> S pick(bool c, const S& a, const S& b) { return c ? a : b; }
+
+// A momentum factor (f64[]) for the tensor path's arithmetic in `dtype`: f16 and bf16 updates
+// compute in f32, so their factor stays f32, as the number it replaces was (0.9, not the
+// half-precision 0.8999).
+Tensor factor_in(const Tensor& f, DType dtype) {
+  return f.to(dtype == DType::F16 || dtype == DType::BF16 ? DType::F32 : dtype);
+}
 Tensor pick(const Tensor& c, const Tensor& a, const Tensor& b) { return where(c, a, b); }
 
 // ---- the rules, once each -----------------------------------------------------------------
@@ -66,25 +73,28 @@ Tensor pick(const Tensor& c, const Tensor& a, const Tensor& b) { return where(c,
 template <class K> struct SgdStep {
   K lr;
   typename Traits<K>::Flag first;  // the first step: the velocity starts as the gradient
+  K momentum;                      // the current momentum (a schedule may change it)
 };
 
 // torch.optim.SGD: v = momentum v + (1 - dampening) g; p -= lr (nesterov ? g + momentum v : v).
+// Whether there is momentum at all is the options' (it decides the state); its value is k's.
 template <class S, class K>
 void sgd_update(S& p, S g, S& v, const SgdStep<K>& k, const SgdOptions& o) {
   using N = typename Traits<S>::Number;
   if (o.weight_decay != 0) g = g + p * N(o.weight_decay);
   if (o.momentum != 0) {
-    S next = v * N(o.momentum) + g * N(1 - o.dampening);
+    S next = v * k.momentum + g * N(1 - o.dampening);
     if (o.dampening != 0) next = pick(k.first, g, next);  // (undamped, v = 0 gives v = g)
     v = next;
-    g = o.nesterov ? g + v * N(o.momentum) : v;
+    g = o.nesterov ? g + v * k.momentum : v;
   }
   p = p - g * k.lr;
 }
 
-// 1 - beta^t for Adam's two moments, from the step count t (a double, or the f64[] tensor).
-template <class N> std::pair<N, N> bias_corrections(const N& t, const AdamOptions& o) {
-  return {1.0 - pow(o.beta1, t), 1.0 - pow(o.beta2, t)};
+// 1 - beta^t for Adam's two moments, from the step count t and the current beta1 (doubles,
+// or f64[] tensors).
+template <class N> std::pair<N, N> bias_corrections(const N& t, const N& beta1, const AdamOptions& o) {
+  return {1.0 - pow(beta1, t), 1.0 - pow(o.beta2, t)};
 }
 
 // Adam's numbers for one step, in the parameters' dtype.
@@ -92,12 +102,14 @@ template <class K> struct AdamStep {
   K decay;      // AdamW with weight decay: p *= 1 - lr weight_decay
   K c2;         // the second moment's bias correction
   K step_size;  // lr / c1
+  K beta1, one_minus_beta1;  // the current beta1 (a schedule may change it)
 };
 
 template <class K>
-AdamStep<K> adam_step(const K& lr, const K& c1, const K& c2, const AdamOptions& o, bool decoupled) {
+AdamStep<K> adam_step(const K& lr, const K& c1, const K& c2, const K& beta1, const K& one_minus_beta1,
+                      const AdamOptions& o, bool decoupled) {
   using N = typename Traits<K>::Number;
-  AdamStep<K> k{.decay = {}, .c2 = c2, .step_size = lr / c1};
+  AdamStep<K> k{.decay = {}, .c2 = c2, .step_size = lr / c1, .beta1 = beta1, .one_minus_beta1 = one_minus_beta1};
   if (decoupled && o.weight_decay != 0) k.decay = N(1.0) - lr * N(o.weight_decay);
   return k;
 }
@@ -111,7 +123,7 @@ void adam_update(S& p, S g, S& m, S& v, const AdamStep<K>& k, const AdamOptions&
     if (decoupled) p = p * k.decay;
     else g = g + p * N(o.weight_decay);
   }
-  m = m * N(o.beta1) + g * N(1 - o.beta1);
+  m = m * k.beta1 + g * k.one_minus_beta1;
   v = v * N(o.beta2) + g * g * N(1 - o.beta2);
   p = p - m / (sqrt(v / k.c2) + N(o.eps)) * k.step_size;
 }
@@ -319,6 +331,11 @@ void Optimizer::set_lr(double lr) {
 
 Tensor Optimizer::lr_as(DType dtype) const { return lr_tensor_.to(dtype); }
 
+double Optimizer::momentum() const {
+  throw Error("optimizer: this optimizer has no momentum a schedule can cycle (SGD's momentum and Adam's beta1 can)");
+}
+void Optimizer::set_momentum(double) { momentum(); }
+
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
 }
@@ -329,23 +346,33 @@ SGD::SGD(std::vector<Tensor> params, double lr, SgdOptions o) : Optimizer(std::m
   if (o.momentum != 0)
     for (const Tensor& p : params_) velocity_.push_back(zeros_like(p));
   steps_ = zeros({}, DType::F64);
+  momentum_ = full({}, o.momentum, DType::F64);
   register_state("step", steps_);
   for (size_t i = 0; i < velocity_.size(); ++i) register_state(fmt::format("state.{}.momentum_buffer", i), velocity_[i]);
+}
+
+void SGD::set_momentum(double momentum) {
+  KILN_CHECK(opt_.momentum != 0, "SGD: made without momentum, it has no momentum buffers to cycle (give it "
+                                 "SgdOptions{{.momentum = ...}})");
+  KILN_CHECK(momentum >= 0, "SGD: momentum must be non-negative, got {}", momentum);
+  opt_.momentum = momentum;
+  NoGradGuard no_grad;
+  momentum_.fill_(momentum);
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
   Plan plan = make_plan(params_, velocity_, {});
   if (!plan.slots.empty()) {
-    double lr = lr_tensor_.item<double>();
+    double lr = lr_tensor_.item<double>(), m = momentum_.item<double>();
     bool first = steps_.item<double>() == 0;
-    run_fused(plan, SgdStep<float>{float(lr), first}, SgdStep<double>{lr, first}, [&](auto k) {
+    run_fused(plan, SgdStep<float>{float(lr), first, float(m)}, SgdStep<double>{lr, first, m}, [&](auto k) {
       return [k, this](auto& p, auto g, auto& v, auto&, auto&) { sgd_update(p, g, v, k, opt_); };
     });
   }
   for (size_t i : plan.tensor_path) {
     Tensor& p = params_[i];
-    SgdStep<Tensor> k{lr_as(p.dtype()), {}};
+    SgdStep<Tensor> k{lr_as(p.dtype()), {}, opt_.momentum != 0 ? factor_in(momentum_, p.dtype()) : Tensor()};
     if (opt_.momentum != 0 && opt_.dampening != 0) k.first = steps_ == 0;
     Tensor new_p = p, v = opt_.momentum != 0 ? velocity_[i] : Tensor();
     sgd_update(new_p, p.grad(), v, k, opt_);
@@ -363,6 +390,7 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions o) : Optimizer(std
     v_.push_back(zeros_like(p));
   }
   steps_ = zeros({}, DType::F64);
+  beta1_ = full({}, o.beta1, DType::F64);
   register_state("step", steps_);
   for (size_t i = 0; i < params_.size(); ++i) {
     register_state(fmt::format("state.{}.exp_avg", i), m_[i]);
@@ -372,15 +400,22 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions o) : Optimizer(std
 
 void Adam::step() { update(false); }
 
+void Adam::set_momentum(double beta1) {
+  KILN_CHECK(beta1 >= 0 && beta1 < 1, "Adam: beta1 must be in [0, 1), got {}", beta1);
+  opt_.beta1 = beta1;
+  NoGradGuard no_grad;
+  beta1_.fill_(beta1);
+}
+
 void Adam::update(bool decoupled) {
   NoGradGuard no_grad;
   steps_.add_(1);
   Plan plan = make_plan(params_, m_, v_);
   if (!plan.slots.empty()) {
-    double lr = lr_tensor_.item<double>();
-    auto [c1, c2] = bias_corrections(steps_.item<double>(), opt_);
-    auto k32 = adam_step<float>(float(lr), float(c1), float(c2), opt_, decoupled);
-    auto k64 = adam_step<double>(lr, c1, c2, opt_, decoupled);
+    double lr = lr_tensor_.item<double>(), b1 = beta1_.item<double>();
+    auto [c1, c2] = bias_corrections(steps_.item<double>(), b1, opt_);
+    auto k32 = adam_step<float>(float(lr), float(c1), float(c2), float(b1), float(1 - b1), opt_, decoupled);
+    auto k64 = adam_step<double>(lr, c1, c2, b1, 1 - b1, opt_, decoupled);
     run_fused(plan, k32, k64, [&](auto k) {
       return [k, decoupled, this](auto& p, auto g, auto& m, auto& v, auto&) {
         adam_update(p, g, m, v, k, opt_, decoupled);
@@ -388,11 +423,13 @@ void Adam::update(bool decoupled) {
     });
   }
   if (plan.tensor_path.empty()) return;
-  auto [c1, c2] = bias_corrections(steps_, opt_);
+  auto [c1, c2] = bias_corrections(steps_, beta1_, opt_);
+  Tensor one_minus_beta1 = 1.0 - beta1_;
   for (size_t i : plan.tensor_path) {
     Tensor& p = params_[i];
     DType t = p.dtype();
-    AdamStep<Tensor> k = adam_step(lr_as(t), c1.to(t), c2.to(t), opt_, decoupled);
+    AdamStep<Tensor> k =
+        adam_step(lr_as(t), c1.to(t), c2.to(t), factor_in(beta1_, t), factor_in(one_minus_beta1, t), opt_, decoupled);
     Tensor new_p = p, m = m_[i], v = v_[i];
     adam_update(new_p, p.grad(), m, v, k, opt_, decoupled);
     m_[i].copy_(m);
@@ -479,8 +516,64 @@ void Adagrad::step() {
 // ---- schedules -----------------------------------------------------------------------------
 
 void LRScheduler::step() {
+  apply(t_ + 1);  // first: a step that throws (past OneCycleLR's end) leaves the count as it was
   ++t_;
-  opt_.set_lr(lr_at(t_));
+}
+
+std::map<std::string, double> LRScheduler::state_dict() const { return {{"last_epoch", static_cast<double>(t_)}}; }
+
+void LRScheduler::load_state_dict(const std::map<std::string, double>& state) {
+  auto it = state.find("last_epoch");
+  KILN_CHECK(it != state.end() && state.size() == 1 && it->second >= 0 && it->second == std::floor(it->second),
+             "scheduler load_state_dict: expected {{\"last_epoch\": a step count}}, got {} entries", state.size());
+  t_ = static_cast<int64_t>(it->second);
+  apply(t_);
+}
+
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, OneCycleOptions o)
+    : LRScheduler(opt), total_(total_steps), options_(std::move(o)) {
+  KILN_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got {}", total_steps);
+  KILN_CHECK(options_.pct_start >= 0 && options_.pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got {}",
+             options_.pct_start);
+  KILN_CHECK(options_.anneal_strategy == "cos" || options_.anneal_strategy == "linear",
+             "OneCycleLR: anneal_strategy must be \"cos\" or \"linear\", got \"{}\"", options_.anneal_strategy);
+  KILN_CHECK(max_lr >= 0 && options_.div_factor > 0 && options_.final_div_factor > 0,
+             "OneCycleLR: max_lr must be non-negative and the div factors positive");
+  if (options_.cycle_momentum) opt.momentum();  // throws for an optimizer without one
+  double initial = max_lr / options_.div_factor, min_lr = initial / options_.final_div_factor;
+  double up = options_.pct_start * double(total_steps) - 1, last = double(total_steps) - 1;
+  double lo = options_.base_momentum, hi = options_.max_momentum;
+  if (options_.three_phase)
+    phases_ = {{up, initial, max_lr, hi, lo}, {2 * options_.pct_start * double(total_steps) - 2, max_lr, initial, lo, hi},
+               {last, initial, min_lr, hi, hi}};
+  else
+    phases_ = {{up, initial, max_lr, hi, lo}, {last, max_lr, min_lr, lo, hi}};
+  start();
+}
+
+// torch's _anneal_func over each phase: pct of the way from the previous phase's end step.
+double OneCycleLR::at(int64_t t, bool momentum) const {
+  KILN_CHECK(t <= total_, "OneCycleLR: stepped {} times, past total_steps = {}", t, total_);
+  double start_step = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& p = phases_[i];
+    if (double(t) <= p.end_step || i + 1 == phases_.size()) {
+      double pct = (double(t) - start_step) / (p.end_step - start_step);
+      double a = momentum ? p.start_momentum : p.start_lr, b = momentum ? p.end_momentum : p.end_lr;
+      if (options_.anneal_strategy == "cos") return b + (a - b) / 2.0 * (std::cos(M_PI * pct) + 1);
+      return (b - a) * pct + a;
+    }
+    start_step = p.end_step;
+  }
+  return 0;  // unreachable: the last phase takes every t
+}
+
+double OneCycleLR::lr_at(int64_t t) const { return at(t, false); }
+double OneCycleLR::momentum_at(int64_t t) const { return at(t, true); }
+
+void OneCycleLR::apply(int64_t t) {
+  opt_.set_lr(lr_at(t));
+  if (options_.cycle_momentum) opt_.set_momentum(momentum_at(t));
 }
 
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)

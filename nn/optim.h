@@ -33,6 +33,11 @@ class Optimizer {
   void zero_grad();
   double lr() const { return lr_; }
   void set_lr(double lr);
+  /// The momentum factor a schedule may cycle (OneCycleLR): SGD's momentum, Adam's beta1 (the
+  /// optimizers torch's OneCycleLR cycles). Like the learning rate it lives in a 0-d tensor, so
+  /// a traced step reads the value of the call. A kiln::Error for an optimizer without one.
+  virtual double momentum() const;
+  virtual void set_momentum(double momentum);
   /// The learning rate the optimizer was made with: schedules start from it (torch's
   /// initial_lr), so schedules made one after another share one base.
   double initial_lr() const { return initial_lr_; }
@@ -70,11 +75,15 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, double lr, SgdOptions options = {});
   void step() override;
+  /// Momentum may change (a schedule) when the optimizer was made with some; not from 0.
+  double momentum() const override { return opt_.momentum; }
+  void set_momentum(double momentum) override;
 
  private:
   SgdOptions opt_;
   std::vector<Tensor> velocity_;
-  Tensor steps_;  // f64[]: PyTorch's first momentum step takes the gradient undamped
+  Tensor steps_;     // f64[]: PyTorch's first momentum step takes the gradient undamped
+  Tensor momentum_;  // f64[]: opt_.momentum, read by traced steps
 };
 
 struct AdamOptions {
@@ -85,12 +94,17 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, double lr = 1e-3, AdamOptions options = {});
   void step() override;
+  /// beta1, as torch's OneCycleLR cycles it; the first moment's bias correction uses the
+  /// current beta1, as torch's does.
+  double momentum() const override { return opt_.beta1; }
+  void set_momentum(double beta1) override;
 
  protected:
   void update(bool decoupled);
   AdamOptions opt_;
   std::vector<Tensor> m_, v_;
   Tensor steps_;  // f64[]: the bias corrections' step count
+  Tensor beta1_;  // f64[]: opt_.beta1, read by traced steps
 };
 
 /// AdamW's options: Adam's, with PyTorch's default weight decay (its own struct, so that
@@ -147,11 +161,17 @@ class LRScheduler {
   /// The rate after t calls of step().
   virtual double lr_at(int64_t t) const = 0;
   int64_t last_epoch() const { return t_; }
+  /// What a checkpoint keeps: {"last_epoch": t} (every rate is a closed form of t). Loading it
+  /// sets the optimizer's rate (and momentum, for OneCycleLR) to what they were at t.
+  std::map<std::string, double> state_dict() const;
+  void load_state_dict(const std::map<std::string, double>& state);
 
  protected:
   explicit LRScheduler(Optimizer& opt) : opt_(opt), base_(opt.initial_lr()) {}
   /// Sets lr_at(0); each schedule's constructor calls it last.
-  void start() { opt_.set_lr(lr_at(0)); }
+  void start() { apply(0); }
+  /// Sets the optimizer as the schedule has it after t steps.
+  virtual void apply(int64_t t) { opt_.set_lr(lr_at(t)); }
   Optimizer& opt_;
   double base_;
 
@@ -203,6 +223,37 @@ class LambdaLR : public LRScheduler {
 
  private:
   std::function<double(int64_t)> lambda_;
+};
+
+struct OneCycleOptions {
+  double pct_start = 0.3;            // the share of steps spent rising to max_lr
+  std::string anneal_strategy = "cos";  // or "linear"
+  bool cycle_momentum = true;        // momentum (Adam: beta1) falls as the rate rises, and back
+  double base_momentum = 0.85, max_momentum = 0.95;
+  double div_factor = 25;            // the first rate is max_lr / div_factor
+  double final_div_factor = 1e4;     // the last is that / final_div_factor
+  bool three_phase = false;          // rise, fall back to the first rate, then anneal to the last
+};
+/// torch.optim.lr_scheduler.OneCycleLR: the rate rises from max_lr / div_factor to max_lr over
+/// pct_start of total_steps, then anneals to its lowest at step total_steps - 1, while the
+/// momentum (SGD's momentum, Adam's beta1) does the reverse between max and base. Stepping past
+/// total_steps is a kiln::Error, as in torch.
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, OneCycleOptions options = {});
+  double lr_at(int64_t t) const override;
+  double momentum_at(int64_t t) const;
+
+ private:
+  struct Phase {
+    double end_step, start_lr, end_lr, start_momentum, end_momentum;
+  };
+  // The value at step t between a phase's start and end values.
+  double at(int64_t t, bool momentum) const;
+  void apply(int64_t t) override;
+  int64_t total_;
+  OneCycleOptions options_;
+  std::vector<Phase> phases_;
 };
 
 /// Runs schedules one after another: schedules[i] from milestones[i - 1] on, counted from 0 at
