@@ -181,3 +181,52 @@ TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Mixed precision on the device as on the CPU: under AutocastGuard(f16) the linear layers run
+// in f16 on cuda:0 and the loss in f32, and a GradScaler's scaled steps (its overflow check and
+// unscaling read on the host) train the f32 parameters as the same steps do on the CPU.
+TEST(CudaTraining, AutocastAndAGradScalerTrainAsOnTheCpu) {
+  REQUIRE_CUDA();
+  manual_seed(6);
+  Mlp cpu_net, gpu_net;
+  gpu_net.load_state_dict(cpu_net.state_dict());
+  gpu_net.to(kGpu);
+  optim::SGD cpu_opt(cpu_net.parameters(), 0.05), gpu_opt(gpu_net.parameters(), 0.05);
+  amp::GradScaler cpu_scaler, gpu_scaler;
+  Tensor x = randn({8, 16}), y = randint(0, 5, {8});
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    Tensor lc, lg;
+    {
+      AutocastGuard autocast(f16);
+      Tensor hidden = gpu_net.fc1(x.to(kGpu));
+      EXPECT_EQ(hidden.dtype(), f16);
+      EXPECT_EQ(hidden.device(), kGpu);
+      lc = cross_entropy(cpu_net(x), y);
+      lg = cross_entropy(gpu_net(x.to(kGpu)), y.to(kGpu));
+    }
+    EXPECT_EQ(lg.dtype(), f32);
+    expect_near(lg, lc, 2e-3, 2e-3);  // f16 matmuls: the two devices round their sums apart
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    cpu_scaler.scale(lc).backward();
+    gpu_scaler.scale(lg).backward();
+    EXPECT_TRUE(cpu_scaler.step(cpu_opt));
+    EXPECT_TRUE(gpu_scaler.step(gpu_opt));
+    cpu_scaler.update();
+    gpu_scaler.update();
+    EXPECT_EQ(gpu_scaler.get_scale(), cpu_scaler.get_scale());
+  }
+  auto cp = cpu_net.named_parameters(), gp = gpu_net.named_parameters();
+  for (size_t i = 0; i < cp.size(); ++i) {
+    SCOPED_TRACE(cp[i].first);
+    EXPECT_EQ(gp[i].second.dtype(), f32);
+    expect_near(gp[i].second, cp[i].second, 2e-3, 2e-3);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
