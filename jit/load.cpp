@@ -352,8 +352,11 @@ void LoadedFunction::to(Device device) {
   if (!moved) return;
   // The saved graph's values, moves and positions follow: its calls take inputs on `device` now.
   for (TensorType& t : s.graph.types) t.device = device;
-  for (ir::Node& n : s.graph.nodes)
-    if (n.kind == ir::NodeKind::Op && (n.op == OpId::ToDevice || n.op == OpId::Iota)) n.attrs.device = device;
+  for (ir::Node& n : s.graph.nodes) {
+    if (n.kind != ir::NodeKind::Op) continue;
+    if (n.op == OpId::ToDevice || n.op == OpId::Iota) n.attrs.device = device;
+    if (n.op == OpId::Numel) s.graph.types[n.result].device = cpu;  // a size stays a host number
+  }
   for (ParameterInfo& p : s.info.parameters) p.type.device = device;
   s.make_function();
 }

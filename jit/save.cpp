@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -160,10 +161,12 @@ struct Symbolizer {
         fail(fmt::format("captured tensor %{} ({}) changes shape with the size", v, t.str()));
       out.types[v].shape = s;
     }
+    std::vector<SizeNumber> numbers;  // immediates that are sizes, made numel nodes below
     for (size_t i = 0; i < base.nodes.size(); ++i) {
       const ir::Node& n = base.nodes[i];
       std::string where = fmt::format("node {} ({})", i, ir::print_node(base, n));
       std::vector<const Dims*> others;
+      std::vector<std::vector<double>> imm_values(3);  // per slot, its value in each variant
       for (const ir::Graph& g : variants) {
         const ir::Node& m = g.nodes[i];
         if (m.kind != n.kind || m.inputs != n.inputs || !defined_values_equal(m, n))
@@ -178,14 +181,70 @@ struct Symbolizer {
         ir::Node a = n, b = m;
         a.attrs.shape.clear();
         b.attrs.shape.clear();
+        // A pointwise op's number may be a size (a mean's count): compared apart, below.
+        bool compare_numbers = op_family(n.op) == OpFamily::Pointwise && a.attrs.imm_mask == b.attrs.imm_mask;
+        for (int k = 0; compare_numbers && k < 3; ++k)
+          if ((a.attrs.imm_mask >> k & 1) != 0) {
+            imm_values[static_cast<size_t>(k)].push_back(b.attrs.imm[k].to_double());
+            b.attrs.imm[k] = a.attrs.imm[k];
+          }
         if (ir::node_key(base, a) != ir::node_key(g, b))
-          fail(where + ": its attributes or numbers depend on the size (a mean's count, a slice's bound)");
+          fail(where + ": its attributes depend on the size (a slice's bound, a window)");
         others.push_back(&m.attrs.shape);
       }
       if (n.kind == ir::NodeKind::Op && !n.attrs.shape.empty())
         out.nodes[i].attrs.shape = symbolic(n.attrs.shape, others, where);
+      for (int k = 0; k < 3 && !variants.empty(); ++k) {
+        const std::vector<double>& w = imm_values[static_cast<size_t>(k)];
+        double v = n.attrs.imm[k].to_double();
+        if (w.empty() || std::all_of(w.begin(), w.end(), [&](double x) { return x == v || (x != x && v != v); }))
+          continue;
+        auto whole = [](double x) { return x >= 1 && x < 9.0e15 && x == std::floor(x); };
+        if (!whole(v) || !std::all_of(w.begin(), w.end(), whole))
+          fail(fmt::format("{}: its number {} depends on the size, and is no size (only a number that is a product "
+                           "of the dynamic dims, as a mean's count, can stay dynamic)",
+                           where, v));
+        std::vector<int64_t> sizes;
+        for (double x : w) sizes.push_back(static_cast<int64_t>(x));
+        numbers.push_back({i, k, symbol(static_cast<int64_t>(v), sizes, fmt::format("{} (number {})", where, k))});
+      }
     }
+    with_sizes_as_numbers(numbers);
     return out;
+  }
+
+  // Each number that is a size becomes an operand: a numel node (the size as a 0-d host tensor
+  // of the op's compute dtype, f32 for f16 and bf16 so that it stays exact) just before it.
+  struct SizeNumber {
+    size_t node;
+    int slot;
+    int64_t symbol;
+  };
+  void with_sizes_as_numbers(const std::vector<SizeNumber>& numbers) {
+    if (numbers.empty()) return;
+    std::vector<ir::Node> nodes;
+    for (size_t i = 0; i < out.nodes.size(); ++i) {
+      ir::Node n = out.nodes[i];
+      for (const SizeNumber& s : numbers) {
+        if (s.node != i) continue;
+        DType t = n.attrs.dtype == DType::F16 || n.attrs.dtype == DType::BF16 ? DType::F32 : n.attrs.dtype;
+        ir::Node c;
+        c.kind = ir::NodeKind::Op;
+        c.op = OpId::Numel;
+        c.attrs.shape = {s.symbol};
+        c.attrs.dtype = t;
+        c.result = out.add_value(TensorType{t, {}, cpu});
+        c.loc = n.loc;
+        nodes.push_back(c);
+        int before = 0;  // the operands before the slot that are tensors
+        for (int j = 0; j < s.slot; ++j) before += (n.attrs.imm_mask >> j & 1) == 0;
+        n.inputs.insert(n.inputs.begin() + before, c.result);
+        n.attrs.imm_mask = static_cast<uint8_t>(n.attrs.imm_mask & ~(1u << s.slot));
+        n.attrs.imm[s.slot] = Scalar();
+      }
+      nodes.push_back(std::move(n));
+    }
+    out.nodes = std::move(nodes);
   }
 
   static bool defined_values_equal(const ir::Node& a, const ir::Node& b) {

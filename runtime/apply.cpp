@@ -79,7 +79,7 @@ Device op_device(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
                  in[first].type().str(), in[i].type().str());
     }
   }
-  if (id == OpId::ToDevice || id == OpId::Iota) return attrs.device;  // a move, an op with no operands
+  if (id == OpId::ToDevice || op_arity(id) == 0) return attrs.device;  // a move, an op with no operands
   return first >= 0 ? in[first].device() : cpu;
 }
 

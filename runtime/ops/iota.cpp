@@ -1,12 +1,15 @@
-// runtime/ops/iota.cpp -- iota, the positions 0, 1, ..., n - 1 as an op, and arange, which is
-// made of it. An op rather than data, so that inside a trace arange(T) is a node whose size may
-// stay symbolic in a saved module (jit::save's dynamic dims), as are the masks made from it
-// (tril, triu, a causal attention mask); as data it would be a constant of one length.
+// runtime/ops/iota.cpp -- the ops with no operands, whose sizes may be a saved module's dynamic
+// dims: iota, the positions 0, 1, ..., n - 1, and arange, which is made of it; and numel, a
+// size as a number. Ops rather than data, so that inside a trace arange(T) is a node whose size
+// may stay symbolic (jit::save's dynamic dims), as are the masks made from it (tril, triu, a
+// causal attention mask); as data it would be a constant of one length. jit::save turns a
+// number that is a size (a mean's count) into a numel node for the same reason.
 #include <cmath>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
+#include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 
 namespace kiln {
@@ -27,7 +30,24 @@ void iota_cpu(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out) {
   });
 }
 
+// numel {shape, dtype}: the product of shape as a 0-d CPU tensor of dtype (a float or integer
+// type; exact below 2^24 in f32).
+TensorType numel_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
+  KILN_CHECK(in.empty(), "{}: takes no tensors, got {}", op_name(id), in.size());
+  KILN_CHECK(a.dtype != DType::Bool, "{}: dtype must be a number type, got bool", op_name(id));
+  for (int64_t d : a.shape) KILN_CHECK(d >= 0, "{}: shape {} has a negative size", op_name(id), shape_str(a.shape));
+  return {a.dtype, {}, a.device};
+}
+
+void numel_cpu(OpId, std::span<const Tensor>, const Attrs& a, const Tensor& out) {
+  copy_into(scalar_tensor(static_cast<double>(a.shape.product()), DType::F64), out);
+}
+
 }  // namespace
+
+// Always on the host: a 0-d CPU tensor meets any device.
+const OpDef defs::Numel{.infer = numel_rule, .cpu = numel_cpu, .differentiable = false,
+                        .attrs = kAttrShape | kAttrDType};
 
 const OpDef defs::Iota{.infer = iota_rule, .cpu = iota_cpu, .differentiable = false, .attrs = kAttrShape | kAttrDevice};
 

@@ -80,15 +80,17 @@ graph @reduce(%0: f32[2,3,4]) -> (f32[3], i64[], f16[2,3,4]) {
 }
 )";
 
-// Scans and orderings: the attributes k, descending and reverse; iota, which has no operands.
+// Scans and orderings: the attributes k, descending and reverse; iota and numel, which have no
+// operands.
 const char* const kScan = R"(
-graph @scan(%0: f32[3,5], %1: i32[3,5]) -> (f32[3,5], i64[3,5], i64[2,5], i64[3,5], i64[5]) {
+graph @scan(%0: f32[3,5], %1: i32[3,5]) -> (f32[3,5], i64[3,5], i64[2,5], i64[3,5], i64[5], f32[]) {
   %2 = cumsum %0 {dim=1, reverse=false} : f32[3,5]
   %3 = cumsum %1 {dim=-1, reverse=true} : i64[3,5]
   %4 = argsort %0 {dim=0, descending=true} : i64[3,5]
   %5 = topk_indices %0 {dim=0, k=2, descending=false} : i64[2,5]
   %6 = iota {shape=[5], device=cpu} : i64[5]
-  return %2, %4, %5, %3, %6
+  %7 = numel {shape=[3,5], dtype=f32} : f32[]
+  return %2, %4, %5, %3, %6, %7
 }
 )";
 

@@ -174,11 +174,27 @@ TEST(Save, DynamicDimsOfAFunctionTracedBeforeItsParametersHadGradients) {
   std::remove(path.c_str());
 }
 
-TEST(Save, ANumberThatDependsOnADynamicDimIsAClearError) {
+// A number that is a size (a mean's count, B or B*3 here) becomes a numel node, so it follows
+// the call's size; one that is no product of the dims (B - 1) is a clear error.
+TEST(Save, AMeansCountFollowsTheSize) {
   NoGradGuard no_grad;
-  jit::Function mean_by_hand = jit::trace([](Tensor x) { return sum(x) / double(x.shape()[0]); }, {randn({6, 2})});
-  expect_error([&] { jit::save(mean_by_hand, temp_path("bad.kiln"), jit::SaveOptions().dynamic(0, 0, "B")); },
-               {"jit::save", "B", "depend on the size"});
+  auto fn = [](Tensor x) { return mean(x, {0}) + sum(x) / double(x.shape()[0] * x.shape()[1]); };
+  jit::Function f = jit::trace(fn, {randn({6, 3})});
+  std::string path = temp_path("mean.kiln");
+  jit::save(f, path, jit::SaveOptions().dynamic(0, 0, "B"));
+  jit::LoadedFunction g = jit::load(path);
+  std::string ir = test::text_of(g.graph());
+  EXPECT_NE(ir.find("numel {shape=[B], dtype=f32} : f32[]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("numel {shape=[B*3], dtype=f32} : f32[]"), std::string::npos) << ir;
+  for (int64_t b : {1, 4, 9}) {
+    SCOPED_TRACE(b);
+    Tensor x = randn({b, 3});
+    expect_same(g(x), fn(x));
+  }
+  std::remove(path.c_str());
+  jit::Function by_hand = jit::trace([](Tensor x) { return sum(x) / double(x.shape()[0] - 1); }, {randn({6, 2})});
+  expect_error([&] { jit::save(by_hand, temp_path("bad.kiln"), jit::SaveOptions().dynamic(0, 0, "B")); },
+               {"jit::save", "B", "no product of the dynamic dims"});
 }
 
 TEST(Save, DifferentiableForwardAsksForNoGrad) {

@@ -409,6 +409,32 @@ template <> struct Spec<OpId::Iota> {
   }
 };
 
+// numel: a size as a number, on the host (moved to the case tensor's device, where a 0-d CPU
+// tensor would meet it anyway); every dtype but bool.
+template <> struct Spec<OpId::Numel> {
+  static std::vector<DType> dtypes() {
+    std::vector<DType> d;
+    for (DType t : kAllDTypes)
+      if (t != DType::Bool) d.push_back(t);
+    return d;
+  }
+  static std::vector<Case> cases(DType t) {
+    auto make = [t](std::string name, Dims shape) {
+      double n = 1;
+      for (int64_t d : shape) n *= double(d);
+      return Case{std::move(name), {zeros({1}, t)},
+                  [shape, t](std::span<const Tensor> in) {
+                    Attrs a;
+                    a.shape = shape;
+                    a.dtype = t;
+                    return apply(OpId::Numel, {}, a).to(in[0].device());
+                  },
+                  [n](std::span<const Ref>) { return Ref{{}, {n}, {}}; }};
+    };
+    return {make("product", {3, 4, 5}), make("empty", {2, 0}), make("scalar", {})};
+  }
+};
+
 // ---- views ----------------------------------------------------------------------------------
 /// out[idx] = in[source(idx)] over out_shape: the reference of every op that only moves values.
 template <class F> Ref gather_ref(const Ref& in, const Dims& out_shape, F source) {
