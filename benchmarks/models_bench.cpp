@@ -15,24 +15,16 @@ using namespace kiln;
 
 namespace {
 
-std::vector<Tensor> one_step(examples::Task& task, optim::Optimizer& opt, std::span<const Tensor> batch) {
-  opt.zero_grad();
-  Tensor loss = task.loss(batch);
-  loss.backward();
-  opt.step();
-  return {loss.detach()};
-}
-
 void model_step(benchmark::State& s, const std::string& name, bool traced) {
   manual_seed(0);
   std::unique_ptr<examples::Task> task = examples::make_task(name, examples::Size::Bench);
   std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(name, *task);
   std::vector<Tensor> batch = task->batch(0);
-  jit::Function step = jit::trace_tensors([&](std::span<const Tensor> b) { return one_step(*task, *opt, b); }, batch,
+  jit::Function step = jit::trace_tensors([&](std::span<const Tensor> b) { return examples::train_step(*task, *opt, b); }, batch,
                                           name + "_step");
   step.call(batch);  // compiled and run once, untimed; its graph gives the FLOPs
   double flops = bench::gemm_conv_flops(step.graph());
-  auto run = [&] { return traced ? step.call(batch)[0] : one_step(*task, *opt, batch)[0]; };
+  auto run = [&] { return traced ? step.call(batch)[0] : examples::train_step(*task, *opt, batch)[0]; };
   benchmark::DoNotOptimize(run());
   for (auto _ : s) benchmark::DoNotOptimize(run());
   bench::count_flops(s, flops);

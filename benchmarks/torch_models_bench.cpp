@@ -102,14 +102,7 @@ void model_step(benchmark::State& s, const std::string& name) {
   // The FLOPs of kiln's traced step on the same batch (the same math).
   std::unique_ptr<kiln::optim::Optimizer> kopt = ex::make_optimizer(name, *task);
   kiln::jit::Function traced = kiln::jit::trace_tensors(
-      [&](std::span<const kiln::Tensor> b) {
-        kopt->zero_grad();
-        kiln::Tensor loss = task->loss(b);
-        loss.backward();
-        kopt->step();
-        return std::vector<kiln::Tensor>{loss};
-      },
-      batch, name + "_step");
+      [&](std::span<const kiln::Tensor> b) { return ex::train_step(*task, *kopt, b); }, batch, name + "_step");
   traced.call(batch);
   double flops = bench::gemm_conv_flops(traced.graph());
   benchmark::DoNotOptimize(step());

@@ -50,18 +50,22 @@ struct TrainOptions {
   bool profile = false;    // record the steps after the first (which compiles) with kiln's profiler
 };
 
+/// One optimizer step on a batch: zero_grad, the loss, backward, step. Returns {the loss}
+/// (the form jit::trace_tensors takes, so the same function runs eagerly or traced).
+inline std::vector<Tensor> train_step(Task& task, optim::Optimizer& opt, std::span<const Tensor> batch) {
+  opt.zero_grad();
+  Tensor loss = task.loss(batch);
+  loss.backward();
+  opt.step();
+  return {loss.detach()};
+}
+
 /// Trains `task` for options.steps steps of `opt` (a scheduler steps after each, when given);
 /// returns each step's loss.
 inline std::vector<double> train(Task& task, optim::Optimizer& opt, const TrainOptions& options,
                                  optim::LRScheduler* schedule = nullptr) {
   task.model().train();
-  auto step = [&](std::span<const Tensor> batch) {
-    opt.zero_grad();
-    Tensor loss = task.loss(batch);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss.detach()};
-  };
+  auto step = [&](std::span<const Tensor> batch) { return train_step(task, opt, batch); };
   std::optional<jit::Function> traced;
   std::vector<double> losses;
   auto start = std::chrono::steady_clock::now();

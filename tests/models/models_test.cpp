@@ -23,14 +23,6 @@ using examples::Task;
 
 class Model : public testing::TestWithParam<std::string> {};
 
-std::vector<Tensor> one_step(Task& task, optim::Optimizer& opt, std::span<const Tensor> batch) {
-  opt.zero_grad();
-  Tensor loss = task.loss(batch);
-  loss.backward();
-  opt.step();
-  return {loss.detach()};
-}
-
 // Within rounding for a tensor computed by long sums: |a - b| <= 1e-3 max|b| elementwise. The
 // rounding error of a sum scales with its terms, not with its result, so an element that
 // cancels to near zero may differ more than 1e-4 of itself; through 50 layers of batch norm's
@@ -59,11 +51,11 @@ TEST_P(Model, TracedStepsTrainAsEagerOnesDo) {
   std::vector<std::vector<Tensor>> batches;
   for (int i = 0; i < 3; ++i) batches.push_back(eager->batch(i));
   jit::Function step = jit::trace_tensors(
-      [&](std::span<const Tensor> b) { return one_step(*traced, *traced_opt, b); }, batches[0], name + "_step");
+      [&](std::span<const Tensor> b) { return examples::train_step(*traced, *traced_opt, b); }, batches[0], name + "_step");
   for (size_t i = 0; i < batches.size(); ++i) {
     SCOPED_TRACE(fmt::format("step {}", i));
     manual_seed(100 + i);  // the same dropout masks in both
-    Tensor want = one_step(*eager, *eager_opt, batches[i])[0];
+    Tensor want = examples::train_step(*eager, *eager_opt, batches[i])[0];
     manual_seed(100 + i);
     Tensor got = step.call(batches[i])[0];
     EXPECT_TRUE(test::close_enough(got, want)) << got.item<double>() << " vs " << want.item<double>();
