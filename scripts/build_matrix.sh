@@ -11,19 +11,12 @@
 #                                  library alone, installed, and a find_package(kiln) program
 #                                  built and run against the install (g++ with CUDA, clang 14
 #                                  without: the build a machine without the toolkit makes)
-#   scripts/build_matrix.sh --ci   what CI adds in its time (about 8 minutes): g++ Release with
-#                                  Unix Makefiles, the library and the tests only, whose suite
-#                                  then runs (optimization-only bugs show at -O3); then the
-#                                  library alone without CUDA, by clang 14, installed, with the
-#                                  downstream program (CI's machine has the toolkit, so nothing
-#                                  else builds the stand-ins of runtime/cuda/unavailable.cpp)
 #
 # Build folders are build-matrix/<name>; a line per configuration says what built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${KILN_JOBS:-$(nproc)}"
-mode="${1:-all}"
-[[ "$mode" == all || "$mode" == --ci ]] || { echo "usage: scripts/build_matrix.sh [--ci]" >&2; exit 2; }
+[[ $# == 0 ]] || { echo "usage: scripts/build_matrix.sh (CI covers the -O3 suite, the install and the no-CUDA clang build: .ci/run)" >&2; exit 2; }
 scripts/deps.sh
 # The configurations compile the same files with the same flags in different folders: with
 # the folder left out of ccache's key, objects with debug info are shared between them too.
@@ -54,19 +47,6 @@ installed() {
   "$dir/downstream/downstream" >/dev/null
   echo "build_matrix: $name installed, and a find_package(kiln) program built against it runs"
 }
-
-if [[ "$mode" == --ci ]]; then
-  build gcc-release-make "Unix Makefiles" g++ Release -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF \
-    -DKILN_BUILD_TOOLS=OFF
-  rm -rf build-matrix/gcc-release-make/kernel-cache
-  KILN_CACHE_DIR="$PWD/build-matrix/gcc-release-make/kernel-cache" \
-    ctest --test-dir build-matrix/gcc-release-make --output-on-failure -j "$jobs" --timeout 600 \
-    -E '^install_and_build_downstream$' >build-matrix/gcc-release-make.ctest.log 2>&1 ||
-    { tail -40 build-matrix/gcc-release-make.ctest.log; echo "build_matrix: the Release suite FAILED"; exit 1; }
-  echo "build_matrix: gcc-release-make: $(grep -E '^[0-9]+% tests passed' build-matrix/gcc-release-make.ctest.log)"
-  installed clang-installed-nocuda clang++-14 -DKILN_CUDA=OFF
-  exit 0
-fi
 
 build gcc-release Ninja g++ Release
 build gcc-debug Ninja g++ Debug

@@ -11,13 +11,15 @@
 #   build-asan/tools/fuzz/<target> build-asan/artifacts/<file>
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/stage.sh
 seconds="${1:-20}"
 jobs="${KILN_JOBS:-$(nproc)}"
 dir=build-asan
 targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz module_fuzz)
 
 scripts/configure_asan.sh
-ninja -C "$dir" -j "$jobs" "${targets[@]}"
+stage "fuzz build" ninja -C "$dir" -j "$jobs" "${targets[@]}"
+fuzz_start=$SECONDS
 
 mkdir -p "$dir/artifacts" "$dir/repro" "$dir/seeds-golden"
 # The golden IR tests make good seeds too: their input graphs, without the EXPECT blocks.
@@ -50,4 +52,5 @@ for t in "${targets[@]}"; do
   }
   grep -E '^stat::number_of_executed_units|^Done ' "$dir/$t.log" || true
 done
+[[ -z "${KILN_STAGE_LOG:-}" ]] || printf 'fuzz run\t%d\tok\n' $((SECONDS - fuzz_start)) >>"$KILN_STAGE_LOG"
 echo "fuzz: ${#targets[@]} passed, 0 failed"

@@ -4,7 +4,8 @@
 #                          model, classify loads it in a fresh process and scores it, then
 #                          train_digits again on 2 processes (data-parallel)
 #   scripts/run.sh test    header check, each fuzz target for KILN_FUZZ_SECONDS (default 20;
-#                          0 skips fuzzing), RelWithDebInfo build, then the whole suite (ctest)
+#                          0 skips fuzzing), Release build (-O3, line tables), then the whole
+#                          suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
 #                          (arguments go to kiln_bench, e.g. --benchmark_filter=conv)
 #   scripts/run.sh sanitize  the library and the whole suite under AddressSanitizer and
@@ -19,6 +20,7 @@
 #                          one process (scripts/bench_torch_isolation.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/stage.sh
 what="${1:-test}"
 jobs="${KILN_JOBS:-$(nproc)}"
 
@@ -40,16 +42,18 @@ case "$what" in
     ./build-release/tools/kiln-run -n 2 ./build-release/examples/train_digits
     ;;
   test)
-    scripts/deps.sh
-    scripts/check_includes.sh
+    stage deps scripts/deps.sh
+    stage "include check" scripts/check_includes.sh
     # The fuzzers first (a brief run), so ctest's summary of the whole suite is the last line.
     fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
     if [[ "$fuzz_seconds" != 0 ]]; then scripts/fuzz.sh "$fuzz_seconds"; fi
-    configure_and_build build RelWithDebInfo -DKILN_WERROR=ON
+    # Release (-O3, where optimization-only bugs show) with line tables, so a failure's
+    # backtrace names lines: the one optimized build whose suite CI runs.
+    stage "test build" configure_and_build build Release -DKILN_WERROR=ON -DCMAKE_CXX_FLAGS_RELEASE="-O3 -DNDEBUG -g1"
     # The tests' compiled kernels go to a cache of their own, emptied first, so the suite always
     # exercises the compiler as well as the disk cache (and never touches the user's cache).
     rm -rf build/kernel-cache
-    KILN_CACHE_DIR="$PWD/build/kernel-cache" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+    KILN_CACHE_DIR="$PWD/build/kernel-cache" stage suite ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
     ;;
   sanitize)
     scripts/deps.sh

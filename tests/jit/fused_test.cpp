@@ -199,7 +199,7 @@ double ulp_error(float got, double want) {
   return std::fabs(got - want) / (std::nextafter(w, INFINITY) - w);
 }
 
-// The kernels compute f32 tanh from exp (codegen/llvm/emit.cpp): its error, in units in the last
+// The kernels compute f32 tanh from exp (codegen/llvm/math.cpp): its error, in units in the last
 // place against a double reference, over a dense sweep and the special values.
 TEST_F(Fused, TanhIsWithinTwoUlps) {
   NoGradGuard no_grad;
@@ -217,7 +217,7 @@ TEST_F(Fused, TanhIsWithinTwoUlps) {
   std::printf("fused tanh: worst error %.2f ulp over %zu values\n", worst, xs.size());
 }
 
-// The kernels compute f32 erf inline (codegen/llvm/emit.cpp): within 2 ULP of a double
+// The kernels compute f32 erf inline (codegen/llvm/math.cpp): within 2 ULP of a double
 // reference over a dense sweep, both pieces' ends and the special values.
 TEST_F(Fused, ErfIsWithinTwoUlps) {
   NoGradGuard no_grad;
@@ -246,7 +246,7 @@ TEST_F(Fused, ErfIsWithinTwoUlps) {
   std::printf("fused erf: worst error %.2f ulp over %zu values\n", worst, xs.size());
 }
 
-// The kernels compute f32 exp inline (codegen/llvm/emit.cpp): within 1 ULP of a double reference
+// The kernels compute f32 exp inline (codegen/llvm/math.cpp): within 1 ULP of a double reference
 // over a dense sweep of its whole range (subnormal results included) and the special values.
 TEST_F(Fused, ExpIsWithinOneUlp) {
   NoGradGuard no_grad;

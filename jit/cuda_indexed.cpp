@@ -1,0 +1,148 @@
+// jit/cuda_indexed.cpp -- the CUDA backend's eager kernels of codegen/cuda/indexed.h: gather
+// and index_select (pick), scatter_add and index_add, argmax and argmin, and the scans and
+// orderings along one dim (cumsum, argsort, topk_indices) with iota. The checked index ops
+// report an index out of range through an error flag on the device.
+#include <algorithm>
+#include <vector>
+
+#include "codegen/cuda/indexed.h"
+#include "jit/cuda_eager.h"
+#include "jit/cuda_graph.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
+#include "runtime/ops/loops.h"
+
+namespace kiln::jit::cuda_eager {
+namespace {
+
+// Two int64 on the device, zero: {1, the bad index} after a kernel met an index out of range.
+// A checked index op's error flag (i64[2]: found, the index), set by its kernel and read here
+// after it ran. Under a CUDA graph capture, which cannot wait for it, it is a slot of the
+// graph's flags, read by the plan's next call (jit/cuda_graph.h).
+Tensor error_flag(Device d, const char* op, int64_t size) {
+  if (CapturedChecks* checks = captured_checks()) return checks->flag(op, size);
+  return zeros({2}, DType::I64, d);
+}
+void check_flag(const Tensor& flag, const char* op, int64_t size) {
+  if (captured_checks()) return;
+  std::vector<int64_t> f = flag.to(cpu).to_vector<int64_t>();
+  KILN_CHECK(f[0] == 0, "{}: index {} is out of range for a dim of size {}", op, f[1], size);
+}
+
+// A rank of at least 1: a 0-d tensor is one element of a rank-1 loop.
+Dims at_least_1d(const Dims& d, int64_t fill) { return d.empty() ? Dims{fill} : d; }
+
+}  // namespace
+
+// out[p] = x[p with dim replaced by index(p)]: gather and index_select.
+void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Tensor& out, const char* op) {
+  if (out.numel() == 0) return;
+  Dims x_st = at_least_1d(x.strides(), 0);
+  int64_t dim_size = x.dim() == 0 ? 1 : x.shape()[dim], dim_stride = x.dim() == 0 ? 0 : x.strides()[dim];
+  x_st[x.dim() == 0 ? 0 : dim] = 0;
+  Dims sizes = at_least_1d(out.shape(), 1);
+  Tensor flag = error_flag(out.device(), op, dim_size);
+  std::vector<uint64_t> w;
+  put(w, sizes);
+  put(w, at_least_1d(out.strides(), 1));
+  put(w, x_st);
+  put(w, at_least_1d(idx_st, 0));
+  for (const void* p : {out.data_ptr(), x.data_ptr(), idx.data_ptr(), flag.data_ptr()}) put(w, p);
+  put(w, dim_size);
+  put(w, dim_stride);
+  launch_source(codegen::cuda_pick_kernel(x.dtype(), idx.dtype(), static_cast<int>(sizes.size())), w,
+                blocks_for(out.numel()), out.device().index);
+  check_flag(flag, op, dim_size);
+}
+
+// out = x, then src added at index(q) along dim: scatter_add and index_add. f16 and bf16 sum
+// in f32 and round once, as the CPU's scatter does (runtime/ops/index.cpp).
+void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src,
+             const Tensor& out, const char* op) {
+  if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {
+    Tensor acc = Tensor::empty({DType::F32, out.shape(), out.device()});
+    Tensor wide = src.to(DType::F32);
+    scatter(x.to(DType::F32), dim, idx, idx_st, wide, acc, op);
+    copy_on_device(acc, out);
+    return;
+  }
+  copy_on_device(x, out);
+  if (src.numel() == 0) return;
+  Dims out_st = out.strides();
+  out_st[dim] = 0;
+  Tensor flag = error_flag(out.device(), op, out.shape()[dim]);
+  std::vector<uint64_t> w;
+  put(w, src.shape());
+  put(w, src.strides());
+  put(w, out_st);
+  put(w, idx_st);
+  for (const void* p : {out.data_ptr(), src.data_ptr(), idx.data_ptr(), flag.data_ptr()}) put(w, p);
+  put(w, dim);
+  put(w, out.shape()[dim]);
+  put(w, out.strides()[dim]);
+  launch_source(codegen::cuda_scatter_kernel(out.dtype(), idx.dtype(), static_cast<int>(src.dim())), w,
+                blocks_for(src.numel() / std::max<int64_t>(src.shape()[dim], 1)), out.device().index);
+  check_flag(flag, op, out.shape()[dim]);
+}
+
+// argmax/argmin: the rows the CPU's kernel scans (the reduced dim last, contiguous).
+void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
+  KILN_CHECK(a.axes.size() <= 1, "{}: expected one dim or none, got {}", op_name(id), shape_str(a.axes));
+  Tensor rows;
+  if (a.axes.empty()) {
+    rows = x.reshape({1, x.numel()});
+  } else {
+    int64_t d = a.axes[0] < 0 ? a.axes[0] + x.dim() : a.axes[0];
+    Dims order;
+    for (int64_t i = 0; i < x.dim(); ++i)
+      if (i != d) order.push_back(i);
+    order.push_back(d);
+    rows = x.dim() == 0 ? x.reshape({1, 1}) : x.permute(order).contiguous();
+    rows = rows.reshape({-1, rows.dim() == 0 ? 1 : rows.shape().back()});
+  }
+  rows = rows.contiguous();
+  std::vector<uint64_t> w;
+  put(w, rows.shape()[0]);
+  put(w, rows.shape()[1]);
+  put(w, rows.data_ptr());
+  put(w, out.data_ptr());
+  if (rows.shape()[0] == 0) return;
+  launch_source(codegen::cuda_arg_kernel(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0], out.device().index);
+}
+
+// ---- scans and orderings along one dim: contiguous rows (runtime/ops/scan.cpp) ------------
+
+void cumsum_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
+  along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
+    std::vector<uint64_t> w;
+    put(w, rows.shape()[0]);
+    put(w, rows.shape()[1]);
+    put(w, rows.data_ptr());
+    put(w, orows.data_ptr());
+    launch_source(codegen::cuda_cumsum_kernel(rows.dtype(), a.reverse), w, blocks_for(rows.shape()[0]),
+                  out.device().index);
+  });
+}
+
+void iota(const Tensor& out) {
+  if (out.numel() == 0) return;
+  std::vector<uint64_t> w;
+  put(w, out.numel());
+  put(w, out.data_ptr());
+  launch_source(codegen::cuda_iota_kernel(), w, blocks_for(out.numel()), out.device().index);
+}
+
+void order_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
+  along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
+    std::vector<uint64_t> w;
+    put(w, rows.shape()[0]);
+    put(w, rows.shape()[1]);
+    put(w, orows.shape()[1]);
+    put(w, rows.data_ptr());
+    put(w, orows.data_ptr());
+    launch_source(codegen::cuda_order_kernel(rows.dtype(), a.descending), w, blocks_for(rows.numel()),
+                  out.device().index);
+  });
+}
+
+}  // namespace kiln::jit::cuda_eager

@@ -1,0 +1,60 @@
+// jit/cuda_launch.cpp -- launching the CUDA backend's generated kernels (jit/cuda_eager.h):
+// their grids, at most 32 blocks per multiprocessor (the kernels loop over what is left), with
+// each device's multiprocessor count asked once; and the argument words of the hand-written
+// kernels.
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "codegen/cuda/emit.h"
+#include "jit/cuda_eager.h"
+#include "jit/kernels.h"
+#include "runtime/cuda_kernels.h"
+
+namespace kiln::jit::cuda_eager {
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = counts.find(device);
+  if (it == counts.end()) it = counts.emplace(device, std::max(1, cuda::multiprocessor_count(device))).first;
+  return it->second;
+}
+
+// Launches `source` (its one argument: the words `args`) with `blocks` blocks of kCudaBlock
+// threads, at most 32 per multiprocessor: the kernels loop over what is left.
+void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device) {
+  blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
+  CudaKernel k = cuda_kernel_for(source, device);
+  unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+  void* param = const_cast<uint64_t*>(args.data());
+  cuda::launch(k.fn, grid, block, codegen::kCudaSharedBytes, &param);
+}
+int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
+
+// The grid of a kernel of emit_cuda over `layout`: a block per kept index with a reduction,
+// else a thread per element, at most 32 blocks per multiprocessor (the kernels loop over what
+// is left); 0 for an empty domain.
+int64_t grid_for(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, int device) {
+  int64_t work = 1;
+  for (int d = 0; d < layout.rank; ++d)
+    if (!(layout.reduced >> d & 1)) work *= sizes[static_cast<size_t>(d)];
+  for (int64_t s : sizes)
+    if (s == 0) return 0;
+  return std::clamp<int64_t>(layout.reduced ? work : blocks_for(work), 1, int64_t{sm_count(device)} * 32);
+}
+
+// Launches a kernel of emit_cuda over `layout` with the argument words `args`.
+void launch(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, const std::string& source,
+            const std::vector<uint64_t>& args, int device) {
+  if (int64_t blocks = grid_for(layout, sizes, device)) launch_source(source, args, blocks, device);
+}
+
+void put(std::vector<uint64_t>& w, int64_t v) { w.push_back(static_cast<uint64_t>(v)); }
+void put(std::vector<uint64_t>& w, const void* p) { w.push_back(reinterpret_cast<uint64_t>(p)); }
+void put(std::vector<uint64_t>& w, const Dims& d) {
+  for (int64_t v : d) put(w, v);
+}
+
+}  // namespace kiln::jit::cuda_eager
