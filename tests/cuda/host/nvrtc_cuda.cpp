@@ -4,7 +4,8 @@
 // emulation_cuda.h included first, and for each `__global__ [__launch_bounds__(n)] void name(` an entry point
 // kiln_host_entry_name is appended; the "cubin" is the magic of abi_cuda.h, the size and the
 // shared object, which the host driver loads. kiln loads it instead of libnvrtc when
-// KILN_CUDA_NVRTC names it. Its version is 0.1, so kiln's disk cache never mixes its cubins
+// KILN_CUDA_NVRTC names it. Compiled kernels are kept (below, kept_kernel): the host compiler's
+// work was most of the CUDA suites' time, and it is the stand-in's, not kiln's. Its version is 0.1, so kiln's disk cache never mixes its cubins
 // with a real NVRTC's.
 #include <nvrtc.h>
 #include <sys/stat.h>
@@ -86,6 +87,10 @@ bool write_once(const std::string& path, const std::string& text) {
 // (same hash, newer times) would be refused. The copies are made once and never rewritten; each
 // .gch is built under a name of its own and renamed into place, so concurrent processes never
 // see half of one. The plain header when it cannot be made.
+// The folder of the precompiled header, keyed by the compiler, its flags and the headers; empty
+// where it could not be made.
+std::string keyed_dir;
+
 std::string header_to_include(const std::string& cxx, const std::vector<std::string>& flags) {
   static std::mutex mu;
   static std::string path;
@@ -101,13 +106,18 @@ std::string header_to_include(const std::string& cxx, const std::vector<std::str
   // removed) would name a header that is gone.
   std::string key = "layout 3\n" + cxx;
   for (const auto& [name, text] : headers) key += std::string("\n") + name + "\n" + text;
-  for (const std::string& f : flags) key += " " + f;
+  // The -I folders are left out: what they supply is in the key already (the headers' text), and
+  // a clone in another folder (CI's) then finds the kernels a developer's run kept.
+  for (const std::string& f : flags)
+    if (f.rfind("-I", 0) != 0) key += " " + f;
   const char* tmp = std::getenv("TMPDIR");
   std::string root = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-" + std::to_string(getuid());
   mkdir(root.c_str(), 0700);
   std::string dir = root + "/" + std::to_string(std::hash<std::string>{}(key));
   mkdir(dir.c_str(), 0700);
   mkdir((dir + "/runtime").c_str(), 0700);
+  mkdir((dir + "/kernels").c_str(), 0700);
+  keyed_dir = dir;
   std::string header = dir + "/emulation_cuda.h", gch = header + ".gch";
   if (access(gch.c_str(), R_OK) == 0) return path = header;
   for (const auto& [name, text] : headers)
@@ -125,6 +135,25 @@ std::string header_to_include(const std::string& cxx, const std::vector<std::str
   unlink((t + ".log").c_str());
   if (built || access(gch.c_str(), R_OK) == 0) path = header;
   return path;
+}
+
+// Kernels compiled before, by this compiler with these flags and headers (keyed_dir), kept under
+// a hash of their source: a CUDA suite compiles the same kernels in many processes (each test
+// is one), the sanitizer suite again, and CI again on the same sources. kiln's side runs as
+// ever (its NVRTC calls, its own kernel cache, emptied for each suite, and module loading);
+// only the host compiler's output is reused. A kept kernel is used only when the source kept
+// beside it is the same text; the shared object is linked into place first, the source last,
+// so a reader never finds half of one. KILN_HOST_NVRTC_KEEP=0 compiles every time.
+std::string kept_path(const std::string& source) {
+  const char* keep = std::getenv("KILN_HOST_NVRTC_KEEP");
+  if (keyed_dir.empty() || (keep && std::string(keep) == "0")) return "";
+  return keyed_dir + "/kernels/" + std::to_string(std::hash<std::string>{}(source));
+}
+
+bool kept_kernel(const std::string& kept, const std::string& source, std::string& so) {
+  if (kept.empty() || access((kept + ".cpp").c_str(), R_OK) != 0 || read_file(kept + ".cpp") != source) return false;
+  so = read_file(kept + ".so");
+  return !so.empty();
 }
 
 }  // namespace
@@ -170,6 +199,23 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   for (const std::string& k : kernels)
     source += "extern \"C\" void kiln_host_entry_" + k + "(const KilnHostLaunch* l, void** p) { kiln_host::entry(" + k +
               ", l, p); }\n";
+  const char* env_cxx = std::getenv("KILN_HOST_CUDA_CXX");
+  std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
+  std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR,
+                                    "-I" KILN_SOURCE_DIR};
+  std::string header = header_to_include(cxx, flags);
+  std::string kept = kept_path(source), so;
+  auto set_cubin = [&] {
+    uint64_t size = so.size();
+    prog->cubin.assign(KILN_HOST_CUBIN_MAGIC, KILN_HOST_CUBIN_MAGIC_SIZE);
+    prog->cubin.append(reinterpret_cast<const char*>(&size), sizeof size);
+    prog->cubin += so;
+  };
+  if (kept_kernel(kept, source, so)) {
+    prog->log.clear();
+    set_cubin();
+    return NVRTC_SUCCESS;
+  }
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-nvrtc-XXXXXX";
   std::vector<char> dir(pattern.begin(), pattern.end());
@@ -181,23 +227,17 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::string d = dir.data();
   std::string src_path = d + "/kernel.cpp", so_path = d + "/kernel.so", log_path = d + "/log.txt";
   std::ofstream(src_path) << source;
-  const char* env_cxx = std::getenv("KILN_HOST_CUDA_CXX");
-  std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
-  std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR,
-                                    "-I" KILN_SOURCE_DIR};
   std::vector<std::string> argv = {cxx};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  for (const std::string& a : {std::string("-shared"), std::string("-include"), header_to_include(cxx, flags),
+  for (const std::string& a : {std::string("-shared"), std::string("-include"), header,
                                std::string("-x"), std::string("c++"), src_path, std::string("-o"), so_path})
     argv.push_back(a);
   int status = run(argv, log_path);
   prog->log = read_file(log_path);
   if (status == 0) {
-    std::string so = read_file(so_path);
-    uint64_t size = so.size();
-    prog->cubin.assign(KILN_HOST_CUBIN_MAGIC, KILN_HOST_CUBIN_MAGIC_SIZE);
-    prog->cubin.append(reinterpret_cast<const char*>(&size), sizeof size);
-    prog->cubin += so;
+    so = read_file(so_path);
+    set_cubin();
+    if (!kept.empty() && !so.empty() && write_once(kept + ".so", so)) write_once(kept + ".cpp", source);
   }
   for (const std::string& f : {src_path, so_path, log_path}) unlink(f.c_str());
   rmdir(d.c_str());
