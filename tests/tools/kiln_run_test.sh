@@ -19,7 +19,9 @@ out="$("$RUN" -n 2 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port
 check "a second machine's ranks" [ "$out" = $'2/4 10.0.0.1:29999\n3/4 10.0.0.1:29999' ]
 
 start=$SECONDS
-"$RUN" -n 2 sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60' 2>"${TMPDIR:-/tmp}/kiln_run_err.$$"
+# exec: the rank is the sleep itself. kiln-run stops its ranks, not their children: a `sleep`
+# left behind by a stopped shell held ctest's output pipe, and the test, open for 60 s.
+"$RUN" -n 2 sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; exec sleep 60' 2>"${TMPDIR:-/tmp}/kiln_run_err.$$"
 rc=$?
 check "a failed rank's status" [ "$rc" = 3 ]
 check "the others are stopped, not waited for" [ $((SECONDS - start)) -lt 20 ]
