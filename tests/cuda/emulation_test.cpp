@@ -133,6 +133,30 @@ extern "C" __global__ void divergent(float* out) {
   EXPECT_DEATH(run(), "deadlocked");
 }
 
+// A module whose text names no barrier runs its threads one after another on one fiber
+// (abi_cuda.h); a barrier it reaches anyway, through a name pasted together, is not run wrong.
+TEST(HostCuda, ABarrierTheModulesTextDoesNotNameEndsTheProcess) {
+  REQUIRE_HOST_CUDA();
+  const char* src = R"(
+#define KILN_PASTE(a, b) a##b
+extern "C" __global__ void hidden(float* out) {
+  KILN_PASTE(__sync, threads)();
+  out[threadIdx.x] = 1;
+}
+)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto run = [&] {
+    Tensor out = empty({32}, f32, cuda::device(0));
+    cuda::DeviceFunction f = load(src, "hidden");
+    void* a = out.data_ptr();
+    void* args[] = {&a};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    cuda::launch(f, grid, block, 0, args);
+    cuda::synchronize();
+  };
+  EXPECT_DEATH(run(), "does not name");
+}
+
 // The toolkit's NVRTC compiles the same CUDA C for the architectures kiln supports.
 TEST(Nvrtc, CompilesTheEmulationKernelsForSm80AndSm90) {
   if (on_host_cuda()) GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";

@@ -3,6 +3,8 @@
 // driver calls to run a whole grid.
 #pragma once
 
+#include <ucontext.h>
+
 #include <cstddef>
 
 #define KILN_HOST_CUBIN_MAGIC "KILNHOST"
@@ -23,7 +25,19 @@ struct KilnHostLaunch {
   // its tracer crashes at exit.
   char* const* stacks;
   unsigned char* shared;
+  // The C library's swapcontext, found past a sanitizer's interceptor (driver_cuda.cpp), for
+  // each fiber's first entry (emulation_cuda.h): ASan's clears the shadow of the whole stack it
+  // switches to, twice per switch. Nothing instrumented runs on the kernels' stacks (the modules
+  // are built without sanitizers), so there is no shadow to clear.
+  int (*swap)(ucontext_t* from, const ucontext_t* to);
 };
+
+/// The calls by which a thread of the emulation (emulation_cuda.h) waits for others. A module
+/// whose text names none of them runs each block's threads one after another, on one fiber:
+/// the fiber scheduler would run them in that order anyway, and its two context switches per
+/// thread were most of the host CUDA's time (ASan clears a fiber's stack shadow on each). A
+/// barrier reached by a module that names none ends the process with a message.
+inline constexpr const char* kKilnHostBarrierCalls[] = {"__syncthreads", "__syncwarp", "__shfl"};
 
 /// A kernel `name` of a host cubin is the symbol kiln_host_entry_<name>: it runs every block
 /// of the grid, each block's threads as fibers, with the kernel's arguments at params[i] as

@@ -47,6 +47,18 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
+// The C library's own swapcontext (abi_cuda.h, KilnHostLaunch::swap): looked up in libc.so.6,
+// not by name in the process, where a sanitizer's interceptor comes first.
+using SwapContext = int (*)(ucontext_t*, const ucontext_t*);
+SwapContext libc_swapcontext() {
+  static const SwapContext swap = [] {
+    void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    void* f = libc ? dlsym(libc, "swapcontext") : nullptr;
+    return f ? reinterpret_cast<SwapContext>(f) : &swapcontext;
+  }();
+  return swap;
+}
+
 struct Event {
   std::mutex mu;
   const void* captured_in = nullptr;  // the graph its last recording went into, if any
@@ -137,6 +149,7 @@ struct Stream {
     if (shared.size() < l.shared_bytes + 16) shared.resize(l.shared_bytes + 16);
     l.stacks = stacks.data();
     l.shared = shared.data();
+    l.swap = libc_swapcontext();
   }
   void run() {
     t_worker = this;
@@ -606,7 +619,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
     return CUDA_ERROR_INVALID_VALUE;
   auto* fn = reinterpret_cast<Function*>(f);
-  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr};
+  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr, nullptr};
   // Each argument is copied at its size, which the kernel's entry reports (params == nullptr).
   std::vector<size_t> sizes(64);
   void* query[2] = {sizes.data(), nullptr};

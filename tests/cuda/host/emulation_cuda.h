@@ -44,10 +44,24 @@ enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
 
 struct Block;
 
+// Switching: a fiber is entered the first time with the C library's swapcontext (the one way
+// onto a new stack without assembly), and from then on, both ways, with __builtin_setjmp and
+// __builtin_longjmp, which keep no signal mask: swapcontext's two system calls per switch were
+// most of the host CUDA's time. The builtins save the frame and stack pointers and a resume
+// address; the function around each __builtin_setjmp saves every callee-saved register.
+// __builtin_longjmp may not be called from the function that holds its __builtin_setjmp, hence
+// jump_to.
+using JumpBuffer = void* [5];
+
+[[noreturn]] __attribute__((noinline)) inline void jump_to(JumpBuffer& to) { __builtin_longjmp(to, 1); }
+
 // A thread of the block: it lives at the low end of its own stack (abi_cuda.h), so the code
-// running on that stack finds it from the stack pointer, with no thread_local.
+// running on that stack finds it from the stack pointer, with no thread_local. A fiber runs its
+// thread of each block of the launch in turn.
 struct Fiber {
-  ucontext_t context;
+  ucontext_t context;  // its first entry
+  JumpBuffer resume;   // where it waits, once started
+  bool started = false;
   dim3 thread_idx;
   unsigned linear = 0;
   State state = State::Runnable;
@@ -57,8 +71,12 @@ struct Fiber {
 struct Block {
   dim3 block_idx, block_dim, grid_dim;
   unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
   unsigned long long warp_slots[32][32];  // a value per lane, per warp, for shuffles
-  ucontext_t scheduler;
+  ucontext_t scheduler;                   // left by the first entry of each fiber, never resumed
+  JumpBuffer scheduler_resume;            // where the scheduler waits while a fiber runs
+  int (*swap)(ucontext_t*, const ucontext_t*) = nullptr;  // KilnHostLaunch::swap
+  bool straight = false;  // the module has no barrier: threads run one after another (run_grid)
   void (*body)(void*) = nullptr;
   void* body_arg = nullptr;
 };
@@ -72,40 +90,46 @@ inline Fiber& fiber() {
 }
 inline Block& block() { return *fiber().block; }
 
-inline void yield_to_scheduler(State s) {
+// On a fiber: waits in state s until the scheduler resumes it.
+__attribute__((noinline)) inline void yield_to_scheduler(State s) {
   Fiber& f = fiber();
+  if (f.block->straight) {
+    std::fprintf(stderr, "host CUDA: a kernel reached a barrier its module's text does not name "
+                         "(abi_cuda.h, kKilnHostBarrierCalls)\n");
+    std::abort();
+  }
   f.state = s;
-  swapcontext(&f.context, &f.block->scheduler);
+  if (__builtin_setjmp(f.resume) == 0) jump_to(f.block->scheduler_resume);
 }
 
+// A fiber's life: its thread of each block, parked as done between blocks. Never returns: the
+// fibers of a launch are abandoned where they wait when its last block is done.
 inline void trampoline() {
-  Fiber& f = fiber();
-  f.block->body(f.block->body_arg);
-  f.state = State::Done;  // uc_link returns to the scheduler
+  for (;;) {
+    Fiber& f = fiber();
+    f.block->body(f.block->body_arg);
+    yield_to_scheduler(State::Done);
+  }
+}
+
+// On the scheduler: runs fiber f until it waits or its thread is done.
+__attribute__((noinline)) inline void resume(Block& b, Fiber& f) {
+  if (__builtin_setjmp(b.scheduler_resume) != 0) return;
+  if (!f.started) {
+    f.started = true;
+    b.swap(&b.scheduler, &f.context);
+  }
+  jump_to(f.resume);
 }
 
 // Runs one block: every thread as a fiber, released from barriers when all that can reach
 // them have.
-inline void run_block(Block& b, Fiber* const* fibers, char* const* stacks, unsigned threads) {
-  for (unsigned i = 0; i < threads; ++i) {
-    Fiber& f = *fibers[i];
-    f.block = &b;
-    f.linear = i;
-    f.thread_idx.x = i % b.block_dim.x;
-    f.thread_idx.y = (i / b.block_dim.x) % b.block_dim.y;
-    f.thread_idx.z = i / (b.block_dim.x * b.block_dim.y);
-    f.state = State::Runnable;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = stacks[i] + kFiberBytes;
-    f.context.uc_stack.ss_size = KILN_HOST_STACK_BYTES - kFiberBytes;
-    f.context.uc_link = &b.scheduler;
-    makecontext(&f.context, trampoline, 0);
-  }
+inline void run_block(Block& b, Fiber* const* fibers, unsigned threads) {
+  for (unsigned i = 0; i < threads; ++i) fibers[i]->state = State::Runnable;
   for (;;) {
     for (unsigned i = 0; i < threads; ++i) {
       Fiber& f = *fibers[i];
-      if (f.state != State::Runnable) continue;
-      swapcontext(&b.scheduler, &f.context);
+      if (f.state == State::Runnable) resume(b, f);
     }
     bool all_done = true, released = false;
     bool block_ready = true;  // every live thread waits at __syncthreads
@@ -136,23 +160,61 @@ inline void run_block(Block& b, Fiber* const* fibers, char* const* stacks, unsig
   }
 }
 
-// Runs every block of a launch; `body` runs the kernel for the current thread.
-inline void run_grid(const KilnHostLaunch& l, void (*body)(void*), void* arg) {
+// Runs the whole grid on the first thread's fiber, thread after thread: what run_block does
+// when no thread ever waits, with one switch per launch.
+inline void run_straight() {
+  Fiber& f = fiber();
+  Block& b = *f.block;
+  const unsigned threads = b.block_dim.x * b.block_dim.y * b.block_dim.z;
+  for (unsigned z = 0; z < b.grid_dim.z; ++z)
+    for (unsigned y = 0; y < b.grid_dim.y; ++y)
+      for (unsigned x = 0; x < b.grid_dim.x; ++x) {
+        std::memset(b.shared, 0xa5, b.shared_bytes + 16);
+        b.block_idx = dim3{x, y, z};
+        for (unsigned i = 0; i < threads; ++i) {
+          f.linear = i;
+          f.thread_idx = dim3{i % b.block_dim.x, (i / b.block_dim.x) % b.block_dim.y, i / (b.block_dim.x * b.block_dim.y)};
+          b.body(b.body_arg);
+        }
+      }
+  jump_to(b.scheduler_resume);
+}
+
+// Runs every block of a launch; `body` runs the kernel for the current thread. `barriers`:
+// whether the kernel's module names one (abi_cuda.h); without, no thread can wait for another.
+inline void run_grid(const KilnHostLaunch& l, bool barriers, void (*body)(void*), void* arg) {
   Block b;
   b.grid_dim = dim3{l.grid[0], l.grid[1], l.grid[2]};
   b.block_dim = dim3{l.block[0], l.block[1], l.block[2]};
   b.body = body;
   b.body_arg = arg;
   b.shared = l.shared;
-  unsigned threads = l.block[0] * l.block[1] * l.block[2];
+  b.shared_bytes = l.shared_bytes;
+  b.swap = l.swap;
+  b.straight = !barriers;
+  const unsigned threads = b.straight ? 1 : l.block[0] * l.block[1] * l.block[2];
   std::vector<Fiber*> fibers(threads);
-  for (unsigned i = 0; i < threads; ++i) fibers[i] = new (l.stacks[i]) Fiber;
+  for (unsigned i = 0; i < threads; ++i) {
+    Fiber& f = *(fibers[i] = new (l.stacks[i]) Fiber);
+    f.block = &b;
+    f.linear = i;
+    f.thread_idx = dim3{i % b.block_dim.x, (i / b.block_dim.x) % b.block_dim.y, i / (b.block_dim.x * b.block_dim.y)};
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = l.stacks[i] + kFiberBytes;
+    f.context.uc_stack.ss_size = KILN_HOST_STACK_BYTES - kFiberBytes;
+    f.context.uc_link = nullptr;  // neither entry point returns
+    makecontext(&f.context, b.straight ? run_straight : trampoline, 0);
+  }
+  if (b.straight) {
+    resume(b, *fibers[0]);
+    return;
+  }
   for (unsigned z = 0; z < l.grid[2]; ++z)
     for (unsigned y = 0; y < l.grid[1]; ++y)
       for (unsigned x = 0; x < l.grid[0]; ++x) {
         std::memset(l.shared, 0xa5, l.shared_bytes + 16);
         b.block_idx = dim3{x, y, z};
-        run_block(b, fibers.data(), l.stacks, threads);
+        run_block(b, fibers.data(), threads);
       }
 }
 
@@ -163,7 +225,7 @@ void call(void (*f)(A...), void** p, std::index_sequence<I...>) {
 
 // A kernel's entry: runs its grid, or describes its parameters (abi_cuda.h).
 template <typename... A>
-void entry(void (*f)(A...), const KilnHostLaunch* l, void** p) {
+void entry(void (*f)(A...), bool barriers, const KilnHostLaunch* l, void** p) {
   if (!l) {
     size_t sizes[] = {sizeof(A)..., 0};
     std::memcpy(p[0], sizes, sizeof...(A) * sizeof(size_t));
@@ -174,7 +236,7 @@ void entry(void (*f)(A...), const KilnHostLaunch* l, void** p) {
     void (*f)(A...);
     void** p;
   } c{f, p};
-  run_grid(*l, [](void* arg) {
+  run_grid(*l, barriers, [](void* arg) {
     auto* c = static_cast<Closure*>(arg);
     call(c->f, c->p, std::index_sequence_for<A...>{});
   }, &c);

@@ -195,10 +195,12 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::regex global(R"(__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)\s*\()");
   for (auto it = std::sregex_iterator(source.begin(), source.end(), global); it != std::sregex_iterator(); ++it)
     kernels.insert((*it)[1]);
+  bool barriers = false;
+  for (const char* call : kKilnHostBarrierCalls) barriers = barriers || source.find(call) != std::string::npos;
   source += "\n// entry points for the host driver (tests/cuda/host/abi_cuda.h)\n";
   for (const std::string& k : kernels)
     source += "extern \"C\" void kiln_host_entry_" + k + "(const KilnHostLaunch* l, void** p) { kiln_host::entry(" + k +
-              ", l, p); }\n";
+              (barriers ? ", true" : ", false") + ", l, p); }\n";
   const char* env_cxx = std::getenv("KILN_HOST_CUDA_CXX");
   std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
   std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR,
