@@ -30,7 +30,7 @@ void model_step(benchmark::State& s, const std::string& name, bool traced) {
   bench::count_flops(s, flops);
 }
 
-[[maybe_unused]] const bool registered = [] {
+[[maybe_unused]] const bool models_registered = [] {
   for (const std::string& name : examples::model_names())
     for (bool traced : {false, true})
       benchmark::RegisterBenchmark((bench::model_case(name) + (traced ? "/jit" : "/kiln")).c_str(),

@@ -70,7 +70,7 @@ void mlp_step(benchmark::State& s, Mode mode, int64_t batch) {
   bench::count_flops(s, bench::mlp_step_flops(batch));
 }
 
-void digits_step(benchmark::State& s, Mode mode) {
+void compiled_digits_step(benchmark::State& s, Mode mode) {
   manual_seed(0);
   bench::DigitsNet net;
   optim::Adam opt(net.parameters(), 3e-3);
@@ -98,10 +98,11 @@ bool register_steps() {
   const Mode all[] = {Mode::Eager, Mode::Compiled, Mode::Traced};
   for (int64_t batch : {64, 256})
     for (Mode m : all) add(bench::mlp_step_name(batch), m, [batch](benchmark::State& s, Mode m) { mlp_step(s, m, batch); });
-  for (Mode m : {Mode::Compiled, Mode::Traced}) add(bench::kDigitsName, m, digits_step);  // eager: train_bench.cpp
+  // eager: train_bench.cpp
+  for (Mode m : {Mode::Compiled, Mode::Traced}) add(bench::kDigitsName, m, compiled_digits_step);
   for (Mode m : all) add(bench::kEncoderName, m, encoder_step)->MinTime(1.0);
   return true;
 }
-[[maybe_unused]] const bool registered = register_steps();
+[[maybe_unused]] const bool steps_registered = register_steps();
 
 }  // namespace

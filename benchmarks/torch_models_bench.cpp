@@ -110,7 +110,7 @@ void model_step(benchmark::State& s, const std::string& name) {
   bench::count_flops(s, flops);
 }
 
-[[maybe_unused]] const bool registered = [] {
+[[maybe_unused]] const bool torch_models_registered = [] {
   for (const std::string& name : ex::model_names())
     benchmark::RegisterBenchmark((bench::model_case(name) + "/torch").c_str(),
                                  [name](benchmark::State& s) { model_step(s, name); })

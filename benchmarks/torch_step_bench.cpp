@@ -72,7 +72,7 @@ void encoder_step(benchmark::State& s) {
   for (auto _ : s) benchmark::DoNotOptimize(step());
 }
 
-[[maybe_unused]] const bool registered = [] {
+[[maybe_unused]] const bool torch_steps_registered = [] {
   benchmark::RegisterBenchmark((bench::kEncoderName + "/torch").c_str(), encoder_step)->UseRealTime()->MinTime(1.0);
   return true;
 }();

@@ -27,7 +27,7 @@ std::vector<torch::Tensor> grads(const torch::Tensor& y, const std::vector<torch
   return torch::autograd::grad({y}, wrt, {g}, /*retain_graph=*/true);
 }
 
-void matmul_case(benchmark::State& s, int which) {  // 0: forward, 1: d input, 2: d weight
+void torch_matmul_case(benchmark::State& s, int which) {  // 0: forward, 1: d input, 2: d weight
   bench::SameThreads threads;
   auto x = torch::randn({bench::kMmBatch, bench::kMmRows, bench::kMmIn});
   auto w = torch::randn({bench::kMmIn, bench::kMmOut});
@@ -43,7 +43,7 @@ void matmul_case(benchmark::State& s, int which) {  // 0: forward, 1: d input, 2
   bench::count_flops(s, bench::kMmFlops);
 }
 
-void conv_case(benchmark::State& s, bench::ConvCase c, bool backward) {
+void torch_conv_case(benchmark::State& s, bench::ConvCase c, bool backward) {
   bench::SameThreads threads;
   auto x = torch::randn({c.n, c.c, c.hw, c.hw}), w = torch::randn({c.c, c.c / c.groups(), 3, 3}) * 0.05f;
   auto conv = [&] { return torch::conv2d(x, w, {}, 1, 1, 1, c.groups()); };
@@ -59,7 +59,7 @@ void conv_case(benchmark::State& s, bench::ConvCase c, bool backward) {
   bench::count_flops(s, c.flops(backward));
 }
 
-void pool_case(benchmark::State& s, bench::PoolCase p, bool backward) {
+void torch_pool_case(benchmark::State& s, bench::PoolCase p, bool backward) {
   bench::SameThreads threads;
   auto x = torch::randn({p.n, p.c, p.hw, p.hw});
   auto pool = [&] { return torch::max_pool2d(x, {p.k, p.k}, {p.stride, p.stride}, {p.pad, p.pad}); };
@@ -74,7 +74,7 @@ void pool_case(benchmark::State& s, bench::PoolCase p, bool backward) {
   bench::count_bytes(s, p.bytes());
 }
 
-void embedding_backward(benchmark::State& s) {
+void torch_embedding_backward(benchmark::State& s) {
   bench::SameThreads threads;
   auto w = torch::randn({bench::kVocab, bench::kEmbedDim}, torch::requires_grad());
   auto idx = torch::randint(0, bench::kVocab, {bench::kTokens}, torch::kLong);
@@ -83,7 +83,7 @@ void embedding_backward(benchmark::State& s) {
   bench::count_bytes(s, bench::kEmbedBytes);
 }
 
-void sum_16m(benchmark::State& s) {
+void torch_sum_16m(benchmark::State& s) {
   bench::SameThreads threads;
   torch::NoGradGuard no_grad;
   auto a = torch::randn({bench::kSumN});
@@ -108,7 +108,7 @@ struct DigitsNet : torch::nn::Module {
   }
 };
 
-void digits_step(benchmark::State& s) {
+void torch_digits_step(benchmark::State& s) {
   bench::SameThreads threads;
   torch::manual_seed(0);
   DigitsNet net;
@@ -137,7 +137,7 @@ struct BasicBlock : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) { return torch::relu(conv2(torch::relu(conv1(x))) + x); }
 };
 
-void block_step(benchmark::State& s) {
+void torch_block_step(benchmark::State& s) {
   bench::SameThreads threads;
   torch::manual_seed(0);
   BasicBlock block;
@@ -155,7 +155,8 @@ void block_step(benchmark::State& s) {
   bench::count_flops(s, bench::block_step_flops());
 }
 
-[[maybe_unused]] const bool registered = bench::register_train_cases(
-    "torch", {matmul_case, conv_case, pool_case, embedding_backward, sum_16m, digits_step, block_step});
+[[maybe_unused]] const bool torch_train_registered = bench::register_train_cases(
+    "torch", {torch_matmul_case, torch_conv_case, torch_pool_case, torch_embedding_backward, torch_sum_16m,
+              torch_digits_step, torch_block_step});
 
 }  // namespace

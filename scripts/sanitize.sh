@@ -31,8 +31,11 @@ ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:al
   -E '^(install_and_build_downstream|kiln_op_tests_isa_.*)$'
 
 # ---- ThreadSanitizer: the tests that run threads -------------------------------------------
+# Built file by file (KILN_UNITY_BUILD=OFF, cmake/unity.cmake): the one tree where each library
+# file compiles with its own includes alone.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DKILN_SANITIZE=thread -DKILN_WERROR=ON -DKILN_CUDA=OFF \
+  -DKILN_UNITY_BUILD=OFF \
   -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null
 stage "tsan build" ninja -C build-tsan -j "$jobs" kiln_tsan_tests  # those tests alone (tests/CMakeLists.txt)
 rm -rf build-tsan/kernel-cache

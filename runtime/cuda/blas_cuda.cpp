@@ -36,7 +36,7 @@ struct Cublas {
   std::string reason;
 };
 
-Cublas load() {
+Cublas load_cublas() {
   Cublas c;
   void* lib = open_library("KILN_CUDA_CUBLAS", {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
                           "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so.12"}, "cuBLAS", &c.reason);
@@ -50,7 +50,7 @@ Cublas load() {
 }
 
 const Cublas& cublas() {
-  static const Cublas c = load();
+  static const Cublas c = load_cublas();
   return c;
 }
 
@@ -58,7 +58,7 @@ void check_blas(cublasStatus_t s, const char* call) {
   KILN_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuda: {} failed with cuBLAS status {}", call, static_cast<int>(s));
 }
 
-cublasHandle_t handle(int device) {
+cublasHandle_t cublas_handle(int device) {
   thread_local std::map<int, cublasHandle_t> handles;  // per thread: never shared
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
@@ -75,7 +75,7 @@ cublasHandle_t handle(int device) {
   return handles[device] = h;
 }
 
-int fits(int64_t v, const char* what) {
+int fits_cublas(int64_t v, const char* what) {
   KILN_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "matmul: {} {} is beyond what cuBLAS takes", what, v);
   return static_cast<int>(v);
 }
@@ -90,12 +90,13 @@ void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m
   bind(device, "matmul");
   GemmTypes t;
   KILN_CHECK(gemm_types(dtype, &t), "matmul: cuBLAS takes float dtypes, not {}", dtype_name(dtype));
-  cublasHandle_t h = handle(device);
+  cublasHandle_t h = cublas_handle(device);
   check_blas(blas.set_stream(h, reinterpret_cast<cudaStream_t>(current(device))), "cublasSetStream");
   check_blas(blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       fits(m, "m"), fits(n, "n"), fits(k, "k"), t.alpha(), a, t.type, fits(lda, "lda"), stride_a, b,
-                       t.type, fits(ldb, "ldb"), stride_b, t.beta(), c, t.type, fits(ldc, "ldc"), stride_c,
-                       fits(batch, "batch"), t.compute, CUBLAS_GEMM_DEFAULT),
+                       fits_cublas(m, "m"), fits_cublas(n, "n"), fits_cublas(k, "k"), t.alpha(), a, t.type,
+                       fits_cublas(lda, "lda"), stride_a, b, t.type, fits_cublas(ldb, "ldb"), stride_b, t.beta(), c,
+                       t.type, fits_cublas(ldc, "ldc"), stride_c, fits_cublas(batch, "batch"), t.compute,
+                       CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
 

@@ -37,7 +37,7 @@ struct CublasLt {
   std::string reason;
 };
 
-CublasLt load() {
+CublasLt load_cublaslt() {
   CublasLt c;
   void* lib = open_library("KILN_CUDA_CUBLASLT", {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13",
                           "libcublasLt.so.12", "/usr/local/cuda/lib64/libcublasLt.so.12"}, "cuBLASLt", &c.reason);
@@ -54,7 +54,7 @@ CublasLt load() {
 }
 
 const CublasLt& lt() {
-  static const CublasLt c = load();
+  static const CublasLt c = load_cublaslt();
   return c;
 }
 
@@ -64,7 +64,7 @@ void check_lt(cublasStatus_t s, const char* call) {
   KILN_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuda: {} failed with cuBLAS status {}", call, static_cast<int>(s));
 }
 
-cublasLtHandle_t handle(int device) {
+cublasLtHandle_t cublaslt_handle(int device) {
   thread_local std::map<int, cublasLtHandle_t> handles;
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
@@ -138,7 +138,7 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
            "cublasLtMatmulPreferenceSetAttribute");
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  cublasLtHandle_t h = handle(device);
+  cublasLtHandle_t h = cublaslt_handle(device);
   cublasStatus_t s = l.cublasLtMatmulAlgoGetHeuristic(h, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &best, &found);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0 || best.state != CUBLAS_STATUS_SUCCESS)
     return decline(fmt::format("cuBLASLt has no algorithm for this epilogue ({} {}x{}x{}, status {})",

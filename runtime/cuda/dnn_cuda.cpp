@@ -51,7 +51,7 @@ struct Cudnn {
   std::string reason;
 };
 
-Cudnn load() {
+Cudnn load_cudnn() {
   Cudnn c;
   void* lib = open_library("KILN_CUDA_CUDNN", {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, "cuDNN 9",
                            &c.reason);
@@ -68,7 +68,7 @@ Cudnn load() {
 }
 
 const Cudnn& cudnn() {
-  static const Cudnn c = load();
+  static const Cudnn c = load_cudnn();
   return c;
 }
 
@@ -78,7 +78,7 @@ void check_dnn(cudnnStatus_t s, const char* call, const std::string& what) {
                           s == CUDNN_STATUS_NOT_SUPPORTED ? "a configuration cuDNN does not support" : "an error"));
 }
 
-cudnnHandle_t handle(int device) {
+cudnnHandle_t cudnn_handle(int device) {
   thread_local std::map<int, cudnnHandle_t> handles;
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
@@ -103,7 +103,7 @@ cudnnDataType_t data_type(DType t) {
   }
 }
 
-int fits(int64_t v, const char* op) {
+int fits_cudnn(int64_t v, const char* op) {
   KILN_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "{}: size {} is beyond what cuDNN takes", op, v);
   return static_cast<int>(v);
 }
@@ -126,23 +126,24 @@ struct Conv {
     check_dnn(d.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor", op);
     for (auto [desc, t4] : {std::pair{x, &xt}, std::pair{y, &yt}}) {
       const Dims &s = t4->shape(), &st = t4->strides();
-      check_dnn(d.cudnnSetTensor4dDescriptorEx(desc, t, fits(s[0], name), fits(s[1], name), fits(s[2], name),
-                                               fits(s[3], name), fits(std::max<int64_t>(st[0], 1), name),
-                                               fits(std::max<int64_t>(st[1], 1), name),
-                                               fits(std::max<int64_t>(st[2], 1), name),
-                                               fits(std::max<int64_t>(st[3], 1), name)),
+      check_dnn(d.cudnnSetTensor4dDescriptorEx(desc, t, fits_cudnn(s[0], name), fits_cudnn(s[1], name),
+                                               fits_cudnn(s[2], name), fits_cudnn(s[3], name), fits_cudnn(std::max<int64_t>(st[0], 1), name),
+                                               fits_cudnn(std::max<int64_t>(st[1], 1), name),
+                                               fits_cudnn(std::max<int64_t>(st[2], 1), name),
+                                               fits_cudnn(std::max<int64_t>(st[3], 1), name)),
                 "cudnnSetTensor4dDescriptorEx", op);
     }
-    check_dnn(d.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, fits(w_shape[0], name), fits(w_shape[1], name),
-                                           fits(w_shape[2], name), fits(w_shape[3], name)),
+    check_dnn(d.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, fits_cudnn(w_shape[0], name),
+                                           fits_cudnn(w_shape[1], name), fits_cudnn(w_shape[2], name),
+                                           fits_cudnn(w_shape[3], name)),
               "cudnnSetFilter4dDescriptor", op);
     cudnnDataType_t compute = xt.dtype() == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    check_dnn(d.cudnnSetConvolution2dDescriptor(conv, fits(a.padding[0], name), fits(a.padding[1], name),
-                                                fits(a.stride[0], name), fits(a.stride[1], name),
-                                                fits(a.dilation[0], name), fits(a.dilation[1], name),
+    check_dnn(d.cudnnSetConvolution2dDescriptor(conv, fits_cudnn(a.padding[0], name), fits_cudnn(a.padding[1], name),
+                                                fits_cudnn(a.stride[0], name), fits_cudnn(a.stride[1], name),
+                                                fits_cudnn(a.dilation[0], name), fits_cudnn(a.dilation[1], name),
                                                 CUDNN_CROSS_CORRELATION, compute),
               "cudnnSetConvolution2dDescriptor", op);
-    check_dnn(d.cudnnSetConvolutionGroupCount(conv, fits(a.groups, name)), "cudnnSetConvolutionGroupCount", op);
+    check_dnn(d.cudnnSetConvolutionGroupCount(conv, fits_cudnn(a.groups, name)), "cudnnSetConvolutionGroupCount", op);
     cudnnMathType_t math = xt.dtype() == DType::F32 ? (allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)
                                                     : CUDNN_TENSOR_OP_MATH;
     if (xt.dtype() == DType::F64) math = CUDNN_DEFAULT_MATH;
@@ -179,8 +180,8 @@ std::optional<Perf> first_working(const std::vector<Perf>& perf, int count) {
 
 void prepare(int device) {
   bind(device, "conv2d");
-  check_dnn(cudnn().cudnnSetStream(handle(device), reinterpret_cast<cudaStream_t>(current(device))), "cudnnSetStream",
-            "conv2d");
+  check_dnn(cudnn().cudnnSetStream(cudnn_handle(device), reinterpret_cast<cudaStream_t>(current(device))),
+            "cudnnSetStream", "conv2d");
 }
 
 // Which of a convolution's three tensors (cuDNN's x, w, y) a call writes: conv2d writes y from x
@@ -215,7 +216,7 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
   Device device = t[written(p)].device();
   Conv c(op.c_str(), x, w.shape(), y, a);
   prepare(device.index);
-  cudnnHandle_t h = handle(device.index);
+  cudnnHandle_t h = cudnn_handle(device.index);
   const Cudnn& d = c.d;
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;

@@ -28,7 +28,7 @@ void* symbol(void* lib, const char* versioned, const char* plain) {
   return p ? p : dlsym(lib, plain);
 }
 
-Loaded load() {
+Loaded load_driver() {
   Loaded l;
   const char* env = std::getenv("KILN_CUDA_DRIVER");
   std::string path = env && *env ? env : "libcuda.so.1";
@@ -65,7 +65,7 @@ Loaded load() {
 }
 
 const Loaded& loaded() {
-  static const Loaded l = load();  // never unloaded: kernels and memory outlive statics
+  static const Loaded l = load_driver();  // never unloaded: kernels and memory outlive statics
   return l;
 }
 

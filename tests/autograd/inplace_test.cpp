@@ -14,7 +14,7 @@ using kiln::test::expect_error;
 
 namespace {
 
-Tensor leaf(const std::vector<double>& v) {
+Tensor leaf_1d(const std::vector<double>& v) {
   Tensor t = from_vector(v);
   t.requires_grad_();
   return t;
@@ -114,7 +114,7 @@ TEST(InPlace, InPlaceOpsBumpTheVersion) {
 }
 
 TEST(InPlace, ModifyingASavedOutputMakesBackwardThrow) {
-  Tensor x = leaf({0.5, 1});
+  Tensor x = leaf_1d({0.5, 1});
   Tensor y = x.exp();  // exp saves its output
   y.add_(1);           // recorded (y has history), but the saved output is now stale
   expect_close(y, {std::exp(0.5) + 1, std::exp(1.0) + 1}, 1e-12);
@@ -122,7 +122,7 @@ TEST(InPlace, ModifyingASavedOutputMakesBackwardThrow) {
 }
 
 TEST(InPlace, ModifyingASavedInputUnderNoGradMakesBackwardThrow) {
-  Tensor a = leaf({1, 2});
+  Tensor a = leaf_1d({1, 2});
   Tensor b = from_vector<double>({3, 4});
   Tensor z = a * b;  // d/da reads b
   {
@@ -130,7 +130,7 @@ TEST(InPlace, ModifyingASavedInputUnderNoGradMakesBackwardThrow) {
     b.mul_(2);
   }
   expect_error([&] { z.sum().backward(); }, {"backward", "mul", "in-place", "version"});
-  Tensor c = leaf({5, 6});
+  Tensor c = leaf_1d({5, 6});
   Tensor z2 = a * c;  // d/dc reads a
   {
     NoGradGuard no_grad;
@@ -142,7 +142,7 @@ TEST(InPlace, ModifyingASavedInputUnderNoGradMakesBackwardThrow) {
 
 TEST(InPlace, ModifyingAnInputNoGradientReadsIsAllowed) {
   // d(a * b)/da is b: a's own value is not needed when b needs no gradient (as in PyTorch).
-  Tensor a = leaf({1, 2});
+  Tensor a = leaf_1d({1, 2});
   Tensor b = from_vector<double>({3, 4});
   Tensor z = a * b;
   {
@@ -151,7 +151,7 @@ TEST(InPlace, ModifyingAnInputNoGradientReadsIsAllowed) {
   }
   z.sum().backward();
   expect_close(a.grad(), {3, 4}, 0);
-  Tensor d = leaf({2, 8});
+  Tensor d = leaf_1d({2, 8});
   Tensor q = d / 4.0;
   {
     NoGradGuard no_grad;
@@ -159,7 +159,7 @@ TEST(InPlace, ModifyingAnInputNoGradientReadsIsAllowed) {
   }
   q.sum().backward();
   expect_close(d.grad(), {0.25, 0.25}, 0);
-  Tensor e = leaf({2, 8});
+  Tensor e = leaf_1d({2, 8});
   Tensor r = 4.0 / e;  // d/de = -4 / e^2 reads e
   {
     NoGradGuard no_grad;
@@ -169,7 +169,7 @@ TEST(InPlace, ModifyingAnInputNoGradientReadsIsAllowed) {
 }
 
 TEST(InPlace, ModifyingATensorNoRuleReadsDoesNotBreakBackward) {
-  Tensor x = leaf({1, 2});
+  Tensor x = leaf_1d({1, 2});
   Tensor c = from_vector<double>({5, 6});
   Tensor y = x + c;  // add saves nothing
   c.mul_(10);
@@ -178,7 +178,7 @@ TEST(InPlace, ModifyingATensorNoRuleReadsDoesNotBreakBackward) {
 }
 
 TEST(InPlace, OnALeafThatRequiresGradThrowsOutsideNoGrad) {
-  Tensor w = leaf({1, 2});
+  Tensor w = leaf_1d({1, 2});
   expect_error([&] { w.add_(1); }, {"add_", "leaf", "requires grad", "NoGradGuard"});
   expect_error([&] { w.zero_(); }, {"leaf"});
   expect_error([&] { w.copy_(from_vector<double>({0, 0})); }, {"copy_", "leaf"});
@@ -186,7 +186,7 @@ TEST(InPlace, OnALeafThatRequiresGradThrowsOutsideNoGrad) {
 }
 
 TEST(InPlace, OptimizerStyleUpdateUnderNoGradWorks) {
-  Tensor w = leaf({1, 2});
+  Tensor w = leaf_1d({1, 2});
   Tensor target = from_vector<double>({0, 0});
   for (int step = 0; step < 3; ++step) {
     Tensor loss = ((w - target) * (w - target)).sum();
@@ -203,7 +203,7 @@ TEST(InPlace, OptimizerStyleUpdateUnderNoGradWorks) {
 }
 
 TEST(InPlace, OnAViewOfALeafThatRequiresGradThrows) {
-  Tensor w = leaf({1, 2, 3});
+  Tensor w = leaf_1d({1, 2, 3});
   Tensor v = w.slice(0, 0, 2);
   expect_error([&] { v.mul_(2); }, {"mul_", "view", "requires grad"});
   expect_error([&] { w.select(0, 2).fill_(0); }, {"fill_", "view"});
@@ -216,7 +216,7 @@ TEST(InPlace, OnAViewOfALeafThatRequiresGradThrows) {
 }
 
 TEST(InPlace, OnANonLeafWithHistoryGivesTheRightGradient) {
-  Tensor x = leaf({1, -2, 3});
+  Tensor x = leaf_1d({1, -2, 3});
   Tensor y = x * 2.0;
   y.add_(x);
   EXPECT_EQ(y.grad_fn_name(), "add");
@@ -226,7 +226,7 @@ TEST(InPlace, OnANonLeafWithHistoryGivesTheRightGradient) {
 }
 
 TEST(InPlace, ChainedInPlaceOpsOnANonLeaf) {
-  Tensor x = leaf({1, 2});
+  Tensor x = leaf_1d({1, 2});
   Tensor y = x + 0.0;
   y.sub_(x * x).add_(5);  // y = x - x^2 + 5
   y.sum().backward();
@@ -235,12 +235,12 @@ TEST(InPlace, ChainedInPlaceOpsOnANonLeaf) {
 
 TEST(InPlace, ScalingANonLeafInPlace) {
   // The old value of y is not needed for d(3 y)/dy, so this is not a stale save.
-  Tensor x = leaf({1, 2});
+  Tensor x = leaf_1d({1, 2});
   Tensor y = x * x;
   y.mul_(3);
   y.sum().backward();
   expect_close(x.grad(), {6, 12}, 0);
-  Tensor x2 = leaf({1, 4});
+  Tensor x2 = leaf_1d({1, 4});
   Tensor z = x2 + 1.0;
   z.div_(2);
   z.sum().backward();
@@ -248,13 +248,13 @@ TEST(InPlace, ScalingANonLeafInPlace) {
 }
 
 TEST(InPlace, CopyingAValueWithHistoryIntoAPlainTensorLinksTheGraph) {
-  Tensor x = leaf({1, 2});
+  Tensor x = leaf_1d({1, 2});
   Tensor buf = zeros({2}, f64);
   buf.copy_(x * 3.0);
   EXPECT_TRUE(buf.requires_grad());
   (buf * buf).sum().backward();  // 9 x^2 -> 18 x
   expect_close(x.grad(), {18, 36}, 0);
-  Tensor x2 = leaf({1, 2});
+  Tensor x2 = leaf_1d({1, 2});
   Tensor buf2 = zeros({2}, f64);
   buf2.copy_(x2);  // straight from a leaf
   (buf2 * 4.0).sum().backward();
@@ -262,7 +262,7 @@ TEST(InPlace, CopyingAValueWithHistoryIntoAPlainTensorLinksTheGraph) {
 }
 
 TEST(InPlace, OverwritingWithAConstantDropsTheHistory) {
-  Tensor x = leaf({1, 2});
+  Tensor x = leaf_1d({1, 2});
   Tensor y = x * 2.0;
   Tensor z = y * 1.0 + x;  // uses y's old value, through a graph y.fill_ must not disturb
   y.fill_(7);

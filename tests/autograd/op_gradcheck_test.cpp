@@ -25,7 +25,7 @@ struct Case {
   autograd::GradcheckOptions options = {};
 };
 
-Tensor leaf(const Dims& shape, double lo = -2, double hi = 2) {
+Tensor random_leaf(const Dims& shape, double lo = -2, double hi = 2) {
   return (rand(shape, f64) * (hi - lo) + lo).requires_grad_();
 }
 // Values bounded away from 0 (for division, log, ...), of either sign when `signed_`.
@@ -44,10 +44,10 @@ std::vector<Case> unary_cases(const std::string& name, std::function<Tensor(cons
       {name + "/expanded", {make({3, 1})}, [f](std::span<const Tensor> in) { return f(in[0].expand({3, 5})); }},
   };
 }
-Tensor any_values(const Dims& s) { return leaf(s); }
+Tensor any_values(const Dims& s) { return random_leaf(s); }
 Tensor positive(const Dims& s) { return away_from_zero(s, false); }
 Tensor nonzero(const Dims& s) { return away_from_zero(s, true); }
-Tensor above_minus_one(const Dims& s) { return leaf(s, -0.5, 2); }
+Tensor above_minus_one(const Dims& s) { return random_leaf(s, -0.5, 2); }
 
 // A binary op with broadcasting ([3,1] with [4]), with a scalar on either side, and on views.
 std::vector<Case> binary_cases(const std::string& name, std::function<Tensor(const Tensor&, const Tensor&)> f,
@@ -107,23 +107,23 @@ std::map<OpId, std::vector<Case>> all_cases() {
                                   any_values, any_values, 0.25);
   // y away from 0, where the gradient jumps; y's own derivative is 0.
   c[OpId::ReluGrad] = {
-      {"relu_grad", {nonzero({3, 4}), leaf({3, 4})},
+      {"relu_grad", {nonzero({3, 4}), random_leaf({3, 4})},
        [](std::span<const Tensor> in) { return relu_grad(in[0], in[1]); }},
-      {"relu_grad/broadcast", {nonzero({4}), leaf({3, 4})},
+      {"relu_grad/broadcast", {nonzero({4}), random_leaf({3, 4})},
        [](std::span<const Tensor> in) { return relu_grad(in[0], in[1]); }},
   };
   c[OpId::Where] = {
-      {"where/tensors", {leaf({3, 4}), leaf({4})}, [](std::span<const Tensor> in) { return where(in[0] > 0, in[0], in[1]); }},
-      {"where/scalar", {leaf({3, 4})}, [](std::span<const Tensor> in) { return where(in[0] > 0, 2.0, in[0]); }},
+      {"where/tensors", {random_leaf({3, 4}), random_leaf({4})}, [](std::span<const Tensor> in) { return where(in[0] > 0, in[0], in[1]); }},
+      {"where/scalar", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return where(in[0] > 0, 2.0, in[0]); }},
   };
   c[OpId::Clamp] = {
-      {"clamp/scalars", {leaf({4, 5})}, [](std::span<const Tensor> in) { return clamp(in[0], -0.7, 0.9); }},
-      {"clamp/one_sided", {leaf({4, 5})}, [](std::span<const Tensor> in) { return clamp(in[0], std::nullopt, 0.3); }},
-      {"clamp/tensors", {leaf({4, 5}), leaf({5}, -2, -0.1), leaf({4, 1}, 0.1, 2)},
+      {"clamp/scalars", {random_leaf({4, 5})}, [](std::span<const Tensor> in) { return clamp(in[0], -0.7, 0.9); }},
+      {"clamp/one_sided", {random_leaf({4, 5})}, [](std::span<const Tensor> in) { return clamp(in[0], std::nullopt, 0.3); }},
+      {"clamp/tensors", {random_leaf({4, 5}), random_leaf({5}, -2, -0.1), random_leaf({4, 1}, 0.1, 2)},
        [](std::span<const Tensor> in) { return clamp(in[0], in[1], in[2]); }},
   };
   // Through f32, so finite differences need a step far above f32's resolution.
-  c[OpId::Cast] = {{"cast/f32_roundtrip", {leaf({3, 2})}, [](std::span<const Tensor> in) { return (in[0].to(f32) * 2.0f).to(f64); },
+  c[OpId::Cast] = {{"cast/f32_roundtrip", {random_leaf({3, 2})}, [](std::span<const Tensor> in) { return (in[0].to(f32) * 2.0f).to(f64); },
                     {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-3}}};
 
   auto red = [](const std::string& n, std::function<Tensor(const Tensor&, const Dims&, bool)> f, Tensor (*make)(const Dims&)) {
@@ -141,80 +141,80 @@ std::map<OpId, std::vector<Case>> all_cases() {
   c[OpId::MaxReduce] = red("amax", [](auto& x, auto& d, bool k) { return amax(x, d, k); }, any_values);
   c[OpId::MinReduce] = red("amin", [](auto& x, auto& d, bool k) { return amin(x, d, k); }, any_values);
 
-  c[OpId::Reshape] = {{"reshape", {leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].t().reshape({2, 6}) * 1.0; }}};
-  c[OpId::Permute] = {{"permute", {leaf({2, 3, 4})}, [](std::span<const Tensor> in) { return in[0].permute({2, 0, 1}) * 1.0; }}};
+  c[OpId::Reshape] = {{"reshape", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].t().reshape({2, 6}) * 1.0; }}};
+  c[OpId::Permute] = {{"permute", {random_leaf({2, 3, 4})}, [](std::span<const Tensor> in) { return in[0].permute({2, 0, 1}) * 1.0; }}};
   c[OpId::Slice] = {
-      {"slice/step1", {leaf({5, 4})}, [](std::span<const Tensor> in) { return in[0].slice(0, 1, 4) * 1.0; }},
-      {"slice/step3", {leaf({7, 4})}, [](std::span<const Tensor> in) { return in[0].slice(0, 1, 7, 3) * 1.0; }},
-      {"select", {leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].select(1, 2) * 1.0; }},
+      {"slice/step1", {random_leaf({5, 4})}, [](std::span<const Tensor> in) { return in[0].slice(0, 1, 4) * 1.0; }},
+      {"slice/step3", {random_leaf({7, 4})}, [](std::span<const Tensor> in) { return in[0].slice(0, 1, 7, 3) * 1.0; }},
+      {"select", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].select(1, 2) * 1.0; }},
   };
-  c[OpId::Expand] = {{"expand", {leaf({3, 1})}, [](std::span<const Tensor> in) { return in[0].expand({2, 3, 4}) * 1.0; }}};
-  c[OpId::Copy] = {{"contiguous", {leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].t().contiguous(); }}};
-  c[OpId::ToDevice] = {{"to_device", {leaf({3, 4})}, [](std::span<const Tensor> in) {
+  c[OpId::Expand] = {{"expand", {random_leaf({3, 1})}, [](std::span<const Tensor> in) { return in[0].expand({2, 3, 4}) * 1.0; }}};
+  c[OpId::Copy] = {{"contiguous", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return in[0].t().contiguous(); }}};
+  c[OpId::ToDevice] = {{"to_device", {random_leaf({3, 4})}, [](std::span<const Tensor> in) {
     Attrs a;
     a.device = cpu;  // x.to(cpu) would return x itself; the op copies
     return apply(OpId::ToDevice, {in[0].t()}, a);
   }}};
-  c[OpId::Cat] = {{"cat", {leaf({2, 3}), leaf({4, 3})}, [](std::span<const Tensor> in) { return cat({in[0], in[1]}, 0); }},
-                  {"stack", {leaf({2, 3}), leaf({2, 3})}, [](std::span<const Tensor> in) { return stack({in[0], in[1].t().t()}, 1); }}};
-  c[OpId::Pad] = {{"pad", {leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {1, 2, 0, 1}, 0.5); }},
-                  {"pad/crop", {leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {-1, 1}); }}};
-  c[OpId::Cumsum] = {{"cumsum", {leaf({3, 4})}, [](std::span<const Tensor> in) { return cumsum(in[0], 1); }},
-                     {"cumsum_dim0_of_view", {leaf({4, 3})}, [](std::span<const Tensor> in) { return cumsum(in[0].t(), 0); }},
-                     {"sort_values", {leaf({3, 5})}, [](std::span<const Tensor> in) {
+  c[OpId::Cat] = {{"cat", {random_leaf({2, 3}), random_leaf({4, 3})}, [](std::span<const Tensor> in) { return cat({in[0], in[1]}, 0); }},
+                  {"stack", {random_leaf({2, 3}), random_leaf({2, 3})}, [](std::span<const Tensor> in) { return stack({in[0], in[1].t().t()}, 1); }}};
+  c[OpId::Pad] = {{"pad", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {1, 2, 0, 1}, 0.5); }},
+                  {"pad/crop", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return pad(in[0], {-1, 1}); }}};
+  c[OpId::Cumsum] = {{"cumsum", {random_leaf({3, 4})}, [](std::span<const Tensor> in) { return cumsum(in[0], 1); }},
+                     {"cumsum_dim0_of_view", {random_leaf({4, 3})}, [](std::span<const Tensor> in) { return cumsum(in[0].t(), 0); }},
+                     {"sort_values", {random_leaf({3, 5})}, [](std::span<const Tensor> in) {
                         return cumsum(std::get<0>(sort(in[0], 1, true)), 1);
                       }},
-                     {"topk_values", {leaf({4, 6})}, [](std::span<const Tensor> in) {
+                     {"topk_values", {random_leaf({4, 6})}, [](std::span<const Tensor> in) {
                         return std::get<0>(topk(in[0], 3, 0)) * 2;
                       }}};
-  c[OpId::Gather] = {{"gather", {leaf({3, 4})}, [](std::span<const Tensor> in) {
+  c[OpId::Gather] = {{"gather", {random_leaf({3, 4})}, [](std::span<const Tensor> in) {
                         return gather(in[0], 1, from_vector<int64_t>({0, 3, 3, 1, 2, 0}, {3, 2}));
                       }}};
-  c[OpId::IndexSelect] = {{"index_select", {leaf({4, 3})}, [](std::span<const Tensor> in) {
+  c[OpId::IndexSelect] = {{"index_select", {random_leaf({4, 3})}, [](std::span<const Tensor> in) {
                              return index_select(in[0], 0, from_vector<int64_t>({3, 0, 3}));
                            }},
-                          {"embedding", {leaf({5, 2})}, [](std::span<const Tensor> in) {
+                          {"embedding", {random_leaf({5, 2})}, [](std::span<const Tensor> in) {
                              return embedding(from_vector<int64_t>({1, 4, 1, 0}, {2, 2}), in[0]);
                            }},
-                          {"embedding/repeats", {leaf({6, 4})}, [](std::span<const Tensor> in) {
+                          {"embedding/repeats", {random_leaf({6, 4})}, [](std::span<const Tensor> in) {
                              return embedding(from_vector<int64_t>({5, 1, 5, 5, 0, 1, 2, 5, 1}, {3, 3}), in[0]);
                            }}};
-  c[OpId::ScatterAdd] = {{"scatter_add", {leaf({3, 4}), leaf({2, 4})}, [](std::span<const Tensor> in) {
+  c[OpId::ScatterAdd] = {{"scatter_add", {random_leaf({3, 4}), random_leaf({2, 4})}, [](std::span<const Tensor> in) {
                             return scatter_add(in[0], 0, from_vector<int64_t>({0, 2, 2, 1, 0, 0, 1, 1}, {2, 4}), in[1]);
                           }},
-                         {"scatter_add/dim1_views", {leaf({4, 3}), leaf({5, 2})}, [](std::span<const Tensor> in) {
+                         {"scatter_add/dim1_views", {random_leaf({4, 3}), random_leaf({5, 2})}, [](std::span<const Tensor> in) {
                             Tensor idx = from_vector<int64_t>({3, -1, 0, 3, 3}, {1, 5}).expand({2, 5});
                             return scatter_add(in[0].t(), 1, idx, in[1].t());
                           }}};
-  c[OpId::IndexAdd] = {{"index_add", {leaf({4, 3}), leaf({5, 3})}, [](std::span<const Tensor> in) {
+  c[OpId::IndexAdd] = {{"index_add", {random_leaf({4, 3}), random_leaf({5, 3})}, [](std::span<const Tensor> in) {
                          return index_add(in[0], 0, from_vector<int64_t>({3, 0, -1, 3, 1}), in[1]);
                        }},
-                       {"index_add/last_dim_views", {leaf({3, 4}), leaf({6, 4})}, [](std::span<const Tensor> in) {
+                       {"index_add/last_dim_views", {random_leaf({3, 4}), random_leaf({6, 4})}, [](std::span<const Tensor> in) {
                          return index_add(in[0].t(), 1, from_vector<int32_t>({2, 2, 0, 1, 2, 0}), in[1].t());
                        }}};
   // The matmul-epilogue pass's ops: bias [n], a [m,k], b [k,n], b a transposed view.
   for (OpId id : {OpId::Addmm, OpId::AddmmRelu, OpId::AddmmGeluTanh})
-    c[id] = {{std::string(op_name(id)) + "/2d", {leaf({3}), leaf({4, 5}), leaf({3, 5})},
+    c[id] = {{std::string(op_name(id)) + "/2d", {random_leaf({3}), random_leaf({4, 5}), random_leaf({3, 5})},
               [id](std::span<const Tensor> in) { return apply(id, {in[0], in[1], in[2].t()}); }}};
   c[OpId::Matmul] = {
-      {"matmul/2d", {leaf({3, 4}), leaf({4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
-      {"matmul/batched_broadcast", {leaf({2, 1, 3, 4}), leaf({3, 4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
-      {"matmul/vectors", {leaf({4}), leaf({4, 3}), leaf({3})},
+      {"matmul/2d", {random_leaf({3, 4}), random_leaf({4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
+      {"matmul/batched_broadcast", {random_leaf({2, 1, 3, 4}), random_leaf({3, 4, 2})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
+      {"matmul/vectors", {random_leaf({4}), random_leaf({4, 3}), random_leaf({3})},
        [](std::span<const Tensor> in) { return matmul(matmul(in[0], in[1]), in[2]); }},
-      {"matmul/transposed", {leaf({4, 3}), leaf({2, 4})}, [](std::span<const Tensor> in) { return matmul(in[0].t(), in[1].t()); }},
+      {"matmul/transposed", {random_leaf({4, 3}), random_leaf({2, 4})}, [](std::span<const Tensor> in) { return matmul(in[0].t(), in[1].t()); }},
       // One weight for a whole batch: its gradient is one product over the folded batch.
-      {"matmul/batch_against_weight", {leaf({2, 3, 4, 5}), leaf({5, 3})},
+      {"matmul/batch_against_weight", {random_leaf({2, 3, 4, 5}), random_leaf({5, 3})},
        [](std::span<const Tensor> in) { return matmul(in[0].transpose(0, 1), in[1]); }},
-      {"matmul/batch_against_vector", {leaf({2, 3, 4}), leaf({4})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
+      {"matmul/batch_against_vector", {random_leaf({2, 3, 4}), random_leaf({4})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
   };
   c[OpId::Conv2d] = {
-      {"conv2d/plain", {leaf({2, 3, 5, 5}), leaf({4, 3, 3, 3}), leaf({4})},
+      {"conv2d/plain", {random_leaf({2, 3, 5, 5}), random_leaf({4, 3, 3, 3}), random_leaf({4})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], in[2]); }},
-      {"conv2d/stride_pad_dilation_groups", {leaf({1, 4, 7, 6}), leaf({6, 2, 3, 2})},
+      {"conv2d/stride_pad_dilation_groups", {random_leaf({1, 4, 7, 6}), random_leaf({6, 2, 3, 2})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], {}, {2, 1}, {1, 2}, {2, 1}, 2); }},
-      {"conv2d/depthwise", {leaf({2, 3, 5, 6}), leaf({6, 1, 3, 3})},
+      {"conv2d/depthwise", {random_leaf({2, 3, 5, 6}), random_leaf({6, 1, 3, 3})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], {}, {2, 1}, {1, 1}, {1, 1}, 3); }},
-      {"conv2d/1x1_batch_of_partial_blocks", {leaf({5, 4, 3, 3}), leaf({2, 4, 1, 1})},
+      {"conv2d/1x1_batch_of_partial_blocks", {random_leaf({5, 4, 3, 3}), random_leaf({2, 4, 1, 1})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1]); }},
   };
   // conv2d's gradient ops, each differentiated in both operands (their vjps are conv2d and
@@ -225,23 +225,23 @@ std::map<OpId, std::vector<Case>> all_cases() {
     return a;
   };
   c[OpId::Conv2dInputGrad] = {
-      {"conv2d_input_grad", {leaf({2, 4, 3, 3}), leaf({4, 1, 2, 2})}, [conv_attrs](std::span<const Tensor> in) {
+      {"conv2d_input_grad", {random_leaf({2, 4, 3, 3}), random_leaf({4, 1, 2, 2})}, [conv_attrs](std::span<const Tensor> in) {
          return apply(OpId::Conv2dInputGrad, {in[0], in[1]}, conv_attrs({2, 2, 5, 5}));
        }}};
   c[OpId::Conv2dWeightGrad] = {
-      {"conv2d_weight_grad", {leaf({2, 2, 5, 5}), leaf({2, 4, 3, 3})}, [conv_attrs](std::span<const Tensor> in) {
+      {"conv2d_weight_grad", {random_leaf({2, 2, 5, 5}), random_leaf({2, 4, 3, 3})}, [conv_attrs](std::span<const Tensor> in) {
          return apply(OpId::Conv2dWeightGrad, {in[0], in[1]}, conv_attrs({4, 1, 2, 2}));
        }}};
   c[OpId::MaxPool2d] = {
-      {"max_pool2d", {leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 3}, {2, 2}, {1, 1}); }},
-      {"max_pool2d/ceil", {leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 2}, {2, 2}, {0, 0}, true); }},
-      {"max_pool2d/overlapping_3d_view", {leaf({7, 6, 2})},
+      {"max_pool2d", {random_leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 3}, {2, 2}, {1, 1}); }},
+      {"max_pool2d/ceil", {random_leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return max_pool2d(in[0], {2, 2}, {2, 2}, {0, 0}, true); }},
+      {"max_pool2d/overlapping_3d_view", {random_leaf({7, 6, 2})},
        [](std::span<const Tensor> in) { return max_pool2d(in[0].permute({2, 1, 0}), {3, 3}, {1, 2}, {1, 0}, true); }},
   };
   c[OpId::AvgPool2d] = {
-      {"avg_pool2d/include_pad", {leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, true); }},
-      {"avg_pool2d/exclude_pad", {leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, false); }},
-      {"avg_pool2d/3d_view", {leaf({6, 5, 2})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0].permute({2, 0, 1}), {2, 3}, {1, 2}, {1, 1}); }},
+      {"avg_pool2d/include_pad", {random_leaf({2, 2, 5, 6})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, true); }},
+      {"avg_pool2d/exclude_pad", {random_leaf({1, 2, 5, 5})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, false); }},
+      {"avg_pool2d/3d_view", {random_leaf({6, 5, 2})}, [](std::span<const Tensor> in) { return avg_pool2d(in[0].permute({2, 0, 1}), {2, 3}, {1, 2}, {1, 1}); }},
   };
   // The ops the pools' derivatives run, called directly.
   auto pool_attrs = [](Dims kernel, Dims stride, Dims padding, bool flag, Dims in_shape = {}) {
@@ -252,20 +252,20 @@ std::map<OpId, std::vector<Case>> all_cases() {
   };
   Attrs mp = pool_attrs({2, 3}, {1, 2}, {1, 1}, true);
   c[OpId::MaxPool2dBackward] = {
-      {"max_pool2d_backward", {rand({2, 2, 5, 6}, f64), leaf({2, 2, 6, 4})},
+      {"max_pool2d_backward", {rand({2, 2, 5, 6}, f64), random_leaf({2, 2, 6, 4})},
        [mp](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, mp); }},
-      {"max_pool2d_backward/x_gets_none", {leaf({3, 4, 4}), leaf({3, 5, 3})},
+      {"max_pool2d_backward/x_gets_none", {random_leaf({3, 4, 4}), random_leaf({3, 5, 3})},
        [mp](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, mp); }},
   };
   Attrs ap = pool_attrs({3, 2}, {2, 1}, {1, 1}, false, {2, 2, 5, 6});
   c[OpId::AvgPool2dBackward] = {
-      {"avg_pool2d_backward", {leaf({2, 2, 3, 7})},
+      {"avg_pool2d_backward", {random_leaf({2, 2, 3, 7})},
        [ap](std::span<const Tensor> in) { return apply(OpId::AvgPool2dBackward, {in[0]}, ap); }},
   };
   // A group of this process alone: the sum's gradient is the gradient; max's and min's too
   // (this rank holds every extremum).
   for (Combine r : {Combine::Sum, Combine::Max})
-    c[OpId::AllReduce].push_back({std::string("all_reduce/") + std::string(combine_name(r)), {leaf({3, 4})},
+    c[OpId::AllReduce].push_back({std::string("all_reduce/") + std::string(combine_name(r)), {random_leaf({3, 4})},
                                   [r](std::span<const Tensor> in) {
                                     return all_reduce_op(in[0].t(), test::solo_group().id(), r);
                                   }});

@@ -14,6 +14,9 @@
 
 namespace kiln::test {
 
+/// The device most tests run on.
+inline const Device kGpu = cuda::device(0);
+
 inline bool on_host_cuda() {
   const char* d = std::getenv("KILN_CUDA_DRIVER");
   return d && std::string(d).find("kiln_host_cuda") != std::string::npos;

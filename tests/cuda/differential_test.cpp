@@ -25,7 +25,7 @@
 namespace kiln {
 namespace {
 
-const Device kGpu = cuda::device(0);
+using test::kGpu;
 
 uint64_t env_or(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);

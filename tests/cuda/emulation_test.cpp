@@ -17,15 +17,15 @@
 namespace kiln {
 namespace {
 
-bool on_host_cuda() {
+bool host_driver_and_nvrtc() {
   const char* d = std::getenv("KILN_CUDA_DRIVER");
   const char* n = std::getenv("KILN_CUDA_NVRTC");
   return d && n && std::string(d).find("kiln_host_cuda") != std::string::npos &&
          std::string(n).find("kiln_host_cuda") != std::string::npos;
 }
 
-#define REQUIRE_HOST_CUDA() \
-  if (!on_host_cuda()) GTEST_SKIP() << "KILN_CUDA_DRIVER and KILN_CUDA_NVRTC do not name the host CUDA"
+#define REQUIRE_HOST_NVRTC() \
+  if (!host_driver_and_nvrtc()) GTEST_SKIP() << "KILN_CUDA_DRIVER and KILN_CUDA_NVRTC do not name the host CUDA"
 
 // Sums 256 values per block in shared memory: a tree that needs a barrier between levels.
 const char* kBlockSum = R"(
@@ -82,14 +82,14 @@ std::vector<float> block_sums(bool sync) {
 }
 
 TEST(HostCuda, ABlockReductionIsRightWithItsBarriers) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_HOST_NVRTC();
   std::vector<float> want;
   for (int b = 0; b < 4; ++b) want.push_back(float(256 * 256 * b + 255 * 256 / 2));
   EXPECT_EQ(block_sums(true), want);
 }
 
 TEST(HostCuda, ABlockReductionWithoutBarriersIsWrong) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_HOST_NVRTC();
   std::vector<float> got = block_sums(false);
   float want0 = 255 * 256 / 2;
   EXPECT_NE(got[0], want0) << "a kernel missing __syncthreads gave the right sum: the emulation runs threads in "
@@ -97,7 +97,7 @@ TEST(HostCuda, ABlockReductionWithoutBarriersIsWrong) {
 }
 
 TEST(HostCuda, WarpShufflesExchangeBetweenLanesAcrossAGrid) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_HOST_NVRTC();
   int64_t n = 10000;
   Tensor in = arange(n).to(f32).to(cuda::device(0));
   Tensor out = zeros({1}).to(cuda::device(0));
@@ -112,7 +112,7 @@ TEST(HostCuda, WarpShufflesExchangeBetweenLanesAcrossAGrid) {
 }
 
 TEST(HostCuda, ABarrierNotEveryThreadReachesEndsTheProcess) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_HOST_NVRTC();
   const char* src = R"(
 extern "C" __global__ void divergent(float* out) {
   if (threadIdx.x < 16) __syncthreads();  // half the block waits here, half at the warp's
@@ -136,7 +136,7 @@ extern "C" __global__ void divergent(float* out) {
 // A module whose text names no barrier runs its threads one after another on one fiber
 // (abi_cuda.h); a barrier it reaches anyway, through a name pasted together, is not run wrong.
 TEST(HostCuda, ABarrierTheModulesTextDoesNotNameEndsTheProcess) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_HOST_NVRTC();
   const char* src = R"(
 #define KILN_PASTE(a, b) a##b
 extern "C" __global__ void hidden(float* out) {
@@ -159,7 +159,7 @@ extern "C" __global__ void hidden(float* out) {
 
 // The toolkit's NVRTC compiles the same CUDA C for the architectures kiln supports.
 TEST(Nvrtc, CompilesTheEmulationKernelsForSm80AndSm90) {
-  if (on_host_cuda()) GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
+  if (host_driver_and_nvrtc()) GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
   if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
   for (int arch : {80, 90}) {
     EXPECT_FALSE(codegen::cuda::compile_cubin(with_sync(kBlockSum, true), arch, "block_sum").empty());

@@ -15,7 +15,7 @@
 namespace kiln {
 namespace {
 
-const Device kGpu = cuda::device(0);
+using test::kGpu;
 
 // act(a b + bias) on the CPU, in f64.
 Tensor reference(OpId id, const Tensor& bias, const Tensor& a, const Tensor& b) {

@@ -20,7 +20,7 @@
 namespace kiln {
 namespace {
 
-const Device kGpu = cuda::device(0);
+using test::kGpu;
 
 bool same_bits(const Tensor& a, const Tensor& b) { return test::bitwise_equal(a.to(cpu), b.to(cpu)); }
 

@@ -23,7 +23,7 @@
 namespace kiln {
 namespace {
 
-const Device kGpu = cuda::device(0);
+using test::kGpu;
 
 std::vector<Tensor> on(Device d, const std::vector<Tensor>& xs) {
   std::vector<Tensor> out;

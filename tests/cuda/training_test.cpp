@@ -20,7 +20,7 @@
 namespace kiln {
 namespace {
 
-const Device kGpu = cuda::device(0);
+using test::kGpu;
 
 void expect_near(const Tensor& got, const Tensor& want, double rtol = 1e-5, double atol = 1e-6) {
   ASSERT_TRUE(got.defined() && want.defined());

@@ -8,9 +8,9 @@ namespace {
 
 using test::expect_same;
 
-struct Mlp : nn::Module {
+struct BackwardMlp : nn::Module {
   nn::Linear fc1{6, 16}, fc2{16, 3};
-  Mlp() {
+  BackwardMlp() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
@@ -18,7 +18,7 @@ struct Mlp : nn::Module {
 };
 
 struct Twins {
-  Mlp eager, compiled;
+  BackwardMlp eager, compiled;
   Twins() { compiled.load_state_dict(eager.state_dict()); }
   void expect_same_grads() {
     auto a = eager.named_parameters(), b = compiled.named_parameters();
@@ -33,7 +33,7 @@ struct Twins {
 TEST(CompiledBackward, GradientsOfAModuleMatchEagerAndAccumulate) {
   manual_seed(3);
   Twins t;
-  auto loss_of = [](Mlp& m, const Tensor& x, const Tensor& y) { return cross_entropy(m(x), y); };
+  auto loss_of = [](BackwardMlp& m, const Tensor& x, const Tensor& y) { return cross_entropy(m(x), y); };
   Tensor x = randn({5, 6}), y = randint(0, 3, {5});
   auto fast = jit::trace([&](Tensor a, Tensor b) { return loss_of(t.compiled, a, b); }, {x, y});
   for (int call = 0; call < 2; ++call) {  // the second call accumulates into grad()

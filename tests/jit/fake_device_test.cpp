@@ -178,9 +178,9 @@ TEST_F(FakeDeviceTest, AutogradRunsOnTheDevice) {
   expect_same(leaf.grad(), leaf.detach() * 2.0);
 }
 
-struct Mlp : nn::Module {
+struct DeviceMlp : nn::Module {
   nn::Linear fc1{6, 16}, fc2{16, 4};
-  Mlp() {
+  DeviceMlp() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
@@ -191,7 +191,7 @@ struct Mlp : nn::Module {
 // CPU take the same steps, bit for bit: the same kernels run behind the interface.
 TEST_F(FakeDeviceTest, ATrainingStepEagerAndTracedGivesTheCpusBits) {
   manual_seed(3);
-  Mlp on_cpu, on_eager, on_traced;
+  DeviceMlp on_cpu, on_eager, on_traced;
   on_eager.load_state_dict(on_cpu.state_dict());
   on_traced.load_state_dict(on_cpu.state_dict());
   on_eager.to(kFake);
@@ -199,7 +199,7 @@ TEST_F(FakeDeviceTest, ATrainingStepEagerAndTracedGivesTheCpusBits) {
   EXPECT_EQ(on_traced.fc1.weight.device(), kFake);
   optim::AdamW opt_cpu(on_cpu.parameters(), 0.01), opt_eager(on_eager.parameters(), 0.01),
       opt_traced(on_traced.parameters(), 0.01);
-  auto step = test::train_step<Mlp>;
+  auto step = test::train_step<DeviceMlp>;
   Tensor x0 = randn({8, 6}), y0 = randint(0, 4, {8});
   jit::Function traced = jit::trace([&](Tensor x, Tensor y) { return step(on_traced, opt_traced, x, y); },
                                     {x0.to(kFake), y0.to(kFake)});

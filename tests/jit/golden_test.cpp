@@ -114,9 +114,9 @@ TEST(Golden, LayerNormAutodiff) {
                          {randn({4, 8}).requires_grad_()}, {{"weight", weight}, {"bias", bias}});
 }
 
-struct Mlp : nn::Module {
+struct GoldenMlp : nn::Module {
   nn::Linear fc1{8, 16}, fc2{16, 4};
-  Mlp() {
+  GoldenMlp() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
@@ -124,7 +124,7 @@ struct Mlp : nn::Module {
 };
 
 TEST(Golden, MlpTrainingStep) {
-  Mlp net;
+  GoldenMlp net;
   optim::SGD opt(net.parameters(), 0.1);
   expect_golden(
       "mlp_train_step",
@@ -141,7 +141,7 @@ TEST(Golden, MlpTrainingStep) {
 // The MLP's loss with gelu: the backward recomputes gelu's pointwise inputs from the saved
 // pre-activation rather than keeping them.
 TEST(Golden, MlpLossAutodiff) {
-  Mlp net;
+  GoldenMlp net;
   expect_golden_autodiff(
       "mlp_loss",
       [&](std::span<const Tensor> in) {

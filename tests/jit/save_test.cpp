@@ -29,10 +29,10 @@ namespace {
 using test::expect_error;
 using test::expect_same;
 
-struct Net : nn::Module {
+struct SavedNet : nn::Module {
   nn::Linear fc1{12, 16}, fc2{16, 5};
   double p = 0.25;
-  Net() {
+  SavedNet() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
@@ -54,7 +54,7 @@ std::string read_all(const std::string& path) {
 
 TEST(Save, ForwardRoundTripsWithTheOriginalsResults) {
   manual_seed(1);
-  Net net;
+  SavedNet net;
   Tensor x = randn({8, 3, 4});
   sum(net(x)).backward();  // trained: its parameters hold gradients, which a forward never reads
   net.eval();
@@ -78,7 +78,7 @@ TEST(Save, ForwardRoundTripsWithTheOriginalsResults) {
 
 TEST(Save, DynamicBatchStaysASymbolAndTakesAnySize) {
   manual_seed(2);
-  Net net;
+  SavedNet net;
   net.eval();
   NoGradGuard no_grad;
   std::string path = temp_path("dynamic.kiln");
@@ -155,7 +155,7 @@ TEST(Save, BatchAndLengthStayDynamicTogether) {
 // traced: the file takes its bindings from the retrace, and a forward reads no gradient.
 TEST(Save, DynamicDimsOfAFunctionTracedBeforeItsParametersHadGradients) {
   manual_seed(8);
-  Net net;
+  SavedNet net;
   net.eval();
   Tensor x = randn({4, 3, 4});
   jit::Function fast = [&] {
@@ -198,14 +198,14 @@ TEST(Save, AMeansCountFollowsTheSize) {
 }
 
 TEST(Save, DifferentiableForwardAsksForNoGrad) {
-  Net net;
+  SavedNet net;
   jit::Function fast = jit::trace_module(net, randn({2, 3, 4}));
   expect_error([&] { jit::save(fast, temp_path("grad.kiln")); }, {"jit::save", "NoGradGuard"});
 }
 
 TEST(Save, ParametersCanBeReadReplacedAndLoadedFromSafetensors) {
   manual_seed(3);
-  Net net, other;
+  SavedNet net, other;
   net.eval();
   other.eval();
   NoGradGuard no_grad;
@@ -230,7 +230,7 @@ TEST(Save, ParametersCanBeReadReplacedAndLoadedFromSafetensors) {
 // steps equal the original's, parameters and optimizer state included.
 TEST(Save, TrainingStepRoundTripsAndTrains) {
   manual_seed(4);
-  Net net;
+  SavedNet net;
   net.train();
   optim::AdamW opt(net.parameters(), 1e-2);
   auto step = [&](Tensor x, Tensor y) { return test::train_step(net, opt, x, y); };
@@ -275,7 +275,7 @@ TEST(Save, TrainingStepRoundTripsAndTrains) {
 
 TEST(Save, ConcurrentCallsAgree) {
   manual_seed(5);
-  Net net;
+  SavedNet net;
   net.eval();
   NoGradGuard no_grad;
   std::string path = temp_path("threads.kiln");
@@ -329,7 +329,7 @@ TEST(SaveAcrossProcesses, ForwardAndStepGiveTheOriginalsResults) {
   std::string dir = temp_path("processes");
   std::filesystem::create_directories(dir);
   manual_seed(20);
-  Net net;
+  SavedNet net;
   {
     NoGradGuard no_grad;
     net.eval();
@@ -371,7 +371,7 @@ TEST(SaveAcrossProcesses, ForwardAndStepGiveTheOriginalsResults) {
 
 TEST(Save, TheTensorsSectionIsASafetensorsFileOtherToolsRead) {
   manual_seed(7);
-  Net net;
+  SavedNet net;
   net.eval();
   NoGradGuard no_grad;
   std::string path = temp_path("extract.kiln"), weights = temp_path("extract.safetensors");
@@ -392,7 +392,7 @@ TEST(Save, TheTensorsSectionIsASafetensorsFileOtherToolsRead) {
 
 std::string saved_bytes() {
   manual_seed(6);
-  Net net;
+  SavedNet net;
   net.eval();
   NoGradGuard no_grad;
   std::string path = temp_path("hostile.kiln");

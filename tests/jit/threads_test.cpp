@@ -9,9 +9,9 @@
 namespace kiln {
 namespace {
 
-struct Net : nn::Module {
+struct ThreadNet : nn::Module {
   nn::Linear fc1{6, 16}, fc2{16, 4};
-  Net() {
+  ThreadNet() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
@@ -27,7 +27,7 @@ struct Result {
 // trained for `steps` steps on batches made the same way: half by a traced whole step (SGD with
 // momentum), half by a compiled loss with an eager backward and update.
 Result train(int k, int steps) {
-  Net net;
+  ThreadNet net;
   {
     NoGradGuard g;
     int i = 0;

@@ -12,10 +12,10 @@ using test::expect_same;
 
 // With dropout after the hidden layer (masks drawn from the global generator, the same for
 // the eager and the traced twin when they start from the same seed).
-struct Mlp : nn::Module {
+struct StepMlp : nn::Module {
   nn::Linear fc1{4, 8}, fc2{8, 3};
   double p = 0.25;
-  Mlp() {
+  StepMlp() {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
   }
@@ -24,7 +24,7 @@ struct Mlp : nn::Module {
 
 // Two models with the same weights: one trained eagerly, one by a traced step.
 struct Twins {
-  Mlp eager, traced;
+  StepMlp eager, traced;
   Twins() { traced.load_state_dict(eager.state_dict()); }
   // With `grads` false the weights alone (after tracing, before any step: tracing must not
   // train, and there are no gradients yet).
@@ -64,7 +64,7 @@ struct StepOptions {
   bool accumulate = false;      // gradients of two batches summed over two calls, then one update
 };
 
-Tensor loss_of(Mlp& net, const Tensor& x, const Tensor& y) { return cross_entropy(net(x), y); }
+Tensor loss_of(StepMlp& net, const Tensor& x, const Tensor& y) { return cross_entropy(net(x), y); }
 
 // Steps the twins alike, eagerly and the way `o` says, with dropout on, and compares the losses,
 // the weights and the gradients after every step.
@@ -76,7 +76,7 @@ void check_steps(const MakeOptimizer& make, StepOptions o) {
   auto eager_opt = make(t.eager.parameters()), traced_opt = make(t.traced.parameters());
   // One call's work on one batch: the forward and backward (and, unless accumulating, the
   // zeroing and the update), as the traced function or the eager reference does it.
-  auto call = [&o](Mlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  auto call = [&o](StepMlp& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
     if (o.accumulate) {
       Tensor loss = loss_of(net, x, y);
       loss.backward();
@@ -196,7 +196,7 @@ TEST(TrainStep, AStepThatCallsBackwardRunsUntapedAndFused) {
   manual_seed(10);
   Twins t;
   optim::SGD eager_opt(t.eager.parameters(), 0.1), traced_opt(t.traced.parameters(), 0.1);
-  auto step = test::train_step<Mlp>;
+  auto step = test::train_step<StepMlp>;
   std::vector<Batch> data = batches(3);
   auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, traced_opt, x, y); },
                          {data[0].x, data[0].y});
@@ -223,7 +223,7 @@ TEST(TrainStep, AStepThatCallsBackwardRunsUntapedAndFused) {
 TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
   manual_seed(8);
   Twins t;
-  auto step = [](Mlp& net, const Tensor& x, const Tensor& y) {
+  auto step = [](StepMlp& net, const Tensor& x, const Tensor& y) {
     Tensor loss = cross_entropy(net(x), y);
     loss.backward();
     return loss;

@@ -12,37 +12,16 @@
 
 #include "jit/trace.h"
 #include "nn/optim.h"
-#include "tests/unit/test_util.h"
+#include "tests/nn/optim_rule.h"
 
 using namespace kiln;
+using kiln::test::backward_of_loss;
 using kiln::test::expect_close;
 using kiln::test::expect_error;
+using kiln::test::kP0;
+using kiln::test::run_against;
 
 namespace {
-
-// loss(p) = sum(a p^2 + b p), gradient 2 a p + b.
-const std::vector<double> kA{0.5, 1.5, 2.0, 0.1}, kB{1.0, -2.0, 0.3, 4.0}, kP0{1.0, -0.5, 2.0, 0.25};
-
-void backward_of_loss(const Tensor& p) {
-  Tensor a = from_vector(kA).to(p.dtype()), b = from_vector(kB).to(p.dtype());
-  (a * p * p + b * p).sum().backward();
-}
-
-using Rule = std::function<void(std::vector<double>& w, const std::vector<double>& g)>;
-
-// `steps` steps of opt on p (as made by make_param) beside the rule in double.
-void run_against(Tensor p, optim::Optimizer& opt, const Rule& rule, int steps, double tol) {
-  std::vector<double> want = kP0;
-  for (int s = 0; s < steps; ++s) {
-    opt.zero_grad();
-    backward_of_loss(p);
-    opt.step();
-    std::vector<double> g;
-    for (size_t i = 0; i < want.size(); ++i) g.push_back(2 * kA[i] * want[i] + kB[i]);
-    rule(want, g);
-    expect_close(p, want, tol, tol);
-  }
-}
 
 // A contiguous f64 CPU parameter: the fused eager pass takes it (a traced step takes the
 // Tensor path: Optimizers.TheTensorPathTakesTheFusedPassesSteps).

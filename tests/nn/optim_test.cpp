@@ -9,43 +9,20 @@
 #include <memory>
 #include <vector>
 
-#include "tests/unit/test_util.h"
+#include "tests/nn/optim_rule.h"
 
 using namespace kiln;
+using kiln::test::backward_of_loss;
 using kiln::test::expect_close;
 using kiln::test::expect_error;
+using kiln::test::kP0;
+using kiln::test::run_against;
 
 namespace {
 
-// loss(p) = sum(a p^2 + b p), gradient 2 a p + b: a different gradient at every step.
-const std::vector<double> kA{0.5, 1.5, 2.0, 0.1}, kB{1.0, -2.0, 0.3, 4.0},
-    kP0{1.0, -0.5, 2.0, 0.25};
-
-std::vector<double> ref_grad(const std::vector<double>& p) {
-  std::vector<double> g;
-  for (size_t i = 0; i < p.size(); ++i) g.push_back(2 * kA[i] * p[i] + kB[i]);
-  return g;
-}
-
 void compute_grad(Tensor& p, optim::Optimizer& opt) {
   opt.zero_grad();
-  Tensor a = from_vector(kA).to(p.dtype()), b = from_vector(kB).to(p.dtype());
-  (a * p * p + b * p).sum().backward();
-}
-
-// Runs `steps` steps of `opt` on p and of `ref` (one update of the double state) side by side.
-void run_against(Tensor& p, optim::Optimizer& opt,
-                 const std::function<void(std::vector<double>&, const std::vector<double>&)>& ref,
-                 int steps = 5, double tol = 1e-12) {
-  std::vector<double> want = kP0;
-  for (int s = 0; s < steps; ++s) {
-    compute_grad(p, opt);
-    opt.step();
-    ref(want, ref_grad(want));
-    expect_close(p, want, tol, tol);
-    EXPECT_TRUE(p.is_leaf());
-    EXPECT_TRUE(p.requires_grad());
-  }
+  backward_of_loss(p);
 }
 
 Tensor param(DType dt = f64) { return from_vector(kP0).to(dt).requires_grad_(); }

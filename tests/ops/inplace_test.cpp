@@ -36,10 +36,10 @@ struct Method {
   std::function<Tensor(const Tensor&, const Tensor&)> out_of_place;
 };
 
-using Binary = Tensor (*)(const Tensor&, const Tensor&);
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
 
 std::vector<Method> tensor_methods() {
-  auto method = [](std::string name, void (*in_place)(Tensor&, const Tensor&), Binary out) {
+  auto method = [](std::string name, void (*in_place)(Tensor&, const Tensor&), BinaryFn out) {
     return Method{std::move(name), in_place, out};
   };
   return {
@@ -81,15 +81,15 @@ std::vector<Method> scalar_methods(Scalar v) {
 }
 
 // Values every dtype holds (whole numbers for integers, 1..5 so division never sees 0).
-Tensor values(const Dims& shape, DType t) {
+Tensor nonzero_values(const Dims& shape, DType t) {
   if (t == boolean) return uniform(shape, t, 0, 1);
   return is_float(t) ? uniform(shape, t, 0.5, 5.0) : uniform(shape, t, 1, 5);
 }
 
 // Self layouts: contiguous, transposed, strided slices, and a broadcast-free column.
 std::vector<Tensor> selves(DType t) {
-  return {values({3, 5}, t), values({5, 3}, t).t(), values({3, 10}, t).slice(1, 0, 10, 2),
-          values({6, 5}, t).slice(0, 1, 6, 2), values({3, 5, 2}, t).select(2, 1), values({}, t)};
+  return {nonzero_values({3, 5}, t), nonzero_values({5, 3}, t).t(), nonzero_values({3, 10}, t).slice(1, 0, 10, 2),
+          nonzero_values({6, 5}, t).slice(0, 1, 6, 2), nonzero_values({3, 5, 2}, t).select(2, 1), nonzero_values({}, t)};
 }
 
 // Runs m on a clone of `self` in place and out of place from the same values: the in-place
@@ -137,7 +137,7 @@ TEST(InPlaceKernel, TensorOperandsMatchOutOfPlaceBitwise) {
         for (const Tensor& self : selves(st))
           for (const Dims& os : other_shapes) {
             if (self.dim() == 0 && os.size() > 1) continue;  // covered by the 2-d selves
-            check(m, self, values(os, ot));
+            check(m, self, nonzero_values(os, ot));
           }
 }
 
@@ -148,9 +148,9 @@ TEST(InPlaceKernel, NonContiguousOperandsMatchOutOfPlaceBitwise) {
       for (const Method& m : tensor_methods())
         for (const Tensor& self : selves(st)) {
           if (self.dim() != 2) continue;
-          check(m, self, values({5, 3}, ot).t());              // transposed
-          check(m, self, values({3, 10}, ot).slice(1, 1, 10, 2));  // strided
-          check(m, self, values({1, 5}, ot).expand({3, 5}));   // expanded (stride 0)
+          check(m, self, nonzero_values({5, 3}, ot).t());              // transposed
+          check(m, self, nonzero_values({3, 10}, ot).slice(1, 1, 10, 2));  // strided
+          check(m, self, nonzero_values({1, 5}, ot).expand({3, 5}));   // expanded (stride 0)
         }
 }
 
@@ -176,9 +176,9 @@ TEST(InPlaceKernel, HalfSelfWithAnIntegerOperandRoundsLikeTheOutOfPlaceOp) {
 TEST(InPlaceKernel, LargeTensorsSplitAcrossThreadsMatchOutOfPlaceBitwise) {
   manual_seed(4);
   for (DType st : {f32, f64, f16}) {
-    Tensor self = values({300, 700}, st);
-    check(tensor_methods()[3], self, values({700}, f32));
-    check(tensor_methods()[0], self.t(), values({300}, f64));
+    Tensor self = nonzero_values({300, 700}, st);
+    check(tensor_methods()[3], self, nonzero_values({700}, f32));
+    check(tensor_methods()[0], self.t(), nonzero_values({300}, f64));
     check(scalar_methods(Scalar(0.3))[5], self.slice(1, 0, 700, 3), Tensor());
   }
 }

@@ -7,8 +7,6 @@
 namespace kiln::test {
 namespace {
 
-std::string dname(DType t) { return std::string(dtype_name(t)); }
-
 struct BroadcastCase {
   Dims a, b, out;
 };

@@ -5,9 +5,7 @@
 namespace kiln::test {
 namespace {
 
-const Dims kShape = {5, 41};
-
-std::string dname(DType t) { return std::string(dtype_name(t)); }
+const Dims kScalarShape = {5, 41};
 
 struct ScalarCase {
   const char* name;  // the binary case whose reference it uses
@@ -86,7 +84,7 @@ TEST_P(ScalarOperand, OnEitherSideMatchesReferenceAndPromotes) {
   const Scalar scalars[] = {Scalar(0.5), Scalar(2.5),  Scalar(-1.5), Scalar(2),
                             Scalar(-3),  Scalar(true), Scalar(0)};
   for (DType t : kAllDTypes) {
-    Tensor x = values(kShape, t, std::max(c.lo, c.lo_b), std::min(c.hi, c.hi_b), c.whole);
+    Tensor x = values(kScalarShape, t, std::max(c.lo, c.lo_b), std::min(c.hi, c.hi_b), c.whole);
     std::vector<double> xv = x.to_vector<double>();
     for (Scalar s : scalars) {
       if (c.id == OpId::Pow && s.to_double() <= 0) continue;  // pow's base stays positive below
@@ -105,11 +103,11 @@ TEST_P(ScalarOperand, OnEitherSideMatchesReferenceAndPromotes) {
       DType out = result_dtype(c.id, ct);
       Tensor y = sc.tensor_scalar(x, s);
       EXPECT_EQ(y.dtype(), out);
-      EXPECT_TRUE(all_close(y, binary_ref(c, xv, sv, out), kShape));
+      EXPECT_TRUE(all_close(y, binary_ref(c, xv, sv, out), kScalarShape));
       if (!sc.scalar_tensor) continue;
       Tensor z = sc.scalar_tensor(s, x);
       EXPECT_EQ(z.dtype(), out);
-      EXPECT_TRUE(all_close(z, binary_ref(c, sv, xv, out), kShape));
+      EXPECT_TRUE(all_close(z, binary_ref(c, sv, xv, out), kScalarShape));
     }
   }
 }

@@ -5,8 +5,6 @@
 namespace kiln::test {
 namespace {
 
-std::string dname(DType t) { return std::string(dtype_name(t)); }
-
 const std::vector<double> kSpecial = {NAN, INFINITY, -INFINITY, 0.0,  -0.0,
                                       1.0, -1.0,     0.5,       -2.0, 3.0};
 

@@ -7,9 +7,7 @@
 namespace kiln::test {
 namespace {
 
-const Dims kShape = {7, 33};  // 231 elements: whole vectors of every width, and a tail
-
-std::string dname(DType t) { return std::string(dtype_name(t)); }
+const Dims kPointwiseShape = {7, 33};  // 231 elements: whole vectors of every width, and a tail
 
 class Unary : public ::testing::TestWithParam<UnaryCase> {};
 
@@ -18,7 +16,7 @@ TEST_P(Unary, MatchesReferenceInEveryDType) {
   manual_seed(11);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor x = values(kShape, t, c.lo, c.hi);
+    Tensor x = values(kPointwiseShape, t, c.lo, c.hi);
     if (!accepts(c.id, t)) {
       EXPECT_TRUE(throws_error([&] { c.fn(x); }, {op_name(c.id), dname(t)}));
       continue;
@@ -26,7 +24,7 @@ TEST_P(Unary, MatchesReferenceInEveryDType) {
     Tensor y = c.fn(x);
     DType out = result_dtype(c.id, t);
     EXPECT_EQ(y.dtype(), out);
-    EXPECT_TRUE(all_close(y, unary_ref(c, x.to_vector<double>(), out), kShape));
+    EXPECT_TRUE(all_close(y, unary_ref(c, x.to_vector<double>(), out), kPointwiseShape));
   }
 }
 
@@ -40,8 +38,8 @@ TEST_P(Binary, MatchesReferenceInEveryDType) {
   manual_seed(12);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor a = values(kShape, t, c.lo, c.hi, c.whole);
-    Tensor b = values(kShape, t, c.lo_b, c.hi_b, c.whole);
+    Tensor a = values(kPointwiseShape, t, c.lo, c.hi, c.whole);
+    Tensor b = values(kPointwiseShape, t, c.lo_b, c.hi_b, c.whole);
     if (!accepts(c.id, t)) {
       EXPECT_TRUE(throws_error([&] { c.fn(a, b); }, {op_name(c.id), dname(t)}));
       continue;
@@ -50,7 +48,7 @@ TEST_P(Binary, MatchesReferenceInEveryDType) {
     DType out = result_dtype(c.id, t);
     EXPECT_EQ(y.dtype(), out);
     EXPECT_TRUE(
-        all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kShape));
+        all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kPointwiseShape));
   }
 }
 
@@ -65,8 +63,8 @@ TEST_P(Binary, PromotesMixedDTypes) {
   manual_seed(13);
   for (const Mix& m : mixes) {
     SCOPED_TRACE(dname(m.a) + " with " + dname(m.b));
-    Tensor a = values(kShape, m.a, c.lo, c.hi, c.whole);
-    Tensor b = values(kShape, m.b, c.lo_b, c.hi_b, c.whole);
+    Tensor a = values(kPointwiseShape, m.a, c.lo, c.hi, c.whole);
+    Tensor b = values(kPointwiseShape, m.b, c.lo_b, c.hi_b, c.whole);
     if (!accepts(c.id, m.common)) {
       EXPECT_TRUE(throws_error([&] { c.fn(a, b); }, {op_name(c.id)}));
       continue;
@@ -75,7 +73,7 @@ TEST_P(Binary, PromotesMixedDTypes) {
     DType out = result_dtype(c.id, m.common);
     EXPECT_EQ(y.dtype(), out);
     EXPECT_TRUE(
-        all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kShape));
+        all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kPointwiseShape));
   }
 }
 
@@ -86,14 +84,14 @@ TEST(Where, PicksByConditionInEveryDType) {
   manual_seed(14);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor c = uniform(kShape, boolean, 0, 1);
-    Tensor a = values(kShape, t, -10, 10), b = values(kShape, t, -10, 10);
+    Tensor c = uniform(kPointwiseShape, boolean, 0, 1);
+    Tensor a = values(kPointwiseShape, t, -10, 10), b = values(kPointwiseShape, t, -10, 10);
     Tensor y = where(c, a, b);
     EXPECT_EQ(y.dtype(), t);
     std::vector<double> cv = c.to_vector<double>(), av = a.to_vector<double>(),
                         bv = b.to_vector<double>(), want(cv.size());
     for (size_t i = 0; i < cv.size(); ++i) want[i] = cv[i] != 0 ? av[i] : bv[i];
-    EXPECT_TRUE(all_close(y, want, kShape, {0, 0}));
+    EXPECT_TRUE(all_close(y, want, kPointwiseShape, {0, 0}));
   }
 }
 
@@ -118,8 +116,8 @@ TEST(Clamp, MatchesReferenceWithTensorBoundsInEveryDType) {
   manual_seed(16);
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dname(t));
-    Tensor x = values(kShape, t, -10, 10);
-    Tensor lo = values(kShape, t, -5, 0), hi = values(kShape, t, 0, 5);
+    Tensor x = values(kPointwiseShape, t, -10, 10);
+    Tensor lo = values(kPointwiseShape, t, -5, 0), hi = values(kPointwiseShape, t, 0, 5);
     if (!accepts(OpId::Clamp, t)) {
       EXPECT_TRUE(throws_error([&] { clamp(x, lo, hi); }, {"clamp", dname(t)}));
       continue;
@@ -129,7 +127,7 @@ TEST(Clamp, MatchesReferenceWithTensorBoundsInEveryDType) {
     std::vector<double> xv = x.to_vector<double>(), lv = lo.to_vector<double>(),
                         hv = hi.to_vector<double>(), want(xv.size());
     for (size_t i = 0; i < xv.size(); ++i) want[i] = clamp_ref(xv[i], lv[i], hv[i]);
-    EXPECT_TRUE(all_close(y, want, kShape));
+    EXPECT_TRUE(all_close(y, want, kPointwiseShape));
   }
 }
 
@@ -138,12 +136,12 @@ TEST(Clamp, MissingBoundIsSkippedAndHighWinsWhenBoundsCross) {
   double inf = INFINITY;
   for (DType t : {f32, f64, f16, bf16, i32, i64, u8}) {
     SCOPED_TRACE(dname(t));
-    Tensor x = values(kShape, t, -100, 100);
+    Tensor x = values(kPointwiseShape, t, -100, 100);
     std::vector<double> xv = x.to_vector<double>();
     auto check = [&](std::optional<Scalar> lo, std::optional<Scalar> hi, double l, double h) {
       Tensor y = clamp(x, lo, hi);
       EXPECT_EQ(y.dtype(), t);
-      EXPECT_TRUE(all_close(y, map(xv, [&](double v) { return clamp_ref(v, l, h); }), kShape));
+      EXPECT_TRUE(all_close(y, map(xv, [&](double v) { return clamp_ref(v, l, h); }), kPointwiseShape));
     };
     check(3, std::nullopt, 3, inf);
     check(std::nullopt, 7, -inf, 7);
@@ -151,11 +149,11 @@ TEST(Clamp, MissingBoundIsSkippedAndHighWinsWhenBoundsCross) {
     check(9, 4, 9, 4);  // lo > hi: everything becomes hi
   }
   // A float bound on an integer tensor computes in f32.
-  Tensor xi = values(kShape, i32, -10, 10);
+  Tensor xi = values(kPointwiseShape, i32, -10, 10);
   Tensor y = clamp(xi, -2.5, std::nullopt);
   EXPECT_EQ(y.dtype(), f32);
   EXPECT_TRUE(all_close(y, map(xi.to_vector<double>(), [](double v) { return std::max(v, -2.5); }),
-                        kShape));
+                        kPointwiseShape));
 }
 
 TEST(Round, RoundsHalfToEvenInEveryFloatDType) {
@@ -174,13 +172,13 @@ TEST(Pow, NegativeBaseWithWholeExponent) {
   manual_seed(18);
   for (DType t : {f32, f64}) {
     SCOPED_TRACE(dname(t));
-    Tensor x = values(kShape, t, -4, 4);
+    Tensor x = values(kPointwiseShape, t, -4, 4);
     std::vector<double> xv = x.to_vector<double>();
     for (double e : {2.0, 3.0, -1.0, -2.0}) {
       SCOPED_TRACE(e);
-      EXPECT_TRUE(all_close(pow(x, e), map(xv, [&](double a) { return std::pow(a, e); }), kShape));
+      EXPECT_TRUE(all_close(pow(x, e), map(xv, [&](double a) { return std::pow(a, e); }), kPointwiseShape));
       Tensor et = full({}, e, t);
-      EXPECT_TRUE(all_close(pow(x, et), map(xv, [&](double a) { return std::pow(a, e); }), kShape));
+      EXPECT_TRUE(all_close(pow(x, et), map(xv, [&](double a) { return std::pow(a, e); }), kPointwiseShape));
     }
   }
 }

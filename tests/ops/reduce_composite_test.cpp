@@ -5,8 +5,6 @@
 namespace kiln::test {
 namespace {
 
-std::string dname(DType t) { return std::string(dtype_name(t)); }
-
 // Composites round every intermediate to the tensor's dtype, so f16 and bf16 results carry a
 // few of their roundings, not one.
 Tolerance composite_tolerance(DType t) {
@@ -15,18 +13,18 @@ Tolerance composite_tolerance(DType t) {
   return tol;
 }
 
-const Dims kShape = {3, 4, 5};
+const Dims kCompositeShape = {3, 4, 5};
 const std::vector<DType> kDTypes = {f32, f64, f16, bf16, i32, i64, u8, boolean};
 
 TEST(Mean, EveryAxisSubsetKeepdimAndDType) {
   manual_seed(61);
   for (DType t : kDTypes) {
-    Tensor x = uniform(kShape, t, t == u8 ? 0 : -10, 10);
+    Tensor x = uniform(kCompositeShape, t, t == u8 ? 0 : -10, 10);
     std::vector<double> xv = x.to_vector<double>();
     for (const Dims& axes : rank3_axis_sets())
       for (bool keep : {false, true}) {
         SCOPED_TRACE(dname(t) + " axes " + shape_str(axes) + (keep ? " keepdim" : ""));
-        Reduction red = reduction(kShape, axes, keep);
+        Reduction red = reduction(kCompositeShape, axes, keep);
         Tensor y = mean(x, axes, keep);
         EXPECT_EQ(y.dtype(), to_float_dtype(t));
         std::vector<double> scale = reduce_ref(xv, red, [](const std::vector<double>& g) {
@@ -41,14 +39,14 @@ TEST(Mean, EveryAxisSubsetKeepdimAndDType) {
 TEST(VarStd, EveryAxisSubsetCorrectionAndDType) {
   manual_seed(62);
   for (DType t : {f32, f64, f16, bf16, i32, u8}) {
-    Tensor x = uniform(kShape, t, t == u8 ? 0 : -10, 10);
+    Tensor x = uniform(kCompositeShape, t, t == u8 ? 0 : -10, 10);
     std::vector<double> xv = x.to_vector<double>();
     for (const Dims& axes : rank3_axis_sets())
       for (int64_t correction : {0, 1, 2}) {
         SCOPED_TRACE(dname(t) + " axes " + shape_str(axes) + " correction " +
                      std::to_string(correction));
         bool keep = correction == 1;
-        Reduction red = reduction(kShape, axes, keep);
+        Reduction red = reduction(kCompositeShape, axes, keep);
         auto v = [&](const std::vector<double>& g) { return ref_var(g, correction); };
         Tensor y = var(x, axes, correction, keep);
         EXPECT_EQ(y.dtype(), to_float_dtype(t));
@@ -78,12 +76,12 @@ TEST(VarStd, LargeMeanAndTooFewElements) {
 TEST(LogSumExp, EveryAxisSubsetAndDType) {
   manual_seed(64);
   for (DType t : {f32, f64, f16, bf16, i32}) {
-    Tensor x = uniform(kShape, t, -10, 10);
+    Tensor x = uniform(kCompositeShape, t, -10, 10);
     std::vector<double> xv = x.to_vector<double>();
     for (const Dims& axes : rank3_axis_sets())
       for (bool keep : {false, true}) {
         SCOPED_TRACE(dname(t) + " axes " + shape_str(axes) + (keep ? " keepdim" : ""));
-        Reduction red = reduction(kShape, axes, keep);
+        Reduction red = reduction(kCompositeShape, axes, keep);
         Tensor y = logsumexp(x, axes, keep);
         EXPECT_EQ(y.dtype(), to_float_dtype(t));
         std::vector<double> scale =
@@ -130,7 +128,7 @@ TEST(Softmax, EveryDimDTypeAndLayout) {
   for (DType t : {f32, f64, f16, bf16, i32}) {
     Tensor base = uniform({4, 3, 5}, t, -8, 8);
     for (const Tensor& x :
-         {base.reshape(kShape), base.permute({1, 0, 2}), base.slice(2, 0, 5, 2)}) {
+         {base.reshape(kCompositeShape), base.permute({1, 0, 2}), base.slice(2, 0, 5, 2)}) {
       std::vector<double> xv = view_values(x, base.to_vector<double>());
       for (int64_t d : {0, 1, 2, -1, -3}) {
         SCOPED_TRACE(dname(t) + " " + x.type().str() + " dim " + std::to_string(d));
@@ -181,7 +179,7 @@ TEST(LayerNorm, TrailingDimsAffineAndDType) {
   manual_seed(66);
   for (DType t : {f32, f64, f16, bf16}) {
     Tensor base = uniform({5, 3, 4}, t, -3, 7);
-    for (const Tensor& x : {base.reshape(kShape), base.permute({1, 2, 0})}) {
+    for (const Tensor& x : {base.reshape(kCompositeShape), base.permute({1, 2, 0})}) {
       std::vector<double> xv = view_values(x, base.to_vector<double>());
       for (size_t k : {1, 2}) {
         Dims norm(std::span<const int64_t>(x.shape().begin() + (3 - k), k));

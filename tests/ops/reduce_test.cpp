@@ -7,8 +7,6 @@
 namespace kiln::test {
 namespace {
 
-std::string dname(DType t) { return std::string(dtype_name(t)); }
-
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (!(a.type() == b.type())) return false;
   Tensor ca = a.contiguous(), cb = b.contiguous();

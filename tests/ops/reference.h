@@ -13,6 +13,9 @@
 
 namespace kiln::test {
 
+/// A dtype's name, for test parameters and messages.
+inline std::string dname(DType t) { return std::string(dtype_name(t)); }
+
 /// How far a result of one dtype may be from the exact value: |got - want| <= atol + rtol *
 /// (|want| + scale), where `scale` is the size of the terms that produced want (0 for
 /// elementwise ops; sum |x| for a sum, whose error is relative to that, not to the result).

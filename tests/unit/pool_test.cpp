@@ -14,6 +14,7 @@
 #include "tests/unit/test_util.h"
 
 using namespace kiln;
+using kiln::test::bits;
 using kiln::test::expect_error;
 
 namespace {
@@ -156,13 +157,6 @@ void expect_near(const Tensor& got, const std::vector<double>& want, double rtol
 Tensor transposed_view(const Tensor& t) {
   int64_t r = t.dim();
   return t.transpose(r - 2, r - 1).contiguous().transpose(r - 2, r - 1);
-}
-
-std::vector<uint8_t> bits(const Tensor& t) {
-  Tensor c = t.contiguous();
-  std::vector<uint8_t> b(static_cast<size_t>(c.numel() * dtype_size(c.dtype())));
-  std::memcpy(b.data(), c.data_ptr(), b.size());
-  return b;
 }
 
 // max_pool2d's derivative as it was first written: the window's gradient goes to the first

@@ -11,6 +11,7 @@
 
 using namespace kiln;
 using kiln::test::all_indices;
+using kiln::test::bits;
 using kiln::test::expect_error;
 using kiln::test::flat_index;
 
@@ -67,14 +68,6 @@ void expect_sums(const Tensor& got, const std::vector<double>& want,
                     << want[i];
     }
   }
-}
-
-// The bits of a tensor, for comparisons that must be exact.
-std::vector<uint8_t> bits(const Tensor& t) {
-  Tensor c = t.contiguous();
-  std::vector<uint8_t> b(static_cast<size_t>(c.numel() * dtype_size(c.dtype())));
-  std::memcpy(b.data(), c.data_ptr(), b.size());
-  return b;
 }
 
 struct Threads {

@@ -6,6 +6,8 @@
 #include <kiln/kiln.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <ostream>
@@ -74,6 +76,14 @@ inline std::vector<std::vector<int64_t>> all_indices(const Dims& shape) {
     }
     if (d == 0) return out;
   }
+}
+
+/// The bits of a tensor, for comparisons that must be exact.
+inline std::vector<uint8_t> bits(const Tensor& t) {
+  Tensor c = t.contiguous();
+  std::vector<uint8_t> b(static_cast<size_t>(c.numel() * dtype_size(c.dtype())));
+  std::memcpy(b.data(), c.data_ptr(), b.size());
+  return b;
 }
 
 }  // namespace kiln::test
