@@ -111,6 +111,17 @@ TEST(HostCuda, WarpShufflesExchangeBetweenLanesAcrossAGrid) {
   EXPECT_EQ(out.to(cpu).item<float>(), float(n * (n - 1) / 2));
 }
 
+// Launches kernel `name` of `src` on one warp, writing out[threadIdx.x], and waits for it.
+void launch_one_warp(const char* src, const char* name) {
+  Tensor out = empty({32}, f32, cuda::device(0));
+  cuda::DeviceFunction f = load(src, name);
+  void* a = out.data_ptr();
+  void* args[] = {&a};
+  unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+  cuda::launch(f, grid, block, 0, args);
+  cuda::synchronize();
+}
+
 TEST(HostCuda, ABarrierNotEveryThreadReachesEndsTheProcess) {
   REQUIRE_HOST_NVRTC();
   const char* src = R"(
@@ -121,16 +132,7 @@ extern "C" __global__ void divergent(float* out) {
 }
 )";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  auto run = [&] {
-    Tensor out = empty({32}, f32, cuda::device(0));
-    cuda::DeviceFunction f = load(src, "divergent");
-    void* a = out.data_ptr();
-    void* args[] = {&a};
-    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
-    cuda::launch(f, grid, block, 0, args);
-    cuda::synchronize();
-  };
-  EXPECT_DEATH(run(), "deadlocked");
+  EXPECT_DEATH(launch_one_warp(src, "divergent"), "deadlocked");
 }
 
 // A module whose text names no barrier runs its threads one after another on one fiber
@@ -145,16 +147,7 @@ extern "C" __global__ void hidden(float* out) {
 }
 )";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  auto run = [&] {
-    Tensor out = empty({32}, f32, cuda::device(0));
-    cuda::DeviceFunction f = load(src, "hidden");
-    void* a = out.data_ptr();
-    void* args[] = {&a};
-    unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
-    cuda::launch(f, grid, block, 0, args);
-    cuda::synchronize();
-  };
-  EXPECT_DEATH(run(), "does not name");
+  EXPECT_DEATH(launch_one_warp(src, "hidden"), "does not name");
 }
 
 // The toolkit's NVRTC compiles the same CUDA C for the architectures kiln supports.
