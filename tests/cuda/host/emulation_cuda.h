@@ -160,23 +160,34 @@ inline void run_block(Block& b, Fiber* const* fibers, unsigned threads) {
   }
 }
 
+// Thread i of a block of dim d, x fastest.
+inline dim3 thread_index(unsigned i, dim3 d) { return dim3{i % d.x, (i / d.x) % d.y, i / (d.x * d.y)}; }
+
+// Runs run_one() for each block of the grid in turn, its shared memory refilled with 0xa5.
+template <typename F>
+void for_each_block(Block& b, F&& run_one) {
+  for (unsigned z = 0; z < b.grid_dim.z; ++z)
+    for (unsigned y = 0; y < b.grid_dim.y; ++y)
+      for (unsigned x = 0; x < b.grid_dim.x; ++x) {
+        std::memset(b.shared, 0xa5, b.shared_bytes + 16);
+        b.block_idx = dim3{x, y, z};
+        run_one();
+      }
+}
+
 // Runs the whole grid on the first thread's fiber, thread after thread: what run_block does
 // when no thread ever waits, with one switch per launch.
 inline void run_straight() {
   Fiber& f = fiber();
   Block& b = *f.block;
   const unsigned threads = b.block_dim.x * b.block_dim.y * b.block_dim.z;
-  for (unsigned z = 0; z < b.grid_dim.z; ++z)
-    for (unsigned y = 0; y < b.grid_dim.y; ++y)
-      for (unsigned x = 0; x < b.grid_dim.x; ++x) {
-        std::memset(b.shared, 0xa5, b.shared_bytes + 16);
-        b.block_idx = dim3{x, y, z};
-        for (unsigned i = 0; i < threads; ++i) {
-          f.linear = i;
-          f.thread_idx = dim3{i % b.block_dim.x, (i / b.block_dim.x) % b.block_dim.y, i / (b.block_dim.x * b.block_dim.y)};
-          b.body(b.body_arg);
-        }
-      }
+  for_each_block(b, [&] {
+    for (unsigned i = 0; i < threads; ++i) {
+      f.linear = i;
+      f.thread_idx = thread_index(i, b.block_dim);
+      b.body(b.body_arg);
+    }
+  });
   jump_to(b.scheduler_resume);
 }
 
@@ -198,24 +209,15 @@ inline void run_grid(const KilnHostLaunch& l, bool barriers, void (*body)(void*)
     Fiber& f = *(fibers[i] = new (l.stacks[i]) Fiber);
     f.block = &b;
     f.linear = i;
-    f.thread_idx = dim3{i % b.block_dim.x, (i / b.block_dim.x) % b.block_dim.y, i / (b.block_dim.x * b.block_dim.y)};
+    f.thread_idx = thread_index(i, b.block_dim);
     getcontext(&f.context);
     f.context.uc_stack.ss_sp = l.stacks[i] + kFiberBytes;
     f.context.uc_stack.ss_size = KILN_HOST_STACK_BYTES - kFiberBytes;
     f.context.uc_link = nullptr;  // neither entry point returns
     makecontext(&f.context, b.straight ? run_straight : trampoline, 0);
   }
-  if (b.straight) {
-    resume(b, *fibers[0]);
-    return;
-  }
-  for (unsigned z = 0; z < l.grid[2]; ++z)
-    for (unsigned y = 0; y < l.grid[1]; ++y)
-      for (unsigned x = 0; x < l.grid[0]; ++x) {
-        std::memset(l.shared, 0xa5, l.shared_bytes + 16);
-        b.block_idx = dim3{x, y, z};
-        run_block(b, fibers.data(), threads);
-      }
+  if (b.straight) resume(b, *fibers[0]);
+  else for_each_block(b, [&] { run_block(b, fibers.data(), threads); });
 }
 
 template <typename... A, size_t... I>
