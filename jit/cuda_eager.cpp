@@ -41,22 +41,9 @@ void run_single_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, cons
     }
     operands.push_back(x.device().is_cpu() ? x.to(out.device()) : x);
   }
-  auto body = std::make_shared<ir::Graph>();
-  std::vector<uint32_t> ins;
-  for (const Tensor& x : operands) {
-    ins.push_back(body->add_value(x.type()));
-    body->inputs.push_back(ins.back());
-  }
-  ir::Node n;
-  n.op = id;
-  n.attrs = a;
-  n.inputs = ins;
-  n.result = body->add_value(out.type());
-  body->nodes.push_back(n);
-  body->outputs.push_back(n.result);
-  ir::Node fused;
-  fused.kind = ir::NodeKind::Fused;
-  fused.body = body;
+  std::vector<TensorType> types;
+  for (const Tensor& x : operands) types.push_back(x.type());
+  ir::Node fused = single_op_group(id, a, types, out.type());
   run_group_cuda(fused, operands, {&out, 1}, true);
 }
 
@@ -95,9 +82,12 @@ void copy_on_device(const Tensor& src, const Tensor& dst) {
   body.nodes.push_back(n);
   body.outputs.push_back(n.result);
   std::vector<int64_t> sizes(shape.begin(), shape.end());
+  int device = dst.device().index;
+  codegen::CudaLaunch grid = codegen::plan_cuda_launch(L, sizes, sm_count(device), codegen::CudaWork::Elements);
+  if (grid.blocks == 0) return;
   std::string source = codegen::emit_cuda(body, L, "kiln_kernel");
-  launch(L, sizes, source, codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}),
-         dst.device().index);
+  launch_source(source, codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}, grid),
+                grid.blocks, device);
 }
 
 namespace {

@@ -25,11 +25,6 @@ int sm_count(int device);
 void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device);
 /// Blocks of kCudaBlock threads for `threads` threads.
 int64_t blocks_for(int64_t threads);
-/// The grid of a kernel of emit_cuda over `layout`; 0 for an empty domain.
-int64_t grid_for(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, int device);
-/// Launches a kernel of emit_cuda over `layout` with the argument words `args`.
-void launch(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, const std::string& source,
-            const std::vector<uint64_t>& args, int device);
 /// Appends argument words for a hand-written kernel (codegen/cuda's indexed, matmul, pool,
 /// random kernels).
 void put(std::vector<uint64_t>& w, int64_t v);

@@ -24,7 +24,6 @@
 namespace kiln::jit {
 namespace {
 
-using cuda_eager::grid_for;
 using cuda_eager::sm_count;
 
 // The bits an immediate travels in: a double's for a float compute dtype, else an int64.
@@ -39,97 +38,31 @@ uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
   return bits;
 }
 
-// Reductions of more elements per output than kSplitMin, into fewer kept indices than a grid of
-// kSplitRows blocks per multiprocessor, run in parts (CudaGroup::Split) of at least kSplitMin
-// elements: enough blocks to fill the device, then a second, small reduction.
-constexpr int64_t kSplitMin = 4096;
-constexpr int64_t kSplitRows = 4;
-
-void split_reduction(CudaGroup& g, const ir::Graph& body, int device) {
-  codegen::KernelLayout& L = g.layout;
-  if (L.reduced == 0) return;
-  int64_t rows = 1, cols = 1;
-  for (int d = 0; d < L.rank; ++d) (L.reduced >> d & 1 ? cols : rows) *= g.sizes[static_cast<size_t>(d)];
-  int64_t want = int64_t{sm_count(device)} * kSplitRows;
-  if (rows == 0 || rows >= want || cols < 2 * kSplitMin || L.rank >= 16) return;
-  std::vector<OpId> combine = terminal_reductions(body);
-  if (combine.empty()) return;
+// What a group's launch may do: cut its columns into parts when its outputs are its
+// reductions' results (terminal) in a dtype that holds partial results exactly.
+codegen::CudaWork work_of(const ir::Graph& body, bool may_split) {
+  bool reduces = false;
+  for (const ir::Node& n : body.nodes) reduces = reduces || (n.kind == ir::NodeKind::Op && ir::fusible_reduction(n.op));
+  if (!reduces) return codegen::CudaWork::Elements;
+  if (!may_split || terminal_reductions(body).empty()) return codegen::CudaWork::Rows;
   for (uint32_t o : body.outputs)  // partial results in f16/bf16 would round twice
-    if (body.type(o).dtype == DType::F16 || body.type(o).dtype == DType::BF16) return;
-  int d = 0;
-  while (!(L.reduced >> d & 1)) ++d;  // the outermost reduced dim
-  int64_t size = g.sizes[static_cast<size_t>(d)];
-  int64_t inner = cols / size;  // the other reduced dims' elements
-  int64_t runs = std::min({(want + rows - 1) / rows, size * inner / kSplitMin, size});
-  if (runs < 2) return;
-  int64_t run = size / runs;
-  CudaGroup::Split& sp = g.split;
-  sp.dim = d;
-  sp.runs = runs;
-  sp.run = run;
-  sp.rest = size - runs * run;
-  sp.combine = std::move(combine);
-  // Dim d becomes (runs: kept, run: reduced). Inputs step run * stride through the parts; the
-  // partial outputs step one output's elements (they are [parts, output...], contiguous).
-  size_t n_in = L.inputs.size(), n_ops = n_in + L.outputs.size(), rank = static_cast<size_t>(L.rank);
-  std::vector<int64_t> strides;
-  for (size_t k = 0; k < n_ops; ++k) {
-    for (size_t e = 0; e < rank; ++e) {
-      int64_t s = g.strides[k * rank + e];
-      if (e == static_cast<size_t>(d)) {
-        int64_t per_part = k < n_in ? s * run : body.type(body.outputs[k - n_in]).shape.product();
-        if (k < n_in) sp.input_step.push_back(s * run);
-        strides.push_back(per_part);
-      }
-      strides.push_back(s);
-    }
-  }
-  g.strides = std::move(strides);
-  g.sizes[static_cast<size_t>(d)] = run;
-  g.sizes.insert(g.sizes.begin() + d, runs);
-  // The layout: one more dim; d kept, the dims from d on move one up.
-  uint32_t low = L.reduced & ((1u << d) - 1), high = L.reduced >> d;
-  L.reduced = low | (high << (d + 1));
-  ++L.rank;
-  for (size_t k = 0; k < n_ops; ++k) {
-    codegen::OperandLayout& o = k < n_in ? L.inputs[k] : L.outputs[k - n_in];
-    o.broadcast = 0;
-    for (int e = 0; e < L.rank; ++e)
-      if (g.strides[k * static_cast<size_t>(L.rank) + static_cast<size_t>(e)] == 0) o.broadcast |= 1u << e;
-  }
-  L.parallel_dim = -1;
+    if (body.type(o).dtype == DType::F16 || body.type(o).dtype == DType::BF16) return codegen::CudaWork::Rows;
+  return codegen::CudaWork::Partials;
 }
 
-// The sizes of a split group's last, shorter part: one part of `rest` elements.
-std::vector<int64_t> rest_sizes(const CudaGroup& g) {
-  std::vector<int64_t> sizes = g.sizes;
-  sizes[static_cast<size_t>(g.split.dim)] = 1;
-  sizes[static_cast<size_t>(g.split.dim) + 1] = g.split.rest;
-  return sizes;
-}
-
-// Queues g's kernel over `sizes` with operand pointers `data`.
-void launch_words(const CudaGroup& g, const std::vector<int64_t>& sizes, const std::vector<void*>& data,
-                  int64_t blocks) {
-  if (blocks == 0) return;  // nothing to compute
-  std::vector<uint64_t> args = codegen::pack_cuda_args(g.layout, sizes, g.strides, data, g.immediates);
-  unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+// Queues g's kernel over operand pointers `data`.
+void launch_words(const CudaGroup& g, const std::vector<void*>& data) {
+  if (g.launch.blocks == 0) return;  // nothing to compute
+  std::vector<uint64_t> args = codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.launch, g.immediates);
+  unsigned grid[3] = {static_cast<unsigned>(g.launch.blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = args.data();
   cuda::launch(g.fn, grid, block, codegen::kCudaSharedBytes, &param);
 }
 
-}  // namespace
-
-CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, bool eager) {
+CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides, bool eager,
+                  bool may_split) {
   const ir::Graph& body = *fused.body;
-  std::vector<Dims> shapes, strides;
-  for (const Tensor& x : inputs) {
-    shapes.push_back(x.shape());
-    strides.push_back(x.strides());
-  }
   KernelArgs ka = kernel_args(fused, shapes, strides);
-  codegen::CudaEmitOptions options;
-  options.immediates_as_args = options.generic_strides = eager;
   CudaGroup g;
   g.layout = std::move(ka.layout);
   g.sizes = std::move(ka.sizes);
@@ -138,13 +71,57 @@ CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inpu
     for (const codegen::CudaImmediate& m : codegen::cuda_immediates(body))
       g.immediates.push_back(immediate_bits(body.nodes[m.node].attrs.imm[m.slot], m.is_float));
   int device = body.type(body.outputs[0]).device.index;
-  split_reduction(g, body, device);
+  g.launch = codegen::plan_cuda_launch(g.layout, g.sizes, sm_count(device), work_of(body, may_split));
+  codegen::CudaEmitOptions options;
+  options.immediates_as_args = options.generic_strides = eager;
+  options.rows_by = g.launch.rows_by;
   CudaKernel k = cuda_kernel_for(codegen::emit_cuda(body, g.layout, "kiln_kernel", options), device);
   g.fn = k.fn;
   g.symbol = std::move(k.symbol);
-  g.blocks = grid_for(g.layout, g.sizes, device);
-  if (g.split.rest > 0) g.split.rest_blocks = grid_for(g.layout, rest_sizes(g), device);
+  if (g.launch.parts > 1) {
+    // The partial results [parts, output...], contiguous, each reduced over its first dim.
+    std::vector<OpId> ops = terminal_reductions(body);
+    for (size_t j = 0; j < body.outputs.size(); ++j) {
+      TensorType out = body.type(body.outputs[j]), part = out;
+      part.shape.insert(0, g.launch.parts);
+      Attrs attrs;
+      attrs.axes = {0};
+      ir::Node c = single_op_group(ops[j], attrs, {&part, 1}, out);
+      Dims part_strides = contiguous_strides(part.shape);
+      g.combine.push_back(prepare(c, {&part.shape, 1}, {&part_strides, 1}, eager, /*may_split=*/false));
+    }
+  }
   return g;
+}
+
+}  // namespace
+
+ir::Node single_op_group(OpId op, const Attrs& attrs, std::span<const TensorType> inputs, const TensorType& out) {
+  auto body = std::make_shared<ir::Graph>();
+  ir::Node n;
+  n.op = op;
+  n.attrs = attrs;
+  for (const TensorType& t : inputs) {
+    n.inputs.push_back(body->add_value(t));
+    body->inputs.push_back(n.inputs.back());
+  }
+  n.result = body->add_value(out);
+  body->nodes.push_back(n);
+  body->outputs.push_back(n.result);
+  ir::Node fused;
+  fused.kind = ir::NodeKind::Fused;
+  fused.body = body;
+  fused.results = body->outputs;
+  return fused;
+}
+
+CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, bool eager) {
+  std::vector<Dims> shapes, strides;
+  for (const Tensor& x : inputs) {
+    shapes.push_back(x.shape());
+    strides.push_back(x.strides());
+  }
+  return prepare(fused, shapes, strides, eager, /*may_split=*/true);
 }
 
 void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
@@ -154,33 +131,21 @@ void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::
   std::vector<void*> data;
   data.reserve(inputs.size() + outputs.size());
   for (const Tensor& x : inputs) data.push_back(x.data_ptr());
-  const CudaGroup::Split& sp = g.split;
-  if (sp.dim < 0) {
+  if (g.launch.parts == 1) {
     for (const Tensor& y : outputs) data.push_back(y.data_ptr());
-    launch_words(g, g.sizes, data, g.blocks);
+    launch_words(g, data);
     return;
   }
-  // In parts: partial results, then their reduction into the outputs.
-  int64_t parts = sp.runs + (sp.rest > 0);
+  // In parts: partial results, then each reduced into its output.
   std::vector<Tensor> partial;
   for (const Tensor& y : outputs) {
     Dims shape = y.shape();
-    shape.insert(0, parts);
+    shape.insert(0, g.launch.parts);
     partial.push_back(Tensor::empty({y.dtype(), shape, y.device()}));
     data.push_back(partial.back().data_ptr());
   }
-  launch_words(g, g.sizes, data, g.blocks);
-  if (sp.rest > 0) {  // the shorter last part: one more part of `rest` elements
-    for (size_t k = 0; k < inputs.size(); ++k)
-      data[k] = static_cast<char*>(data[k]) + sp.runs * sp.input_step[k] * dtype_size(inputs[k].dtype());
-    for (size_t j = 0; j < outputs.size(); ++j) data[inputs.size() + j] = partial[j][sp.runs].data_ptr();
-    launch_words(g, rest_sizes(g), data, sp.rest_blocks);
-  }
-  for (size_t j = 0; j < outputs.size(); ++j) {
-    Attrs attrs;
-    attrs.axes = {0};
-    copy_between(apply(sp.combine[j], {partial[j]}, attrs), outputs[j]);
-  }
+  launch_words(g, data);
+  for (size_t j = 0; j < outputs.size(); ++j) launch_words(g.combine[j], {partial[j].data_ptr(), outputs[j].data_ptr()});
 }
 
 void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,

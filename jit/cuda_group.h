@@ -9,33 +9,30 @@
 #include <vector>
 
 #include "codegen/backend.h"
+#include "codegen/cuda/launch.h"
 #include "ir/graph.h"
 #include "runtime/cuda_kernels.h"
 
 namespace kiln::jit {
 
 /// A fused group ready to launch for operands laid out as at preparation: its loop layout, the
-/// sizes and strides it passes, and its kernel, compiled for one device. The compiled plans
-/// (jit/executable.cpp) prepare once and launch per call.
+/// sizes and strides it passes, its kernel, compiled for one device, and its launch
+/// (codegen/cuda/launch.h). The compiled plans (jit/executable.cpp) prepare once and launch
+/// per call.
 struct CudaGroup {
   codegen::KernelLayout layout;
   std::vector<int64_t> sizes, strides;
   std::vector<uint64_t> immediates;  // eager kernels: the immediates' bits, in argument order
   std::string symbol;                // kiln_<hash of the source>
-  cuda::DeviceFunction fn;  // on the operands' device
-  int64_t blocks = 0;        // the launch's grid
-  /// A reduction of many elements into few outputs runs in parts: loop dim `dim` of the
-  /// original layout became two, `runs` parts (kept) of `run` elements (reduced), and the
-  /// kernel writes partial results [runs (+1 for a shorter last part of `rest` elements),
-  /// output...] that `combine` reduces over their first dim. dim -1: no split.
-  struct Split {
-    int dim = -1;
-    int64_t runs = 0, run = 0, rest = 0;
-    std::vector<int64_t> input_step;  // per input: elements from one part to the next
-    std::vector<OpId> combine;        // per output
-    int64_t rest_blocks = 0;
-  } split;
+  cuda::DeviceFunction fn;           // on the operands' device
+  codegen::CudaLaunch launch;
+  /// launch.parts > 1: per output, the kernel that reduces its partial results
+  /// [parts, output...] over their first dim, in order.
+  std::vector<CudaGroup> combine;
 };
+
+/// A group of one op (what an eager op runs): `out` = op(inputs) with `attrs`.
+ir::Node single_op_group(OpId op, const Attrs& attrs, std::span<const TensorType> inputs, const TensorType& out);
 
 /// Compiles `fused`'s body for operands shaped and strided as `inputs` (on one CUDA device, any
 /// strides; broadcast to the group's domain). `eager` compiles a kernel that fits more calls:

@@ -1,7 +1,7 @@
-// jit/cuda_launch.cpp -- launching the CUDA backend's generated kernels (jit/cuda_eager.h):
-// their grids, at most 32 blocks per multiprocessor (the kernels loop over what is left), with
-// each device's multiprocessor count asked once; and the argument words of the hand-written
-// kernels.
+// jit/cuda_launch.cpp -- launching the CUDA backend's kernels (jit/cuda_eager.h): at most 32
+// blocks per multiprocessor (the kernels loop over what is left), with each device's
+// multiprocessor count asked once; and the argument words of the hand-written kernels. The
+// generated kernels' grids are codegen/cuda/launch.h's.
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -32,24 +32,6 @@ void launch_source(const std::string& source, const std::vector<uint64_t>& args,
   cuda::launch(k.fn, grid, block, codegen::kCudaSharedBytes, &param);
 }
 int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
-
-// The grid of a kernel of emit_cuda over `layout`: a block per kept index with a reduction,
-// else a thread per element, at most 32 blocks per multiprocessor (the kernels loop over what
-// is left); 0 for an empty domain.
-int64_t grid_for(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, int device) {
-  int64_t work = 1;
-  for (int d = 0; d < layout.rank; ++d)
-    if (!(layout.reduced >> d & 1)) work *= sizes[static_cast<size_t>(d)];
-  for (int64_t s : sizes)
-    if (s == 0) return 0;
-  return std::clamp<int64_t>(layout.reduced ? work : blocks_for(work), 1, int64_t{sm_count(device)} * 32);
-}
-
-// Launches a kernel of emit_cuda over `layout` with the argument words `args`.
-void launch(const codegen::KernelLayout& layout, const std::vector<int64_t>& sizes, const std::string& source,
-            const std::vector<uint64_t>& args, int device) {
-  if (int64_t blocks = grid_for(layout, sizes, device)) launch_source(source, args, blocks, device);
-}
 
 void put(std::vector<uint64_t>& w, int64_t v) { w.push_back(static_cast<uint64_t>(v)); }
 void put(std::vector<uint64_t>& w, const void* p) { w.push_back(reinterpret_cast<uint64_t>(p)); }

@@ -126,6 +126,7 @@ int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, *this, "size"
 int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, *this, "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as PyTorch: no element lies out of place
   int64_t expected = 1;
   for (size_t i = impl_->shape.size(); i-- > 0;) {
     if (impl_->shape[i] == 1) continue;

@@ -175,10 +175,20 @@ std::string KernelEmitter::run(const std::string& symbol) {
                   [&](const std::string& i) { return outputs_at(all, i, idx); },
                   [&](const Computed& c) { store_all(c); });
   } else {
-    KILN_CHECK(!kept.empty() || L.rank >= 1, "codegen: a reduction kernel needs a loop");
-    e.line(fmt::format("const long long rows = {}, cols = {};", count(kept), count(reduced)));
-    e.line("for (long long row = blockIdx.x; row < rows; row += gridDim.x) {");
+    // Tasks: a row and a part of its columns; a block or a thread each (launch.h).
+    const bool by_block = options.rows_by == CudaRows::Block;
+    const std::string lane = by_block ? "threadIdx.x" : "0", stride = by_block ? "blockDim.x" : "1";
+    e.line(fmt::format("const long long rows = {}, cols = {}, tasks = rows * a.parts;", count(kept), count(reduced)));
+    if (by_block) {
+      e.line("for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {");
+    } else {
+      e.line("const long long step = (long long)gridDim.x * blockDim.x;");
+      e.line("for (long long task = (long long)blockIdx.x * blockDim.x + threadIdx.x; task < tasks; task += step) {");
+    }
     ++e.indent;
+    e.line("const long long row = task % rows, part = task / rows, first = part * a.chunk;");
+    e.line("const long long end = cols - first < a.chunk ? cols : first + a.chunk;");
+    partials = true;
     coords(kept, "row", idx);
     for (int lv = 1; lv <= max_level; ++lv) {
       for (const Reduction& r : reds) {
@@ -194,7 +204,7 @@ std::string KernelEmitter::run(const std::string& symbol) {
         std::vector<std::pair<const Reduction*, Val>> in;  // per reduction of this level
       };
       unrolled_loop(
-          "threadIdx.x", "cols", "blockDim.x",
+          "first + " + lane, "end", stride,
           [&](const std::string& j) {
             Inputs t{idx, {}};
             coords(reduced, j, t.jx);
@@ -212,25 +222,26 @@ std::string KernelEmitter::run(const std::string& symbol) {
               e.line(fmt::format("{} = {};", a, combine(r->op, r->acc, a, x.as(ct_of(r->acc)))));
             }
           });
-      for (const Reduction& r : reds)
-        if (level[r.value] == lv) block_reduce(r, acc[r.value].x);
+      if (by_block)
+        for (const Reduction& r : reds)
+          if (level[r.value] == lv) block_reduce(r, acc[r.value].x);
       std::map<uint32_t, Val> done;  // reduced outputs this level completed
       bool any = false;
       for (size_t o = 0; o < n_out; ++o) any = any || (!full_output(o) && level[body.outputs[o]] == lv);
       if (any) {
-        e.line("if (threadIdx.x == 0) {");
-        ++e.indent;
+        if (by_block) e.line("if (threadIdx.x == 0) {");
+        e.indent += by_block;
         for (size_t o = 0; o < n_out; ++o)
           if (!full_output(o) && level[body.outputs[o]] == lv) store(o, value(body.outputs[o], idx, done), idx);
-        --e.indent;
-        e.line("}");
+        e.indent -= by_block;
+        if (by_block) e.line("}");
       }
     }
     bool any_full = false;
     for (size_t o = 0; o < n_out; ++o) any_full = any_full || full_output(o);
-    if (any_full) {
+    if (any_full) {  // (one part: a kernel with full outputs is never cut)
       final_pass = true;
-      unrolled_loop("threadIdx.x", "cols", "blockDim.x",
+      unrolled_loop(lane, "cols", stride,
                     [&](const std::string& j) { return outputs_at(reduced, j, idx, /*full_only=*/true); },
                     [&](const Computed& c) { store_all(c); });
       final_pass = false;
@@ -245,6 +256,7 @@ std::string KernelEmitter::run(const std::string& symbol) {
   out += fmt::format("  long long size[{}];\n", L.rank);
   out += fmt::format("  long long stride[{}];\n", n_ops * L.rank);
   out += fmt::format("  void* data[{}];\n", n_ops);
+  out += "  long long parts, chunk;\n";
   if (!imm_index.empty()) out += fmt::format("  long long imm[{}];\n", imm_index.size());
   out += "};\n\n";
   out += fmt::format("extern \"C\" __global__ __launch_bounds__({}) void {}(const Args a) {{\n", kCudaBlock, symbol);
@@ -276,7 +288,7 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
 
 std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vector<int64_t>& sizes,
                                      const std::vector<int64_t>& strides, const std::vector<void*>& data,
-                                     const std::vector<uint64_t>& immediates) {
+                                     const CudaLaunch& launch, const std::vector<uint64_t>& immediates) {
   size_t n_ops = layout.inputs.size() + layout.outputs.size();
   KILN_CHECK(sizes.size() == static_cast<size_t>(layout.rank) && strides.size() == n_ops * layout.rank &&
                  data.size() == n_ops,
@@ -285,6 +297,8 @@ std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vect
   for (int64_t s : sizes) words.push_back(static_cast<uint64_t>(s));
   for (int64_t s : strides) words.push_back(static_cast<uint64_t>(s));
   for (void* p : data) words.push_back(reinterpret_cast<uint64_t>(p));
+  words.push_back(static_cast<uint64_t>(launch.parts));
+  words.push_back(static_cast<uint64_t>(launch.chunk));
   words.insert(words.end(), immediates.begin(), immediates.end());
   return words;
 }

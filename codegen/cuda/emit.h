@@ -6,13 +6,17 @@
 //
 // The kernel takes one argument, a struct of 64-bit words (pack_cuda_args() builds it):
 //   size[rank], stride[(inputs + outputs) * rank] (elements), data[inputs + outputs],
-//   imm[immediates] (with CudaEmitOptions::immediates_as_args)
-// and runs with kCudaBlock threads per block and kCudaSharedBytes of dynamic shared memory:
+//   parts, chunk, imm[immediates] (with CudaEmitOptions::immediates_as_args)
+// and runs with kCudaBlock threads per block and kCudaSharedBytes of dynamic shared memory,
+// launched as codegen/cuda/launch.h plans:
 // - no reduction: a grid-stride loop over every element of the domain;
-// - reductions (over any dims): a grid-stride loop over kept indices, a block per index; per
-//   reduction level its threads stride over the reduced elements and combine in registers,
-//   then across the block (warp shuffles, then shared memory); a last pass stores the full
-//   outputs (softmax from primitives is one kernel).
+// - reductions (over any dims): a grid-stride loop over tasks, each a kept index (a row) and
+//   one of `parts` chunks of `chunk` reduced elements (columns). A block per task
+//   (CudaRows::Block): per reduction level its threads stride over the chunk and combine in
+//   registers, then across the block (warp shuffles, then shared memory). A thread per task
+//   (CudaRows::Thread): it walks the chunk in order. A reduced output's element of part p
+//   lies p * rows elements past the row's (partial results [parts, output...]); with one
+//   part, a last pass stores the full outputs (softmax from primitives is one kernel).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "codegen/backend.h"
+#include "codegen/cuda/launch.h"
 
 namespace kiln::codegen {
 
@@ -34,6 +39,8 @@ struct CudaEmitOptions {
   /// input broadcasts along (stride 0) or steps through with stride 1: one kernel serves every
   /// layout of the same rank and reduced dims (the eager kernels, where compiling is the cost).
   bool generic_strides = false;
+  /// How a reduction's rows map to threads (plan_cuda_launch decides).
+  CudaRows rows_by = CudaRows::Block;
 };
 
 /// The CUDA C of kernel `symbol` computing `body` over `layout`. Throws kiln::Error for an op
@@ -54,9 +61,10 @@ struct CudaImmediate {
 };
 std::vector<CudaImmediate> cuda_immediates(const ir::Graph& body);
 
-/// The argument struct's words: sizes, strides, data pointers, then immediates.
+/// The argument struct's words: sizes, strides, data pointers, the launch's parts and chunk,
+/// then immediates.
 std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vector<int64_t>& sizes,
                                      const std::vector<int64_t>& strides, const std::vector<void*>& data,
-                                     const std::vector<uint64_t>& immediates = {});
+                                     const CudaLaunch& launch, const std::vector<uint64_t>& immediates = {});
 
 }  // namespace kiln::codegen

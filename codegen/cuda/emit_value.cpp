@@ -34,6 +34,7 @@ std::string KernelEmitter::element(size_t k, const std::vector<std::string>& idx
     std::string term = unit ? idx[d] : fmt::format("{} * a.stride[{}]", idx[d], k * L.rank + d);
     off += (off.empty() ? "" : " + ") + term;
   }
+  if (partials && k >= n_in && !full_output(k - n_in)) off += (off.empty() ? "" : " + ") + std::string("part * rows");
   return fmt::format("(({}*)a.data[{}])[{}]", mem_name(operand_dtype(k)), k, off.empty() ? "0" : off);
 }
 Val KernelEmitter::load(size_t k, const std::vector<std::string>& idx) {

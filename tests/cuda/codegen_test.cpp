@@ -201,12 +201,14 @@ TEST(Nvrtc, CompilesTheGroupsKernels) {
       strides.push_back(contiguous_strides(shapes.back()));
     }
     jit::KernelArgs ka = jit::kernel_args(group, shapes, strides);
-    for (bool args : {false, true}) {
-      codegen::CudaEmitOptions o;
-      o.immediates_as_args = o.generic_strides = args;
-      std::string src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
-      for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_group").empty());
-    }
+    for (bool args : {false, true})
+      for (codegen::CudaRows rows_by : {codegen::CudaRows::Block, codegen::CudaRows::Thread}) {
+        codegen::CudaEmitOptions o;
+        o.immediates_as_args = o.generic_strides = args;
+        o.rows_by = rows_by;
+        std::string src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
+        for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_group").empty());
+      }
   }
 }
 

@@ -1,0 +1,61 @@
+// codegen/cuda/launch.cpp -- the launch of a generated CUDA kernel from its layout, sizes and
+// the device's multiprocessor count (the rules are in launch.h).
+#include "codegen/cuda/launch.h"
+
+#include <algorithm>
+
+#include "codegen/cuda/emit.h"
+
+namespace kiln::codegen {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The fewest columns a part holds: a block's threads load 8 each, a thread 8 in a row.
+constexpr int64_t kBlockChunk = 8 * kCudaBlock;
+constexpr int64_t kThreadChunk = 8;
+// Rows shorter than this run a thread each (a block's threads would mostly idle).
+constexpr int64_t kShortRow = 32;
+
+}  // namespace
+
+CudaRows cuda_rows_by(const KernelLayout& layout, std::span<const int64_t> sizes) {
+  int64_t cols = 1;
+  for (int d = 0; d < layout.rank; ++d)
+    if (layout.reduced >> d & 1) cols *= sizes[static_cast<size_t>(d)];
+  int inner = layout.rank - 1;
+  bool inner_kept = !(layout.reduced >> inner & 1) && sizes[static_cast<size_t>(inner)] >= kShortRow;
+  return inner_kept || cols < kShortRow ? CudaRows::Thread : CudaRows::Block;
+}
+
+CudaLaunch plan_cuda_launch(const KernelLayout& layout, std::span<const int64_t> sizes, int sms, CudaWork work) {
+  CudaLaunch c;
+  c.rows = c.cols = 1;
+  for (int d = 0; d < layout.rank; ++d)
+    (layout.reduced >> d & 1 ? c.cols : c.rows) *= sizes[static_cast<size_t>(d)];
+  const int64_t most = int64_t{std::max(sms, 1)} * 32;  // the kernels loop over what is left
+  if (work == CudaWork::Elements) {
+    int64_t total = c.rows * c.cols;
+    c.rows = total;
+    c.cols = 1;
+    c.chunk = 1;
+    c.blocks = total == 0 ? 0 : std::clamp<int64_t>(ceil_div(total, kCudaBlock), 1, most);
+    return c;
+  }
+  c.rows_by = cuda_rows_by(layout, sizes);
+  c.chunk = c.cols;
+  if (c.rows == 0) return c;  // no outputs: nothing to launch (no columns still writes identities)
+  const int64_t per_block = c.rows_by == CudaRows::Block ? 1 : kCudaBlock;
+  const int64_t want = 2 * int64_t{sms};  // blocks for a full device; aim for twice that
+  const int64_t min_chunk = c.rows_by == CudaRows::Block ? kBlockChunk : kThreadChunk;
+  if (work == CudaWork::Partials && ceil_div(c.rows, per_block) < want && c.rows * c.cols >= kSplitWork &&
+      c.cols >= 2 * min_chunk) {
+    c.parts = std::min(ceil_div(2 * want * per_block, c.rows), ceil_div(c.cols, min_chunk));
+    c.chunk = ceil_div(c.cols, c.parts);
+    c.parts = ceil_div(c.cols, c.chunk);  // no empty part
+  }
+  c.blocks = std::clamp<int64_t>(ceil_div(c.rows * c.parts, per_block), 1, most);
+  return c;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,114 @@
+// tests/unit/cuda_launch_test.cpp -- the launches of generated CUDA kernels
+// (codegen/cuda/launch.h), read without a GPU for an H100's or H200's 132 multiprocessors:
+// which rows a block or a thread takes, when columns are cut into parts, and that work of a
+// million elements or more gets at least two blocks per multiprocessor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "codegen/cuda/emit.h"
+#include "codegen/cuda/launch.h"
+
+namespace kiln::codegen {
+namespace {
+
+constexpr int kSms = 132;
+
+CudaLaunch plan(std::vector<int64_t> sizes, uint32_t reduced, CudaWork work = CudaWork::Partials, int sms = kSms) {
+  KernelLayout L;
+  L.rank = static_cast<int>(sizes.size());
+  L.reduced = reduced;
+  return plan_cuda_launch(L, sizes, sms, work);
+}
+
+TEST(CudaLaunch, ElementwiseKernelsTakeAThreadPerElementUpTo32BlocksPerMultiprocessor) {
+  EXPECT_EQ(plan({1000}, 0, CudaWork::Elements).blocks, 4);
+  EXPECT_EQ(plan({64, 256, 3136}, 0, CudaWork::Elements).blocks, 32 * kSms);
+  EXPECT_EQ(plan({0, 5}, 0, CudaWork::Elements).blocks, 0);
+  EXPECT_EQ(plan({1}, 0, CudaWork::Elements).blocks, 1);
+}
+
+TEST(CudaLaunch, EachReductionLayoutLaunchesAsDocumented) {
+  // Batch norm's statistics, [N, C, H*W] to [C] (a kept middle dim): a block per channel's
+  // chunk, the channels cut into parts until the device has 2 blocks per multiprocessor.
+  CudaLaunch bn = plan({64, 256, 56 * 56}, 0b101);
+  EXPECT_EQ(bn.rows_by, CudaRows::Block);
+  EXPECT_EQ(bn.rows, 256);
+  EXPECT_EQ(bn.cols, 64 * 56 * 56);
+  EXPECT_GT(bn.parts, 1);
+  EXPECT_GE(bn.blocks, 2 * kSms);
+  // Softmax over GPT-2's [B*H*T, T] scores: a block per row, as many rows as there are.
+  CudaLaunch softmax = plan({8 * 12 * 1024, 1024}, 0b10, CudaWork::Rows);
+  EXPECT_EQ(softmax.rows_by, CudaRows::Block);
+  EXPECT_EQ(softmax.parts, 1);
+  EXPECT_EQ(softmax.blocks, 32 * kSms);
+  // A few rows of a huge length: cut into parts of at least 2048 elements.
+  CudaLaunch few = plan({2, 50'000'000}, 0b10);
+  EXPECT_EQ(few.rows_by, CudaRows::Block);
+  EXPECT_GE(few.blocks, 2 * kSms);
+  EXPECT_GE(few.chunk, 2048);
+  // Many rows of 3: a thread each.
+  CudaLaunch tiny = plan({4'000'000, 3}, 0b10);
+  EXPECT_EQ(tiny.rows_by, CudaRows::Thread);
+  EXPECT_EQ(tiny.parts, 1);
+  EXPECT_EQ(tiny.blocks, 32 * kSms);
+  // The bias gradient, [B*T, 768] to [768] (a kept innermost dim): a thread per column, so a
+  // warp reads 32 neighbours, with the rows cut into parts.
+  CudaLaunch bias = plan({8192, 768}, 0b01);
+  EXPECT_EQ(bias.rows_by, CudaRows::Thread);
+  EXPECT_GT(bias.parts, 1);
+  EXPECT_GE(bias.blocks, 2 * kSms);
+  // A group that reads a reduction's result (a variance) keeps its rows whole.
+  CudaLaunch var = plan({64, 256, 56 * 56}, 0b101, CudaWork::Rows);
+  EXPECT_EQ(var.parts, 1);
+  EXPECT_EQ(var.blocks, 256);
+}
+
+TEST(CudaLaunch, EmptyReducedDimsStillLaunchAndEmptyOutputsDoNot) {
+  CudaLaunch empty_cols = plan({0, 5}, 0b01);  // sum over a dim of 0: every output written
+  EXPECT_EQ(empty_cols.rows, 5);
+  EXPECT_EQ(empty_cols.cols, 0);
+  EXPECT_GE(empty_cols.blocks, 1);
+  EXPECT_EQ(empty_cols.parts, 1);
+  EXPECT_EQ(plan({4, 0}, 0b01).blocks, 0);  // no outputs
+}
+
+// Any sizes, any reduced dims: the parts cover the columns once, no part is empty, the grid
+// stays within 32 blocks per multiprocessor, and work of 2^20 elements or more whose columns
+// may be cut gets at least 2 blocks per multiprocessor.
+TEST(CudaLaunch, BigWorkFillsTheDeviceForAnySizes) {
+  std::mt19937_64 rng(5);
+  for (int sms : {4, 108, 132}) {
+    for (int trial = 0; trial < 20000; ++trial) {
+      int rank = 1 + static_cast<int>(rng() % 4);
+      std::vector<int64_t> sizes;
+      int64_t work = 1;
+      for (int d = 0; d < rank; ++d) {
+        int64_t s = static_cast<int64_t>(std::exp2(static_cast<double>(rng() % 2200) / 100.0));  // 1 .. 4M
+        sizes.push_back(s);
+        work *= s;
+      }
+      if (work > (int64_t{1} << 34)) continue;
+      uint32_t reduced = static_cast<uint32_t>(rng() % (1u << rank));
+      if (reduced == 0) reduced = 1;
+      CudaLaunch c = plan(sizes, reduced, CudaWork::Partials, sms);
+      SCOPED_TRACE(::testing::PrintToString(sizes) + " reduced " + std::to_string(reduced));
+      ASSERT_EQ(c.rows * c.cols, work);
+      ASSERT_GE(c.parts, 1);
+      ASSERT_GE(c.parts * c.chunk, c.cols);
+      ASSERT_LT((c.parts - 1) * c.chunk, std::max<int64_t>(c.cols, 1));
+      ASSERT_LE(c.blocks, int64_t{32} * sms);
+      if (work >= kFillWork) {
+        ASSERT_GE(c.blocks, 2 * sms);
+      }
+      CudaLaunch whole = plan(sizes, reduced, CudaWork::Rows, sms);
+      ASSERT_EQ(whole.parts, 1);
+      ASSERT_EQ(whole.rows_by, c.rows_by);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::codegen
