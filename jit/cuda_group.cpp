@@ -1,18 +1,23 @@
 // jit/cuda_group.cpp -- a fused group run as a CUDA kernel (jit/cuda_group.h): its kernel
 // generated (codegen/cuda/emit.h) for the operands' layout and compiled through the kernel
-// cache, a reduction of many elements into few outputs split into parts that fill the device,
-// and its launch on the current stream. Eager ops run through it as groups of one op
+// cache, its launch planned (codegen/cuda/launch.h: columns cut into parts whose partial
+// results a second kernel combines, or, for a group whose outputs read its reductions, stages:
+// jit/cuda_stages.h), and queued on the current stream. Eager ops run through it as groups of one op
 // (jit/cuda_eager.cpp); the compiled plans through the CUDA backend of jit/group_runner.h,
 // which registers itself here when the library loads.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "codegen/cuda/emit.h"
 #include "ir/fusion.h"
 #include "ir/graph.h"
 #include "jit/cuda_eager.h"
 #include "jit/cuda_group.h"
+#include "jit/cuda_stages.h"
 #include "jit/executable.h"
 #include "jit/group_runner.h"
 #include "jit/kernels.h"
@@ -20,6 +25,7 @@
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/cuda_kernels.h"
+#include "runtime/log.h"
 
 namespace kiln::jit {
 namespace {
@@ -38,16 +44,10 @@ uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
   return bits;
 }
 
-// What a group's launch may do: cut its columns into parts when its outputs are its
-// reductions' results (terminal) in a dtype that holds partial results exactly.
-codegen::CudaWork work_of(const ir::Graph& body, bool may_split) {
-  bool reduces = false;
-  for (const ir::Node& n : body.nodes) reduces = reduces || (n.kind == ir::NodeKind::Op && ir::fusible_reduction(n.op));
-  if (!reduces) return codegen::CudaWork::Elements;
-  if (!may_split || terminal_reductions(body).empty()) return codegen::CudaWork::Rows;
-  for (uint32_t o : body.outputs)  // partial results in f16/bf16 would round twice
-    if (body.type(o).dtype == DType::F16 || body.type(o).dtype == DType::BF16) return codegen::CudaWork::Rows;
-  return codegen::CudaWork::Partials;
+bool reduces(const ir::Graph& body) {
+  for (const ir::Node& n : body.nodes)
+    if (n.kind == ir::NodeKind::Op && ir::fusible_reduction(n.op)) return true;
+  return false;
 }
 
 // Queues g's kernel over operand pointers `data`.
@@ -59,8 +59,19 @@ void launch_words(const CudaGroup& g, const std::vector<void*>& data) {
   cuda::launch(g.fn, grid, block, codegen::kCudaSharedBytes, &param);
 }
 
+std::vector<Dims> contiguous_operands(const ir::Graph& body, std::vector<Dims>& strides) {
+  std::vector<Dims> shapes;
+  for (uint32_t v : body.inputs) {
+    shapes.push_back(body.type(v).shape);
+    strides.push_back(contiguous_strides(shapes.back()));
+  }
+  return shapes;
+}
+
+// Prepares `fused` for operands of `shapes` and `strides` on a device of `sms`
+// multiprocessors; `compile`: its kernels too (else only the plan, for plan_group_launches).
 CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides, bool eager,
-                  bool may_split) {
+                  bool may_split, int sms, bool compile) {
   const ir::Graph& body = *fused.body;
   KernelArgs ka = kernel_args(fused, shapes, strides);
   CudaGroup g;
@@ -70,31 +81,77 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
   if (eager)
     for (const codegen::CudaImmediate& m : codegen::cuda_immediates(body))
       g.immediates.push_back(immediate_bits(body.nodes[m.node].attrs.imm[m.slot], m.is_float));
-  int device = body.type(body.outputs[0]).device.index;
-  g.launch = codegen::plan_cuda_launch(g.layout, g.sizes, sm_count(device), work_of(body, may_split));
-  codegen::CudaEmitOptions options;
-  options.immediates_as_args = options.generic_strides = eager;
-  options.rows_by = g.launch.rows_by;
-  CudaKernel k = cuda_kernel_for(codegen::emit_cuda(body, g.layout, "kiln_kernel", options), device);
-  g.fn = k.fn;
-  g.symbol = std::move(k.symbol);
-  if (g.launch.parts > 1) {
-    // The partial results [parts, output...], contiguous, each reduced over its first dim.
-    std::vector<OpId> ops = terminal_reductions(body);
+  std::vector<std::optional<OpId>> cut;
+  if (may_split) cut = cuda_stages::cut_outputs(body);
+  using codegen::CudaWork;
+  CudaWork work = !reduces(body) ? CudaWork::Elements : cut.empty() ? CudaWork::Rows : CudaWork::Partials;
+  g.launch = codegen::plan_cuda_launch(g.layout, g.sizes, sms, work);
+  // Too few rows to fill the device, columns that could be cut, outputs that read the
+  // reductions: the group runs as stages, each cut into parts.
+  if (work == CudaWork::Rows && may_split && g.launch.blocks < 2 * int64_t{sms} &&
+      codegen::plan_cuda_launch(g.layout, g.sizes, sms, CudaWork::Partials).parts > 1) {
+    cuda_stages::Stages st = cuda_stages::by_level(body);
+    for (cuda_stages::Stage& stage : st.stages) {
+      std::vector<Dims> in_shapes, in_strides;
+      for (size_t k = 0; k < stage.reads.size(); ++k) {
+        const cuda_stages::Place& p = stage.reads[k];
+        if (p.kind == cuda_stages::Place::Input) {
+          in_shapes.push_back(shapes[p.index]);
+          in_strides.push_back(strides[p.index]);
+        } else {  // a result of an earlier stage: contiguous
+          in_shapes.push_back(stage.group.body->type(stage.group.body->inputs[k]).shape);
+          in_strides.push_back(contiguous_strides(in_shapes.back()));
+        }
+      }
+      auto sg = std::make_shared<const CudaGroup>(prepare(stage.group, in_shapes, in_strides, eager, true, sms, compile));
+      g.symbol += (g.symbol.empty() ? "" : "+") + sg->symbol;
+      g.stages.push_back({std::move(sg), std::move(stage.reads), std::move(stage.writes)});
+    }
+    g.temps = std::move(st.temps);
+    if (!g.stages.empty()) {
+      if (compile && log_enabled(LogTopic::Cuda))
+        log(LogTopic::Cuda, fmt::format("a fused group of {} ops: {} rows x {} columns leave {} multiprocessors idle "
+                                        "in one kernel; it runs as {} stages", body.nodes.size(), g.launch.rows,
+                                        g.launch.cols, sms, g.stages.size()));
+      return g;
+    }
+  }
+  if (g.launch.parts > 1)  // each reduced output's partial results [parts, output...], reduced over their first dim
     for (size_t j = 0; j < body.outputs.size(); ++j) {
+      if (!cut[j]) {
+        g.combine.emplace_back();
+        continue;
+      }
       TensorType out = body.type(body.outputs[j]), part = out;
       part.shape.insert(0, g.launch.parts);
       Attrs attrs;
       attrs.axes = {0};
-      ir::Node c = single_op_group(ops[j], attrs, {&part, 1}, out);
+      ir::Node c = single_op_group(*cut[j], attrs, {&part, 1}, out);
       Dims part_strides = contiguous_strides(part.shape);
-      g.combine.push_back(prepare(c, {&part.shape, 1}, {&part_strides, 1}, eager, /*may_split=*/false));
+      g.combine.push_back(std::make_shared<const CudaGroup>(
+          prepare(c, {&part.shape, 1}, {&part_strides, 1}, eager, /*may_split=*/false, sms, compile)));
     }
-  }
+  if (!compile) return g;
+  codegen::CudaEmitOptions options;
+  options.immediates_as_args = options.generic_strides = eager;
+  options.rows_by = g.launch.rows_by;
+  CudaKernel k = cuda_kernel_for(codegen::emit_cuda(body, g.layout, "kiln_kernel", options),
+                                 body.type(body.outputs[0]).device.index);
+  g.fn = k.fn;
+  g.symbol = std::move(k.symbol);
   return g;
 }
 
 }  // namespace
+
+std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int sms) {
+  std::vector<Dims> strides, shapes = contiguous_operands(*fused.body, strides);
+  CudaGroup g = prepare(fused, shapes, strides, /*eager=*/false, /*may_split=*/true, sms, /*compile=*/false);
+  std::vector<codegen::CudaLaunch> out;
+  for (const CudaGroup::Stage& st : g.stages) out.push_back(st.group->launch);
+  if (out.empty()) out.push_back(g.launch);
+  return out;
+}
 
 ir::Node single_op_group(OpId op, const Attrs& attrs, std::span<const TensorType> inputs, const TensorType& out) {
   auto body = std::make_shared<ir::Graph>();
@@ -121,10 +178,26 @@ CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inpu
     shapes.push_back(x.shape());
     strides.push_back(x.strides());
   }
-  return prepare(fused, shapes, strides, eager, /*may_split=*/true);
+  int device = fused.body->type(fused.body->outputs[0]).device.index;
+  return prepare(fused, shapes, strides, eager, /*may_split=*/true, sm_count(device), /*compile=*/true);
 }
 
 void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  if (!g.stages.empty()) {
+    std::vector<Tensor> temps;
+    for (const TensorType& t : g.temps) temps.push_back(Tensor::empty(t));
+    auto at = [&](const cuda_stages::Place& p) -> const Tensor& {
+      return p.kind == cuda_stages::Place::Input ? inputs[p.index]
+             : p.kind == cuda_stages::Place::Output ? outputs[p.index] : temps[p.index];
+    };
+    for (const CudaGroup::Stage& st : g.stages) {
+      std::vector<Tensor> ins, outs;
+      for (const cuda_stages::Place& p : st.reads) ins.push_back(at(p));
+      for (const cuda_stages::Place& p : st.writes) outs.push_back(at(p));
+      launch_group_cuda(*st.group, ins, outs);
+    }
+    return;
+  }
   for (const Tensor& y : outputs)
     KILN_CHECK(y.is_contiguous() && y.device().index == g.fn.device && y.device().is_cuda(),
                "fused group: outputs are contiguous tensors on cuda:{}", g.fn.device);
@@ -136,16 +209,21 @@ void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::
     launch_words(g, data);
     return;
   }
-  // In parts: partial results, then each reduced into its output.
-  std::vector<Tensor> partial;
-  for (const Tensor& y : outputs) {
-    Dims shape = y.shape();
-    shape.insert(0, g.launch.parts);
-    partial.push_back(Tensor::empty({y.dtype(), shape, y.device()}));
-    data.push_back(partial.back().data_ptr());
+  // In parts: each reduced output's partial results, then their reduction into it; each part
+  // writes its columns of a full output.
+  std::vector<Tensor> partial(outputs.size());
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const Tensor& y = outputs[j];
+    if (g.combine[j]) {
+      Dims shape = y.shape();
+      shape.insert(0, g.launch.parts);
+      partial[j] = Tensor::empty({y.dtype(), shape, y.device()});
+    }
+    data.push_back((g.combine[j] ? partial[j] : y).data_ptr());
   }
   launch_words(g, data);
-  for (size_t j = 0; j < outputs.size(); ++j) launch_words(g.combine[j], {partial[j].data_ptr(), outputs[j].data_ptr()});
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (g.combine[j]) launch_words(*g.combine[j], {partial[j].data_ptr(), outputs[j].data_ptr()});
 }
 
 void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "codegen/backend.h"
 #include "codegen/cuda/launch.h"
 #include "ir/graph.h"
+#include "jit/cuda_stages.h"
 #include "runtime/cuda_kernels.h"
 
 namespace kiln::jit {
@@ -27,9 +29,25 @@ struct CudaGroup {
   cuda::DeviceFunction fn;           // on the operands' device
   codegen::CudaLaunch launch;
   /// launch.parts > 1: per output, the kernel that reduces its partial results
-  /// [parts, output...] over their first dim, in order.
-  std::vector<CudaGroup> combine;
+  /// [parts, output...] over their first dim, in order (null for a full output, which each
+  /// part writes directly).
+  std::vector<std::shared_ptr<const CudaGroup>> combine;
+  /// A group run as stages (jit/cuda_stages.h), each its own kernel over the group's inputs,
+  /// its outputs and temporaries; then the fields above are unused.
+  struct Stage {
+    std::shared_ptr<const CudaGroup> group;
+    std::vector<cuda_stages::Place> reads, writes;
+  };
+  std::vector<Stage> stages;
+  std::vector<TensorType> temps;
 };
+
+/// The launch prepare_group_cuda plans for `fused` over contiguous operands of its body's
+/// types on a device of `sms` multiprocessors, read without a device (the tests plan the
+/// example models' full-size steps for a GPU; `kiln-ir codegen --target=cuda` prints it).
+/// One launch per kernel (a group run as stages has several; the combines of partial results
+/// are not counted).
+std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int sms);
 
 /// A group of one op (what an eager op runs): `out` = op(inputs) with `attrs`.
 ir::Node single_op_group(OpId op, const Attrs& attrs, std::span<const TensorType> inputs, const TensorType& out);

@@ -114,7 +114,7 @@ KernelEmitter::Computed KernelEmitter::outputs_at(const std::vector<int>& dims, 
   coords(dims, i, c.idx);
   std::map<uint32_t, Val> memo;
   for (size_t o = 0; o < n_out; ++o)
-    if (!full_only || full_output(o)) c.out.emplace_back(o, value(body.outputs[o], c.idx, memo));
+    if (!full_only || (full_output(o) && !early[o])) c.out.emplace_back(o, value(body.outputs[o], c.idx, memo));
   return c;
 }
 void KernelEmitter::store_all(const Computed& c) {
@@ -165,6 +165,9 @@ std::string KernelEmitter::run(const std::string& symbol) {
     all.push_back(d);
   }
   std::vector<std::string> idx(L.rank, "0");
+  // Full outputs that read no reduction are stored in the first pass, as its loads compute them.
+  early.assign(n_out, 0);
+  for (size_t o = 0; o < n_out; ++o) early[o] = !reds.empty() && full_output(o) && level[body.outputs[o]] == 0;
   if (!reds.empty()) plan_stash(reds, max_level);
 
   e.indent = 1;
@@ -202,15 +205,18 @@ std::string KernelEmitter::run(const std::string& symbol) {
       struct Inputs {
         std::vector<std::string> jx;
         std::vector<std::pair<const Reduction*, Val>> in;  // per reduction of this level
+        std::vector<std::pair<size_t, Val>> out;           // the first pass: its early outputs
       };
       unrolled_loop(
           "first + " + lane, "end", stride,
           [&](const std::string& j) {
-            Inputs t{idx, {}};
+            Inputs t{idx, {}, {}};
             coords(reduced, j, t.jx);
             std::map<uint32_t, Val> memo;
             for (const Reduction& r : reds)
               if (level[r.value] == lv) t.in.emplace_back(&r, value(body.nodes[producer[r.value]].inputs[0], t.jx, memo));
+            for (size_t o = 0; o < n_out && lv == 1; ++o)
+              if (early[o]) t.out.emplace_back(o, value(body.outputs[o], t.jx, memo));
             return t;
           },
           [&](const Inputs& t) {
@@ -221,6 +227,7 @@ std::string KernelEmitter::run(const std::string& symbol) {
               const std::string& a = acc[r->value].x;
               e.line(fmt::format("{} = {};", a, combine(r->op, r->acc, a, x.as(ct_of(r->acc)))));
             }
+            for (const auto& [o, v] : t.out) store(o, v, t.jx);
           });
       if (by_block)
         for (const Reduction& r : reds)
@@ -238,8 +245,8 @@ std::string KernelEmitter::run(const std::string& symbol) {
       }
     }
     bool any_full = false;
-    for (size_t o = 0; o < n_out; ++o) any_full = any_full || full_output(o);
-    if (any_full) {  // (one part: a kernel with full outputs is never cut)
+    for (size_t o = 0; o < n_out; ++o) any_full = any_full || (full_output(o) && !early[o]);
+    if (any_full) {  // (one part: a kernel whose full outputs read its reductions is never cut)
       final_pass = true;
       unrolled_loop(lane, "cols", stride,
                     [&](const std::string& j) { return outputs_at(reduced, j, idx, /*full_only=*/true); },

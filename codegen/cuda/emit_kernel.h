@@ -28,6 +28,7 @@ struct KernelEmitter {
   std::map<uint32_t, Val> acc;                      // reduction result -> its accumulator
   std::map<uint32_t, size_t> stash;                 // as the LLVM emitter's (see there)
   bool final_pass = false;
+  std::vector<char> early;  // per output: a full output stored by the first pass
   bool partials = false;  // a reduction kernel: reduced outputs lie `part * rows` further
   struct Reduction {
     uint32_t value;

@@ -16,7 +16,7 @@ namespace kiln::codegen::cuda_emit {
 // The input of a last-level reduction that a full output is computed from is stored into
 // that output while the pass reduces it, and read back by the final pass.
 void KernelEmitter::plan_stash(const std::vector<Reduction>& reds, int max_level) {
-  std::vector<char> taken(n_out, 0);
+  std::vector<char> taken = early;  // (stored by the first pass already)
   for (const Reduction& r : reds) {
     if (level[r.value] != max_level) continue;
     uint32_t v = body.nodes[producer[r.value]].inputs[0];

@@ -104,21 +104,25 @@ TEST_P(CudaReduceLayout, TracedReductionsMatchTheCpu) {
   manual_seed(19);
   Tensor x = randn(c.shape);
   Dims axes = c.axes;
-  // A terminal sum (its parts may be cut) beside a variance, which reads a mean: whole rows.
+  // A terminal sum (its parts may be cut) beside a variance, which reads a mean, a
+  // normalization reading both, and full outputs that read no reduction: where the rows are
+  // too few, the groups run as stages (jit/cuda_stages.h).
   auto fn = [axes](std::span<const Tensor> in) {
-    Tensor sq = (in[0] * in[0]).sum(axes);
-    Tensor d = in[0] - in[0].mean(axes, true);
-    return std::vector<Tensor>{sq, (d * d).mean(axes), amax(in[0] * 2.0f, axes)};
+    Tensor x = in[0], mean = x.mean(axes, true), d = x - mean;
+    Tensor var = (d * d).mean(axes, true), r = relu(x);
+    return std::vector<Tensor>{(x * x).sum(axes), var, amax(x * 2.0f, axes), d * rsqrt(var + 1e-5f), r, r.sum(axes),
+                               mean * 3.0f};
   };
   std::vector<Tensor> args = {x.to(kGpu)};
   jit::Function f = jit::trace_tensors(fn, args, "reductions_" + c.name);
-  std::vector<Tensor> got = f.call(args);
+  std::vector<Tensor> got = f.call(args), want = fn(std::vector<Tensor>{x});
   Tensor x64 = x.to(DType::F64);
   expect_sum_near(got[0], (x64 * x64).sum(axes), (x64 * x64).sum(axes), "sum of squares");
   Tensor d = x64 - x64.mean(axes, true);
-  Tensor var = (d * d).mean(axes);
+  Tensor var = (d * d).mean(axes, true);
   expect_sum_near(got[1], var, var * 10.0, "variance");
-  EXPECT_TRUE(test::bitwise_equal(got[2].to(cpu), amax(x * 2.0f, axes)));
+  EXPECT_TRUE(test::bitwise_equal(got[2].to(cpu), want[2]));
+  for (size_t i = 3; i < got.size(); ++i) EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << "output " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaReduceLayout, ::testing::ValuesIn(kLayouts),

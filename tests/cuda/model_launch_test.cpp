@@ -1,0 +1,73 @@
+// tests/cuda/model_launch_test.cpp -- every fused group of each example model's traced training
+// step, at full size on CUDA tensors, planned for a 132-multiprocessor GPU (an H100 or H200)
+// without running: a group with a million elements of work or more launches at least two
+// blocks per multiprocessor. Tracing runs no kernel, so this needs no GPU, only the host CUDA's
+// memory for the models' parameters.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "examples/models/zoo.h"
+#include "ir/graph.h"
+#include "jit/cuda_group.h"
+#include "jit/trace.h"
+#include "tests/cuda/cuda_test.h"
+
+namespace kiln {
+namespace {
+
+using examples::Size;
+using test::kGpu;
+
+constexpr int kSms = 132;
+
+// The batches of the table (the models' usual benchmark batches).
+int64_t full_batch(const std::string& name) {
+  if (name == "alexnet") return 128;
+  if (name == "ncf") return 65536;
+  if (name == "gpt") return 8;
+  if (name == "unet") return 8;
+  return 64;  // vgg19_bn, resnet50, mobilenet_v2, gnmt
+}
+
+class ModelLaunch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
+  REQUIRE_CUDA();
+  const std::string& name = GetParam();
+  manual_seed(1);
+  std::unique_ptr<examples::Task> task = examples::make_task(name, Size::Full, full_batch(name));
+  task->model().to(kGpu);
+  std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(name, *task);
+  std::vector<Tensor> batch;
+  for (const Tensor& x : task->batch(0)) batch.push_back(x.to(kGpu));
+  task->model().train();
+  auto step = [&](std::span<const Tensor> b) { return examples::train_step(*task, *opt, b); };
+  jit::Function f = jit::trace_tensors(step, batch, "train_step");  // traces and fuses; runs nothing
+  ir::Graph g = f.graph();
+  int groups = 0, big = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.kind != ir::NodeKind::Fused) continue;
+    ++groups;
+    std::vector<std::string> results;
+    for (uint32_t v : n.results) results.push_back(g.type(v).str());
+    std::vector<codegen::CudaLaunch> launches = jit::plan_group_launches(n, kSms);
+    for (size_t k = 0; k < launches.size(); ++k) {
+      const codegen::CudaLaunch& l = launches[k];
+      if (l.rows * l.cols < codegen::kFillWork) continue;
+      ++big;
+      EXPECT_GE(l.blocks, 2 * kSms) << fmt::format(
+          "group of {} ops -> {}, kernel {} of {}: {} rows x {} columns, {} parts, {} blocks of {}",
+          n.body->nodes.size(), fmt::join(results, ", "), k + 1, launches.size(), l.rows, l.cols, l.parts, l.blocks,
+          l.rows_by == codegen::CudaRows::Block ? "a block per row" : "a thread per row");
+    }
+  }
+  EXPECT_GT(big, 0) << name << ": " << groups << " groups, none of a million elements";
+}
+
+INSTANTIATE_TEST_SUITE_P(FullSize, ModelLaunch, ::testing::ValuesIn(examples::model_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kiln
