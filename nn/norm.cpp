@@ -39,6 +39,20 @@ void update_running(const Tensor& running, const Tensor& batch, const Tensor& fa
   dst.copy_(running * (1.0 - f) + batch.detach().to(running.dtype()) * f);
 }
 
+// The batch statistics (mean, biased variance) of x over `axes` in one pass: the sums of d and
+// of d^2 for d = x - k, k one value of each channel (its first), so the variance does not
+// cancel when the mean is large beside the spread (the shifted-data algorithm; a two-pass
+// variance read x twice more). The variance does not depend on k, so k takes no gradient.
+std::pair<Tensor, Tensor> batch_stats(const Tensor& x, const Dims& axes, int64_t count) {
+  Tensor k = x.detach();
+  for (int64_t a : axes) k = k.slice(a, 0, 1);  // [1, C, 1, ...]
+  Tensor d = x - k;
+  Tensor m1 = d.sum(axes) * (1.0 / static_cast<double>(count));
+  Tensor m2 = (d * d).sum(axes) * (1.0 / static_cast<double>(count));
+  Tensor var = clamp(m2 - m1 * m1, Scalar(0.0), std::nullopt);  // >= 0 whatever the rounding
+  return {k.reshape({x.shape()[1]}) + m1, var};
+}
+
 Tensor normalized(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight, const Tensor& bias,
                   double eps) {
   Tensor y = (x - per_channel(mean, x)) * rsqrt(per_channel(var, x) + eps);
@@ -66,7 +80,7 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
   int64_t count = x.numel() / std::max<int64_t>(c, 1);
   KILN_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input {}",
              x.type().str());
-  Tensor mean = kiln::mean(x, axes), var = kiln::var(x, axes, /*correction=*/0);
+  auto [mean, var] = batch_stats(x, axes, count);
   if (running_mean.defined()) {
     update_running(running_mean, mean, factor);
     update_running(running_var, var * (static_cast<double>(count) / static_cast<double>(count - 1)), factor);

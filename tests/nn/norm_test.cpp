@@ -87,6 +87,17 @@ TEST(BatchNorm, TrainsOnBatchStatisticsAndUpdatesTheRunningOnes) {
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
 }
 
+// The statistics take one pass over x (sums shifted by a value of each channel): a mean 10^5
+// times the spread keeps the variance's precision, as a two-pass variance would.
+TEST(BatchNorm, StatisticsKeepTheirPrecisionWhenTheMeanDwarfsTheSpread) {
+  nn::BatchNorm2d bn(3, {.momentum = 1.0, .affine = false});
+  Tensor x = randn({8, 3, 6, 5}) * 0.01 + 1000.0;
+  Stats s = channel_stats(x);
+  expect_close(bn(x), normalize_ref(x, s.mean, s.var, {1, 1, 1}, {0, 0, 0}, 1e-5), 1e-2, 0);  // (the f32 mean rounds by 3e-3 of the spread)
+  expect_close(bn.running_mean, s.mean, 1e-9, 1e-6);
+  expect_close(bn.running_var, s.unbiased, 1e-9, 1e-3);
+}
+
 TEST(BatchNorm, WithoutMomentumKeepsTheCumulativeAverage) {
   nn::BatchNorm1d bn(2, {.momentum = std::nullopt, .affine = false});
   std::vector<double> sum_m(2), sum_v(2);
