@@ -8,6 +8,7 @@
 #include "codegen/cuda/emit.h"
 #include "codegen/cuda/nvrtc.h"
 #include "ir/passes.h"
+#include "jit/cuda_group.h"
 #include "jit/executable.h"
 #include "jit/kernels.h"
 #include "runtime/check.h"
@@ -27,6 +28,16 @@ int arch_number(const std::string& arch) {
   KILN_CHECK(ec == std::errc() && end == digits.data() + digits.size() && v >= 50 && v < 1000,
              "codegen: --arch '{}' is not an architecture like sm_90", arch);
   return v;
+}
+
+constexpr int kLaunchSms = 132;
+
+std::string describe_launch(const codegen::CudaLaunch& l) {
+  if (l.cols == 1 && l.parts == 1 && l.rows_by == codegen::CudaRows::Block && l.chunk == 1)
+    return fmt::format("{} elements, {} blocks of {} threads", l.rows, l.blocks, codegen::kCudaBlock);
+  return fmt::format("{} rows x {} columns, a {} per row, {} part{}, {} blocks of {} threads", l.rows, l.cols,
+                     l.rows_by == codegen::CudaRows::Block ? "block" : "thread", l.parts, l.parts == 1 ? "" : "s",
+                     l.blocks, codegen::kCudaBlock);
 }
 
 }  // namespace
@@ -53,16 +64,25 @@ std::string codegen_module(const Module& m, const CodegenOptions& o) {
     }
     jit::KernelArgs args = jit::kernel_args(n, shapes, strides);
     std::string symbol, src;
+    std::string launches;
     if (cuda) {
-      src = jit::named_cuda_source(codegen::emit_cuda(*n.body, args.layout, "kiln_kernel"), &symbol);
+      // The launch a GPU of kLaunchSms multiprocessors (an H100's, an H200's) gets.
+      std::vector<codegen::CudaLaunch> plan = jit::plan_group_launches(n, kLaunchSms);
+      for (size_t k = 0; k < plan.size(); ++k)
+        launches += fmt::format("// launch on {} multiprocessors{}: {}\n", kLaunchSms,
+                                plan.size() > 1 ? fmt::format(", stage {} of {}", k + 1, plan.size()) : "",
+                                describe_launch(plan[k]));
+      codegen::CudaEmitOptions eo;
+      eo.rows_by = plan[0].rows_by;
+      src = jit::named_cuda_source(codegen::emit_cuda(*n.body, args.layout, "kiln_kernel", eo), &symbol);
       if (o.ptx) src = codegen::cuda::compile_ptx(src, arch, symbol);
     } else {
       src = jit::kernel_source(*n.body, args.layout, &symbol);
     }
     std::vector<std::string> results;
     for (uint32_t v : n.results) results.push_back(g.type(v).str());
-    out += fmt::format("{} ---- group {}: {} -> {} ({} ops)\n{}\n", comment, groups++, symbol,
-                       fmt::join(results, ", "), n.body->nodes.size(), src);
+    out += fmt::format("{} ---- group {}: {} -> {} ({} ops)\n{}{}\n", comment, groups++, symbol,
+                       fmt::join(results, ", "), n.body->nodes.size(), launches, src);
   }
   if (groups == 0) out = fmt::format("{} no fused groups: every op runs on the eager kernels\n", comment);
   return out;

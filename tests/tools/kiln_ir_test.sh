@@ -152,6 +152,7 @@ ok "codegen cuda" codegen "$DATA/softmax.ir" --target=cuda
 has "codegen cuda group" '^// ---- group 0: kiln_[0-9a-f]{32} -> f32\[64,128\] \(5 ops\)$'
 has "codegen cuda entry" '^extern "C" __global__ __launch_bounds__\(256\) void kiln_[0-9a-f]{32}\(const Args a\)'
 has "codegen cuda block reduction" '__shfl_xor_sync'
+has "codegen cuda launch" '^// launch on 132 multiprocessors: 64 rows x 128 columns, a block per row, 1 part, 64 blocks of 256 threads$'
 bad "codegen cuda bad arch" 1 "--arch 'sm_x' is not an architecture like sm_90" codegen "$DATA/softmax.ir" --target=cuda --ptx --arch sm_x
 bad "codegen ptx for the cpu" 1 "--ptx is for --target=cuda" codegen "$DATA/softmax.ir" --ptx
 bad "codegen unknown target" 1 "target 'tpu' is not built in \\(known: cpu, cuda\\)" codegen "$DATA/softmax.ir" --target=tpu
