@@ -18,6 +18,10 @@
 //                       whole (forward, backward and update in one plan), replayed as a CUDA
 //                       graph (counter graph_replays; the label says why not), and
 //                       .../traced_no_graphs with CUDA graphs off: a launch per kernel
+//   cuda/model/...      the example models' full-size training steps, eager and traced, with
+//                       TF32 and under autocast(bf16), and their peak memory
+//                       (cuda_models_bench.cpp; PyTorch's under the same names:
+//                       benchmarks/torch_cuda_peer.py --models)
 //   first_call          trace and first call of the gelu chain on cuda:0 in a fresh process
 //                       (this binary with --kiln-first-call, its CUDA context made before the
 //                       clock starts): NVRTC's compile with the disk cache off, the cubin read
@@ -46,6 +50,10 @@
 #include "runtime/files.h"
 
 using namespace kiln;
+
+namespace kiln::bench {
+void register_model_cases();  // cuda_models_bench.cpp
+}
 
 namespace {
 
@@ -297,6 +305,7 @@ int main(int argc, char** argv) {
   std::printf("kiln_cuda_bench on cuda:0 (%d device(s)), TF32 %s\n", cuda::device_count(),
               cuda::allow_tf32() ? "on" : "off");
   register_all();
+  bench::register_model_cases();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -48,7 +48,15 @@ struct TrainOptions {
   bool traced = false;     // one compiled graph per step instead of eager ops
   int64_t log_every = 0;   // print every so many steps (0: never)
   bool profile = false;    // record the steps after the first (which compiles) with kiln's profiler
+  Device device = cpu;     // where the batches go (the model and optimizer must be there already)
 };
+
+/// Batch `step` of `task` on `device` (tasks make their batches on the CPU).
+inline std::vector<Tensor> batch_on(Task& task, int64_t step, Device device) {
+  std::vector<Tensor> b = task.batch(step);
+  for (Tensor& x : b) x = x.to(device);
+  return b;
+}
 
 /// One optimizer step on a batch: zero_grad, the loss, backward, step. Returns {the loss}
 /// (the form jit::trace_tensors takes, so the same function runs eagerly or traced).
@@ -71,7 +79,7 @@ inline std::vector<double> train(Task& task, optim::Optimizer& opt, const TrainO
   auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < options.steps; ++i) {
     if (options.profile && i == 1) profiler::start();
-    std::vector<Tensor> batch = task.batch(i);
+    std::vector<Tensor> batch = batch_on(task, i, options.device);
     if (options.traced && !traced) traced = jit::trace_tensors(step, batch, "train_step");
     Tensor loss = traced ? traced->call(batch)[0] : step(batch)[0];
     if (schedule) schedule->step();

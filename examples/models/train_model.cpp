@@ -2,7 +2,7 @@
 // with the shared loop (train.h), eagerly or as a traced whole step, and saves its forward.
 //
 //   train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] [--seed S]
-//                     [--save PATH] [--text FILE] [--count] [--profile]
+//                     [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile]
 //
 // MODEL is alexnet, vgg19_bn, resnet50, mobilenet_v2, gnmt, ncf, gpt or unet, on synthetic data
 // (zoo.h says what each learns). The GPT learns the bytes of FILE with --text (e.g.
@@ -10,7 +10,8 @@
 // the batch and the length dynamic (B and T) for examples/generate to serve. The other models'
 // saved forwards keep the batch dynamic (N). --count prints the parameter count and stops.
 // --profile records the steps after the first (the first compiles) with kiln's profiler and
-// prints where their time went.
+// prints where their time went. --device trains on a GPU (the model, its optimizer and each
+// batch moved there); the saved forward is written for the CPU either way.
 // Errors are printed and the program exits with status 1.
 #include <kiln/kiln.h>
 
@@ -28,7 +29,7 @@ using namespace kiln::examples;
 namespace {
 
 struct Args {
-  std::string model, text, save;
+  std::string model, text, save, device = "cpu";
   Size size = Size::Bench;
   int64_t steps = 200, batch = 0;
   uint64_t seed = 0;
@@ -48,6 +49,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--seed") a.seed = std::stoull(value(i));
     else if (s == "--text") a.text = value(i);
     else if (s == "--save") a.save = value(i);
+    else if (s == "--device") a.device = value(i);
     else if (s == "--jit") a.jit = true;
     else if (s == "--count") a.count = true;
     else if (s == "--profile") a.profile = true;
@@ -59,7 +61,7 @@ Args parse(int argc, char** argv) {
     else throw Error("unknown argument '" + s + "'");
   }
   require(!a.model.empty(), "usage: train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] "
-                            "[--seed S] [--save PATH] [--text FILE] [--count] [--profile]");
+                            "[--seed S] [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile]");
   require(a.text.empty() || a.model == "gpt", "--text is for the gpt");
   return a;
 }
@@ -70,13 +72,18 @@ int run(int argc, char** argv) {
   std::unique_ptr<Task> task = make_task(a.model, a.size, a.batch, a.text.empty() ? std::string() : read_text(a.text));
   std::printf("%s: %lld parameters\n", a.model.c_str(), static_cast<long long>(parameter_count(task->model())));
   if (a.count) return 0;
-  std::printf("training on %s, %s steps\n", a.text.empty() ? "synthetic data" : a.text.c_str(), a.jit ? "traced" : "eager");
+  Device device = parse_device(a.device);
+  task->model().to(device);
+  std::printf("training on %s, %s steps on %s\n", a.text.empty() ? "synthetic data" : a.text.c_str(),
+              a.jit ? "traced" : "eager", device.str().c_str());
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a.model, *task);
   optim::CosineAnnealingLR schedule(*opt, a.steps, opt->initial_lr() / 10);
   require(!a.profile || a.steps >= 2, "--profile needs 2 steps or more (the first is not recorded)");
-  train(*task, *opt, {.steps = a.steps, .traced = a.jit, .log_every = 25, .profile = a.profile}, &schedule);
+  train(*task, *opt, {.steps = a.steps, .traced = a.jit, .log_every = 25, .profile = a.profile, .device = device},
+        &schedule);
   if (a.profile) std::printf("%s\n", profiler::summary(20).c_str());
   if (!a.save.empty()) {
+    task->model().to(cpu);
     std::vector<Tensor> b = task->batch(0);
     jit::SaveOptions options;
     if (a.model == "gpt") options.dynamic(0, 0, "B").dynamic(0, 1, "T");

@@ -21,6 +21,16 @@ inline const std::vector<std::string>& model_names() {
   return names;
 }
 
+/// The batch each model is benchmarked with at full size on a GPU (the table of
+/// examples/models/README.md's GPU section, as the PyTorch peer runs them): images per step
+/// for the vision models, sequences for the GPT (of 1024 tokens) and GNMT (of 50), pairs for NCF.
+inline int64_t gpu_benchmark_batch(const std::string& name) {
+  if (name == "alexnet") return 128;
+  if (name == "ncf") return 65536;
+  if (name == "gpt" || name == "unet") return 8;
+  return 64;  // vgg19_bn, resnet50, mobilenet_v2, gnmt
+}
+
 /// The task `name` at `size` (batch: images, pairs or sequences per step; 0 for the size's own).
 inline std::unique_ptr<Task> make_task(const std::string& name, Size size, int64_t batch = 0, const std::string& text = {}) {
   bool tiny = size == Size::Tiny, full = size == Size::Full;

@@ -22,22 +22,13 @@ using test::kGpu;
 
 constexpr int kSms = 132;
 
-// The batches of the table (the models' usual benchmark batches).
-int64_t full_batch(const std::string& name) {
-  if (name == "alexnet") return 128;
-  if (name == "ncf") return 65536;
-  if (name == "gpt") return 8;
-  if (name == "unet") return 8;
-  return 64;  // vgg19_bn, resnet50, mobilenet_v2, gnmt
-}
-
 class ModelLaunch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
   REQUIRE_CUDA();
   const std::string& name = GetParam();
   manual_seed(1);
-  std::unique_ptr<examples::Task> task = examples::make_task(name, Size::Full, full_batch(name));
+  std::unique_ptr<examples::Task> task = examples::make_task(name, Size::Full, examples::gpu_benchmark_batch(name));
   task->model().to(kGpu);
   std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(name, *task);
   std::vector<Tensor> batch;
