@@ -3,6 +3,11 @@
 # the same names: run the two in one session on one machine and compare ratios only.
 #
 #   python3 benchmarks/torch_cuda_peer.py [--min-time SECONDS]
+#   python3 benchmarks/torch_cuda_peer.py --models [NAME,...] [--variants eager,compile,...] [--json PATH]
+#
+# --models runs the example models' training steps instead (torch_cuda_models.py, the rows
+# kiln_cuda_bench calls cuda/model/NAME/VARIANT; benchmarks/compare_cuda_models.py prints the
+# two side by side).
 #
 # Each iteration ends with torch.cuda.synchronize(), as kiln_cuda_bench's do, so a time is the
 # device's work plus the framework's launch overhead. TF32 is off for matmuls and convolutions
@@ -110,8 +115,21 @@ class Encoder(torch.nn.Module):  # bench_cases.h's EncoderBlock
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--min-time", type=float, default=0.5)
-    t = ap.parse_args().min_time
+    ap.add_argument("--models", nargs="?", const="alexnet,vgg19_bn,resnet50,mobilenet_v2,gnmt,ncf,gpt")
+    ap.add_argument("--variants", default="eager,compile")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    t = args.min_time
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    if args.models:
+        import json
+        import torch_cuda_models
+        torch_cuda_models.run(args.models.split(","), args.variants.split(","))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+                           "rows": torch_cuda_models.ROWS}, f, indent=1)
+        return
     x, y = torch.randn(M64, device=dev), torch.empty(M64, device=dev)
     z = torch.randn(M64, device=dev)
     timed("copy_64M", lambda: y.copy_(x), t, bytes_=8.0 * M64)

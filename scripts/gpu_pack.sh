@@ -6,10 +6,15 @@
 #   scripts/gpu_pack.sh pack [BUILD]   here: BUILD's (default build/) CUDA tests, op suite and
 #                                      kiln_cuda_bench, with every library they load that is not
 #                                      glibc's or libstdc++'s, stripped, in .gpu/kiln.tar.xz
-#   scripts/gpu_pack.sh run OUT [tests] there: unpacks it, finds the CUDA libraries (the toolkit's
+#   scripts/gpu_pack.sh run OUT [tests|models]
+#                                      there: unpacks it, finds the CUDA libraries (the toolkit's
 #                                      or pip's nvidia-* wheels'), runs what scripts/run.sh gpu
 #                                      runs plus benchmarks/torch_cuda_peer.py (with "tests", the
-#                                      tests alone), logs under OUT
+#                                      tests alone), logs under OUT. With "models": the example
+#                                      models' full-size training steps in kiln_cuda_bench and in
+#                                      PyTorch (eager and traced / torch.compile; KILN_GPU_MODELS
+#                                      and KILN_GPU_MODEL_VARIANTS, e.g. eager_tf32,traced_bf16,
+#                                      choose), then the table side by side in OUT/models.md
 #
 # .gpu/ is ignored (.git/info/exclude), carried with the run: the pack is about 56 MB xz.
 set -uo pipefail
@@ -54,6 +59,18 @@ run() {
   { uname -r; grep PRETTY /etc/os-release; } >"$out/env.txt"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$out/env.txt"
   ldd "$k"/bin/kiln_cuda_tests | grep -i "not found" | tee -a "$out/env.txt"
+  if [[ ${2:-} == models ]]; then  # the example models' steps, kiln beside PyTorch, and the table
+    local models=${KILN_GPU_MODELS:-alexnet,vgg19_bn,resnet50,mobilenet_v2,gnmt,ncf,gpt}
+    local variants=${KILN_GPU_MODEL_VARIANTS:-eager,traced}
+    timeout "${KILN_GPU_MODELS_TIMEOUT:-280}" "$k/bin/kiln_cuda_bench" \
+      --benchmark_filter="cuda/model/(${models//,/|})/(${variants//,/|})\$" \
+      --benchmark_out="$out/kiln_models.json" --benchmark_out_format=json 2>&1 | tee "$out/kiln_models.log" || status=1
+    PYTHONUNBUFFERED=1 timeout "${KILN_GPU_MODELS_TIMEOUT:-280}" python3 benchmarks/torch_cuda_peer.py \
+      --models "$models" --variants "${variants//traced/compile}" --json "$out/torch_models.json" 2>&1 |
+      tee "$out/torch_models.log" || status=1
+    python3 benchmarks/compare_cuda_models.py "$out/kiln_models.json" "$out/torch_models.json" | tee "$out/models.md"
+    return "$status"
+  fi
   (
     timeout 180 "$k/bin/kiln_cuda_tests" >"$out/cuda_tests.log" 2>&1
     echo "kiln_cuda_tests exit $?" >>"$out/cuda_tests.log"
@@ -72,7 +89,8 @@ run() {
   [[ $(grep -c "exit 0$" "$out/every_op.log") == 4 ]] || status=1
   KILN_LOG=cuda "$k/bin/kiln_cuda_tests" --gtest_filter='CudaConv.*' 2>&1 | grep -E "kiln:cuda|OK|FAILED" | sort | uniq -c
   if [[ ${2:-} != tests ]]; then
-    timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$k/bin/kiln_cuda_bench" --benchmark_min_time=0.3 2>&1 | tee "$out/bench.log" || status=1
+    timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$k/bin/kiln_cuda_bench" --benchmark_min_time=0.3 \
+      --benchmark_filter=-cuda/model/ 2>&1 | tee "$out/bench.log" || status=1
     PYTHONUNBUFFERED=1 timeout 75 python3 benchmarks/torch_cuda_peer.py --min-time 0.3 2>&1 | tee "$out/torch_peer.log" || status=1
   fi
   # After the benchmarks: its 8 processes load the host, and the training steps are host-bound.
@@ -93,9 +111,9 @@ run() {
 
 case "${1:-}" in
   pack) pack "${2:-build}" ;;
-  run) run "${2:?usage: scripts/gpu_pack.sh run OUT [tests]}" "${3:-}" ;;
+  run) run "${2:?usage: scripts/gpu_pack.sh run OUT [tests|models]}" "${3:-}" ;;
   *)
-    echo "usage: scripts/gpu_pack.sh pack [BUILD] | run OUT [tests]" >&2
+    echo "usage: scripts/gpu_pack.sh pack [BUILD] | run OUT [tests|models]" >&2
     exit 2
     ;;
 esac
