@@ -78,7 +78,7 @@ Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool 
   }
   uint32_t needs = 0;
   for (size_t t = 0; t < n.next.size(); ++t)  // bits by operand slot (numbers take slots too)
-    if (n.next[t].node || n.next[t].leaf) needs |= 1u << slot_of_input(n.attrs.imm_mask, static_cast<int>(t));
+    if (n.next[t].node || n.next[t].leaf) needs |= VjpArgs::need_bit(slot_of_input(n.attrs.imm_mask, static_cast<int>(t)));
   if (!needs) return {};
   const OpDef& op = op_def(n.op);
   KILN_CHECK(op.vjp, "backward: {} has no derivative", op_name(n.op));

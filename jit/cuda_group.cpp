@@ -71,7 +71,7 @@ std::vector<Dims> contiguous_operands(const ir::Graph& body, std::vector<Dims>& 
 // Prepares `fused` for operands of `shapes` and `strides` on a device of `sms`
 // multiprocessors; `compile`: its kernels too (else only the plan, for plan_group_launches).
 CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides, bool eager,
-                  bool may_split, int sms, bool compile) {
+                  bool may_split, int sms, bool compile, bool may_stage = true) {
   const ir::Graph& body = *fused.body;
   KernelArgs ka = kernel_args(fused, shapes, strides);
   CudaGroup g;
@@ -88,9 +88,10 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
   g.launch = codegen::plan_cuda_launch(g.layout, g.sizes, sms, work);
   // Too few rows to fill the device, columns that could be cut, outputs that read the
   // reductions: the group runs as stages, each cut into parts.
-  if (work == CudaWork::Rows && may_split && g.launch.blocks < 2 * int64_t{sms} &&
+  if (work == CudaWork::Rows && may_split && may_stage && g.launch.blocks < 2 * int64_t{sms} &&
       codegen::plan_cuda_launch(g.layout, g.sizes, sms, CudaWork::Partials).parts > 1) {
     cuda_stages::Stages st = cuda_stages::by_level(body);
+    if (st.stages.size() < 2) st.stages.clear();  // one stage is the group itself (an f16 sum)
     for (cuda_stages::Stage& stage : st.stages) {
       std::vector<Dims> in_shapes, in_strides;
       for (size_t k = 0; k < stage.reads.size(); ++k) {
@@ -103,7 +104,8 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
           in_strides.push_back(contiguous_strides(in_shapes.back()));
         }
       }
-      auto sg = std::make_shared<const CudaGroup>(prepare(stage.group, in_shapes, in_strides, eager, true, sms, compile));
+      auto sg = std::make_shared<const CudaGroup>(
+          prepare(stage.group, in_shapes, in_strides, eager, true, sms, compile, /*may_stage=*/false));
       g.symbol += (g.symbol.empty() ? "" : "+") + sg->symbol;
       g.stages.push_back({std::move(sg), std::move(stage.reads), std::move(stage.writes)});
     }

@@ -1,6 +1,7 @@
 // runtime/op.h -- the op list as data: OpId, Attrs, OpDef, and apply(), where every op runs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
@@ -50,14 +51,16 @@ struct Attrs {
 /// one home. (For other ops imm_mask is 0 and slot k is input k.)
 /// The tensor input slot k reads, or -1 where slot k is a number.
 inline int input_of_slot(uint8_t imm_mask, int k) {
+  if (imm_mask == 0) return k;  // (cat takes any number of inputs: no shift past the mask's 8 bits)
   if (imm_mask >> k & 1) return -1;
   return k - __builtin_popcount(imm_mask & ((1u << k) - 1));
 }
 /// The slot tensor input t fills.
 inline int slot_of_input(uint8_t imm_mask, int t) {
+  if (imm_mask == 0) return t;
   int k = 0;
   for (;; ++k)
-    if (!(imm_mask >> k & 1) && t-- == 0) return k;
+    if (!(k < 8 && (imm_mask >> k & 1)) && t-- == 0) return k;
 }
 
 /// An attribute's place in runtime/attrs.def.
@@ -121,8 +124,11 @@ struct VjpArgs {
   const Tensor& out;           // the output (defined when the op's OpDef saves it)
   const Tensor& grad;          // gradient of the loss with respect to out
   const Attrs& attrs;
-  uint32_t needs;              // bit k: operand k needs a gradient (others may be skipped)
-  bool needs_grad(int k) const { return needs >> k & 1; }
+  /// Bit k < 31: operand k needs a gradient (others may be skipped); bit 31: operand 31 or a
+  /// later one does (cat's operands past the 31st all ask for theirs).
+  uint32_t needs;
+  bool needs_grad(int k) const { return needs >> std::min(k, 31) & 1; }
+  static uint32_t need_bit(int k) { return 1u << std::min(k, 31); }
   /// Operand k: a tensor input, or a pointwise immediate as a 0-d tensor of the compute dtype.
   Tensor operand(int k) const;
 };

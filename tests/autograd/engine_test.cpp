@@ -369,3 +369,24 @@ TEST(Engine, IntegerOperandsGetNoGradientButFloatsDo) {
   expect_close(x.grad(), {3, 4}, 0);
   EXPECT_FALSE(k.grad().defined());
 }
+
+// cat takes any number of operands: those past the 32nd get their gradients too, whichever of
+// the others need one (a 32-bit mask of operands once dropped them, or read past its width).
+TEST(Engine, CatOfManyOperandsGivesEachItsGradient) {
+  std::vector<Tensor> parts;
+  for (int i = 0; i < 40; ++i) {
+    Tensor p = full({2}, static_cast<double>(i));
+    if (i == 3 || i >= 33) p.requires_grad_();
+    parts.push_back(p);
+  }
+  Tensor y = cat(parts, 0);
+  (y * y).sum().backward();
+  for (int i = 0; i < 40; ++i) {
+    if (i == 3 || i >= 33) {
+      ASSERT_TRUE(parts[i].grad().defined()) << i;
+      expect_close(parts[i].grad(), {2.0 * i, 2.0 * i}, 1e-12);
+    } else {
+      EXPECT_FALSE(parts[i].grad().defined()) << i;
+    }
+  }
+}

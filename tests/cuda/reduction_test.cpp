@@ -128,6 +128,17 @@ TEST_P(CudaReduceLayout, TracedReductionsMatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaReduceLayout, ::testing::ValuesIn(kLayouts),
                          [](const auto& info) { return info.param.name; });
 
+// Partial results in f16 or bf16 would round twice: their sums keep whole rows, on any sizes.
+TEST(CudaReductions, HalfSumsOfFewLongRowsKeepTheirRowsWhole) {
+  REQUIRE_CUDA();
+  manual_seed(20);
+  for (DType t : {DType::F16, DType::BF16}) {
+    Tensor x = (randn({3, 70001}) * 0.01f).to(t);
+    EXPECT_TRUE(test::close_enough(x.to(kGpu).sum({1}).to(cpu), x.sum({1}))) << dtype_name(t);
+    EXPECT_TRUE(test::bitwise_equal(amax(x.to(kGpu), {1}).to(cpu), amax(x, {1}))) << dtype_name(t);
+  }
+}
+
 // A reduced dim of size 0: the identity of the reduction, and NaN for a mean, as on the CPU.
 TEST(CudaReductions, OverAnEmptyDimGiveTheCpusAnswer) {
   REQUIRE_CUDA();
