@@ -255,8 +255,9 @@ class Buffer {
   size_t size_ = 0;
 };
 
-// Runs one block: reorders in, the convolution, the reorder out.
-void run_block(const Prims& pr, const float* in0, const float* in1, float* out) {
+// Runs one block: reorders in, the convolution, the reorder out. `in1_inner`: the second input
+// already in the convolution's layout (a weight every block reads, reordered once per call).
+void run_block(const Prims& pr, const float* in0, const float* in1, float* out, void* in1_inner = nullptr) {
   thread_local Buffer bufs[4];
   thread_local dnnl::stream stream(engine());
   size_t scratch = std::max({pr.conv_scratch, pr.in0.scratch, pr.in1.scratch, pr.out.scratch});
@@ -275,7 +276,8 @@ void run_block(const Prims& pr, const float* in0, const float* in1, float* out) 
     exec(*s.reorder, {{DNNL_ARG_FROM, user_mem}, {DNNL_ARG_TO, inner}});
     return inner;
   };
-  memory a = input(pr.in0, in0, bufs[0]), b = input(pr.in1, in1, bufs[1]);
+  memory a = input(pr.in0, in0, bufs[0]);
+  memory b = in1_inner ? memory(pr.in1.inner, engine(), in1_inner) : input(pr.in1, in1, bufs[1]);
   memory user_out(pr.out.user, engine(), out);
   memory result = pr.out.reorder ? memory(pr.out.inner, engine(), bufs[2].get(pr.out.inner_bytes())) : user_out;
   exec(pr.conv, {{pr.in0_arg, a}, {pr.in1_arg, b}, {pr.out_arg, result}});
@@ -348,6 +350,28 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
     prims[i] = same_as_first ? prims[0] : find_prims(pass, p, b);
     if (!prims[i]) return false;
   }
+  // A weight every block reads whole (blocks of images only) is reordered into the
+  // convolution's layout once, not once per block: for a late layer's small images that
+  // reorder is most of a block's memory traffic.
+  Buffer shared_weight;
+  void* weight_inner = nullptr;
+  bool shared = pass != Pass::WeightGrad && blocks > 1 && c.chan_block == c.chans && prims[0]->in1.reorder;
+  for (int64_t i = 1; shared && i < blocks; ++i) shared = prims[i]->in1.inner == prims[0]->in1.inner;
+  if (shared) {
+    const Step& w = prims[0]->in1;
+    SingleThreaded one;
+    thread_local dnnl::stream stream(engine());
+    weight_inner = shared_weight.get(w.inner_bytes());
+    Buffer scratch;
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, memory(w.user, engine(), const_cast<float*>(in1))},
+                                         {DNNL_ARG_TO, memory(w.inner, engine(), weight_inner)}};
+    if (w.scratch)
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({static_cast<int64_t>(w.scratch)}, memory::data_type::u8,
+                                                            memory::format_tag::a),
+                                               engine(), scratch.get(w.scratch)));
+    w.reorder->execute(stream, args);
+    stream.wait();
+  }
   // The weight gradient's blocks over images each write a partial sum.
   int64_t parts = pass == Pass::WeightGrad ? c.images(p) : 1;
   int64_t wsize = p.o * p.geo.rows();
@@ -358,9 +382,9 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
       Block b = c.block(p, i);
       Operands o = operands(pass, p, b);
       if (pass == Pass::Forward) {
-        run_block(*prims[i], in0 + o.x_off, in1 + o.w_off, out + o.y_off);
+        run_block(*prims[i], in0 + o.x_off, in1 + o.w_off, out + o.y_off, weight_inner);
       } else if (pass == Pass::InputGrad) {
-        run_block(*prims[i], in0 + o.y_off, in1 + o.w_off, out + o.x_off);
+        run_block(*prims[i], in0 + o.y_off, in1 + o.w_off, out + o.x_off, weight_inner);
       } else {
         float* dw = parts > 1 ? partials.data() + (b.n0 / c.image_block) * wsize : out;
         run_block(*prims[i], in0 + o.x_off, in1 + o.y_off, dw + o.w_off);

@@ -85,12 +85,14 @@ TEST(CudaLaunch, BigWorkFillsTheDeviceForAnySizes) {
       int rank = 1 + static_cast<int>(rng() % 4);
       std::vector<int64_t> sizes;
       int64_t work = 1;
+      bool fits = true;  // at most 2^34 elements, so no product overflows
       for (int d = 0; d < rank; ++d) {
         int64_t s = static_cast<int64_t>(std::exp2(static_cast<double>(rng() % 2200) / 100.0));  // 1 .. 4M
         sizes.push_back(s);
-        work *= s;
+        fits = fits && work <= (int64_t{1} << 34) / s;
+        if (fits) work *= s;
       }
-      if (work > (int64_t{1} << 34)) continue;
+      if (!fits) continue;
       uint32_t reduced = static_cast<uint32_t>(rng() % (1u << rank));
       if (reduced == 0) reduced = 1;
       CudaLaunch c = plan(sizes, reduced, CudaWork::Partials, sms);
