@@ -5,8 +5,8 @@
 // runtime's CUDA op table when the library loads (runtime/cuda_kernels.h): the runtime sits
 // below the code generators. Immediates are kernel arguments, so `x * lr` compiles one kernel
 // for every learning rate; a 0-d CPU operand (PyTorch's CPU-scalar rule) becomes one too.
-// The ops with kernels of their own come from jit/cuda_indexed.cpp, cuda_matmul.cpp and
-// cuda_pool.cpp (declared in jit/cuda_eager.h); groups run through jit/cuda_group.h.
+// The ops with kernels of their own come from jit/cuda_indexed.cpp, cuda_matmul.cpp,
+// cuda_pool.cpp and cuda_attention.cpp (declared in jit/cuda_eager.h); groups run through jit/cuda_group.h.
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,6 +116,8 @@ void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tenso
     case OpId::MaxPool2dIndices: return pool(id, in[0], attrs, out);
     case OpId::MaxPool2dBackward: return pool_backward(id, in[0], in[1], attrs, out);
     case OpId::AvgPool2dBackward: return pool_backward(id, in[0], in[0], attrs, out);
+    case OpId::Attention:
+    case OpId::AttentionBackward: return attention_op(id, in, attrs, out);
     case OpId::Copy: return copy_on_device(in[0], out);
     case OpId::Cat: return cat_into(in, attrs.dim, out);
     case OpId::Pad: return pad_into(in[0], attrs.pads, attrs.value, out);
@@ -160,7 +162,8 @@ const bool g_installed = [] {
         id == OpId::AddmmRelu || id == OpId::AddmmGeluTanh || id == OpId::MaxPool2d ||
         id == OpId::AvgPool2d || id == OpId::MaxPool2dIndices || id == OpId::MaxPool2dBackward ||
         id == OpId::AvgPool2dBackward || id == OpId::Rand || id == OpId::Randn || id == OpId::Cumsum ||
-        id == OpId::Argsort || id == OpId::TopkIndices || id == OpId::Iota)
+        id == OpId::Argsort || id == OpId::TopkIndices || id == OpId::Iota || id == OpId::Attention ||
+        id == OpId::AttentionBackward)
       cuda::set_op_kernel(id, run_op);
   }
   cuda::set_copy_kernel(copy_on_device);

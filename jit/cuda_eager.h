@@ -21,8 +21,10 @@ namespace kiln::jit::cuda_eager {
 /// Multiprocessors of CUDA device `device` (asked once per device).
 int sm_count(int device);
 /// Launches `source` (its one argument: the words `args`) with `blocks` blocks of kCudaBlock
-/// threads, at most 32 per multiprocessor: the kernels loop over what is left.
-void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device);
+/// threads, at most 32 per multiprocessor: the kernels loop over what is left. Dynamic shared
+/// memory: `shared_bytes`, or kCudaSharedBytes when negative.
+void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
+                   int64_t shared_bytes = -1);
 /// Blocks of kCudaBlock threads for `threads` threads.
 int64_t blocks_for(int64_t threads);
 /// Appends argument words for a hand-written kernel (codegen/cuda's indexed, matmul, pool,
@@ -48,6 +50,9 @@ void order_rows(const Tensor& x, const Attrs& a, const Tensor& out);
 // cuda_matmul.cpp: cuBLAS and cuBLASLt for floats, codegen/cuda/matmul.h for integers.
 void matmul(std::span<const Tensor> in, const Tensor& out);
 void addmm(OpId id, std::span<const Tensor> in, const Tensor& out);
+
+// cuda_attention.cpp: codegen/cuda/attention.h's kernels (attention, attention_backward).
+void attention_op(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out);
 
 // cuda_pool.cpp: codegen/cuda/pool.h's kernels.
 void pool(OpId id, const Tensor& x, const Attrs& a, const Tensor& out);

@@ -22,14 +22,14 @@ int sm_count(int device) {
   return it->second;
 }
 
-// Launches `source` (its one argument: the words `args`) with `blocks` blocks of kCudaBlock
-// threads, at most 32 per multiprocessor: the kernels loop over what is left.
-void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device) {
+void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
+                   int64_t shared_bytes) {
   blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
   CudaKernel k = cuda_kernel_for(source, device);
   unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = const_cast<uint64_t*>(args.data());
-  cuda::launch(k.fn, grid, block, codegen::kCudaSharedBytes, &param);
+  size_t shared = static_cast<size_t>(shared_bytes < 0 ? codegen::kCudaSharedBytes : shared_bytes);
+  cuda::launch(k.fn, grid, block, shared, &param);
 }
 int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
 

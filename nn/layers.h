@@ -281,7 +281,9 @@ class ConvTranspose2d : public UnaryModule {
 
 /// softmax(q k^T scale + mask) v over the last two dims (torch's scaled_dot_product_attention):
 /// scale 1/sqrt(E) by default; a bool attn_mask is true where attention is allowed, a float one
-/// is added; is_causal masks keys after each query; dropout whenever dropout_p > 0.
+/// is added; is_causal masks keys after each query; dropout whenever dropout_p > 0. Runs as one
+/// fused op (runtime/ops/attention.h) whose memory is linear in the sequence: a flash-attention
+/// kernel on CUDA, a blocked kernel on the CPU; a row whose keys are all masked gives NaN.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
                                     double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);

@@ -31,7 +31,9 @@ __device__ __forceinline__ double kiln_uniform53(unsigned hi, unsigned lo) {
   unsigned long long bits = ((unsigned long long)hi << 21) ^ (lo >> 11);
   return (double)(bits & ((1ull << 53) - 1)) * 0x1p-53;
 }
+)";
 
+const char* kArgs = R"(
 struct Args { long long n; const long long* state; void* out; };
 )";
 
@@ -49,7 +51,7 @@ std::string store(DType t, const char* v) {
 }
 
 std::string kernel(int per_counter, const std::string& value, DType t) {
-  return cuda_prelude() + kPhilox + fmt::format(R"(
+  return cuda_prelude() + kPhilox + kArgs + fmt::format(R"(
 extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   const unsigned long long seed = (unsigned long long)a.state[0], first = (unsigned long long)a.state[1];
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {{
@@ -65,6 +67,8 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
 }
 
 }  // namespace
+
+std::string cuda_philox_source() { return kPhilox; }
 
 std::string cuda_rand_kernel(DType t) {
   if (t == DType::F64) return kernel(2, "double v = kiln_uniform53(w[2 * j], w[2 * j + 1]);", t);

@@ -15,6 +15,9 @@ namespace kiln::codegen {
 /// Argument struct (64-bit words): n (values), state (the device's i64[2]: seed, first
 /// counter), out (contiguous, dtype t).
 std::string cuda_rand_kernel(DType t);
+/// The device functions the draws use, for other kernels that draw (codegen/cuda/attention.h):
+/// kiln_philox(seed, counter, words[4]) and kiln_uniform53(hi, lo).
+std::string cuda_philox_source();
 std::string cuda_randn_kernel(DType t);
 
 }  // namespace kiln::codegen

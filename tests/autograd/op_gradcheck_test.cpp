@@ -207,6 +207,19 @@ std::map<OpId, std::vector<Case>> all_cases() {
        [](std::span<const Tensor> in) { return matmul(in[0].transpose(0, 1), in[1]); }},
       {"matmul/batch_against_vector", {random_leaf({2, 3, 4}), random_leaf({4})}, [](std::span<const Tensor> in) { return matmul(in[0], in[1]); }},
   };
+  // attention: q, k, v and a float mask, each differentiated; causal with a transposed q.
+  auto attention_attrs = [](double scale, bool causal) {
+    Attrs a;
+    a.scale = scale, a.causal = causal;
+    return a;
+  };
+  c[OpId::Attention] = {
+      {"attention/float_mask", {random_leaf({2, 3, 4}), random_leaf({2, 5, 4}), random_leaf({2, 5, 3}), random_leaf({3, 5})},
+       [=](std::span<const Tensor> in) { return apply(OpId::Attention, {in[0], in[1], in[2], in[3]}, attention_attrs(0.5, false)); }},
+      {"attention/causal_views", {random_leaf({2, 4, 6}), random_leaf({2, 6, 4}), random_leaf({2, 6, 2})},
+       [=](std::span<const Tensor> in) {
+         return apply(OpId::Attention, {in[0].transpose(1, 2), in[1], in[2]}, attention_attrs(0.8, true));
+       }}};
   c[OpId::Conv2d] = {
       {"conv2d/plain", {random_leaf({2, 3, 5, 5}), random_leaf({4, 3, 3, 3}), random_leaf({4})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], in[2]); }},

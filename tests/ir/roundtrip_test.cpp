@@ -127,6 +127,8 @@ graph @loops(%0: f32[1,2,5,5], %1: f32[4,2,3,3], %2: f32[5,7], %3: f32[7,2]) -> 
   %14 = addmm %13, %2, %3 : f32[5,2]
   %15 = addmm_relu %13, %2, %3 : f32[5,2]
   %16 = addmm_gelu_tanh %13, %2, %3 : f32[5,2]
+  %17 = attention %2, %2, %2 {scale=0.5, dropout_p=0, causal=true} : f32[5,7]
+  %18 = attention_backward %2, %2, %2, %17, %17 {scale=0.5, dropout_p=0, causal=true} : f32[105]
   return %7
 }
 )";

@@ -143,3 +143,28 @@ TEST(MultiheadAttention, HasTorchsParameterNamesAndRefusesBadMasks) {
   expect_error([&] { mha(randn({4, 2, 5}), x, x); }, {"MultiheadAttention", "ending in 6", "f32[4,2,5]"});
   expect_error([] { nn::MultiheadAttention(10, 3); }, {"MultiheadAttention", "multiple of num_heads 3"});
 }
+
+// need_weights = false takes the fused op, with attn_mask, key_padding_mask and is_causal made
+// one mask: the same outputs as the path that returns the weights.
+TEST(MultiheadAttention, FastPathMatchesTheWeightsPath) {
+  nn::MultiheadAttention mha(8, 2, {.batch_first = true});
+  int64_t n = 2, l = 4, s = 4;
+  Tensor x = randn({n, l, 8});
+  Tensor pad = zeros({n, s}, DType::Bool);
+  pad.select(0, 0).select(0, 2).fill_(true);
+  Tensor banned = logical_and(rand({l, s}) < 0.3, ne(arange(0, s, 1, DType::I64), 0));  // key 0 stays allowed
+  Tensor bias = randn({n * 2, l, s});
+  struct Masks {
+    const char* name;
+    Tensor attn, padding;
+    bool causal;
+  };
+  for (const Masks& m : {Masks{"none", {}, {}, false}, Masks{"causal_and_padding", {}, pad, true},
+                         Masks{"bool_and_padding", banned, pad, false}, Masks{"float_and_padding", bias, pad, false}}) {
+    SCOPED_TRACE(m.name);
+    auto [slow, w] = mha.forward(x, x, x, m.padding, true, m.attn, true, m.causal);
+    auto [fast, none] = mha.forward(x, x, x, m.padding, false, m.attn, true, m.causal);
+    EXPECT_FALSE(none.defined());
+    expect_close(fast, slow.to_vector<double>(), 1e-5, 1e-5);
+  }
+}

@@ -20,3 +20,4 @@
 #include "tests/ops/op_specs_matmul_conv.h"  // matmul, addmm, conv2d and its gradients
 #include "tests/ops/op_specs_pools.h"        // max_pool2d, avg_pool2d and their backwards
 #include "tests/ops/op_specs_collective.h"   // all_reduce
+#include "tests/ops/op_specs_attention.h"    // attention and its backward

@@ -1,0 +1,57 @@
+// codegen/cuda/attention.h -- attention and attention_backward on CUDA (runtime/ops/attention.h
+// gives their meaning): kernels of kiln's own, flash attention's algorithm in the subset of
+// CUDA C the host emulation runs, so CI runs them. Their memory is linear in the sequence: no
+// kernel holds more of the L x S weights than one tile of keys per query row.
+//
+// A warp owns a query row (a key row in the dk/dv pass); a block's warps share tiles of
+// `rows` keys (queries) staged in shared memory in the compute type (f32, or f64 for f64).
+// Per tile, lane j scores key j of the tile against the warp's row (a dot product from shared
+// memory), the warp takes the tile's max and sum with shuffles, and the lanes then stride over
+// the head dim to add the tile's weighted values. The forward keeps the online softmax's
+// running max and sum; the backward recomputes the weights from the log-sum-exp its first pass
+// stores. Three kernels, no atomics, so results are the same run to run:
+//   Forward: out = softmax(...) v, a warp per query row.
+//   Queries: per query row, a first pass for the log-sum-exp, D = rowsum(dO * out), then
+//            dq = scale * sum_j dS_ij k_j with dS = P (f dPd - D); stats[row] = (lse, D).
+//   Keys:    per key row, dv = sum_i f P_ij dO_i and dk = scale * sum_i dS_ij q_i, from stats.
+// The dropout draws each weight's f32 uniform from the Philox stream as rand does (value
+// (b * L + i) * S + j), so the mask is the composite's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/dtype.h"
+
+namespace kiln::codegen {
+
+enum class CudaAttentionPass { Forward, Queries, Keys };
+enum class CudaAttentionMask { None, Bool, Float };
+
+struct CudaAttention {
+  CudaAttentionPass pass = CudaAttentionPass::Forward;
+  DType dtype = DType::F32;  // q, k, v, out, grad and the result; a float mask is the compute type
+  int64_t e = 0, ev = 0;     // head dims of q and k, and of v (the kernel serves all dims up
+                             // to the next power of two of at least 32; they are arguments)
+  CudaAttentionMask mask = CudaAttentionMask::None;
+  bool causal = false, dropout = false;
+};
+
+/// Key (query) rows per shared-memory tile: at most 32, as many as fit kCudaAttentionShared
+/// bytes; 0 when even one does not (the head dims are too large for these kernels).
+int cuda_attention_tile_rows(const CudaAttention& k);
+/// The dynamic shared memory a launch needs.
+int64_t cuda_attention_shared_bytes(const CudaAttention& k);
+inline constexpr int64_t kCudaAttentionShared = 48 * 1024;
+/// Warps per block (each owns a row): blocks = batch * ceil(rows / warps).
+int cuda_attention_warps();
+
+/// Argument struct (64-bit words): batch, l, s, e, ev, q, k, v, out, grad, mask, mask_dims,
+/// mask_size[4], mask_stride[4], mask_row_stride, mask_col_stride, state (the device's i64[2]),
+/// scale (double bits), drop_scale (double bits), keep_below (double bits), result, stats.
+/// q, k, v, out and grad contiguous [batch, rows, dim]; result: out [batch, l, ev] (Forward),
+/// the packed gradients [batch, l * e + s * e + s * ev] (Queries writes dq, Keys dk and dv);
+/// stats: the compute type's [batch * l, 2].
+std::string cuda_attention_kernel(const CudaAttention& k);
+
+}  // namespace kiln::codegen

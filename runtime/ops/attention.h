@@ -1,0 +1,70 @@
+// runtime/ops/attention.h -- what every kernel of the fused attention ops reads (the CPU's in
+// runtime/ops/attention.cpp, CUDA's in jit/cuda_attention.cpp): the operands by role, the sizes,
+// the mask's layout, the dropout's draw, the packed gradients' layout, and the composite that
+// is the ops' meaning.
+//
+// attention(q, k, v[, mask][, state]; scale, causal, dropout_p) =
+//   matmul(dropout(softmax(scale * q k^T + mask, -1)), v)
+// with q [..., L, E], k [..., S, E], v [..., S, Ev] sharing their batch dims; a bool mask keeps
+// the scores where it is true (else -inf), a float mask is added, either broadcast to
+// [..., L, S]; causal keeps key j for query i where j <= i (torch's top-left alignment). The
+// dropout draws one f32 uniform per weight from the state's Philox stream, as rand does, weight
+// (b, i, j) taking value (b * L + i) * S + j, and keeps a weight where it is below 1 - dropout_p,
+// as bernoulli does: the composite's mask, bit for bit. A row whose keys are all masked gives
+// NaN, as softmax does; S = 0 gives zeros, as the composite's empty sum does.
+//
+// attention_backward(q, k, v, out, grad[, mask][, state]) gives dq, dk and dv packed along the
+// last dim: [..., L * E + S * E + S * Ev], each row-major after the one before.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/op.h"
+
+namespace kiln::attention {
+
+/// d without its last `drop` dims.
+inline Dims leading(const Dims& d, size_t drop) { return Dims(std::span<const int64_t>(d.data(), d.size() - drop)); }
+
+/// The operands by role; those an op was not given are undefined.
+struct Operands {
+  Tensor q, k, v, out, grad, mask, state;
+};
+/// Splits attention's or attention_backward's inputs (the rule checked their count).
+Operands operands_of(OpId id, std::span<const Tensor> in, const Attrs& a);
+
+struct Sizes {
+  int64_t batch = 1, l = 0, s = 0, e = 0, ev = 0;
+  int64_t packed() const { return l * e + s * e + s * ev; }  // attention_backward's last dim
+};
+Sizes sizes_of(const Operands& o);
+
+/// The mask broadcast to [batch..., L, S], the batch dims merged where their strides allow:
+/// element (b, i, j) lies at offset(b) + i * row_stride + j * col_stride (strides 0 where it
+/// broadcasts).
+struct MaskLayout {
+  Dims batch_sizes, batch_strides;  // merged batch dims, outermost first
+  int64_t row_stride = 0, col_stride = 0;
+  int64_t offset(int64_t b) const {
+    int64_t off = 0;
+    for (size_t d = batch_sizes.size(); d-- > 0;) {
+      off += b % batch_sizes[d] * batch_strides[d];
+      b /= batch_sizes[d];
+    }
+    return off;
+  }
+};
+/// `mask` (of the operands' dtype, or bool) broadcast over the batch of q.
+MaskLayout mask_layout(const Tensor& mask, const Operands& o);
+
+/// The generator counters the dropout uses: rand's f32 draw of batch * L * S values.
+int64_t dropout_counters(const Sizes& s);
+/// rand's f32 value of a Philox word: its top 24 bits times 2^-24 (runtime/random.cpp).
+inline float unit_f32(uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-24f; }
+
+/// The composite whose meaning the op has, with Tensor ops (the tests compare with it; the
+/// float mask's gradient is computed from it).
+Tensor composite(std::span<const Tensor> in, const Attrs& a);
+
+}  // namespace kiln::attention

@@ -1,0 +1,112 @@
+// tests/cuda/attention_test.cpp -- the fused attention kernels (codegen/cuda/attention.h) on
+// CUDA against the f64 composite on the CPU: f32, f16 and bf16; causal, bool and float masks;
+// dropout; sequences of 1, 7, 64 and 1000; head dims 32, 64 and 128; values and gradients.
+// Their memory grows linearly with the sequence, where the composite's grows with its square.
+#include <gtest/gtest.h>
+
+#include "codegen/cuda/attention.h"
+#include "codegen/cuda/nvrtc.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/nn/attention_cases.h"
+#include "tests/unit/test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::FusedAttentionCase;
+using test::kGpu;
+
+TEST(CudaAttention, MatchesTheComposite) {
+  REQUIRE_CUDA();
+  const FusedAttentionCase cases[] = {
+      {"plain_f32_e64", f32, 2, 2, 64, 64, 64},
+      {"causal_f32_e32_t7", f32, 1, 2, 7, 7, 32, 0, true},
+      {"bool_mask_f16_e64", DType::F16, 2, 1, 64, 40, 64, 1},
+      {"float_mask_bf16_e128", DType::BF16, 1, 2, 7, 9, 128, 2},
+      {"dropout_f32_e32", f32, 1, 2, 64, 33, 32, 0, false, 0.25},
+      {"causal_f16_e128_t1", DType::F16, 2, 1, 1, 1, 128, 0, true},
+      {"causal_bf16_e32_t1000", DType::BF16, 1, 1, 1000, 1000, 32, 0, true},
+  };
+  for (const FusedAttentionCase& c : cases) test::expect_fused_matches_composite(c, kGpu, test::fused_rtol(c.dtype));
+}
+
+// The same draw on both devices: the dropout's mask comes from the state, not the device.
+TEST(CudaAttention, DropoutMatchesTheCpu) {
+  REQUIRE_CUDA();
+  Tensor q = randn({1, 2, 9, 16}), k = randn({1, 2, 11, 16}), v = randn({1, 2, 11, 16});
+  manual_seed(3);
+  Tensor on_cpu = nn::scaled_dot_product_attention(q, k, v, {}, 0.5);
+  manual_seed(3);
+  Tensor on_gpu = nn::scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.5);
+  test::expect_close(on_gpu.to(cpu), on_cpu.to_vector<double>(), 1e-5, 1e-6);
+}
+
+// Peak memory of a forward and backward at T and 4T: the fused op's extra memory grows about
+// 4x (its inputs, outputs and per-row statistics), the composite's about 16x (its T x T
+// weights).
+int64_t peak_bytes(int64_t t, bool fused) {
+  Tensor q = randn({1, 1, t, 32}).to(kGpu).requires_grad_(), k = randn({1, 1, t, 32}).to(kGpu).requires_grad_(),
+         v = randn({1, 1, t, 32}).to(kGpu).requires_grad_();
+  cuda::synchronize();
+  int64_t base = cuda::memory_stats(0).in_use;
+  cuda::reset_peak_memory_stats(0);
+  Attrs a;
+  a.scale = 0.2, a.causal = true;
+  std::vector<Tensor> in = {q, k, v};
+  Tensor y = fused ? apply(OpId::Attention, in, a) : attention::composite(in, a);
+  sum(y).backward();
+  cuda::synchronize();
+  return cuda::memory_stats(0).peak_in_use - base;
+}
+
+TEST(CudaAttention, MemoryGrowsLinearlyWithTheSequence) {
+  REQUIRE_CUDA();
+  int64_t fused_small = peak_bytes(256, true), fused_large = peak_bytes(1024, true);
+  int64_t composite_small = peak_bytes(256, false), composite_large = peak_bytes(1024, false);
+  std::cout << "peak bytes at T=256 and T=1024: fused " << fused_small << ", " << fused_large << "; composite "
+            << composite_small << ", " << composite_large << "\n";
+  EXPECT_LE(fused_large, 5 * fused_small);
+  EXPECT_GE(composite_large, 10 * composite_small);
+  EXPECT_LT(fused_large * 8, composite_large);
+}
+
+TEST(CudaAttention, KernelsFitSharedMemoryUpToHeadDim128) {
+  for (DType t : {f32, DType::F16, DType::BF16, f64})
+    for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
+                      codegen::CudaAttentionPass::Keys}) {
+      codegen::CudaAttention k;
+      k.pass = pass, k.dtype = t, k.e = 128, k.ev = 128;
+      EXPECT_GE(codegen::cuda_attention_tile_rows(k), t == f64 ? 8 : 16) << dtype_name(t);
+      EXPECT_LE(codegen::cuda_attention_shared_bytes(k), codegen::kCudaAttentionShared);
+    }
+}
+
+// The toolkit's NVRTC compiles the kernels for the architectures kiln supports: each pass in
+// every dtype, and every mask kind, causal and dropout in some dtype (they are #if blocks).
+TEST(Nvrtc, CompilesTheAttentionKernels) {
+  if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
+    GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
+  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  using codegen::CudaAttentionMask;
+  struct Variant {
+    DType dtype;
+    CudaAttentionMask mask;
+    bool causal, dropout;
+  };
+  const Variant variants[] = {{f32, CudaAttentionMask::None, true, true},
+                              {DType::F16, CudaAttentionMask::Bool, false, false},
+                              {DType::BF16, CudaAttentionMask::Float, true, false},
+                              {f64, CudaAttentionMask::Bool, false, true}};
+  for (const Variant& v : variants)
+    for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
+                      codegen::CudaAttentionPass::Keys}) {
+      codegen::CudaAttention k;
+      k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 ? 64 : 128, k.ev = 40, k.mask = v.mask;
+      k.causal = v.causal, k.dropout = v.dropout;
+      std::string src = codegen::cuda_attention_kernel(k);
+      for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_kernel").empty());
+    }
+}
+
+}  // namespace
+}  // namespace kiln
