@@ -139,11 +139,7 @@ void run_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tenso
       return pick(in[0], attrs.dim, in[1], st, out, "index_select");
     }
     case OpId::ScatterAdd: return scatter(in[0], attrs.dim, in[1], in[1].strides(), in[2], out, "scatter_add");
-    case OpId::IndexAdd: {
-      Dims st(static_cast<size_t>(in[2].dim()), 0);
-      st[attrs.dim] = in[1].dim() == 0 ? 0 : in[1].strides()[0];
-      return scatter(in[0], attrs.dim, in[1], st, in[2], out, "index_add");
-    }
+    case OpId::IndexAdd: return index_add_sorted(in[0], attrs.dim, in[1], in[2], out);
     default: break;
   }
   KILN_CHECK(op_family(id) != OpFamily::Reduce || ir::fusible_reduction(id), "{}: no CUDA kernel for {} yet",

@@ -42,6 +42,7 @@ void copy_on_device(const Tensor& src, const Tensor& dst);
 void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Tensor& out, const char* op);
 void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src,
              const Tensor& out, const char* op);
+void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& src, const Tensor& out);
 void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out);
 void cumsum_rows(const Tensor& x, const Attrs& a, const Tensor& out);
 void iota(const Tensor& out);

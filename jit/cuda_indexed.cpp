@@ -85,6 +85,58 @@ void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st
   check_flag(flag, op, out.shape()[dim]);
 }
 
+// index_add: its index sorted once by (index, position), a bitonic sort of log2(n)^2 / 2 steps,
+// then a thread per (run of equal indices, column) adding the run in order: the CPU's sums, with
+// the work spread over every run and column where scatter's threads walk every index.
+void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& src, const Tensor& out) {
+  if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {
+    Tensor acc = Tensor::empty({DType::F32, out.shape(), out.device()});
+    index_add_sorted(x.to(DType::F32), dim, idx, src.to(DType::F32), acc);
+    copy_on_device(acc, out);
+    return;
+  }
+  if (src.dim() == 0)  // one entry: the same as a rank-1 loop of one
+    return index_add_sorted(x.reshape({1}), 0, idx.reshape({1}), src.reshape({1}), out.reshape({1}));
+  copy_on_device(x, out);
+  const int64_t n = idx.numel(), columns = n == 0 ? 0 : src.numel() / n;
+  if (n == 0 || columns == 0) return;
+  int64_t padded = 1;
+  while (padded < n) padded *= 2;
+  Device d = out.device();
+  Tensor keys = Tensor::empty({DType::I64, {padded}, d}), pos = Tensor::empty({DType::I64, {padded}, d});
+  Tensor flag = error_flag(d, "index_add", out.shape()[dim]);
+  std::vector<uint64_t> w;
+  put(w, n);
+  put(w, padded);
+  put(w, idx.data_ptr());
+  put(w, idx.dim() == 0 ? int64_t{0} : idx.strides()[0]);
+  put(w, out.shape()[dim]);
+  for (const void* p : {flag.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(w, p);
+  launch_source(codegen::cuda_index_keys_kernel(idx.dtype()), w, blocks_for(padded), d.index);
+  const std::string bitonic = codegen::cuda_bitonic_kernel();
+  for (int64_t k = 2; k <= padded; k *= 2)
+    for (int64_t j = k / 2; j > 0; j /= 2) {
+      std::vector<uint64_t> step;
+      for (int64_t v : {padded, j, k}) put(step, v);
+      put(step, keys.data_ptr());
+      put(step, pos.data_ptr());
+      launch_source(bitonic, step, blocks_for(padded / 2), d.index);
+    }
+  std::vector<uint64_t> a;
+  put(a, src.shape());
+  put(a, src.strides());
+  Dims out_st = out.strides();
+  out_st[dim] = 0;
+  put(a, out_st);
+  for (const void* p : {out.data_ptr(), src.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(a, p);
+  put(a, n);
+  put(a, dim);
+  put(a, out.strides()[dim]);
+  launch_source(codegen::cuda_segment_add_kernel(out.dtype(), static_cast<int>(src.dim())), a,
+                blocks_for(n * columns), d.index);
+  check_flag(flag, "index_add", out.shape()[dim]);
+}
+
 // argmax/argmin: the rows the CPU's kernel scans (the reduced dim last, contiguous).
 void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
   KILN_CHECK(a.axes.size() <= 1, "{}: expected one dim or none, got {}", op_name(id), shape_str(a.axes));

@@ -129,6 +129,89 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
                                          rank, kCudaBlock, index_type(index), t, kCheckIndex, add_into(elem, "*dst", "v"));
 }
 
+std::string cuda_index_keys_kernel(DType index) {
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{ long long n, padded; const void* idx; long long idx_stride, dim_size; long long* err; long long* keys; long long* pos; }};
+
+extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
+  const long long n = a.dim_size;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.padded; i += (long long)gridDim.x * blockDim.x) {{
+    long long k = 0x7fffffffffffffffll;  // padding sorts last
+    if (i < a.n) {{
+      k = (long long)((const {1}*)a.idx)[i * a.idx_stride];
+      if (k < -n || k >= n) {{ a.err[1] = k; a.err[0] = 1; k = 0; }}
+      if (k < 0) k += n;
+    }}
+    a.keys[i] = k;
+    a.pos[i] = i;
+  }}
+}}
+)",
+                                         kCudaBlock, index_type(index));
+}
+
+std::string cuda_bitonic_kernel() {
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{ long long padded, j, k; long long* keys; long long* pos; }};
+
+// One compare-exchange step of a bitonic sort of (key, position) pairs: positions are distinct,
+// so the order is total and equal keys keep their positions' order.
+extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < a.padded; t += (long long)gridDim.x * blockDim.x) {{
+    const long long p = t ^ a.j;
+    if (p <= t) continue;
+    const long long kt = a.keys[t], kp = a.keys[p], pt = a.pos[t], pp = a.pos[p];
+    const bool greater = kt > kp || (kt == kp && pt > pp);
+    if (greater == ((t & a.k) == 0)) {{
+      a.keys[t] = kp; a.keys[p] = kt;
+      a.pos[t] = pp; a.pos[p] = pt;
+    }}
+  }}
+}}
+)",
+                                         kCudaBlock);
+}
+
+std::string cuda_segment_add_kernel(DType elem, int rank) {
+  KILN_CHECK(rank >= 1 && rank <= 16, "codegen: index_add of rank {}", rank);
+  const char* t = value_type(elem);
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long size[{0}], src_stride[{0}], out_stride[{0}];
+  void* out; const void* src; const long long* keys; const long long* pos;
+  long long n, dim, out_dim_stride;
+}};
+
+// A thread per (sorted entry, column): the first entry of each run of equal indices adds the
+// run's rows of src, in their order, to its row of out.
+extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
+  long long columns = 1;
+  for (int d = 0; d < {0}; ++d)
+    if (d != a.dim) columns *= a.size[d];
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < a.n * columns; t += (long long)gridDim.x * blockDim.x) {{
+    const long long p = t / columns, i = t % columns, k = a.keys[p];
+    if (p > 0 && a.keys[p - 1] == k) continue;
+    long long r = i, o = 0, s = 0;
+    for (int d = {0} - 1; d >= 0; --d) {{
+      if (d == a.dim) continue;
+      long long c = r % a.size[d];
+      r /= a.size[d];
+      o += c * a.out_stride[d];
+      s += c * a.src_stride[d];
+    }}
+    {2}* dst = ({2}*)a.out + o + k * a.out_dim_stride;
+    {2} acc = *dst;
+    for (long long q = p; q < a.n && a.keys[q] == k; ++q) {{
+      const {2} v = ((const {2}*)a.src)[s + a.pos[q] * a.src_stride[a.dim]];
+      {3}
+    }}
+    *dst = acc;
+  }}
+}}
+)",
+                                         rank, kCudaBlock, t, add_into(elem, "acc", "v"));
+}
+
 std::string cuda_arg_kernel(DType elem, bool largest) {
   std::string load;
   switch (elem) {

@@ -29,6 +29,19 @@ namespace kiln::codegen {
 std::string cuda_pick_kernel(DType elem, DType index, int rank);
 std::string cuda_scatter_kernel(DType elem, DType index, int rank);
 std::string cuda_arg_kernel(DType elem, bool largest);
+/// index_add, sorted (its index read once, whatever the columns):
+///   index_keys:  n, padded, idx, idx_stride, dim_size, err, keys, pos (i64[padded] each):
+///                the index wrapped and checked, padded to a power of two with the largest
+///                key, beside each entry's position;
+///   bitonic:     padded, j, k, keys, pos: one step of a bitonic sort of (key, position) pairs,
+///                whose order is the stable order of the keys;
+///   segment_add: size[R] (src's), src_stride[R], out_stride[R], out, src, keys, pos, n, dim,
+///                out_dim_stride: a thread per (entry, column) where a run of equal keys
+///                starts adds the run to out (already x) in entry order: the CPU's sums, bit
+///                for bit, with runs and columns in parallel.
+std::string cuda_index_keys_kernel(DType index);
+std::string cuda_bitonic_kernel();
+std::string cuda_segment_add_kernel(DType elem, int rank);
 /// cumsum:  rows, cols, x, out (contiguous rows; out i64 for integer and bool x, else x's
 ///          dtype): a thread per row sums in order (f32 for f16 and bf16, wrapping i64 for
 ///          integers), from the row's end when `reverse`, storing each partial sum, so the

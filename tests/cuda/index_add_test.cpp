@@ -1,0 +1,67 @@
+// tests/cuda/index_add_test.cpp -- index_add on CUDA (jit/cuda_indexed.cpp's sorted path: the
+// index sorted once, then a thread per run of equal indices and column): the CPU's sums bit for
+// bit, with many repeats, negative indices, views, a length that is no power of two, f16 (in
+// f32, rounded once) and integers; an embedding's gradient; and the error for a bad index.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include "codegen/cuda/indexed.h"
+#include "codegen/cuda/nvrtc.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/unit/test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::kGpu;
+
+void expect_same_bits(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.to(cpu).type().str(), want.type().str());
+  EXPECT_EQ(got.to(cpu).to(DType::F64).to_vector<double>(), want.to(DType::F64).to_vector<double>());
+}
+
+TEST(CudaIndexAdd, SumsInTheCpusOrder) {
+  REQUIRE_CUDA();
+  // 1000 entries into 7 rows (and -1, -7 from the end): long runs of repeats.
+  Tensor idx = randint(-7, 7, {1000});
+  for (DType t : {f32, f64, DType::F16, DType::I64}) {
+    SCOPED_TRACE(dtype_name(t));
+    Tensor x = (randn({7, 5}) * 4).to(t), src = (randn({1000, 5}) * 4).to(t);
+    expect_same_bits(index_add(x.to(kGpu), 0, idx.to(kGpu), src.to(kGpu)), index_add(x, 0, idx, src));
+  }
+  // Along the last dim of transposed views, with an i32 index.
+  Tensor x = randn({6, 3}), src = randn({37, 3});
+  Tensor i32 = randint(0, 6, {37}, DType::I32);
+  expect_same_bits(index_add(x.t().to(kGpu), 1, i32.to(kGpu), src.t().to(kGpu)), index_add(x.t(), 1, i32, src.t()));
+}
+
+TEST(CudaIndexAdd, EmbeddingGradientMatchesTheCpu) {
+  REQUIRE_CUDA();
+  Tensor w = randn({300, 16}).requires_grad_(), tokens = randint(0, 300, {8, 200});
+  Tensor wg = w.detach().to(kGpu).requires_grad_();
+  Tensor g = randn({8, 200, 16});
+  (embedding(tokens, w) * g).sum().backward();
+  (embedding(tokens.to(kGpu), wg) * g.to(kGpu)).sum().backward();
+  expect_same_bits(wg.grad(), w.grad());
+}
+
+TEST(CudaIndexAdd, RefusesAnIndexOutOfRange) {
+  REQUIRE_CUDA();
+  Tensor x = zeros({4, 2}).to(kGpu), src = ones({3, 2}).to(kGpu);
+  test::expect_error([&] { index_add(x, 0, from_vector<int64_t>({0, 4, 1}).to(kGpu), src); },
+                     {"index_add", "index 4", "size 4"});
+  expect_same_bits(index_add(x, 0, zeros({0}, DType::I64).to(kGpu), zeros({0, 2}).to(kGpu)), zeros({4, 2}));
+}
+
+// The toolkit's NVRTC compiles the sorted path's kernels for the architectures kiln supports.
+TEST(Nvrtc, CompilesTheIndexAddKernels) {
+  if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
+    GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
+  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  for (const std::string& src : {codegen::cuda_index_keys_kernel(DType::I32), codegen::cuda_bitonic_kernel(),
+                                 codegen::cuda_segment_add_kernel(f32, 3)})
+    for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_kernel").empty());
+}
+
+}  // namespace
+}  // namespace kiln
