@@ -69,7 +69,7 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions o) : Optimizer(std
   }
 }
 
-void Adam::step() { update(false); }
+void Adam::step() { run_step([this] { update(false); }); }
 
 void Adam::set_momentum(double beta1) {
   KILN_CHECK(beta1 >= 0 && beta1 < 1, "Adam: beta1 must be in [0, 1), got {}", beta1);

@@ -26,6 +26,7 @@ class SGD : public Optimizer {
   void set_momentum(double momentum) override;
 
  private:
+  void update();
   SgdOptions opt_;
   std::vector<Tensor> velocity_;
   Tensor steps_;     // f64[]: PyTorch's first momentum step takes the gradient undamped
@@ -62,7 +63,7 @@ struct AdamWOptions {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, double lr = 1e-3, AdamWOptions options = {});
-  void step() override { update(true); }
+  void step() override { run_step([this] { update(true); }); }
 };
 
 struct RmspropOptions {
@@ -78,6 +79,7 @@ class RMSprop : public Optimizer {
   void step() override;
 
  private:
+  void update();
   RmspropOptions opt_;
   std::vector<Tensor> square_avg_, momentum_buffer_, grad_avg_;
 };
@@ -92,6 +94,7 @@ class Adagrad : public Optimizer {
   void step() override;
 
  private:
+  void update();
   AdagradOptions opt_;
   std::vector<Tensor> sum_;
   Tensor steps_;  // f64[]

@@ -2,12 +2,15 @@
 // schedule may cycle, zero_grad, and the state by name (state_dict, load_state_dict).
 #include "nn/optimizer.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "jit/trace.h"
+#include "runtime/recorder.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 
@@ -52,6 +55,31 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
   NoGradGuard no_grad;
   lr_tensor_.fill_(lr);
+}
+
+// The gradients are the traced function's arguments (a gradient read from grad() would be
+// captured as the tensor of the first step), set as the parameters' grad() before the update
+// reads them; which parameters have one picks the function.
+void Optimizer::run_step(const std::function<void()>& update) {
+  bool on_cuda = std::any_of(params_.begin(), params_.end(), [](const Tensor& p) { return p.device().is_cuda(); });
+  if (!on_cuda || active_recorder() || !jit::fusion_enabled()) return update();
+  std::vector<char> has_grad;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params_) {
+    has_grad.push_back(p.grad().defined());
+    if (has_grad.back()) grads.push_back(p.grad());
+  }
+  std::shared_ptr<jit::Function>& f = compiled_steps_[has_grad];
+  if (!f)
+    f = std::make_shared<jit::Function>(
+        [this, update, has_grad](std::span<const Tensor> in) {
+          for (size_t i = 0, k = 0; i < params_.size(); ++i)
+            if (has_grad[i]) params_[i].set_grad(in[k++]);
+          update();
+          return std::vector<Tensor>{};
+        },
+        "optimizer_step");
+  f->call(grads);
 }
 
 Tensor Optimizer::lr_as(DType dtype) const { return lr_tensor_.to(dtype); }

@@ -58,7 +58,9 @@ RMSprop::RMSprop(std::vector<Tensor> params, double lr, RmspropOptions o) : Opti
   }
 }
 
-void RMSprop::step() {
+void RMSprop::step() { run_step([this] { update(); }); }
+
+void RMSprop::update() {
   NoGradGuard no_grad;
   Plan plan = make_plan(params_, square_avg_, momentum_buffer_, grad_avg_);
   if (!plan.slots.empty()) {
@@ -93,7 +95,9 @@ Adagrad::Adagrad(std::vector<Tensor> params, double lr, AdagradOptions o) : Opti
   for (size_t i = 0; i < params_.size(); ++i) register_state(fmt::format("state.{}.sum", i), sum_[i]);
 }
 
-void Adagrad::step() {
+void Adagrad::step() { run_step([this] { update(); }); }
+
+void Adagrad::update() {
   NoGradGuard no_grad;
   steps_.add_(1);
   Plan plan = make_plan(params_, sum_, {});

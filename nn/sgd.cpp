@@ -58,7 +58,9 @@ void SGD::set_momentum(double momentum) {
   momentum_.fill_(momentum);
 }
 
-void SGD::step() {
+void SGD::step() { run_step([this] { update(); }); }
+
+void SGD::update() {
   NoGradGuard no_grad;
   Plan plan = make_plan(params_, velocity_, {});
   if (!plan.slots.empty()) {

@@ -1,0 +1,66 @@
+// tests/cuda/optimizer_test.cpp -- the optimizers' steps on CUDA, which trace their update on the
+// first step and replay it (nn/optimizer.h run_step): every optimizer and its options against
+// the CPU's fused pass, with the learning rate changed between steps and a gradient dropped.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/cuda_test.h"
+#include "tests/ops/reference.h"
+
+namespace kiln {
+namespace {
+
+using test::kGpu;
+
+struct Maker {
+  std::string name;
+  std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)> make;
+};
+
+TEST(CudaOptimizers, StepsMatchTheCpu) {
+  REQUIRE_CUDA();
+  const Maker makers[] = {
+      {"sgd", [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.1); }},
+      {"sgd_nesterov", [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(p, 0.1, optim::SgdOptions{.momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+       }},
+      {"adam", [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, 1e-2, optim::AdamOptions{.weight_decay = 0.1}); }},
+      {"adamw", [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, 1e-2); }},
+      {"rmsprop_centered", [](std::vector<Tensor> p) {
+         return std::make_unique<optim::RMSprop>(p, 1e-2, optim::RmspropOptions{.momentum = 0.5, .centered = true});
+       }},
+      {"adagrad", [](std::vector<Tensor> p) { return std::make_unique<optim::Adagrad>(p, 1e-1, optim::AdagradOptions{.lr_decay = 0.1}); }},
+  };
+  for (const Maker& m : makers) {
+    SCOPED_TRACE(m.name);
+    manual_seed(9);
+    std::vector<Tensor> cpu_p = {randn({7, 3}).requires_grad_(), randn({5}).requires_grad_()};
+    std::vector<Tensor> gpu_p;
+    for (const Tensor& p : cpu_p) gpu_p.push_back(p.detach().to(kGpu).requires_grad_());
+    auto cpu_opt = m.make(cpu_p), gpu_opt = m.make(gpu_p);
+    for (int step = 0; step < 4; ++step) {
+      if (step == 2) cpu_opt->set_lr(cpu_opt->lr() / 2), gpu_opt->set_lr(gpu_opt->lr() / 2);
+      for (size_t i = 0; i < cpu_p.size(); ++i) {
+        Tensor g = randn(cpu_p[i].shape());
+        bool dropped = step == 3 && i == 1;  // a parameter the step's loss did not reach
+        cpu_p[i].set_grad(dropped ? Tensor() : g);
+        gpu_p[i].set_grad(dropped ? Tensor() : g.to(kGpu));
+      }
+      cpu_opt->step();
+      gpu_opt->step();
+      for (size_t i = 0; i < cpu_p.size(); ++i) {
+        SCOPED_TRACE("step " + std::to_string(step) + ", parameter " + std::to_string(i));
+        EXPECT_TRUE(test::all_close(gpu_p[i].detach().to(cpu), cpu_p[i].detach().to_vector<double>(), cpu_p[i].shape(),
+                                    {2e-5, 1e-6}));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
