@@ -74,7 +74,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor state = random_state(attention::dropout_counters(z));
     in.push_back(q.device().is_cpu() ? state : state.to(q.device()));
   }
-  return apply(OpId::Attention, in, a);
+  int64_t l = q.shape()[q.shape().size() - 2];
+  return attention::fused_on(q.device(), l, s) ? apply(OpId::Attention, in, a) : attention::composite(in, a);
 }
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options)

@@ -203,10 +203,11 @@ template <class C> Prepared<C> prepare(OpId id, std::span<const Tensor> in, cons
   return p;
 }
 
-// Row i of batch b: raw scores q k^T in, the softmax weights out (before the dropout); NaN
-// when every key is masked, as softmax gives.
-template <class C> void weights_row(const Prepared<C>& p, int64_t b, int64_t i, C* s) {
-  const int64_t n = p.z.s, seen = p.causal ? std::min(n, i + 1) : n;
+// Row i of batch b over its first n keys (the rest are causally masked): raw scores q k^T in,
+// the softmax weights out (before the dropout); NaN when every key is masked, as softmax gives.
+// exp runs on the SIMD kernel pointwise exp runs on.
+template <class C> void weights_row(const Prepared<C>& p, int64_t b, int64_t i, int64_t n, C* s) {
+  const int64_t seen = p.causal ? std::min(n, i + 1) : n;
   const C inf = std::numeric_limits<C>::infinity();
   C m = -inf;
   const bool* mb = nullptr;
@@ -227,17 +228,20 @@ template <class C> void weights_row(const Prepared<C>& p, int64_t b, int64_t i, 
     std::fill(s, s + n, std::numeric_limits<C>::quiet_NaN());
     return;
   }
+  for (int64_t j = 0; j < n; ++j) s[j] -= m;
+  const void* in[] = {s};
+  simd::kernels().pointwise[static_cast<int>(OpId::Exp)][static_cast<int>(dtype_of<C>())](n, s, in, 0);
   C sum = 0;
-  for (int64_t j = 0; j < n; ++j) sum += s[j] = std::exp(s[j] - m);
+  for (int64_t j = 0; j < n; ++j) sum += s[j];
   C inv = C(1) / sum;
   for (int64_t j = 0; j < n; ++j) s[j] *= inv;
 }
 
-// The dropout's factor for the weights of row i of batch b (rand's f32 draw, value
+// The dropout's factor for the first n weights of row i of batch b (rand's f32 draw, value
 // (b * L + i) * S + j of the stream): drop_scale where kept, else 0.
 template <class C>
-void dropout_row(const Prepared<C>& p, int64_t b, int64_t i, std::vector<uint32_t>& words, C* f) {
-  const int64_t n = p.z.s, idx0 = (b * p.z.l + i) * n, c0 = idx0 / 4, m = (idx0 + n - 1) / 4 - c0 + 1;
+void dropout_row(const Prepared<C>& p, int64_t b, int64_t i, int64_t n, std::vector<uint32_t>& words, C* f) {
+  const int64_t idx0 = (b * p.z.l + i) * p.z.s, c0 = idx0 / 4, m = (idx0 + n - 1) / 4 - c0 + 1;
   words.resize(static_cast<size_t>(4 * m));
   simd::kernels().philox(p.seed, p.first + static_cast<uint64_t>(c0), m, words.data());
   for (int64_t j = 0; j < n; ++j) {
@@ -265,6 +269,11 @@ template <class C> void block_product(gemm::Mat<const C> a, gemm::Mat<const C> b
   gemm::gemm(a, b, c, accumulate);
 }
 
+// The keys a block of query rows [r0, r0 + nr) sees: causally, none past its last row.
+template <class C> int64_t keys_of(const Prepared<C>& p, int64_t r0, int64_t nr) {
+  return p.causal ? std::min(p.z.s, r0 + nr) : p.z.s;
+}
+
 template <class C> void forward(const Prepared<C>& p, C* out) {
   const Sizes z = p.z;
   const int64_t blocks = (z.l + kRowBlock - 1) / kRowBlock;
@@ -272,17 +281,18 @@ template <class C> void forward(const Prepared<C>& p, C* out) {
     std::vector<C> s(static_cast<size_t>(kRowBlock * z.s)), f(p.dropout ? z.s : 0);
     std::vector<uint32_t> words;
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t b = t / blocks, r0 = t % blocks * kRowBlock, nr = std::min(kRowBlock, z.l - r0);
-      gemm::Mat<C> sm{s.data(), nr, z.s, z.s, 1};
-      block_product(rows_of<C>(p.q, b, z.l, z.e, r0, nr), rows_of<C>(p.k, b, z.s, z.e).transposed(), sm);
+      int64_t b = t / blocks, r0 = t % blocks * kRowBlock, nr = std::min(kRowBlock, z.l - r0), n = keys_of(p, r0, nr);
+      gemm::Mat<C> sm{s.data(), nr, n, n, 1};
+      block_product(rows_of<C>(p.q, b, z.l, z.e, r0, nr), rows_of<C>(p.k, b, z.s, z.e, 0, n).transposed(), sm);
       for (int64_t i = 0; i < nr; ++i) {
-        C* row = s.data() + i * z.s;
-        weights_row(p, b, r0 + i, row);
+        C* row = s.data() + i * n;
+        weights_row(p, b, r0 + i, n, row);
         if (!p.dropout) continue;
-        dropout_row(p, b, r0 + i, words, f.data());
-        for (int64_t j = 0; j < z.s; ++j) row[j] *= f[j];
+        dropout_row(p, b, r0 + i, n, words, f.data());
+        for (int64_t j = 0; j < n; ++j) row[j] *= f[j];
       }
-      block_product(sm.as_const(), rows_of<C>(p.v, b, z.s, z.ev), gemm::Mat<C>{out + (b * z.l + r0) * z.ev, nr, z.ev, z.ev, 1});
+      block_product(sm.as_const(), rows_of<C>(p.v, b, z.s, z.ev, 0, n),
+                    gemm::Mat<C>{out + (b * z.l + r0) * z.ev, nr, z.ev, z.ev, 1});
     }
   });
 }
@@ -302,29 +312,30 @@ template <class C> void backward(const Prepared<C>& p, C* packed) {
       C* dv = dk + z.s * z.e;
       std::fill(dk, dk + z.s * (z.e + z.ev), C(0));
       for (int64_t r0 = 0; r0 < z.l; r0 += kRowBlock) {
-        int64_t nr = std::min(kRowBlock, z.l - r0);
-        gemm::Mat<C> wm{w.data(), nr, z.s, z.s, 1}, dsm{ds.data(), nr, z.s, z.s, 1};
+        int64_t nr = std::min(kRowBlock, z.l - r0), n = keys_of(p, r0, nr);
+        gemm::Mat<C> wm{w.data(), nr, n, n, 1}, dsm{ds.data(), nr, n, n, 1};
         auto q_rows = rows_of<C>(p.q, b, z.l, z.e, r0, nr), go_rows = rows_of<C>(p.grad, b, z.l, z.ev, r0, nr);
-        block_product(q_rows, rows_of<C>(p.k, b, z.s, z.e).transposed(), wm);
-        block_product(go_rows, rows_of<C>(p.v, b, z.s, z.ev).transposed(), dsm);
+        auto k_rows = rows_of<C>(p.k, b, z.s, z.e, 0, n);
+        block_product(q_rows, k_rows.transposed(), wm);
+        block_product(go_rows, rows_of<C>(p.v, b, z.s, z.ev, 0, n).transposed(), dsm);
         for (int64_t i = 0; i < nr; ++i) {
-          C* wr = w.data() + i * z.s;
-          C* dr = ds.data() + i * z.s;
-          weights_row(p, b, r0 + i, wr);
+          C* wr = w.data() + i * n;
+          C* dr = ds.data() + i * n;
+          weights_row(p, b, r0 + i, n, wr);
           const C* go = p.grad.template data<C>() + (b * z.l + r0 + i) * z.ev;
           const C* o = p.out.template data<C>() + (b * z.l + r0 + i) * z.ev;
           C d = 0;
           for (int64_t c = 0; c < z.ev; ++c) d += go[c] * o[c];
-          if (p.dropout) dropout_row(p, b, r0 + i, words, f.data());
-          for (int64_t j = 0; j < z.s; ++j) {
+          if (p.dropout) dropout_row(p, b, r0 + i, n, words, f.data());
+          for (int64_t j = 0; j < n; ++j) {
             C fj = p.dropout ? f[j] : C(1);
             dr[j] = wr[j] * (fj * dr[j] - d) * p.scale;
             wr[j] *= fj;
           }
         }
-        block_product(wm.as_const().transposed(), go_rows, gemm::Mat<C>{dv, z.s, z.ev, z.ev, 1}, true);
-        block_product(dsm.as_const(), rows_of<C>(p.k, b, z.s, z.e), gemm::Mat<C>{dq + r0 * z.e, nr, z.e, z.e, 1});
-        block_product(dsm.as_const().transposed(), q_rows, gemm::Mat<C>{dk, z.s, z.e, z.e, 1}, true);
+        block_product(wm.as_const().transposed(), go_rows, gemm::Mat<C>{dv, n, z.ev, z.ev, 1}, true);
+        block_product(dsm.as_const(), k_rows, gemm::Mat<C>{dq + r0 * z.e, nr, z.e, z.e, 1});
+        block_product(dsm.as_const().transposed(), q_rows, gemm::Mat<C>{dk, n, z.e, z.e, 1}, true);
       }
     }
   });

@@ -63,6 +63,14 @@ int64_t dropout_counters(const Sizes& s);
 /// rand's f32 value of a Philox word: its top 24 bits times 2^-24 (runtime/random.cpp).
 inline float unit_f32(uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-24f; }
 
+/// Whether scaled_dot_product_attention runs the op on `device` for L queries and S keys, or
+/// the composite. CUDA: always (its memory stays linear in the sequence). The CPU: from one
+/// head's L x S = 2^20 weights (4 MB of f32) on, where the blocked kernel is as fast as the
+/// traced composite or faster (measured with benchmarks/attention_bench.cpp: at T = 1024 1.0x
+/// non-causal and 2x causal, which skips the masked keys; at T = 64 to 512 the traced
+/// composite's fused softmax took 0.55 to 0.6x the kernel's time).
+inline bool fused_on(Device device, int64_t l, int64_t s) { return !device.is_cpu() || l * s >= (int64_t{1} << 20); }
+
 /// The composite whose meaning the op has, with Tensor ops (the tests compare with it; the
 /// float mask's gradient is computed from it).
 Tensor composite(std::span<const Tensor> in, const Attrs& a);

@@ -32,18 +32,34 @@ TEST(FusedAttention, MatchesTheCompositeOnTheCpu) {
 TEST(FusedAttention, DropoutDrawsTheCompositesMask) {
   Tensor q = randn({2, 3, 5, 8}), k = randn({2, 3, 6, 8}), v = randn({2, 3, 6, 4});
   manual_seed(7);
-  Tensor fused = nn::scaled_dot_product_attention(q, k, v, {}, 0.3);
+  Attrs a;
+  a.scale = 1 / std::sqrt(8.0), a.dropout_p = 0.3;
+  Tensor fused = apply(OpId::Attention, {q, k, v, random_state(attention::dropout_counters({6, 5, 6, 8, 4}))}, a);
+  int64_t after = random_state(0).to_vector<int64_t>()[1];
   manual_seed(7);
   Tensor w = softmax(matmul(q, k.transpose(-2, -1)) * (1 / std::sqrt(8.0)), -1);
   Tensor composite = matmul(nn::dropout(w, 0.3, true), v);
   test::expect_close(fused, composite.to_vector<double>(), 1e-5, 1e-6);
   // And the generator moved past the same counters.
-  EXPECT_EQ(random_state(0).to_vector<int64_t>()[1], (2 * 3 * 5 * 6 + 3) / 4);
+  EXPECT_EQ(random_state(0).to_vector<int64_t>()[1], after);
+}
+
+// Short sequences on the CPU take the composite (attention::fused_on); from 2^20 weights per
+// head, the op.
+TEST(FusedAttention, TheCpuTakesTheOpForLongSequences) {
+  auto traced_text = [&](int64_t t) {
+    Tensor qt = randn({1, 2, t, 8});
+    jit::Function f = jit::trace([](Tensor a, Tensor b, Tensor c) { return nn::scaled_dot_product_attention(a, b, c); },
+                                 {qt, randn({1, 2, t, 8}), randn({1, 2, t, 8})});
+    return test::text_of(f.graph());
+  };
+  EXPECT_EQ(traced_text(64).find(" = attention "), std::string::npos);
+  EXPECT_NE(traced_text(1024).find(" = attention "), std::string::npos);
 }
 
 TEST(FusedAttention, TracedStepsKeepTheOpAndItsBackward) {
-  Tensor q = randn({2, 4, 16, 8}).requires_grad_(), k = randn({2, 4, 16, 8}).requires_grad_(),
-         v = randn({2, 4, 16, 8}).requires_grad_();
+  Tensor q = randn({1, 2, 1024, 4}).requires_grad_(), k = randn({1, 2, 1024, 4}).requires_grad_(),
+         v = randn({1, 2, 1024, 4}).requires_grad_();
   auto step = [](Tensor a, Tensor b, Tensor c) {
     Tensor y = nn::scaled_dot_product_attention(a, b, c, {}, 0, true);
     return sum(y * y);
