@@ -6,6 +6,8 @@
 
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/nvrtc.h"
+#include "jit/trace.h"
+#include "tests/jit/jit_test_util.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/nn/attention_cases.h"
 #include "tests/unit/test_util.h"
@@ -39,6 +41,33 @@ TEST(CudaAttention, DropoutMatchesTheCpu) {
   manual_seed(3);
   Tensor on_gpu = nn::scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.5);
   test::expect_close(on_gpu.to(cpu), on_cpu.to_vector<double>(), 1e-5, 1e-6);
+}
+
+// A traced step on CUDA keeps the op and its backward, and its later calls replay as CUDA
+// graphs, with the eager step's results.
+TEST(CudaAttention, TracedStepsReplayWithTheEagerResults) {
+  REQUIRE_CUDA();
+  auto leaf = [] { return randn({1, 2, 40, 32}).to(kGpu).requires_grad_(); };
+  Tensor q = leaf(), k = leaf(), v = leaf();
+  auto step = [](Tensor a, Tensor b, Tensor c) {
+    Tensor y = nn::scaled_dot_product_attention(a, b, c, {}, 0, true);
+    return sum(y * y);
+  };
+  jit::Function f = jit::trace(step, {q, k, v});
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE(call);
+    std::vector<Tensor> got, want;
+    for (bool traced : {true, false}) {
+      for (Tensor* t : {&q, &k, &v}) t->set_grad({});
+      Tensor loss = traced ? f(q, k, v) : step(q, k, v);
+      loss.backward();
+      (traced ? got : want) = {loss, q.grad(), k.grad(), v.grad()};
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      test::expect_close(got[i].to(cpu), want[i].to(cpu).to_vector<double>(), 1e-5, 1e-5);
+  }
+  EXPECT_GT(f.stats().graph_replays, 0) << f.stats().graph_refusal;
+  EXPECT_NE(test::text_of(f.graph()).find(" = attention "), std::string::npos);
 }
 
 // Peak memory of a forward and backward at T and 4T: the fused op's extra memory grows about
