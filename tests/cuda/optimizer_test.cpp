@@ -45,8 +45,10 @@ TEST(CudaOptimizers, StepsMatchTheCpu) {
     auto cpu_opt = m.make(cpu_p), gpu_opt = m.make(gpu_p);
     for (int step = 0; step < 4; ++step) {
       if (step == 2) cpu_opt->set_lr(cpu_opt->lr() / 2), gpu_opt->set_lr(gpu_opt->lr() / 2);
+      std::vector<Tensor> given;
       for (size_t i = 0; i < cpu_p.size(); ++i) {
         Tensor g = randn(cpu_p[i].shape());
+        given.push_back(g);
         bool dropped = step == 3 && i == 1;  // a parameter the step's loss did not reach
         cpu_p[i].set_grad(dropped ? Tensor() : g);
         gpu_p[i].set_grad(dropped ? Tensor() : g.to(kGpu));
@@ -57,6 +59,11 @@ TEST(CudaOptimizers, StepsMatchTheCpu) {
         SCOPED_TRACE("step " + std::to_string(step) + ", parameter " + std::to_string(i));
         EXPECT_TRUE(test::all_close(gpu_p[i].detach().to(cpu), cpu_p[i].detach().to_vector<double>(), cpu_p[i].shape(),
                                     {2e-5, 1e-6}));
+        // The step leaves the gradients as they were given.
+        if (cpu_p[i].grad().defined())
+          EXPECT_TRUE(test::all_close(gpu_p[i].grad().to(cpu), given[i].to_vector<double>(), given[i].shape(), {0, 0}));
+        else
+          EXPECT_FALSE(gpu_p[i].grad().defined());
       }
     }
   }
