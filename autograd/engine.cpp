@@ -69,7 +69,8 @@ Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool 
                const NodeBackward::GradReady* ready) {
   profiler::Scope event(profiler::Kind::Autograd, profiler::enabled() ? node_name(n) : std::string());
   if (n.custom) {
-    KILN_CHECK(!create_graph, "backward: create_graph=true reached {}, a compiled function, whose "
+    KILN_CHECK(!create_graph || n.custom->differentiable(),
+               "backward: create_graph=true reached {}, a compiled function, whose "
                "backward graph is not itself differentiable; to differentiate twice, call the "
                "function outside jit (eagerly)", node_name(n));
     std::vector<char> needs;
@@ -243,6 +244,24 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
   if (!capturing)
     for (auto& [leaf, g] : leaf_roots)
       if (has_hooks(leaf)) ++leaf_pending[leaf];
+  // grad() runs only the nodes whose gradients flow on to one of its inputs (as PyTorch's
+  // engine): not the rest of the graph, which a backward nested in another's (a compiled
+  // function's differentiable fallback) must leave as it is. A node's parents are created
+  // after it, so by creation order each node's children are decided before it.
+  std::unordered_set<const Node*> leads;
+  if (capturing) {
+    std::vector<const Node*> order(seen.begin(), seen.end());
+    std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) { return a->sequence < b->sequence; });
+    std::unordered_set<const Node*> captures;
+    for (const auto& [key, i] : capture_node) captures.insert(key.first);
+    for (const Node* n : order)
+      for (const Edge& e : n->next)
+        if ((e.node && (captures.count(e.node.get()) || leads.count(e.node.get()))) ||
+            (e.leaf && capture_leaf.count(e.leaf.get()))) {
+          leads.insert(n);
+          break;
+        }
+  }
   for (auto& [leaf, g] : leaf_roots) {
     deliver_leaf(leaf, g);
     leaf_edge_done(leaf);
@@ -269,6 +288,8 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
       if (auto it = capture_node.find({n, o}); it != capture_node.end())
         (*captured)[it->second] = accumulate((*captured)[it->second], g[o]);
     }
+    // (a node of grad() leading to none of its inputs only hands on what reached it above)
+    if (capturing && !leads.count(n)) continue;
     if (any) check_saved(*n);
     // A compiled backward hands over each leaf's gradient as soon as it is written, so the
     // leaf's hooks run while the rest of its backward is computed.

@@ -108,7 +108,7 @@ bool recomputable(const Node& n) {
 
 }  // namespace
 
-Partition partition(const Graph& joint, size_t num_args, size_t num_results) {
+Partition partition(const Graph& joint, size_t num_args, size_t num_results, bool args_kept) {
   KILN_CHECK(num_args <= joint.inputs.size() && num_results <= joint.outputs.size(),
              "partition: @{} has {} inputs and {} outputs, fewer than {} arguments and {} results",
              joint.name, joint.inputs.size(), joint.outputs.size(), num_args, num_results);
@@ -147,7 +147,7 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results) {
     bool bound = is_arg[v] || is_param[v];
     if (!bound && def[v] < 0) continue;  // an unused value id
     const Node* n = bound ? nullptr : &joint.nodes[static_cast<size_t>(def[v])];
-    int64_t cost = is_param[v] ? 0 : n && n->kind == NodeKind::Const ? kInf : bytes_of(joint.type(v));
+    int64_t cost = is_param[v] || (args_kept && is_arg[v]) ? 0 : n && n->kind == NodeKind::Const ? kInf : bytes_of(joint.type(v));
     flow.add(2 * v, 2 * v + 1, cost);
     if (bound || !recomputable(*n)) flow.add(S, 2 * v, kInf);
     if (n)

@@ -31,7 +31,8 @@ struct Partition {
 /// Every value of the forward part the backward reads is either saved or recomputed inside
 /// the backward: only pointwise ops, casts and views are recomputed (matmuls, convolutions,
 /// reductions are saved), and the choice minimizes the bytes saved (a min cut, as AOTAutograd's
-/// partitioner makes). Params cost nothing to keep: they are live anyway.
-Partition partition(const Graph& joint, size_t num_args, size_t num_results);
+/// partitioner makes). Params cost nothing to keep: they are live anyway; nor do the arguments
+/// when `args_kept` (a caller that keeps them for its backward whatever is saved).
+Partition partition(const Graph& joint, size_t num_args, size_t num_results, bool args_kept = false);
 
 }  // namespace kiln::ir

@@ -150,7 +150,7 @@ struct Executable::Impl : RunPlan {
   }
 };
 
-Executable::Executable(ir::Graph g, bool kernels) : impl_(std::make_unique<Impl>()) {
+Executable::Executable(ir::Graph g, bool kernels, bool graphs) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.g = std::move(g);
   m.compiled = kernels;
@@ -164,6 +164,10 @@ Executable::Executable(ir::Graph g, bool kernels) : impl_(std::make_unique<Impl>
   }
   if (!m.compiled) {
     m.replay_refusal = "a reference plan (fused groups run op by op)";
+    return;
+  }
+  if (!graphs) {
+    m.replay_refusal = "an eager composite (its inputs and outputs would be copied)";
     return;
   }
   m.layout = replay_layout(m.g);

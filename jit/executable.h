@@ -34,7 +34,9 @@ class Executable {
   /// each Fused node runs as one compiled kernel (compiled on first use), planned into a
   /// workspace or written into the param it updates. Without, a Fused node runs its body op by
   /// op: the reference semantics, which is jit::run_graph.
-  explicit Executable(ir::Graph g, bool kernels = true);
+  /// With `graphs` false, a plan on CUDA never replays as a CUDA graph (an eager composite's:
+  /// copying its inputs in and its outputs out would cost what its kernels do).
+  explicit Executable(ir::Graph g, bool kernels = true, bool graphs = true);
   ~Executable();
 
   /// Called with an output as soon as the node computing it ran (outputs that are inputs,

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <unordered_map>
 
@@ -19,6 +20,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/composite_fusion.h"
 #include "runtime/log.h"
 #include "runtime/profiler.h"
 
@@ -77,19 +79,33 @@ std::string miss_reason(const std::vector<std::string>& before, const std::vecto
   return changes.empty() ? "signature seen before but evicted" : fmt::format("{}", fmt::join(changes, "; "));
 }
 
+// What an eager composite's plan (FunctionAccess::composite) does under create_graph: its
+// function run again op by op, unfused, on the call's arguments (each node keeps them after
+// the plan's saved values), and differentiated with autograd::grad, recorded.
+struct Fallback {
+  TensorFn fn;
+  size_t kept_from = 0;                // where the arguments start among the node's saved
+  std::vector<size_t> diff_results;    // the function's results that take a gradient
+  std::vector<size_t> wrt_args;        // per Trace::wrt: its argument
+};
+
 // A differentiable plan's backward: the backward graph, compiled, behind one autograd node.
 class CompiledBackward final : public NodeBackward {
  public:
   CompiledBackward(std::string name, std::unique_ptr<Executable> exec, std::vector<TensorType> result_types,
-                   std::vector<int> wrt_output)
+                   std::vector<int> wrt_output, std::optional<Fallback> fallback)
       : name_(std::move(name)), exec_(std::move(exec)), result_types_(std::move(result_types)),
-        wrt_output_(std::move(wrt_output)) {}
+        wrt_output_(std::move(wrt_output)), fallback_(std::move(fallback)) {}
 
   const std::string& name() const override { return name_; }
+  bool differentiable() const override { return fallback_.has_value(); }
+  bool keeps_arguments() const { return fallback_.has_value(); }
 
   std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
                                std::span<const char> needs, const GradReady* ready) const override {
-    std::vector<Tensor> in(saved.begin(), saved.end());
+    if (fallback_ && grad_enabled()) return recorded_backward(saved, grads, needs);
+    std::vector<Tensor> in(saved.begin(), saved.begin() + static_cast<ptrdiff_t>(
+                                                             fallback_ ? fallback_->kept_from : saved.size()));
     NoGradGuard no_grad;
     for (size_t k = 0; k < result_types_.size(); ++k) {
       const TensorType& type = result_types_[k];
@@ -115,10 +131,36 @@ class CompiledBackward final : public NodeBackward {
   const Executable& executable() const { return *exec_; }
 
  private:
+  std::vector<Tensor> recorded_backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
+                                        std::span<const char> needs) const {
+    const Fallback& f = *fallback_;
+    std::vector<Tensor> args(saved.begin() + static_cast<ptrdiff_t>(f.kept_from), saved.end());
+    std::vector<Tensor> outs;
+    {
+      CompositeFusionOff unfused;  // composites inside run op by op too
+      outs = f.fn(args);
+    }
+    std::vector<Tensor> ys, gys, xs;
+    for (size_t k = 0; k < f.diff_results.size(); ++k) {
+      const Tensor& y = outs[f.diff_results[k]];
+      if (grads[k].defined() && y.requires_grad()) ys.push_back(y), gys.push_back(grads[k]);
+    }
+    std::vector<size_t> which;
+    for (size_t i = 0; i < f.wrt_args.size(); ++i)
+      if (needs[i] && args[f.wrt_args[i]].requires_grad()) xs.push_back(args[f.wrt_args[i]]), which.push_back(i);
+    std::vector<Tensor> r(f.wrt_args.size());
+    if (ys.empty() || xs.empty()) return r;
+    std::vector<Tensor> g = autograd::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true,
+                                           /*allow_unused=*/true);
+    for (size_t j = 0; j < which.size(); ++j) r[which[j]] = g[j];
+    return r;
+  }
+
   std::string name_;
   std::unique_ptr<Executable> exec_;
   std::vector<TensorType> result_types_;  // per result that needs a gradient
   std::vector<int> wrt_output_;           // per Trace::wrt: its gradient's output, or -1
+  std::optional<Fallback> fallback_;      // set for an eager composite's plan
 };
 
 struct Plan {
@@ -214,6 +256,12 @@ std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor>
     node->saved_in.push_back(x.detach());
     node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
   }
+  // A composite's arguments, with their history, for a backward with create_graph.
+  if (plan.backward->keeps_arguments())
+    for (const Tensor& x : inputs) {
+      node->saved_in.push_back(x);
+      node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
+    }
   for (size_t k = 0; k < t.diff_results.size(); ++k) {
     TensorImpl* r = outs[t.diff_results[k]].impl();
     if (!r->autograd) r->autograd = std::make_unique<AutogradMeta>();
@@ -264,14 +312,14 @@ ir::Graph fused(ir::Graph g) {
 
 // Splits an optimized joint graph into the forward a call runs (returned) and the backward
 // its autograd node runs (plan.backward); nothing in either is taped.
-ir::Graph make_differentiable(Plan& plan, ir::Graph joint) {
+ir::Graph make_differentiable(Plan& plan, ir::Graph joint, const TensorFn* composite) {
   const Trace& t = plan.trace;
   for (ir::Node& n : joint.nodes) n.grad = false;
   // The joint's inputs: the arguments, the generator's state (if the function draws), then
   // the results' gradients.
   size_t leading = t.num_args + (t.rng_input >= 0);
   KILN_ASSERT(t.rng_input < 0 || static_cast<size_t>(t.rng_input) == t.num_args);
-  ir::Partition part = ir::partition(joint, leading, t.num_results);
+  ir::Partition part = ir::partition(joint, leading, t.num_results, /*args_kept=*/composite != nullptr);
   plan.saved = part.saved;
   for (const ir::SavedValue& s : part.saved)
     if (s.kind == ir::SavedValue::Computed) {
@@ -287,9 +335,18 @@ ir::Graph make_differentiable(Plan& plan, ir::Graph joint) {
                                    joint.name, part.saved.size(), plan.saved_bytes, part.recomputed.size()));
   ir::verify(part.forward);
   ir::verify(part.backward);
+  std::optional<Fallback> fallback;
+  if (composite) {
+    fallback = Fallback{*composite, part.saved.size(), t.diff_results, {}};
+    for (const Trace::Wrt& w : t.wrt) {
+      KILN_ASSERT(!w.param);  // a composite reads only its arguments
+      fallback->wrt_args.push_back(w.index);
+    }
+  }
+  bool graphs = composite == nullptr;
   plan.backward = std::make_shared<CompiledBackward>(
-      "jit @" + joint.name, std::make_unique<Executable>(fused(std::move(part.backward))),
-      std::move(result_types), std::move(wrt_output));
+      "jit @" + joint.name, std::make_unique<Executable>(fused(std::move(part.backward)), true, graphs),
+      std::move(result_types), std::move(wrt_output), std::move(fallback));
   return fused(std::move(part.forward));
 }
 
@@ -308,6 +365,7 @@ struct Function::State {
   std::list<std::pair<Signature, Plans>> lru;  // most recent first
   std::unordered_map<Signature, decltype(lru)::iterator, SignatureHash> index;
   size_t limit = 64;
+  bool composite = false;  // FunctionAccess::composite
   Stats stats;
   std::shared_ptr<Plan> last;
 
@@ -338,13 +396,13 @@ struct Function::State {
     ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
     for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
     if (plan->trace.joint) {
-      g = make_differentiable(*plan, std::move(g));
+      g = make_differentiable(*plan, std::move(g), composite ? &fn : nullptr);
     } else {
       plan->optimized = g;
       mark_taped(g, plan->trace, bind_inputs(plan->trace, g.inputs.size(), inputs));
       g = fused(std::move(g));
     }
-    plan->exec = std::make_unique<Executable>(std::move(g));
+    plan->exec = std::make_unique<Executable>(std::move(g), true, /*graphs=*/!composite);
     std::lock_guard<std::mutex> lock(mu);
     ++stats.traces;
     if (auto it = index.find(key); it != index.end()) {
@@ -483,6 +541,13 @@ SavedPlan FunctionAccess::last_plan(const Function& f) {
   s.names = f.state_->names;
   s.name = f.state_->name;
   return s;
+}
+
+Function FunctionAccess::composite(TensorFn fn, std::string name) {
+  Function f(std::move(fn), std::move(name));
+  f.state_->composite = true;
+  f.state_->limit = 256;  // a model's layers call a composite with many shapes
+  return f;
 }
 
 Function trace_tensors(TensorFn fn, std::span<const Tensor> example_inputs, std::string name) {

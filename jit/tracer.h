@@ -70,7 +70,16 @@ struct SavedPlan {
 struct FunctionAccess {
   /// Throws when the function has no plan yet, or its last is a differentiable forward.
   static SavedPlan last_plan(const Function& f);
+  /// A function for an eager composite (runtime/composite_fusion.h): `fn` is pure and reads
+  /// only its arguments. Its plans never replay as CUDA graphs; a differentiable call's node
+  /// keeps its arguments (so the partition saves them for free) and, under create_graph, runs
+  /// `fn` again op by op and differentiates that, recorded.
+  static Function composite(TensorFn fn, std::string name);
 };
+
+/// The statistics of the eager composite run under `key` (runtime/composite_fusion.h); all
+/// zero before its first compiled call.
+Stats composite_stats(const std::string& key);
 
 /// Fills in file:line of the nodes' source locations (addr2line over the captured addresses).
 void resolve_locations(ir::Graph& g);

@@ -1,9 +1,14 @@
 // nn/loss.cpp -- losses.
 #include "nn/loss.h"
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/composite_fusion.h"
 
 namespace kiln {
 namespace {
@@ -68,11 +73,9 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction
   return sum(losses);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
-                     double label_smoothing, int64_t ignore_index) {
-  check_targets("cross_entropy", logits, target);
-  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
-             "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
+namespace {
+Tensor cross_entropy_ops(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
+                         int64_t ignore_index) {
   Tensor logp = log_softmax(logits, 1);
   Tensor nll = nll_loss(logp, target, reduction, ignore_index);
   if (label_smoothing == 0) return nll;
@@ -88,6 +91,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   else if (reduction == Reduction::Sum) s = sum(smooth);
   else s = smooth.reshape(target.shape());
   return nll * (1.0 - label_smoothing) + s * label_smoothing;
+}
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction reduction,
+                     double label_smoothing, int64_t ignore_index) {
+  check_targets("cross_entropy", logits_in, target);
+  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+             "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
+  Tensor logits = autocast_wide(logits_in);
+  Tensor args[] = {logits, target};
+  if (!composite_fuses(args)) return cross_entropy_ops(logits, target, reduction, label_smoothing, ignore_index);
+  std::string key = fmt::format("cross_entropy reduction={} label_smoothing={} ignore_index={}",
+                                static_cast<int>(reduction), label_smoothing, ignore_index);
+  return run_composite(key, args, [=](std::span<const Tensor> in) {
+    return std::vector<Tensor>{cross_entropy_ops(in[0], in[1], reduction, label_smoothing, ignore_index)};
+  })[0];
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& x_in, const Tensor& y_in, Reduction reduction,

@@ -7,10 +7,12 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "autograd/autograd.h"
 #include "nn/layers.h"
 #include "runtime/check.h"
+#include "runtime/composite_fusion.h"
 
 namespace kiln::nn {
 
@@ -30,27 +32,28 @@ Dims all_but_channels(const Tensor& x) {
   return axes;
 }
 
-// The statistics' update, running = (1 - factor) running + factor batch, made in place where
-// the running tensor lives, and recorded by a trace as an assign.
-void update_running(const Tensor& running, const Tensor& batch, const Tensor& factor) {
+// The statistics' new value, (1 - factor) running + factor batch (the caller writes it where
+// the running tensor lives; a trace records that as an assign).
+Tensor updated_running(const Tensor& running, const Tensor& batch, const Tensor& factor) {
   NoGradGuard no_grad;
   Tensor f = factor.to(running.dtype());
-  Tensor dst = running;  // a handle to the same tensor
-  dst.copy_(running * (1.0 - f) + batch.detach().to(running.dtype()) * f);
+  return running * (1.0 - f) + batch.detach().to(running.dtype()) * f;
 }
 
-// The batch statistics (mean, biased variance) of x over `axes` in one pass: the sums of d and
-// of d^2 for d = x - k, k one value of each channel (its first), so the variance does not
-// cancel when the mean is large beside the spread (the shifted-data algorithm; a two-pass
-// variance read x twice more). The variance does not depend on k, so k takes no gradient.
+// The batch statistics (mean, biased variance) of x over `axes` in one pass, shaped
+// [1, C, 1, ...]: the sums of d and of d^2 for d = x - k, k one value of each channel (its
+// first), so the variance does not cancel when the mean is large beside the spread (the
+// shifted-data algorithm; a two-pass variance read x twice more). The variance does not
+// depend on k, so k takes no gradient. (Kept dims, so the per-channel work that follows is one
+// fused group, not one per reshape.)
 std::pair<Tensor, Tensor> batch_stats(const Tensor& x, const Dims& axes, int64_t count) {
   Tensor k = x.detach();
   for (int64_t a : axes) k = k.slice(a, 0, 1);  // [1, C, 1, ...]
   Tensor d = x - k;
-  Tensor m1 = d.sum(axes) * (1.0 / static_cast<double>(count));
-  Tensor m2 = (d * d).sum(axes) * (1.0 / static_cast<double>(count));
+  Tensor m1 = d.sum(axes, true) * (1.0 / static_cast<double>(count));
+  Tensor m2 = (d * d).sum(axes, true) * (1.0 / static_cast<double>(count));
   Tensor var = clamp(m2 - m1 * m1, Scalar(0.0), std::nullopt);  // >= 0 whatever the rounding
-  return {k.reshape({x.shape()[1]}) + m1, var};
+  return {k + m1, var};
 }
 
 Tensor normalized(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& weight, const Tensor& bias,
@@ -59,6 +62,25 @@ Tensor normalized(const Tensor& x, const Tensor& mean, const Tensor& var, const 
   if (weight.defined()) y = y * per_channel(weight, x);
   if (bias.defined()) y = y + per_channel(bias, x);
   return y;
+}
+
+// Batch norm's result, then, when training with running statistics, their new values (the
+// update weighted by `factor`, a 0-d tensor). Undefined tensors are absent.
+std::vector<Tensor> batch_norm_values(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                                      const Tensor& weight, const Tensor& bias, bool training, const Tensor& factor,
+                                      double eps) {
+  if (!training) return {normalized(x, running_mean.to(x.dtype()), running_var.to(x.dtype()), weight, bias, eps)};
+  Dims axes = all_but_channels(x);
+  int64_t count = x.numel() / x.shape()[1];
+  auto [mean, var] = batch_stats(x, axes, count);
+  std::vector<Tensor> out{normalized(x, mean, var, weight, bias, eps)};
+  if (running_mean.defined()) {
+    Dims c{x.shape()[1]};
+    double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
+    out.push_back(updated_running(running_mean, mean.reshape(c), factor));
+    out.push_back(updated_running(running_var, var.reshape(c) * unbiased, factor));
+  }
+  return out;
 }
 
 // Batch norm with the running statistics' update weighted by `factor` (a 0-d tensor).
@@ -72,20 +94,35 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
                "batch_norm: per-channel tensors must be [{}] for input {}, got {}", c, x.type().str(), t->type().str());
   KILN_CHECK(running_mean.defined() == running_var.defined(),
              "batch_norm: give both running_mean and running_var, or neither");
-  if (!training) {
-    KILN_CHECK(running_mean.defined(), "batch_norm: evaluation needs running statistics (or training = true)");
-    return normalized(x, running_mean.to(x.dtype()), running_var.to(x.dtype()), weight, bias, eps);
+  KILN_CHECK(training || running_mean.defined(),
+             "batch_norm: evaluation needs running statistics (or training = true)");
+  KILN_CHECK(!training || x.numel() / std::max<int64_t>(c, 1) > 1,
+             "batch_norm: expected more than 1 value per channel when training, got input {}", x.type().str());
+  bool running = running_mean.defined(), w = weight.defined(), b = bias.defined();
+  std::vector<Tensor> args{x};
+  for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
+    if (t->defined()) args.push_back(*t);
+  if (training && running) args.push_back(factor);
+  std::vector<Tensor> out;
+  if (composite_fuses(args)) {
+    std::string key = fmt::format("batch_norm training={} eps={} weight={} bias={} running={}", training, eps, w, b,
+                                  running);
+    out = run_composite(key, args, [=](std::span<const Tensor> in) {
+      size_t k = 1;
+      auto next = [&](bool present) { return present ? in[k++] : Tensor(); };
+      Tensor wi = next(w), bi = next(b), rm = next(running), rv = next(running), f = next(training && running);
+      return batch_norm_values(in[0], rm, rv, wi, bi, training, f, eps);
+    });
+  } else {
+    out = batch_norm_values(x, running_mean, running_var, weight, bias, training, factor, eps);
   }
-  Dims axes = all_but_channels(x);
-  int64_t count = x.numel() / std::max<int64_t>(c, 1);
-  KILN_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input {}",
-             x.type().str());
-  auto [mean, var] = batch_stats(x, axes, count);
-  if (running_mean.defined()) {
-    update_running(running_mean, mean, factor);
-    update_running(running_var, var * (static_cast<double>(count) / static_cast<double>(count - 1)), factor);
+  if (out.size() == 3) {
+    NoGradGuard no_grad;
+    Tensor rm = running_mean, rv = running_var;  // handles to the same tensors
+    rm.copy_(out[1]);
+    rv.copy_(out[2]);
   }
-  return normalized(x, mean, var, weight, bias, eps);
+  return out[0];
 }
 
 }  // namespace
@@ -98,18 +135,29 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
   KILN_CHECK(x.defined() && x.dim() >= 2, "group_norm: expected an input [N, C, ...], got {}",
              x.defined() ? x.type().str() : "undefined");
-  int64_t n = x.shape()[0], c = x.shape()[1];
+  int64_t c = x.shape()[1];
   KILN_CHECK(num_groups > 0 && c % num_groups == 0, "group_norm: {} groups must divide the {} channels of {}",
              num_groups, c, x.type().str());
   for (const Tensor* t : {&weight, &bias})
     KILN_CHECK(!t->defined() || (t->dim() == 1 && t->shape()[0] == c),
                "group_norm: weight and bias must be [{}] for input {}, got {}", c, x.type().str(), t->type().str());
-  Tensor g = x.reshape({n, num_groups, -1});
-  Tensor mean = kiln::mean(g, {2}, true), var = kiln::var(g, {2}, 0, true);
-  Tensor y = ((g - mean) * rsqrt(var + eps)).reshape(x.shape());
-  if (weight.defined()) y = y * per_channel(weight, x);
-  if (bias.defined()) y = y + per_channel(bias, x);
-  return y;
+  auto normalize = [num_groups, eps](const Tensor& in, const Tensor& w, const Tensor& b) {
+    Tensor g = in.reshape({in.shape()[0], num_groups, -1});
+    Tensor mean = kiln::mean(g, {2}, true), var = kiln::var(g, {2}, 0, true);
+    Tensor y = ((g - mean) * rsqrt(var + eps)).reshape(in.shape());
+    if (w.defined()) y = y * per_channel(w, in);
+    if (b.defined()) y = y + per_channel(b, in);
+    return y;
+  };
+  std::vector<Tensor> args{x};
+  for (const Tensor* t : {&weight, &bias})
+    if (t->defined()) args.push_back(*t);
+  if (!composite_fuses(args)) return normalize(x, weight, bias);
+  bool w = weight.defined(), b = bias.defined();
+  std::string key = fmt::format("group_norm groups={} eps={} weight={} bias={}", num_groups, eps, w, b);
+  return run_composite(key, args, [normalize, w, b](std::span<const Tensor> in) {
+    return std::vector<Tensor>{normalize(in[0], w ? in[1] : Tensor(), b ? in[1 + w] : Tensor())};
+  })[0];
 }
 
 double default_rms_eps(DType t) {
@@ -132,8 +180,18 @@ Tensor rms_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& wei
              shape_str(normalized_shape), weight.type().str());
   Dims axes;
   for (size_t i = 0; i < k; ++i) axes.push_back(x.dim() - static_cast<int64_t>(k) + static_cast<int64_t>(i));
-  Tensor y = x * rsqrt(kiln::mean(x * x, axes, true) + eps.value_or(default_rms_eps(x.dtype())));
-  return weight.defined() ? y * weight : y;
+  double e = eps.value_or(default_rms_eps(x.dtype()));
+  auto normalize = [axes, e](const Tensor& in, const Tensor& w) {
+    Tensor y = in * rsqrt(kiln::mean(in * in, axes, true) + e);
+    return w.defined() ? y * w : y;
+  };
+  std::vector<Tensor> args{x};
+  if (weight.defined()) args.push_back(weight);
+  if (!composite_fuses(args)) return normalize(x, weight);
+  std::string key = fmt::format("rms_norm dims={} eps={} weight={}", shape_str(axes), e, weight.defined());
+  return run_composite(key, args, [normalize](std::span<const Tensor> in) {
+    return std::vector<Tensor>{normalize(in[0], in.size() > 1 ? in[1] : Tensor())};
+  })[0];
 }
 
 // ---- modules ---------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ class NodeBackward {
   /// skips it in the result).
   virtual std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
                                        std::span<const char> needs, const GradReady* ready) const = 0;
+  /// Whether backward() records its own graph when called in grad mode (a backward with
+  /// create_graph): else such a backward throws.
+  virtual bool differentiable() const { return false; }
 };
 
 /// One recorded op: enough to run its vjp once the output's gradient is known.

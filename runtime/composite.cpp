@@ -1,10 +1,14 @@
 // runtime/composite.cpp -- ops written with other ops: they get autograd and tracing for free.
+#include <fmt/format.h>
+
 #include <cmath>
+#include <string>
 
 #include "runtime/autocast.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/composite_fusion.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 #include "runtime/recorder.h"
@@ -83,9 +87,12 @@ bool is_last_dim(const Tensor& x, int64_t dim, const char* op) {
   return x.dim() > 0 && wrap_dim(dim, x.dim(), op) == x.dim() - 1;
 }
 
-// The max over dims with infinities replaced by 0, so x - m stays finite where x is.
+// The max over dims with infinities replaced by 0, so x - m stays finite where x is. Without
+// history: softmax, log_softmax and logsumexp do not depend on the shift (their derivatives in
+// m are 0 exactly), so their backward need not run amax's (a reduction and a mask of the
+// maxima, to add zeros), at any order.
 Tensor stable_shift(const Tensor& x, const Dims& dims) {
-  Tensor m = amax(x, dims, true);
+  Tensor m = amax(x.detach(), dims, true);
   return where(abs(m) == std::numeric_limits<double>::infinity(), 0.0, m);
 }
 }  // namespace
@@ -102,24 +109,38 @@ Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
   return out;
 }
 
+// A composite over rows of `dim` (make(d) is it for the dim wrapped, d): compiled on CUDA
+// (runtime/composite_fusion.h), else by row blocks where dim is the last, else op by op.
+template <class Make>
+Tensor along_dim(const char* op, const Tensor& x, int64_t dim, Make make) {
+  bool last = is_last_dim(x, dim, op);
+  int64_t d = x.dim() == 0 ? dim : wrap_dim(dim, x.dim(), op);
+  auto f = make(d);
+  Tensor args[] = {x};
+  if (composite_fuses(args))
+    return run_composite(fmt::format("{} dim={}", op, d), args,
+                         [f](std::span<const Tensor> in) { return std::vector<Tensor>{f(in[0])}; })[0];
+  return last ? by_row_blocks(x, 1, f) : f(x);
+}
+
 Tensor softmax(const Tensor& x_in, int64_t dim) {
-  Tensor x = autocast_wide(x_in);
-  auto f = [dim](const Tensor& in) {
-    Tensor xf = in.to(to_float_dtype(in.dtype()));
-    Tensor e = exp(xf - stable_shift(xf, {dim}));
-    return e / sum(e, {dim}, true);
-  };
-  return is_last_dim(x, dim, "softmax") ? by_row_blocks(x, 1, f) : f(x);
+  return along_dim("softmax", autocast_wide(x_in), dim, [](int64_t d) {
+    return [d](const Tensor& in) {
+      Tensor xf = in.to(to_float_dtype(in.dtype()));
+      Tensor e = exp(xf - stable_shift(xf, {d}));
+      return e / sum(e, {d}, true);
+    };
+  });
 }
 
 Tensor log_softmax(const Tensor& x_in, int64_t dim) {
-  Tensor x = autocast_wide(x_in);
-  auto f = [dim](const Tensor& in) {
-    Tensor xf = in.to(to_float_dtype(in.dtype()));
-    Tensor shifted = xf - stable_shift(xf, {dim});
-    return shifted - log(sum(exp(shifted), {dim}, true));
-  };
-  return is_last_dim(x, dim, "log_softmax") ? by_row_blocks(x, 1, f) : f(x);
+  return along_dim("log_softmax", autocast_wide(x_in), dim, [](int64_t d) {
+    return [d](const Tensor& in) {
+      Tensor xf = in.to(to_float_dtype(in.dtype()));
+      Tensor shifted = xf - stable_shift(xf, {d});
+      return shifted - log(sum(exp(shifted), {d}, true));
+    };
+  });
 }
 
 Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor& weight,
@@ -141,16 +162,26 @@ Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor
                "layer_norm: weight and bias must have shape {}, got {}", shape_str(normalized_shape),
                p->type().str());
   }
-  auto f = [&](const Tensor& in) {
+  auto normalize = [k, eps](const Tensor& in, const Tensor& w, const Tensor& b) {
     Dims d;
     for (int64_t i = 0; i < k; ++i) d.push_back(in.dim() - k + i);
     Tensor centered = in - mean(in, d, true);
     Tensor y = centered * rsqrt(mean(centered * centered, d, true) + eps);
-    if (weight.defined()) y = y * weight;
-    if (bias.defined()) y = y + bias;
+    if (w.defined()) y = y * w;
+    if (b.defined()) y = y + b;
     return y;
   };
-  return by_row_blocks(x, k, f, {weight, bias});
+  std::vector<Tensor> args{x};
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined()) args.push_back(*p);
+  if (composite_fuses(args)) {
+    bool w = weight.defined(), b = bias.defined();
+    std::string key = fmt::format("layer_norm k={} eps={} weight={} bias={}", k, eps, w, b);
+    return run_composite(key, args, [normalize, w, b](std::span<const Tensor> in) {
+      return std::vector<Tensor>{normalize(in[0], w ? in[1] : Tensor(), b ? in[1 + w] : Tensor())};
+    })[0];
+  }
+  return by_row_blocks(x, k, [&](const Tensor& in) { return normalize(in, weight, bias); }, {weight, bias});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -121,6 +121,11 @@ void reset_peak_memory_stats(int index = -1);
 /// Returns the cached blocks of every device to the driver.
 void empty_cache();
 
+/// Kernels kiln launched, on any device, since the process began: its generated kernels
+/// (eager ops, fused groups, attention); cuBLAS's, cuDNN's and NCCL's are not counted. A
+/// difference across a call tells how many launches it made. 0 when CUDA is unavailable.
+int64_t kernel_launches();
+
 /// Page-locked host memory, cached (what Tensor::pin_memory() allocates from); a kiln::Error
 /// when CUDA is unavailable.
 Allocator& pinned_memory_allocator();

@@ -2,6 +2,7 @@
 // attributes the code generator sizes them by.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -51,6 +52,12 @@ DeviceFunction load_function(int device, const std::string& image, const std::st
   return {reinterpret_cast<uintptr_t>(f), device};
 }
 
+namespace {
+std::atomic<int64_t> g_launches{0};
+}
+
+int64_t kernel_launches() { return g_launches.load(std::memory_order_relaxed); }
+
 void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned block[3], size_t shared_bytes, void** args) {
   bind(f.device, "cuda kernel launch");
   auto fn = reinterpret_cast<CUfunction>(f.function);
@@ -60,6 +67,7 @@ void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned bloc
   check(driver()->cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                  static_cast<unsigned>(shared_bytes), current(f.device), args, nullptr),
         "cuLaunchKernel");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 int compute_capability(int device) {

@@ -47,6 +47,7 @@ double Event::elapsed_ms(const Event&) const { unavailable("cuda::Event::elapsed
 void synchronize(int) { unavailable("cuda::synchronize"); }
 AllocatorStats memory_stats(int) { unavailable("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { unavailable("cuda::reset_peak_memory_stats"); }
+int64_t kernel_launches() { return 0; }
 void empty_cache() {}
 Allocator& pinned_memory_allocator() { unavailable("pin_memory"); }
 bool is_pinned(const void*) { return false; }

@@ -1,0 +1,236 @@
+// tests/cuda/composite_test.cpp -- eager composites on CUDA as compiled functions
+// (runtime/composite_fusion.h): softmax, log_softmax, layer_norm, batch_norm, group_norm,
+// rms_norm and cross_entropy against the CPU's op-by-op composites, values and gradients, on
+// contiguous and strided inputs; the launches they save; gradients of gradients through their
+// differentiable fallback; and what keeps them op by op.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jit/tracer.h"
+#include "runtime/composite_fusion.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/ops/reference.h"
+
+namespace kiln {
+namespace {
+
+using test::kGpu;
+
+// A composite under test: its key (what jit::composite_stats reads) and its call on the
+// inputs (the first is the one with a batch; the rest are parameters, or a target).
+struct Case {
+  std::string name, key;
+  std::vector<Tensor> inputs;        // on the CPU
+  std::vector<char> differentiable;  // per input
+  std::function<Tensor(std::span<const Tensor>)> fn;
+};
+
+// `width` classes or features per row (at least 8).
+std::vector<Case> cases(int64_t width, bool small_image) {
+  manual_seed(3);
+  Tensor rows = randn({6, width}) * 3.0;
+  Tensor image = randn(small_image ? Dims{2, 6, 2, 2} : Dims{4, 6, 5, 3}) + 2.0;
+  Tensor strided = randn({width, 6}).t();  // [6, width], not contiguous
+  Tensor target = from_vector(std::vector<int64_t>{3, 0, width - 1, -100, 7, 7});
+  auto flag = [](std::initializer_list<int> v) { return std::vector<char>(v.begin(), v.end()); };
+  return {
+      {"softmax last", "softmax dim=1", {rows}, flag({1}), [](auto in) { return softmax(in[0], -1); }},
+      {"softmax strided", "softmax dim=1", {strided}, flag({1}), [](auto in) { return softmax(in[0], 1); }},
+      {"softmax dim 0", "softmax dim=0", {rows}, flag({1}), [](auto in) { return softmax(in[0], 0); }},
+      // The same key for another rank: the body reads the dim wrapped.
+      {"softmax dim -2 of rank 3", "softmax dim=1", {image[0]}, flag({1}), [](auto in) { return softmax(in[0], -2); }},
+      {"log_softmax", "log_softmax dim=1", {rows}, flag({1}), [](auto in) { return log_softmax(in[0], 1); }},
+      {"layer_norm affine", "layer_norm k=1 eps=1e-05 weight=true bias=true",
+       {rows, randn({width}), randn({width})}, flag({1, 1, 1}),
+       [width](auto in) { return layer_norm(in[0], {width}, in[1], in[2]); }},
+      {"layer_norm plain", "layer_norm k=1 eps=1e-05 weight=false bias=false", {strided}, flag({1}),
+       [width](auto in) { return layer_norm(in[0], {width}); }},
+      {"batch_norm", "batch_norm training=true eps=1e-05 weight=true bias=true running=false",
+       {image, randn({6}), randn({6})}, flag({1, 1, 1}),
+       [](auto in) { return nn::batch_norm(in[0], {}, {}, in[1], in[2], true); }},
+      {"group_norm", "group_norm groups=3 eps=1e-05 weight=true bias=true",
+       {image, randn({6}), randn({6})}, flag({1, 1, 1}),
+       [](auto in) { return nn::group_norm(in[0], 3, in[1], in[2]); }},
+      {"group_norm, another batch", "group_norm groups=3 eps=1e-05 weight=true bias=true",
+       {image.slice(0, 0, 1), randn({6}), randn({6})}, flag({1, 1, 1}),
+       [](auto in) { return nn::group_norm(in[0], 3, in[1], in[2]); }},
+      {"rms_norm", "rms_norm dims=[1] eps=1.1920928955078125e-07 weight=true", {rows, randn({width})}, flag({1, 1}),
+       [width](auto in) { return nn::rms_norm(in[0], {width}, in[1]); }},
+      {"cross_entropy", "cross_entropy reduction=1 label_smoothing=0.1 ignore_index=-100", {rows, target},
+       flag({1, 0}), [](auto in) { return cross_entropy(in[0], in[1], Reduction::Mean, 0.1); }},
+  };
+}
+
+// The inputs on `d`, the differentiable ones requiring grad.
+std::vector<Tensor> place(const Case& c, Device d) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    Tensor x = c.inputs[i].is_contiguous() ? c.inputs[i].to(d).detach() : c.inputs[i].t().to(d).detach().t();
+    in.push_back(c.differentiable[i] ? x.requires_grad_() : x);
+  }
+  return in;
+}
+
+TEST(EagerComposites, MatchTheCpuValuesAndGradients) {
+  REQUIRE_CUDA();
+  for (const Case& c : cases(40, false)) {
+    SCOPED_TRACE(c.name);
+    int64_t before = jit::composite_stats(c.key).hits + jit::composite_stats(c.key).misses;
+    std::vector<Tensor> cpu_in = place(c, cpu), gpu_in = place(c, kGpu);
+    EXPECT_EQ(gpu_in[0].is_contiguous(), c.inputs[0].is_contiguous());
+    Tensor want = c.fn(cpu_in), got = c.fn(gpu_in);
+    EXPECT_EQ(jit::composite_stats(c.key).hits + jit::composite_stats(c.key).misses, before + 1)
+        << "the CUDA call did not run as the compiled composite " << c.key;
+    EXPECT_TRUE(test::all_close(got.to(cpu), want.to_vector<double>(), want.shape(), {1e-4, 1e-5}));
+    Tensor gy = randn(want.shape());
+    want.backward(gy);
+    got.backward(gy.to(kGpu));
+    for (size_t i = 0; i < cpu_in.size(); ++i) {
+      if (!c.differentiable[i]) continue;
+      SCOPED_TRACE("gradient of input " + std::to_string(i));
+      ASSERT_TRUE(gpu_in[i].grad().defined());
+      EXPECT_TRUE(test::all_close(gpu_in[i].grad().to(cpu), cpu_in[i].grad().to_vector<double>(),
+                                  cpu_in[i].shape(), {1e-4, 1e-5}));
+    }
+  }
+}
+
+TEST(EagerComposites, BatchNormUpdatesRunningStatisticsAsTheCpu) {
+  REQUIRE_CUDA();
+  manual_seed(5);
+  nn::BatchNorm2d cpu_bn(6), cpu_avg(6, {.momentum = std::nullopt});
+  nn::BatchNorm2d gpu_bn(6), gpu_avg(6, {.momentum = std::nullopt});
+  gpu_bn.to(kGpu);
+  gpu_avg.to(kGpu);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({4, 6, 3, 3}) * 2.0 + 1.0;
+    for (nn::BatchNorm2d* m : {&cpu_bn, &cpu_avg}) m->forward(x);
+    for (nn::BatchNorm2d* m : {&gpu_bn, &gpu_avg}) m->forward(x.to(kGpu));
+  }
+  for (auto [cpu_m, gpu_m] : {std::pair{&cpu_bn, &gpu_bn}, std::pair{&cpu_avg, &gpu_avg}}) {
+    EXPECT_TRUE(test::all_close(gpu_m->running_mean.to(cpu), cpu_m->running_mean.to_vector<double>(), {6}, {1e-5, 1e-6}));
+    EXPECT_TRUE(test::all_close(gpu_m->running_var.to(cpu), cpu_m->running_var.to_vector<double>(), {6}, {1e-5, 1e-6}));
+  }
+  // Evaluation reads them, compiled as well.
+  cpu_bn.eval();
+  gpu_bn.eval();
+  Tensor x = randn({2, 6, 3, 3});
+  Tensor want = cpu_bn.forward(x);
+  EXPECT_TRUE(test::all_close(gpu_bn.forward(x.to(kGpu)).to(cpu), want.to_vector<double>(), want.shape(),
+                              {1e-5, 1e-6}));
+  EXPECT_GT(jit::composite_stats("batch_norm training=false eps=1e-05 weight=true bias=true running=true").hits +
+                jit::composite_stats("batch_norm training=false eps=1e-05 weight=true bias=true running=true").misses,
+            0);
+}
+
+// Kernels kiln launches for f on the device: forward, or forward and backward.
+int64_t launches(const std::function<void()>& f) {
+  f();  // compiles, and plans the signature
+  int64_t before = cuda::kernel_launches();
+  f();
+  cuda::synchronize();
+  return cuda::kernel_launches() - before;
+}
+
+TEST(EagerComposites, LaunchAKernelPerPass) {
+  REQUIRE_CUDA();
+  manual_seed(1);
+  Tensor x = randn({64, 1000}).to(kGpu).requires_grad_();
+  Tensor w = randn({1000}).to(kGpu).requires_grad_(), b = randn({1000}).to(kGpu).requires_grad_();
+  Tensor image = randn({8, 16, 7, 7}).to(kGpu).requires_grad_();
+  Tensor cw = randn({16}).to(kGpu).requires_grad_(), cb = randn({16}).to(kGpu).requires_grad_();
+  Tensor target = randint(0, 1000, {64}).to(kGpu);
+  struct Row {
+    const char* name;
+    std::function<void()> f;
+    int64_t most;  // launches compiled as of 2026-11-28: a regression guard
+  };
+  std::vector<Row> rows = {
+      {"softmax forward", [&] { NoGradGuard g; softmax(x, 1); }, 2},
+      {"softmax forward and backward", [&] { softmax(x, 1).backward(ones({64, 1000}).to(kGpu)); }, 5},
+      {"layer_norm forward and backward", [&] { layer_norm(x, {1000}, w, b).backward(ones({64, 1000}).to(kGpu)); }, 9},
+      {"batch_norm forward and backward",
+       [&] { nn::batch_norm(image, {}, {}, cw, cb, true).backward(ones({8, 16, 7, 7}).to(kGpu)); }, 14},
+      {"cross_entropy forward and backward", [&] { cross_entropy(x, target).backward(); }, 11},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.name);
+    int64_t fused = launches(r.f);
+    jit::set_fusion_enabled(false);
+    int64_t unfused = launches(r.f);
+    jit::set_fusion_enabled(true);
+    std::cout << r.name << ": " << fused << " launches compiled, " << unfused << " op by op" << std::endl;
+    EXPECT_LE(fused, r.most);
+    EXPECT_LE(2 * fused, unfused);
+    x.set_grad({}), w.set_grad({}), b.set_grad({}), image.set_grad({}), cw.set_grad({}), cb.set_grad({});
+  }
+}
+
+// Gradients of gradients: the compiled node's backward with create_graph runs its body op by
+// op and records it, so the second derivative is checked by finite differences (in f64; the
+// inputs that take no gradient, cross_entropy's target, are held fixed).
+TEST(EagerComposites, GradientsOfGradientsThroughTheFallback) {
+  REQUIRE_CUDA();
+  for (const Case& c : cases(8, true)) {
+    SCOPED_TRACE(c.name);
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      if (c.differentiable[i]) in.push_back(c.inputs[i].to(DType::F64).detach().requires_grad_());
+    auto first = [&](std::span<const Tensor> a) {
+      std::vector<Tensor> args, wrt;
+      for (size_t i = 0, k = 0; i < c.inputs.size(); ++i) {
+        args.push_back((c.differentiable[i] ? a[k++] : c.inputs[i]).to(kGpu));
+        if (c.differentiable[i]) wrt.push_back(args.back());
+      }
+      Tensor y = c.fn(args);
+      Tensor v = cos(arange(0, y.numel(), 1, DType::F64).reshape(y.shape())).to(kGpu);  // a fixed projection
+      std::vector<Tensor> g = autograd::grad(std::vector<Tensor>{y}, wrt, std::vector<Tensor>{v}, true, true);
+      Tensor total = zeros({}, DType::F64).to(kGpu);
+      for (const Tensor& gi : g) total = total + (gi * gi).sum();
+      return total.to(cpu);
+    };
+    EXPECT_EQ(autograd::gradcheck(first, in, {.eps = 1e-6, .atol = 1e-6, .rtol = 1e-4}), "");
+  }
+}
+
+TEST(EagerComposites, OpByOpWhereTheyMustBe) {
+  REQUIRE_CUDA();
+  Tensor x = randn({5, 9}).to(kGpu);
+  // While a trace records, the trace sees the primitives.
+  jit::Function f = jit::trace([](Tensor a) { return softmax(a, 1); }, {x});
+  bool exp_seen = false;
+  for (const ir::Node& n : f.graph().nodes)
+    if (n.kind == ir::NodeKind::Fused)
+      for (const ir::Node& m : n.body->nodes) exp_seen = exp_seen || (m.kind == ir::NodeKind::Op && m.op == OpId::Exp);
+  EXPECT_TRUE(exp_seen);
+  EXPECT_TRUE(test::all_close(f(x).to(cpu), softmax(x.to(cpu), 1).to_vector<double>(), {5, 9}, {1e-5, 1e-6}));
+  // With fusion off, inside CompositeFusionOff, on a size-0 tensor and on the CPU: op by op.
+  std::vector<Tensor> args{x};
+  EXPECT_TRUE(composite_fuses(args));
+  {
+    CompositeFusionOff off;
+    EXPECT_FALSE(composite_fuses(args));
+  }
+  jit::set_fusion_enabled(false);
+  EXPECT_FALSE(composite_fuses(args));
+  jit::set_fusion_enabled(true);
+  std::vector<Tensor> empty{zeros({0, 9}).to(kGpu)}, host{randn({5, 9})};
+  EXPECT_FALSE(composite_fuses(empty));
+  EXPECT_FALSE(composite_fuses(host));
+  EXPECT_EQ(softmax(empty[0], 1).shape(), (Dims{0, 9}));
+  // Under autocast the composite widens first, as on the CPU: f32 out of a bf16 input.
+  AutocastGuard autocast(DType::BF16);
+  Tensor low = randn({5, 9}).to(DType::BF16);
+  Tensor got = softmax(low.to(kGpu), 1);
+  EXPECT_EQ(got.dtype(), DType::F32);
+  EXPECT_TRUE(test::all_close(got.to(cpu), softmax(low, 1).to_vector<double>(), {5, 9}, {1e-6, 1e-7}));
+}
+
+}  // namespace
+}  // namespace kiln
