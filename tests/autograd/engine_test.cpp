@@ -147,6 +147,20 @@ TEST(Engine, GradWithRespectToANonLeaf) {
   EXPECT_FALSE(h.grad().defined());
 }
 
+// grad() runs only the nodes that lead to its inputs (as PyTorch's engine): what made h is
+// neither run nor freed, so a backward through it still works after a grad() that freed the
+// rest of its graph.
+TEST(Engine, GradRunsOnlyTheNodesLeadingToItsInputs) {
+  Tensor x = leaf({1, 2, 3});
+  Tensor h = x.exp();
+  Tensor y = (h * 3.0).sum();
+  std::vector<Tensor> g = autograd::grad({y}, {h});
+  expect_close(g[0], {3, 3, 3}, 1e-12);
+  expect_error([&] { autograd::grad({y}, {h}); }, {"a second time"});  // y's own nodes were freed
+  h.sum().backward();  // exp's node was not run, so not freed
+  expect_close(x.grad(), {std::exp(1.0), std::exp(2.0), std::exp(3.0)}, 1e-12);
+}
+
 TEST(Engine, GradOfAnUnusedInputThrowsUnlessAllowUnused) {
   Tensor x = leaf({1, 2});
   Tensor z = leaf({5, 6});

@@ -172,6 +172,47 @@ TEST(EagerComposites, LaunchAKernelPerPass) {
   }
 }
 
+// What a forward keeps for its backward, in device bytes beyond its result: the compiled
+// composite keeps its arguments (live anyway) and per-row statistics; op by op, each primitive
+// keeps what its own rule needs (the centered input, the normalized one, ...).
+TEST(EagerComposites, KeepLittleForTheBackward) {
+  REQUIRE_CUDA();
+  manual_seed(4);
+  Tensor x = randn({256, 1024}).to(kGpu).requires_grad_();
+  Tensor w = randn({1024}).to(kGpu).requires_grad_(), b = randn({1024}).to(kGpu).requires_grad_();
+  Tensor target = randint(0, 1024, {256}).to(kGpu);
+  auto kept = [](const std::function<Tensor()>& f) {
+    cuda::synchronize();
+    int64_t before = cuda::memory_stats().in_use;
+    Tensor y = f();
+    cuda::synchronize();
+    int64_t bytes = cuda::memory_stats().in_use - before - y.numel() * static_cast<int64_t>(dtype_size(y.dtype()));
+    y.backward(ones(y.shape()).to(kGpu));
+    return bytes;
+  };
+  struct Row {
+    const char* name;
+    std::function<Tensor()> f;
+  };
+  const Row rows[] = {
+      {"softmax", [&] { return softmax(x, 1); }},
+      {"layer_norm", [&] { return layer_norm(x, {1024}, w, b); }},
+      {"cross_entropy", [&] { return cross_entropy(x, target); }},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.name);
+    kept(r.f);  // compiles
+    int64_t fused = kept(r.f);
+    jit::set_fusion_enabled(false);
+    int64_t unfused = kept(r.f);
+    jit::set_fusion_enabled(true);
+    std::cout << r.name << ": keeps " << fused << " bytes compiled, " << unfused << " op by op (input "
+              << x.numel() * 4 << ")" << std::endl;
+    EXPECT_LE(fused, 16 * 1024);  // statistics per row
+    EXPECT_GE(unfused, x.numel() * 4);
+  }
+}
+
 // Gradients of gradients: the compiled node's backward with create_graph runs its body op by
 // op and records it, so the second derivative is checked by finite differences (in f64; the
 // inputs that take no gradient, cross_entropy's target, are held fixed).
