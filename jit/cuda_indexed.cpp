@@ -32,6 +32,54 @@ void check_flag(const Tensor& flag, const char* op, int64_t size) {
 // A rank of at least 1: a 0-d tensor is one element of a rank-1 loop.
 Dims at_least_1d(const Dims& d, int64_t fill) { return d.empty() ? Dims{fill} : d; }
 
+// The smallest power of two at least n.
+int64_t padded_size(int64_t n) {
+  int64_t padded = 1;
+  while (padded < n) padded *= 2;
+  return padded;
+}
+
+// Sorts the (key, position) pairs of `keys` and `pos` (i64[padded], padded a power of two) on
+// their device: the bitonic network's log2(padded)^2 / 2 compare-exchange steps.
+void bitonic_sort(const Tensor& keys, const Tensor& pos) {
+  const int64_t padded = keys.numel();
+  const std::string bitonic = codegen::cuda_bitonic_kernel();
+  for (int64_t k = 2; k <= padded; k *= 2)
+    for (int64_t j = k / 2; j > 0; j /= 2) {
+      std::vector<uint64_t> step;
+      for (int64_t v : {padded, j, k}) put(step, v);
+      put(step, keys.data_ptr());
+      put(step, pos.data_ptr());
+      launch_source(bitonic, step, blocks_for(padded / 2), keys.device().index);
+    }
+}
+
+// scatter_add's sorted path (codegen::scatter_add_sorts): out is x already.
+void scatter_sorted(int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src, const Tensor& out,
+                    const Tensor& flag) {
+  const int64_t n = src.numel(), padded = padded_size(n);
+  Device d = out.device();
+  Tensor keys = Tensor::empty({DType::I64, {padded}, d}), pos = Tensor::empty({DType::I64, {padded}, d});
+  std::vector<uint64_t> w;
+  put(w, src.shape());
+  put(w, idx_st);
+  put(w, out.shape());
+  for (int64_t v : {n, padded, dim}) put(w, v);
+  for (const void* p : {idx.data_ptr(), flag.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(w, p);
+  launch_source(codegen::cuda_scatter_keys_kernel(idx.dtype(), static_cast<int>(src.dim())), w, blocks_for(padded),
+                d.index);
+  bitonic_sort(keys, pos);
+  std::vector<uint64_t> a;
+  put(a, src.shape());
+  put(a, src.strides());
+  put(a, out.shape());
+  put(a, out.strides());
+  for (const void* p : {out.data_ptr(), src.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(a, p);
+  put(a, n);
+  launch_source(codegen::cuda_scatter_segment_kernel(out.dtype(), static_cast<int>(src.dim())), a, blocks_for(n),
+                d.index);
+}
+
 }  // namespace
 
 // out[p] = x[p with dim replaced by index(p)]: gather and index_select.
@@ -55,8 +103,10 @@ void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Te
   check_flag(flag, op, dim_size);
 }
 
-// out = x, then src added at index(q) along dim: scatter_add and index_add. f16 and bf16 sum
-// in f32 and round once, as the CPU's scatter does (runtime/ops/index.cpp).
+// out = x, then src added at index(q) along dim: scatter_add. f16 and bf16 sum in f32 and round
+// once, as the CPU's scatter does (runtime/ops/index.cpp). A thread per line walks its entries
+// along dim, or, for few long lines, every entry is sorted by its element of out
+// (scatter_sorted): the same sums either way.
 void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src,
              const Tensor& out, const char* op) {
   if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {
@@ -68,9 +118,15 @@ void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st
   }
   copy_on_device(x, out);
   if (src.numel() == 0) return;
+  Tensor flag = error_flag(out.device(), op, out.shape()[dim]);
+  const int64_t length = src.dim() == 0 ? 1 : src.shape()[dim], lines = src.numel() / std::max<int64_t>(length, 1);
+  if (codegen::scatter_add_sorts(lines, length, sm_count(out.device().index))) {
+    scatter_sorted(dim, idx, idx_st, src, out, flag);
+    check_flag(flag, op, out.shape()[dim]);
+    return;
+  }
   Dims out_st = out.strides();
   out_st[dim] = 0;
-  Tensor flag = error_flag(out.device(), op, out.shape()[dim]);
   std::vector<uint64_t> w;
   put(w, src.shape());
   put(w, src.strides());
@@ -100,8 +156,7 @@ void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Ten
   copy_on_device(x, out);
   const int64_t n = idx.numel(), columns = n == 0 ? 0 : src.numel() / n;
   if (n == 0 || columns == 0) return;
-  int64_t padded = 1;
-  while (padded < n) padded *= 2;
+  const int64_t padded = padded_size(n);
   Device d = out.device();
   Tensor keys = Tensor::empty({DType::I64, {padded}, d}), pos = Tensor::empty({DType::I64, {padded}, d});
   Tensor flag = error_flag(d, "index_add", out.shape()[dim]);
@@ -113,15 +168,7 @@ void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Ten
   put(w, out.shape()[dim]);
   for (const void* p : {flag.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(w, p);
   launch_source(codegen::cuda_index_keys_kernel(idx.dtype()), w, blocks_for(padded), d.index);
-  const std::string bitonic = codegen::cuda_bitonic_kernel();
-  for (int64_t k = 2; k <= padded; k *= 2)
-    for (int64_t j = k / 2; j > 0; j /= 2) {
-      std::vector<uint64_t> step;
-      for (int64_t v : {padded, j, k}) put(step, v);
-      put(step, keys.data_ptr());
-      put(step, pos.data_ptr());
-      launch_source(bitonic, step, blocks_for(padded / 2), d.index);
-    }
+  bitonic_sort(keys, pos);
   std::vector<uint64_t> a;
   put(a, src.shape());
   put(a, src.strides());

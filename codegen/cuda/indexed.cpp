@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "codegen/cuda/emit.h"
 #include "runtime/check.h"
 
@@ -210,6 +212,87 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
 }}
 )",
                                          rank, kCudaBlock, t, add_into(elem, "acc", "v"));
+}
+
+bool scatter_add_sorts(int64_t lines, int64_t length, int multiprocessors) {
+  // A line's walk is serial: with fewer lines than 256 threads per multiprocessor the device
+  // sits mostly idle while long lines are walked; then sorting every entry pays.
+  return length >= 16 && lines < 256 * static_cast<int64_t>(std::max(multiprocessors, 1));
+}
+
+std::string cuda_scatter_keys_kernel(DType index, int rank) {
+  KILN_CHECK(rank >= 1 && rank <= 16, "codegen: scatter_add of rank {}", rank);
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long size[{0}], idx_stride[{0}], out_size[{0}];
+  long long n, padded, dim;
+  const void* idx; long long* err; long long* keys; long long* pos;
+}};
+
+// Entry i (row-major over src's shape) goes to out's element q, i's position with dim replaced
+// by its index: the key is q row-major over out's shape.
+extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
+  const long long n = a.out_size[a.dim];
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.padded; i += (long long)gridDim.x * blockDim.x) {{
+    long long key = 0x7fffffffffffffffll;  // padding sorts last
+    if (i < a.n) {{
+      long long r = i, c[{0}], ix = 0;
+      for (int d = {0} - 1; d >= 0; --d) {{
+        c[d] = r % a.size[d];
+        r /= a.size[d];
+        ix += c[d] * a.idx_stride[d];
+      }}
+      long long k = (long long)((const {2}*)a.idx)[ix];
+      if (k < -n || k >= n) {{ a.err[1] = k; a.err[0] = 1; k = 0; }}
+      if (k < 0) k += n;
+      c[a.dim] = k;
+      key = 0;
+      for (int d = 0; d < {0}; ++d) key = key * a.out_size[d] + c[d];
+    }}
+    a.keys[i] = key;
+    a.pos[i] = i;
+  }}
+}}
+)",
+                                      rank, kCudaBlock, index_type(index));
+}
+
+std::string cuda_scatter_segment_kernel(DType elem, int rank) {
+  KILN_CHECK(rank >= 1 && rank <= 16, "codegen: scatter_add of rank {}", rank);
+  const char* t = value_type(elem);
+  return cuda_prelude() + fmt::format(R"(
+struct Args {{
+  long long size[{0}], src_stride[{0}], out_size[{0}], out_stride[{0}];
+  void* out; const void* src; const long long* keys; const long long* pos; long long n;
+}};
+
+// A thread per sorted entry: where a run of equal keys starts, it adds the run's entries of
+// src, in their order, to its element of out (already x).
+extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < a.n; t += (long long)gridDim.x * blockDim.x) {{
+    const long long k = a.keys[t];
+    if (t > 0 && a.keys[t - 1] == k) continue;
+    long long r = k, o = 0;
+    for (int d = {0} - 1; d >= 0; --d) {{
+      o += (r % a.out_size[d]) * a.out_stride[d];
+      r /= a.out_size[d];
+    }}
+    {2}* dst = ({2}*)a.out + o;
+    {2} acc = *dst;
+    for (long long q = t; q < a.n && a.keys[q] == k; ++q) {{
+      long long e = a.pos[q], s = 0;
+      for (int d = {0} - 1; d >= 0; --d) {{
+        s += (e % a.size[d]) * a.src_stride[d];
+        e /= a.size[d];
+      }}
+      const {2} v = ((const {2}*)a.src)[s];
+      {3}
+    }}
+    *dst = acc;
+  }}
+}}
+)",
+                                      rank, kCudaBlock, t, add_into(elem, "acc", "v"));
 }
 
 std::string cuda_arg_kernel(DType elem, bool largest) {

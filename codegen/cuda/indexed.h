@@ -42,6 +42,19 @@ std::string cuda_arg_kernel(DType elem, bool largest);
 std::string cuda_index_keys_kernel(DType index);
 std::string cuda_bitonic_kernel();
 std::string cuda_segment_add_kernel(DType elem, int rank);
+/// scatter_add, sorted (for few long lines, scatter_add_sorts): every entry's key (its element
+/// of out, row-major over out's shape) sorted with bitonic above, then a segmented sum:
+///   scatter_keys:    size[R] (src's), idx_stride[R], out_size[R], n, padded, dim, idx, err,
+///                    keys, pos: each entry's key, its index wrapped and checked; positions are
+///                    entries row-major over src's shape;
+///   scatter_segment: size[R], src_stride[R], out_size[R], out_stride[R], out, src, keys, pos,
+///                    n: a thread per sorted entry where a run starts adds the run in entry
+///                    order: the CPU's sums, bit for bit.
+/// Whether scatter_add of `lines` lines of `length` entries along dim sorts on a device of
+/// `multiprocessors` (a pure function the tests read): when the lines cannot fill it.
+bool scatter_add_sorts(int64_t lines, int64_t length, int multiprocessors);
+std::string cuda_scatter_keys_kernel(DType index, int rank);
+std::string cuda_scatter_segment_kernel(DType elem, int rank);
 /// cumsum:  rows, cols, x, out (contiguous rows; out i64 for integer and bool x, else x's
 ///          dtype): a thread per row sums in order (f32 for f16 and bf16, wrapping i64 for
 ///          integers), from the row's end when `reverse`, storing each partial sum, so the
