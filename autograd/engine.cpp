@@ -46,7 +46,7 @@ Tensor fit(const Tensor& g, const TensorType& t) {
   return r.dtype() == t.dtype ? r : r.to(t.dtype);
 }
 
-void check_saved(const Node& n) {
+void check_saved(const Node& n, bool create_graph) {
   KILN_CHECK(!n.released,
              "backward: trying to run {} backward a second time after its saved tensors were "
              "freed; pass retain_graph=true to the first backward", node_name(n));
@@ -59,7 +59,9 @@ void check_saved(const Node& n) {
                "was saved (version {}, expected {}); use an out-of-place op or clone() it first",
                t.type().str(), node_name(n), what, now, n.versions[k]);
   };
-  for (const Tensor& t : n.saved_in) check(t, "an input"), ++k;
+  size_t checked = n.custom && !create_graph ? n.custom->always_read(n.saved_in.size()) : n.saved_in.size();
+  for (; k < checked; ++k) check(n.saved_in[k], "an input");
+  k = n.saved_in.size();
   if (n.saved_out.defined()) check(n.saved_out, "its output");
 }
 
@@ -290,7 +292,7 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
     }
     // (a node of grad() leading to none of its inputs only hands on what reached it above)
     if (capturing && !leads.count(n)) continue;
-    if (any) check_saved(*n);
+    if (any) check_saved(*n, create_graph);
     // A compiled backward hands over each leaf's gradient as soon as it is written, so the
     // leaf's hooks run while the rest of its backward is computed.
     std::vector<char> early;  // per edge: its leaf's gradient was delivered already

@@ -161,6 +161,16 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results, boo
   // Saved: cut in->out edges. Arguments and params first, in their order, then computed values.
   std::vector<char> saved(V, 0);
   for (uint32_t v = 0; v < V; ++v) saved[v] = !tangent[v] && side[2 * v] && !side[2 * v + 1];
+  // What the backward reads: from its outputs back to saved values. A value the cut leaves
+  // saved that nothing reads (an argument costing nothing: args_kept) is not saved.
+  std::vector<char> needed(V, 0);
+  for (size_t i = num_results; i < joint.outputs.size(); ++i) needed[joint.outputs[i]] = 1;
+  for (size_t i = joint.nodes.size(); i-- > 0;) {
+    const Node& n = joint.nodes[i];
+    if (!needed[n.result] || saved[n.result]) continue;
+    for (uint32_t u : n.inputs) needed[u] = 1;
+  }
+  for (uint32_t v = 0; v < V; ++v) saved[v] = saved[v] && needed[v];
   for (size_t i = 0; i < num_args; ++i)
     if (saved[joint.inputs[i]]) p.saved.push_back({SavedValue::Arg, i});
   for (size_t i = 0; i < joint.params.size(); ++i)
@@ -196,13 +206,6 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results, boo
   b.inputs = saved_values;
   b.inputs.insert(b.inputs.end(), joint.inputs.begin() + static_cast<ptrdiff_t>(num_args), joint.inputs.end());
   b.outputs.assign(joint.outputs.begin() + static_cast<ptrdiff_t>(num_results), joint.outputs.end());
-  std::vector<char> needed(V, 0);
-  for (uint32_t v : b.outputs) needed[v] = 1;
-  for (size_t i = joint.nodes.size(); i-- > 0;) {
-    const Node& n = joint.nodes[i];
-    if (!needed[n.result] || saved[n.result]) continue;
-    for (uint32_t u : n.inputs) needed[u] = 1;
-  }
   for (const Node& n : joint.nodes) {
     if (!needed[n.result] || saved[n.result]) continue;
     if (!tangent[n.result]) {

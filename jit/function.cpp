@@ -100,6 +100,7 @@ class CompiledBackward final : public NodeBackward {
   const std::string& name() const override { return name_; }
   bool differentiable() const override { return fallback_.has_value(); }
   bool keeps_arguments() const { return fallback_.has_value(); }
+  size_t always_read(size_t saved) const override { return fallback_ ? fallback_->kept_from : saved; }
 
   std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
                                std::span<const char> needs, const GradReady* ready) const override {

@@ -41,6 +41,11 @@ class NodeBackward {
   /// Whether backward() records its own graph when called in grad mode (a backward with
   /// create_graph): else such a backward throws.
   virtual bool differentiable() const { return false; }
+  /// How many of the node's `saved` tensors every backward reads: the engine checks their
+  /// versions each time, the rest's only under create_graph (what a differentiable backward
+  /// alone reads: a compiled composite's arguments, which batch norm's running statistics are,
+  /// updated in place after the forward).
+  virtual size_t always_read(size_t saved) const { return saved; }
 };
 
 /// One recorded op: enough to run its vjp once the output's gradient is known.

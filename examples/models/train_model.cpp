@@ -11,7 +11,8 @@
 // saved forwards keep the batch dynamic (N). --count prints the parameter count and stops.
 // --profile records the steps after the first (the first compiles) with kiln's profiler and
 // prints where their time went. --device trains on a GPU (the model, its optimizer and each
-// batch moved there); the saved forward is written for the CPU either way.
+// batch moved there; it then prints the device's peak memory in use and kiln's kernel launches
+// per step); the saved forward is written for the CPU either way.
 // Errors are printed and the program exits with status 1.
 #include <kiln/kiln.h>
 
@@ -79,8 +80,14 @@ int run(int argc, char** argv) {
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(a.model, *task);
   optim::CosineAnnealingLR schedule(*opt, a.steps, opt->initial_lr() / 10);
   require(!a.profile || a.steps >= 2, "--profile needs 2 steps or more (the first is not recorded)");
+  if (device.is_cuda()) cuda::reset_peak_memory_stats(device.index);
+  int64_t launches = cuda::kernel_launches();
   train(*task, *opt, {.steps = a.steps, .traced = a.jit, .log_every = 25, .profile = a.profile, .device = device},
         &schedule);
+  if (device.is_cuda())
+    std::printf("%s: peak %.1f MB in use, %.1f kiln kernel launches per step\n", device.str().c_str(),
+                static_cast<double>(cuda::memory_stats(device.index).peak_in_use) / 1e6,
+                static_cast<double>(cuda::kernel_launches() - launches) / static_cast<double>(a.steps));
   if (a.profile) std::printf("%s\n", profiler::summary(20).c_str());
   if (!a.save.empty()) {
     task->model().to(cpu);

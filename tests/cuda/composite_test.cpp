@@ -109,11 +109,14 @@ TEST(EagerComposites, BatchNormUpdatesRunningStatisticsAsTheCpu) {
   gpu_bn.to(kGpu);
   gpu_avg.to(kGpu);
   for (int step = 0; step < 3; ++step) {
-    Tensor x = randn({4, 6, 3, 3}) * 2.0 + 1.0;
-    for (nn::BatchNorm2d* m : {&cpu_bn, &cpu_avg}) m->forward(x);
-    for (nn::BatchNorm2d* m : {&gpu_bn, &gpu_avg}) m->forward(x.to(kGpu));
+    Tensor x = randn({4, 6, 3, 3}) * 2.0 + 1.0, g = randn({4, 6, 3, 3});
+    for (nn::BatchNorm2d* m : {&cpu_bn, &cpu_avg}) m->forward(x).backward(g);
+    // The node keeps the running statistics it was given, updated in place since: its
+    // backward reads them only under create_graph, so checks their versions only then.
+    for (nn::BatchNorm2d* m : {&gpu_bn, &gpu_avg}) m->forward(x.to(kGpu)).backward(g.to(kGpu));
   }
   for (auto [cpu_m, gpu_m] : {std::pair{&cpu_bn, &gpu_bn}, std::pair{&cpu_avg, &gpu_avg}}) {
+    EXPECT_TRUE(test::all_close(gpu_m->weight.grad().to(cpu), cpu_m->weight.grad().to_vector<double>(), {6}, {1e-4, 1e-5}));
     EXPECT_TRUE(test::all_close(gpu_m->running_mean.to(cpu), cpu_m->running_mean.to_vector<double>(), {6}, {1e-5, 1e-6}));
     EXPECT_TRUE(test::all_close(gpu_m->running_var.to(cpu), cpu_m->running_var.to_vector<double>(), {6}, {1e-5, 1e-6}));
   }
