@@ -9,6 +9,7 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/composite_fusion.h"
+#include "runtime/op.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
 #include "runtime/recorder.h"
@@ -187,6 +188,20 @@ Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(weight.defined() && weight.dim() == 2, "linear: weight must be 2-d [out, in], got {}",
              weight.defined() ? weight.type().str() : "undefined");
+  // Eagerly on CUDA, with a bias: one addmm (a cuBLASLt GEMM whose epilogue adds the bias), not
+  // a GEMM and a pass over its result; the same meaning (runtime/ops/addmm.cpp). A trace
+  // records the matmul and the add, which the matmul-epilogue pass joins.
+  if (bias.defined() && x.defined() && x.dim() >= 2 && x.device().is_cuda() && !active_recorder()) {
+    Tensor a = autocast_low(x), w = autocast_low(weight), b = autocast_low(bias);
+    if (a.dtype() == w.dtype() && b.dtype() == a.dtype() && is_float(a.dtype()) && b.dim() == 1 &&
+        a.shape().back() == w.shape()[1] && b.shape()[0] == w.shape()[0] && a.device() == w.device() &&
+        b.device() == a.device()) {
+      Dims out_shape = a.shape();
+      out_shape.back() = w.shape()[0];
+      Tensor args[] = {b, a.reshape({-1, a.shape().back()}), w.t()};
+      return apply(OpId::Addmm, args).reshape(out_shape);
+    }
+  }
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + autocast_low(bias) : y;
 }

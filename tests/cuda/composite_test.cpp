@@ -14,6 +14,7 @@
 
 #include "jit/tracer.h"
 #include "runtime/composite_fusion.h"
+#include "runtime/cuda_kernels.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/ops/reference.h"
 
@@ -173,6 +174,34 @@ TEST(EagerComposites, LaunchAKernelPerPass) {
     EXPECT_LE(2 * fused, unfused);
     x.set_grad({}), w.set_grad({}), b.set_grad({}), image.set_grad({}), cw.set_grad({}), cb.set_grad({});
   }
+}
+
+// linear with a bias, eagerly on CUDA, is one addmm (cuBLASLt's GEMM with a bias epilogue):
+// the composite's values and gradients, on a 3-d strided input and under autocast.
+TEST(EagerComposites, LinearIsOneAddmm) {
+  REQUIRE_CUDA();
+  manual_seed(6);
+  Tensor x = randn({5, 3, 7}).transpose(0, 1), w = randn({4, 7}), b = randn({4});
+  std::vector<Tensor> cpu_in{x.detach().requires_grad_(), w.detach().requires_grad_(), b.detach().requires_grad_()};
+  std::vector<Tensor> gpu_in{x.to(kGpu).detach().requires_grad_(), w.to(kGpu).detach().requires_grad_(),
+                             b.to(kGpu).detach().requires_grad_()};
+  cuda::EpilogueStats before = cuda::epilogue_stats();
+  Tensor got = linear(gpu_in[0], gpu_in[1], gpu_in[2]);
+  cuda::EpilogueStats after = cuda::epilogue_stats();
+  EXPECT_EQ(after.fused + after.declined, before.fused + before.declined + 1) << "not one addmm";
+  Tensor want = linear(cpu_in[0], cpu_in[1], cpu_in[2]);
+  EXPECT_TRUE(test::all_close(got.to(cpu), want.to_vector<double>(), want.shape(), {1e-5, 1e-5}));
+  Tensor g = randn(want.shape());
+  want.backward(g);
+  got.backward(g.to(kGpu));
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(test::all_close(gpu_in[i].grad().to(cpu), cpu_in[i].grad().to_vector<double>(), cpu_in[i].shape(),
+                                {1e-5, 1e-5}));
+  AutocastGuard autocast(DType::BF16);
+  Tensor low = linear(gpu_in[0], gpu_in[1], gpu_in[2]);
+  EXPECT_EQ(low.dtype(), DType::BF16);
+  EXPECT_TRUE(test::all_close(low.to(cpu), linear(cpu_in[0], cpu_in[1], cpu_in[2]).to_vector<double>(), want.shape(),
+                              {1e-2, 1e-2}));
 }
 
 // What a forward keeps for its backward, in device bytes beyond its result: the compiled
