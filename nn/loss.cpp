@@ -49,8 +49,14 @@ Tensor mse_loss(const Tensor& pred_in, const Tensor& target_in, Reduction reduct
   KILN_CHECK(pred.defined() && target.defined() && pred.shape() == target.shape(),
              "mse_loss: prediction {} and target {} must have one shape", pred.type().str(),
              target.type().str());
-  Tensor d = pred - target;
-  return reduce(d * d, reduction);
+  auto f = [reduction](const Tensor& p, const Tensor& t) {
+    Tensor d = p - t;
+    return reduce(d * d, reduction);
+  };
+  Tensor args[] = {pred, target};
+  if (!composite_fuses(args)) return f(pred, target);
+  std::string key = fmt::format("mse_loss reduction={}", static_cast<int>(reduction));
+  return run_composite(key, args, [f](std::span<const Tensor> in) { return std::vector<Tensor>{f(in[0], in[1])}; })[0];
 }
 
 Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction, int64_t ignore_index) {
@@ -115,16 +121,26 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x_in, const Tensor& y_in, 
   KILN_CHECK(x.defined() && y.defined() && x.shape() == y.shape(),
              "binary_cross_entropy_with_logits: logits {} and target {} must have one shape",
              x.type().str(), y.type().str());
-  Tensor softplus_neg = log1p(exp(-abs(x))) + maximum(-x, 0.0);  // log(1 + exp(-x)), stable
-  Tensor loss;
-  if (pos_weight.defined()) {
-    // (1 - y) x + (1 + (w - 1) y) log(1 + exp(-x))
-    Tensor lw = (pos_weight - 1.0) * y + 1.0;
-    loss = (1.0 - y) * x + lw * softplus_neg;
-  } else {
-    loss = (1.0 - y) * x + softplus_neg;
-  }
-  return reduce(loss, reduction);
+  auto f = [reduction](const Tensor& x, const Tensor& y, const Tensor& pos_weight) {
+    Tensor softplus_neg = log1p(exp(-abs(x))) + maximum(-x, 0.0);  // log(1 + exp(-x)), stable
+    Tensor loss;
+    if (pos_weight.defined()) {
+      // (1 - y) x + (1 + (w - 1) y) log(1 + exp(-x))
+      Tensor lw = (pos_weight - 1.0) * y + 1.0;
+      loss = (1.0 - y) * x + lw * softplus_neg;
+    } else {
+      loss = (1.0 - y) * x + softplus_neg;
+    }
+    return reduce(loss, reduction);
+  };
+  std::vector<Tensor> args{x, y};
+  if (pos_weight.defined()) args.push_back(pos_weight);
+  if (!composite_fuses(args)) return f(x, y, pos_weight);
+  std::string key = fmt::format("binary_cross_entropy_with_logits reduction={} pos_weight={}",
+                                static_cast<int>(reduction), pos_weight.defined());
+  return run_composite(key, args, [f](std::span<const Tensor> in) {
+    return std::vector<Tensor>{f(in[0], in[1], in.size() > 2 ? in[2] : Tensor())};
+  })[0];
 }
 
 }  // namespace kiln

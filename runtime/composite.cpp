@@ -102,12 +102,18 @@ Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
   Tensor x = autocast_wide(x_in);
   KILN_CHECK(x.defined(), "logsumexp: the tensor is undefined");
   Dims axes = normalize_axes(dims, x.dim(), "logsumexp");
-  Tensor xf = x.to(to_float_dtype(x.dtype()));
-  Tensor m = stable_shift(xf, dims);
-  Tensor out = log(sum(exp(xf - m), dims, true)) + m;
-  if (keepdim) return out;
-  for (size_t i = axes.size(); i-- > 0;) out = out.squeeze(axes[i]);
-  return out;
+  auto f = [dims, axes, keepdim](const Tensor& in) {
+    Tensor xf = in.to(to_float_dtype(in.dtype()));
+    Tensor m = stable_shift(xf, dims);
+    Tensor out = log(sum(exp(xf - m), dims, true)) + m;
+    if (keepdim) return out;
+    for (size_t i = axes.size(); i-- > 0;) out = out.squeeze(axes[i]);
+    return out;
+  };
+  Tensor args[] = {x};
+  if (!composite_fuses(args)) return f(x);
+  std::string key = fmt::format("logsumexp rank={} dims={} keepdim={}", x.dim(), shape_str(dims), keepdim);
+  return run_composite(key, args, [f](std::span<const Tensor> in) { return std::vector<Tensor>{f(in[0])}; })[0];
 }
 
 // A composite over rows of `dim` (make(d) is it for the dim wrapped, d): compiled on CUDA

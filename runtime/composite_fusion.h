@@ -1,8 +1,8 @@
 // runtime/composite_fusion.h -- eager composites as compiled functions on CUDA.
 //
-// softmax, log_softmax, layer_norm and nn's norms and losses are composites of ops: they
-// differentiate, trace and run on every device for free, but eagerly on a GPU each primitive
-// is a kernel and a tensor in memory. Called eagerly on CUDA tensors, such a composite runs
+// softmax, log_softmax, logsumexp, layer_norm and nn's norms and losses are composites of
+// ops: they differentiate, trace and run on every device for free, but eagerly on a GPU each
+// primitive is a kernel and a tensor in memory. Called eagerly on CUDA tensors, such a composite runs
 // instead as a jit::Function of its body: traced once per key (the op and the attributes its
 // body captures) and input signature, cached, fused into a kernel per pass, with one autograd
 // node whose backward is the compiled backward (a kernel per pass again). What it computes is
