@@ -18,7 +18,7 @@ struct CompositeRegistry {
   std::unordered_map<std::string, std::shared_ptr<Function>> functions;
 };
 CompositeRegistry& composite_registry() {
-  static CompositeRegistry* r = new CompositeRegistry;  // never destroyed: composites may run during exit
+  static CompositeRegistry* r = new CompositeRegistry;  // never destroyed: composites may run at exit
   return *r;
 }
 
@@ -38,11 +38,13 @@ std::shared_ptr<Function> composite_function_for(const std::string& key, const C
   return f;
 }
 
-std::vector<Tensor> run_composite_function(const std::string& key, std::span<const Tensor> args, const CompositeBody& body) {
+std::vector<Tensor> run_composite_function(const std::string& key, std::span<const Tensor> args,
+                                           const CompositeBody& body) {
   return composite_function_for(key, body)->call(args);
 }
 
-const bool composite_runner_installed = (kiln::detail::install_composite_runner(&run_composite_function, &fusion_enabled), true);
+const bool composite_runner_installed =
+    (kiln::detail::install_composite_runner(&run_composite_function, &fusion_enabled), true);
 
 }  // namespace
 

@@ -98,8 +98,8 @@ class CompiledBackward final : public NodeBackward {
         wrt_output_(std::move(wrt_output)), fallback_(std::move(fallback)) {}
 
   const std::string& name() const override { return name_; }
+  // Differentiable: an eager composite's, whose node keeps its arguments for that.
   bool differentiable() const override { return fallback_.has_value(); }
-  bool keeps_arguments() const { return fallback_.has_value(); }
   size_t always_read(size_t saved) const override { return fallback_ ? fallback_->kept_from : saved; }
 
   std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
@@ -258,7 +258,7 @@ std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor>
     node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
   }
   // A composite's arguments, with their history, for a backward with create_graph.
-  if (plan.backward->keeps_arguments())
+  if (plan.backward->differentiable())
     for (const Tensor& x : inputs) {
       node->saved_in.push_back(x);
       node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
