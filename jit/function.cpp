@@ -21,6 +21,7 @@
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/composite_fusion.h"
+#include "runtime/cuda.h"
 #include "runtime/log.h"
 #include "runtime/profiler.h"
 
@@ -244,6 +245,10 @@ std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor>
   node->custom = plan.backward;
   node->sequence = next_node_sequence();
   node->num_outputs = static_cast<uint32_t>(t.diff_results.size());
+  if (!t.diff_results.empty()) {  // its backward runs where the forward ran, as an op's does
+    node->device = outs[t.diff_results[0]].device();
+    if (node->device.is_cuda()) node->stream = cuda::current_stream(node->device.index).handle();
+  }
   for (const Trace::Wrt& w : t.wrt) {
     const Tensor& x = w.param ? t.params[w.index] : inputs[w.index];
     node->next.push_back(edge_to(x));

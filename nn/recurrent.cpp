@@ -8,6 +8,7 @@
 #include "nn/describe.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/recurrent_cudnn.h"
 #include "runtime/check.h"
 #include "runtime/rearrange.h"
 
@@ -72,50 +73,105 @@ RNNBase::RNNBase(const char* name, int64_t gates, int64_t input_size, int64_t hi
     }
 }
 
+namespace {
+
+// The layers of a stack run op by op from layer_in [T, N, in]: {output [T, N, D * H], final h
+// [L * D, N, H] (and c)}. `states` per kind are [L * D, N, H] (none: zeros); `params` per layer
+// and direction w_ih, w_hh (, b_ih, b_hh). Dropout between layers with p > 0.
+std::vector<Tensor> unrolled(const detail::RnnStack& st, const Tensor& layer_in0, std::span<const Tensor> states,
+                             std::span<const Tensor> params, double p, bool training) {
+  int64_t t_len = layer_in0.shape()[0], n = layer_in0.shape()[1], dirs = st.bidirectional ? 2 : 1, h = st.hidden_size;
+  size_t kinds = st.lstm ? 2 : 1, per = st.bias ? 4 : 2;
+  std::vector<std::vector<Tensor>> finals(kinds);
+  Tensor layer_in = layer_in0;
+  for (int64_t l = 0; l < st.num_layers; ++l) {
+    std::vector<Tensor> outs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      std::span<const Tensor> w = params.subspan(static_cast<size_t>(l * dirs + d) * per, per);
+      // Every time step's input projection in one matmul.
+      Tensor xw = matmul(layer_in, w[0].t());
+      if (st.bias) xw = xw + (st.lstm ? w[2] + w[3] : w[2]);
+      std::vector<Tensor> s;
+      for (const Tensor& s0 : states) s.push_back(s0.select(0, l * dirs + d));
+      if (s.empty()) s.assign(kinds, zero_state(n, h, layer_in0));
+      std::vector<Tensor> hs(static_cast<size_t>(t_len));
+      for (int64_t step = 0; step < t_len; ++step) {
+        int64_t t = d == 0 ? step : t_len - 1 - step;
+        if (st.lstm) {
+          auto [h2, c2] = lstm_step(xw.select(0, t), s[0], s[1], w[1]);
+          s = {h2, c2};
+        } else {
+          s = {gru_step(xw.select(0, t), s[0], w[1], st.bias ? w[3] : Tensor())};
+        }
+        hs[static_cast<size_t>(t)] = s[0];
+      }
+      outs.push_back(t_len > 0 ? stack(hs, 0) : zeros({0, n, h}, layer_in0.dtype(), layer_in0.device()));  // [T, N, H]
+      for (size_t k = 0; k < kinds; ++k) finals[k].push_back(s[k]);
+    }
+    layer_in = dirs == 1 ? outs[0] : cat(outs, 2);
+    if (l + 1 < st.num_layers && p > 0) layer_in = dropout(layer_in, p, training);
+  }
+  std::vector<Tensor> result{layer_in};
+  for (const std::vector<Tensor>& f : finals) result.push_back(stack(f, 0));  // [L * D, N, H]
+  return result;
+}
+
+// Layers [first, first + count) of a stack as a stack of their own.
+detail::RnnStack layers_of(detail::RnnStack st, int64_t first, int64_t count) {
+  if (first > 0) st.input_size = st.hidden_size * (st.bidirectional ? 2 : 1);
+  st.num_layers = count;
+  return st;
+}
+
+}  // namespace
+
 std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>& state_in) {
   KILN_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3) && input.shape().back() == input_size_,
              "{}: expected an input [T, N, {}] ([N, T, {}] batch_first, or [T, {}] unbatched), got {}", name_, input_size_,
              input_size_, input_size_, type_of(input));
   bool unbatched = input.dim() == 2;
   Tensor x = unbatched ? input.unsqueeze(1) : options.batch_first ? input.transpose(0, 1) : input;  // [T, N, in]
-  int64_t t_len = x.shape()[0], n = x.shape()[1], dirs = options.bidirectional ? 2 : 1, h = hidden_size_;
-  size_t kinds = gates_ == 4 ? 2 : 1;  // LSTM: h and c; GRU: h
+  int64_t n = x.shape()[1], dirs = options.bidirectional ? 2 : 1, h = hidden_size_;
+  std::vector<Tensor> states;  // [L * D, N, H] each
   for (const Tensor& s : state_in) {
     Dims want = unbatched ? Dims{options.num_layers * dirs, h} : Dims{options.num_layers * dirs, n, h};
     KILN_CHECK(s.defined() && s.shape() == want, "{}: an initial state must be {}, got {}", name_, shape_str(want),
                type_of(s));
+    states.push_back(unbatched ? s.unsqueeze(1) : s);
   }
-  std::vector<std::vector<Tensor>> finals(kinds);
-  Tensor layer_in = x;
-  for (int64_t l = 0; l < options.num_layers; ++l) {
-    std::vector<Tensor> outs;
-    for (int64_t d = 0; d < dirs; ++d) {
-      const Weights& w = weights_[static_cast<size_t>(l * dirs + d)];
-      // Every time step's input projection in one matmul.
-      Tensor xw = matmul(layer_in, w.w_ih.t());
-      if (w.b_ih.defined()) xw = xw + (gates_ == 4 ? w.b_ih + w.b_hh : w.b_ih);
+  std::vector<Tensor> params;
+  for (const Weights& w : weights_)
+    for (const Tensor& t : {w.w_ih, w.w_hh, w.b_ih, w.b_hh})
+      if (t.defined()) params.push_back(t);
+  detail::RnnStack st{gates_ == 4, input_size_, hidden_size_, options.num_layers, options.bidirectional, options.bias};
+  double p = options.dropout;
+  bool training = is_training();
+  std::vector<Tensor> result;
+  if (detail::cudnn_may_run(x, states, params)) {
+    // Through cuDNN: all layers in one call, or one call per layer with kiln's dropout between.
+    int64_t block = p > 0 && training ? 1 : options.num_layers;
+    size_t per = options.bias ? 4 : 2;
+    std::vector<std::vector<Tensor>> finals(gates_ == 4 ? 2 : 1);
+    Tensor layer_in = x;
+    for (int64_t l = 0; l < options.num_layers; l += block) {
+      detail::RnnStack part = layers_of(st, l, block);
       std::vector<Tensor> s;
-      for (const Tensor& s0 : state_in) s.push_back(unbatched ? s0.select(0, l * dirs + d).unsqueeze(0) : s0.select(0, l * dirs + d));
-      if (s.empty()) s.assign(kinds, zero_state(n, h, x));
-      std::vector<Tensor> hs(static_cast<size_t>(t_len));
-      for (int64_t step = 0; step < t_len; ++step) {
-        int64_t t = d == 0 ? step : t_len - 1 - step;
-        if (gates_ == 4) {
-          auto [h2, c2] = lstm_step(xw.select(0, t), s[0], s[1], w.w_hh);
-          s = {h2, c2};
-        } else {
-          s = {gru_step(xw.select(0, t), s[0], w.w_hh, w.b_hh)};
-        }
-        hs[static_cast<size_t>(t)] = s[0];
-      }
-      outs.push_back(t_len > 0 ? stack(hs, 0) : zeros({0, n, h}, x.dtype(), x.device()));  // [T, N, H]
-      for (size_t k = 0; k < kinds; ++k) finals[k].push_back(s[k]);
+      for (const Tensor& s0 : states) s.push_back(s0.narrow(0, l * dirs, block * dirs));
+      std::span<const Tensor> w = std::span<const Tensor>(params).subspan(static_cast<size_t>(l * dirs) * per,
+                                                                          static_cast<size_t>(block * dirs) * per);
+      detail::RnnComposite composite = [part](const Tensor& xi, std::span<const Tensor> si, std::span<const Tensor> wi) {
+        return unrolled(part, xi, si, wi, 0, false);
+      };
+      std::vector<Tensor> r = detail::cudnn_stack(part, layer_in, s, w, composite);
+      layer_in = r[0];
+      if (l + block < options.num_layers && p > 0) layer_in = dropout(layer_in, p, training);
+      for (size_t k = 0; k < finals.size(); ++k) finals[k].push_back(r[k + 1]);
     }
-    layer_in = dirs == 1 ? outs[0] : cat(outs, 2);
-    if (l + 1 < options.num_layers && options.dropout > 0) layer_in = dropout(layer_in, options.dropout, is_training());
+    result.push_back(layer_in);
+    for (const std::vector<Tensor>& f : finals) result.push_back(f.size() == 1 ? f[0] : cat(f, 0));
+  } else {
+    result = unrolled(st, x, states, params, p, training);
   }
-  std::vector<Tensor> result{layer_in};
-  for (const std::vector<Tensor>& f : finals) result.push_back(stack(f, 0));  // [L * D, N, H]
   for (Tensor& r : result)
     if (unbatched) r = r.select(1, 0);
   if (!unbatched && options.batch_first) result[0] = result[0].transpose(0, 1);

@@ -8,8 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda.h"
 #include "runtime/op.h"
@@ -63,6 +65,38 @@ struct EpilogueStats {
   int64_t fused = 0, declined = 0;
 };
 EpilogueStats epilogue_stats();
+
+/// A stack of recurrent layers as cuDNN's RNN API runs it (runtime/cuda/rnn_cuda.cpp): an
+/// LSTM or a GRU, with torch's gate orders (which are cuDNN's: i, f, g, o and r, z, n) and
+/// equations (a GRU's recurrent bias inside r's product), num_layers deep, one or two
+/// directions, two biases per layer and direction or none, no dropout between the layers.
+struct RnnSpec {
+  bool lstm = true;  // else a GRU
+  int64_t input_size = 0, hidden_size = 0, num_layers = 1;
+  bool bidirectional = false, bias = true;
+  DType dtype = DType::F32;
+};
+/// A forward's results: y [T, N, D * H], the final h (and c) [L * D, N, H]; with what its
+/// backward reads (the packed weights, the sequence lengths, cuDNN's reserve).
+struct RnnForward {
+  Tensor y, hy, cy;
+  Tensor weights, lengths, reserve;
+};
+/// Runs `spec` on x [T, N, input_size] from hx and cx [L * D, N, H] (undefined: zeros; all
+/// contiguous, of spec's dtype, on one device) with `params` per layer and direction in torch's
+/// order (w_ih, w_hh, then b_ih, b_hh with bias), packed into cuDNN's weight space.
+/// `training` keeps the reserve for rnn_backward. nullopt with `*why`, having queued nothing,
+/// when cuDNN is unavailable or does not support the configuration.
+std::optional<RnnForward> rnn_forward(const RnnSpec& spec, const Tensor& x, const Tensor& hx, const Tensor& cx,
+                                      std::span<const Tensor> params, bool training, std::string* why);
+/// The gradients of rnn_forward's inputs from those of its results (undefined: zeros): dx, dhx
+/// and dcx (undefined where hx, cx were), and with `weights` each param's, in `params`' order.
+struct RnnGrads {
+  Tensor dx, dhx, dcx;
+  std::vector<Tensor> dparams;
+};
+RnnGrads rnn_backward(const RnnSpec& spec, const Tensor& x, const Tensor& hx, const Tensor& cx, const RnnForward& fwd,
+                      const Tensor& dy, const Tensor& dhy, const Tensor& dcy, bool weights);
 
 /// A CUDA graph: the work queued on a stream during a capture, replayed by launch() on any
 /// stream of its device. The memory its kernels touch was allocated during the capture from a

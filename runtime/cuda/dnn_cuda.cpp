@@ -1,28 +1,22 @@
-// runtime/cuda/dnn_cuda.cpp -- conv2d and its two gradients on CUDA through cuDNN 9, loaded with
-// dlopen (KILN_CUDA_CUDNN, else libcudnn.so.9 on the library path or in /usr/local/cuda). Its
-// legacy convolution calls (cudnnConvolutionForward, ...BackwardData, ...BackwardFilter), which
+// runtime/cuda/dnn_cuda.cpp -- conv2d and its two gradients on CUDA through cuDNN 9
+// (cudnn_cuda.h). Its legacy convolution calls (cudnnConvolutionForward, ...BackwardData, ...BackwardFilter), which
 // cuDNN 9 keeps (marked deprecated in favour of its graph API, whose descriptors would add
 // nothing for these three ops): NCHW, any input strides, groups, dilation; the first algorithm
 // cuDNN's heuristics rank as working, its workspace from the caching allocator. Where cuDNN has
 // none, contiguous operands and then wider dtypes are tried (convolve); a configuration that
 // not even f64 supports is a kiln::Error naming it, never a wrong answer. Installed into the
 // CUDA op table by the runtime itself.
-#include <cudnn.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <limits>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "runtime/check.h"
-#include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda/context_cuda.h"
+#include "runtime/cuda/cudnn_cuda.h"
 #include "runtime/cuda_kernels.h"
 #include "runtime/log.h"
 
@@ -31,82 +25,6 @@
 
 namespace kiln::cuda {
 namespace {
-
-#define KILN_CUDNN_FUNCTIONS(X)                                                                               \
-  X(cudnnCreate) X(cudnnSetStream) X(cudnnGetErrorString) X(cudnnCreateTensorDescriptor)                      \
-  X(cudnnSetTensor4dDescriptorEx) X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor)             \
-  X(cudnnSetFilter4dDescriptor) X(cudnnDestroyFilterDescriptor) X(cudnnCreateConvolutionDescriptor)          \
-  X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType)         \
-  X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolutionForwardAlgorithm_v7)                             \
-  X(cudnnGetConvolutionForwardWorkspaceSize) X(cudnnConvolutionForward)                                       \
-  X(cudnnGetConvolutionBackwardDataAlgorithm_v7) X(cudnnGetConvolutionBackwardDataWorkspaceSize)             \
-  X(cudnnConvolutionBackwardData) X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                           \
-  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)
-
-struct Cudnn {
-#define KILN_CUDNN_DECLARE(fn) decltype(&::fn) fn = nullptr;
-  KILN_CUDNN_FUNCTIONS(KILN_CUDNN_DECLARE)
-#undef KILN_CUDNN_DECLARE
-  bool ok = false;
-  std::string reason;
-};
-
-Cudnn load_cudnn() {
-  Cudnn c;
-  void* lib = open_library("KILN_CUDA_CUDNN", {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, "cuDNN 9",
-                           &c.reason);
-  if (!lib) return c;
-  std::string missing;
-#define KILN_CUDNN_LOAD(fn)                                        \
-  c.fn = reinterpret_cast<decltype(c.fn)>(dlsym(lib, #fn));        \
-  if (!c.fn) missing += std::string(missing.empty() ? "" : ", ") + #fn;
-  KILN_CUDNN_FUNCTIONS(KILN_CUDNN_LOAD)
-#undef KILN_CUDNN_LOAD
-  c.ok = missing.empty();
-  if (!c.ok) c.reason = "cuDNN lacks " + missing;
-  return c;
-}
-
-const Cudnn& cudnn() {
-  static const Cudnn c = load_cudnn();
-  return c;
-}
-
-void check_dnn(cudnnStatus_t s, const char* call, const std::string& what) {
-  if (s == CUDNN_STATUS_SUCCESS) return;
-  throw Error(fmt::format("{}: cuDNN's {} failed: {} ({})", what, call, cudnn().cudnnGetErrorString(s),
-                          s == CUDNN_STATUS_NOT_SUPPORTED ? "a configuration cuDNN does not support" : "an error"));
-}
-
-cudnnHandle_t cudnn_handle(int device) {
-  thread_local std::map<int, cudnnHandle_t> handles;
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  cudnnHandle_t h = nullptr;
-  check_dnn(cudnn().cudnnCreate(&h), "cudnnCreate", "conv2d");
-  static std::mutex mu;  // kept for the process, reachable after its thread ends (as cuBLAS's)
-  static auto* all = new std::vector<cudnnHandle_t>;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    all->push_back(h);
-  }
-  return handles[device] = h;
-}
-
-cudnnDataType_t data_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDNN_DATA_FLOAT;
-    case DType::F64: return CUDNN_DATA_DOUBLE;
-    case DType::F16: return CUDNN_DATA_HALF;
-    case DType::BF16: return CUDNN_DATA_BFLOAT16;
-    default: throw Error(fmt::format("conv2d: cuDNN takes float dtypes, not {}", dtype_name(t)));
-  }
-}
-
-int fits_cudnn(int64_t v, const char* op) {
-  KILN_CHECK(v >= 0 && v <= std::numeric_limits<int>::max(), "{}: size {} is beyond what cuDNN takes", op, v);
-  return static_cast<int>(v);
-}
 
 // The descriptors of one convolution, destroyed with it.
 struct Conv {
@@ -119,31 +37,31 @@ struct Conv {
   // x and y: [N,C,H,W] tensors (any strides); w: the weight's shape (contiguous).
   Conv(const char* name, const Tensor& xt, const Dims& w_shape, const Tensor& yt, const Attrs& a) : op(name) {
     KILN_CHECK(d.ok, "{}: cuDNN is not available: {}", op, d.reason);
-    cudnnDataType_t t = data_type(xt.dtype());
+    cudnnDataType_t t = dnn_data_type(xt.dtype(), op);
     check_dnn(d.cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor", op);
     check_dnn(d.cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor", op);
     check_dnn(d.cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor", op);
     check_dnn(d.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor", op);
     for (auto [desc, t4] : {std::pair{x, &xt}, std::pair{y, &yt}}) {
       const Dims &s = t4->shape(), &st = t4->strides();
-      check_dnn(d.cudnnSetTensor4dDescriptorEx(desc, t, fits_cudnn(s[0], name), fits_cudnn(s[1], name),
-                                               fits_cudnn(s[2], name), fits_cudnn(s[3], name), fits_cudnn(std::max<int64_t>(st[0], 1), name),
-                                               fits_cudnn(std::max<int64_t>(st[1], 1), name),
-                                               fits_cudnn(std::max<int64_t>(st[2], 1), name),
-                                               fits_cudnn(std::max<int64_t>(st[3], 1), name)),
+      check_dnn(d.cudnnSetTensor4dDescriptorEx(desc, t, fits_dnn(s[0], name), fits_dnn(s[1], name),
+                                               fits_dnn(s[2], name), fits_dnn(s[3], name), fits_dnn(std::max<int64_t>(st[0], 1), name),
+                                               fits_dnn(std::max<int64_t>(st[1], 1), name),
+                                               fits_dnn(std::max<int64_t>(st[2], 1), name),
+                                               fits_dnn(std::max<int64_t>(st[3], 1), name)),
                 "cudnnSetTensor4dDescriptorEx", op);
     }
-    check_dnn(d.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, fits_cudnn(w_shape[0], name),
-                                           fits_cudnn(w_shape[1], name), fits_cudnn(w_shape[2], name),
-                                           fits_cudnn(w_shape[3], name)),
+    check_dnn(d.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, fits_dnn(w_shape[0], name),
+                                           fits_dnn(w_shape[1], name), fits_dnn(w_shape[2], name),
+                                           fits_dnn(w_shape[3], name)),
               "cudnnSetFilter4dDescriptor", op);
     cudnnDataType_t compute = xt.dtype() == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    check_dnn(d.cudnnSetConvolution2dDescriptor(conv, fits_cudnn(a.padding[0], name), fits_cudnn(a.padding[1], name),
-                                                fits_cudnn(a.stride[0], name), fits_cudnn(a.stride[1], name),
-                                                fits_cudnn(a.dilation[0], name), fits_cudnn(a.dilation[1], name),
+    check_dnn(d.cudnnSetConvolution2dDescriptor(conv, fits_dnn(a.padding[0], name), fits_dnn(a.padding[1], name),
+                                                fits_dnn(a.stride[0], name), fits_dnn(a.stride[1], name),
+                                                fits_dnn(a.dilation[0], name), fits_dnn(a.dilation[1], name),
                                                 CUDNN_CROSS_CORRELATION, compute),
               "cudnnSetConvolution2dDescriptor", op);
-    check_dnn(d.cudnnSetConvolutionGroupCount(conv, fits_cudnn(a.groups, name)), "cudnnSetConvolutionGroupCount", op);
+    check_dnn(d.cudnnSetConvolutionGroupCount(conv, fits_dnn(a.groups, name)), "cudnnSetConvolutionGroupCount", op);
     cudnnMathType_t math = xt.dtype() == DType::F32 ? (allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)
                                                     : CUDNN_TENSOR_OP_MATH;
     if (xt.dtype() == DType::F64) math = CUDNN_DEFAULT_MATH;
@@ -159,29 +77,12 @@ struct Conv {
   Conv& operator=(const Conv&) = delete;
 };
 
-// Workspace from the device's caching allocator, held for the call (freed in stream order).
-struct Workspace {
-  Tensor t;
-  void* ptr = nullptr;
-  Workspace(size_t bytes, Device device) {
-    if (bytes == 0) return;
-    t = Tensor::empty({DType::U8, {static_cast<int64_t>(bytes)}, device});
-    ptr = t.data_ptr();
-  }
-};
-
 // The first ranked algorithm that cuDNN says works, if any.
 template <class Perf>
 std::optional<Perf> first_working(const std::vector<Perf>& perf, int count) {
   for (int i = 0; i < count; ++i)
     if (perf[static_cast<size_t>(i)].status == CUDNN_STATUS_SUCCESS) return perf[static_cast<size_t>(i)];
   return std::nullopt;
-}
-
-void prepare(int device) {
-  bind(device, "conv2d");
-  check_dnn(cudnn().cudnnSetStream(cudnn_handle(device), reinterpret_cast<cudaStream_t>(current(device))),
-            "cudnnSetStream", "conv2d");
 }
 
 // Which of a convolution's three tensors (cuDNN's x, w, y) a call writes: conv2d writes y from x
@@ -215,8 +116,7 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
   const Tensor &x = t[0], &w = t[1], &y = t[2];
   Device device = t[written(p)].device();
   Conv c(op.c_str(), x, w.shape(), y, a);
-  prepare(device.index);
-  cudnnHandle_t h = cudnn_handle(device.index);
+  cudnnHandle_t h = dnn_handle(device.index, op);
   const Cudnn& d = c.d;
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;

@@ -71,6 +71,15 @@ bool gemm_epilogue(int, DType, Epilogue, bool, bool, int64_t, int64_t, int64_t, 
   return false;
 }
 EpilogueStats epilogue_stats() { return {}; }
+std::optional<RnnForward> rnn_forward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&,
+                                      std::span<const Tensor>, bool, std::string* why) {
+  *why = kReason;
+  return std::nullopt;
+}
+RnnGrads rnn_backward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&, const RnnForward&, const Tensor&,
+                      const Tensor&, const Tensor&, bool) {
+  unavailable("rnn backward");
+}
 CapturedGraph::~CapturedGraph() { (void)device_, (void)exec_, (void)pool_, (void)stream_; }
 void CapturedGraph::launch() const { unavailable("cuda graph"); }
 void begin_capture(const Stream&) { unavailable("cuda graph capture"); }

@@ -2,25 +2,13 @@
 // convolution API, with cudnn.h's types), computing on the host in double with reference loops
 // on the handle's stream, in stream order. kiln loads it instead of libcudnn when
 // KILN_CUDA_CUDNN names it.
-#include <cudnn.h>
-
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
-#include "runtime/half.h"
-#include "tests/cuda/host/queue_cuda.h"
+#include "tests/cuda/host/dnn_cuda.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
-struct cudnnContext {
-  cudaStream_t stream = nullptr;
-};
-struct cudnnTensorStruct {
-  cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  int n = 0, c = 0, h = 0, w = 0, sn = 0, sc = 0, sh = 0, sw = 0;
-};
 struct cudnnFilterStruct {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   int k = 0, c = 0, h = 0, w = 0;
@@ -31,24 +19,6 @@ struct cudnnConvolutionStruct {
 
 namespace {
 
-double load(const void* p, cudnnDataType_t t, long long i) {
-  switch (t) {
-    case CUDNN_DATA_FLOAT: return static_cast<const float*>(p)[i];
-    case CUDNN_DATA_DOUBLE: return static_cast<const double*>(p)[i];
-    case CUDNN_DATA_HALF: return kiln::Half::to_float(static_cast<const uint16_t*>(p)[i]);
-    case CUDNN_DATA_BFLOAT16: return kiln::BFloat16::to_float(static_cast<const uint16_t*>(p)[i]);
-    default: return 0;
-  }
-}
-void store(void* p, cudnnDataType_t t, long long i, double v) {
-  switch (t) {
-    case CUDNN_DATA_FLOAT: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case CUDNN_DATA_DOUBLE: static_cast<double*>(p)[i] = v; break;
-    case CUDNN_DATA_HALF: static_cast<uint16_t*>(p)[i] = kiln::Half::from_float(static_cast<float>(v)); break;
-    case CUDNN_DATA_BFLOAT16: static_cast<uint16_t*>(p)[i] = kiln::BFloat16::from_float(static_cast<float>(v)); break;
-    default: break;
-  }
-}
 
 long long at(const cudnnTensorStruct& d, int n, int c, int y, int x) {
   return static_cast<long long>(n) * d.sn + static_cast<long long>(c) * d.sc + static_cast<long long>(y) * d.sh +
@@ -77,30 +47,11 @@ void taps(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnTen
               }
 }
 
-// KILN_HOST_CUDNN_REFUSE (a comma list of f32, f64, f16, bf16 and "strided") makes the
-// heuristics rank only an algorithm that does not work for those dtypes, or for tensors that
-// are not packed NCHW, as the real cuDNN does for some configurations: kiln's fallbacks then
-// run in CI.
-const char* type_name(cudnnDataType_t t) {
-  switch (t) {
-    case CUDNN_DATA_FLOAT: return "f32";
-    case CUDNN_DATA_DOUBLE: return "f64";
-    case CUDNN_DATA_HALF: return "f16";
-    case CUDNN_DATA_BFLOAT16: return "bf16";
-    default: return "?";
-  }
-}
-bool listed(const char* word) {
-  const char* env = std::getenv("KILN_HOST_CUDNN_REFUSE");
-  if (!env) return false;
-  std::string list = std::string(",") + env + ",";
-  return list.find(std::string(",") + word + ",") != std::string::npos;
-}
 bool packed(const cudnnTensorStruct& d) {
   return d.sw == 1 && d.sh == d.w && d.sc == d.h * d.w && d.sn == d.c * d.h * d.w;
 }
 cudnnStatus_t refused(const cudnnTensorStruct& a, const cudnnTensorStruct& b) {
-  bool no = listed(type_name(a.type)) || (listed("strided") && (!packed(a) || !packed(b)));
+  bool no = host_dnn::listed(host_dnn::type_name(a.type)) || (host_dnn::listed("strided") && (!packed(a) || !packed(b)));
   return no ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
 }
 
@@ -235,13 +186,13 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, cudnnT
     std::vector<double> acc(static_cast<size_t>(Y.n) * Y.c * Y.h * Y.w, 0.0);
     taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
       acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox] +=
-          load(x, X.type, at(X, n, c, iy, ix)) * load(w, W.type, at(W, o, ci, ky, kx));
+          host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(w, W.type, at(W, o, ci, ky, kx));
     });
     for (int n = 0; n < Y.n; ++n)
       for (int o = 0; o < Y.c; ++o)
         for (int oy = 0; oy < Y.h; ++oy)
           for (int ox = 0; ox < Y.w; ++ox)
-            store(y, Y.type, at(Y, n, o, oy, ox), acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
+            host_dnn::store(y, Y.type, at(Y, n, o, oy, ox), acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
   });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -258,13 +209,13 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
     std::vector<double> acc(static_cast<size_t>(X.n) * X.c * X.h * X.w, 0.0);
     taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
       acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix] +=
-          load(dy, Y.type, at(Y, n, o, oy, ox)) * load(w, W.type, at(W, o, ci, ky, kx));
+          host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox)) * host_dnn::load(w, W.type, at(W, o, ci, ky, kx));
     });
     for (int n = 0; n < X.n; ++n)
       for (int c = 0; c < X.c; ++c)
         for (int iy = 0; iy < X.h; ++iy)
           for (int ix = 0; ix < X.w; ++ix)
-            store(dx, X.type, at(X, n, c, iy, ix), acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
+            host_dnn::store(dx, X.type, at(X, n, c, iy, ix), acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
   });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -280,9 +231,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
   kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
     std::vector<double> acc(static_cast<size_t>(W.k) * W.c * W.h * W.w, 0.0);
     taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
-      acc[static_cast<size_t>(at(W, o, ci, ky, kx))] += load(x, X.type, at(X, n, c, iy, ix)) * load(dy, Y.type, at(Y, n, o, oy, ox));
+      acc[static_cast<size_t>(at(W, o, ci, ky, kx))] += host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox));
     });
-    for (size_t i = 0; i < acc.size(); ++i) store(dw, W.type, static_cast<long long>(i), acc[i]);
+    for (size_t i = 0; i < acc.size(); ++i) host_dnn::store(dw, W.type, static_cast<long long>(i), acc[i]);
   });
   return CUDNN_STATUS_SUCCESS;
 }

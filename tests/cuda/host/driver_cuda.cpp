@@ -253,6 +253,7 @@ bool is_device_range(CUdeviceptr p, size_t n) {
 }  // namespace
 
 void kiln_host_enqueue(CUstream stream, std::function<void()> task) { stream_of(stream)->push(std::move(task)); }
+bool kiln_host_device_range(const void* p, size_t n) { return is_device_range(reinterpret_cast<CUdeviceptr>(p), n); }
 
 extern "C" {
 

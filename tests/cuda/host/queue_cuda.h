@@ -4,7 +4,10 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <functional>
 
 /// Queues `task` on `stream` (0: the current context's default stream).
 void kiln_host_enqueue(CUstream stream, std::function<void()> task);
+/// Whether [p, p + n) lies in one live allocation of a host device.
+bool kiln_host_device_range(const void* p, size_t n);
