@@ -35,6 +35,10 @@ struct FuseOptions {
   /// The devices whose groups run as kernels (jit's code generators: the CPU and CUDA); work
   /// on any other device stays ops. Unset: every device.
   std::function<bool(Device)> has_kernels;
+  /// The devices on which a small pointwise group that feeds larger groups is recomputed inside
+  /// each of them rather than run as a kernel of its own (a launch saved is worth a few flops
+  /// per element on a GPU, not on the CPU). Unset: CUDA devices.
+  std::function<bool(Device)> recompute_small = [](Device d) { return d.is_cuda(); };
 };
 /// Forms fused groups of pointwise ops, casts, broadcasts and reductions (ir/fusion.h).
 Graph fuse(const Graph& g);

@@ -68,6 +68,34 @@ std::vector<Dims> contiguous_operands(const ir::Graph& body, std::vector<Dims>& 
   return shapes;
 }
 
+// The group that combines the partial results [parts, output...] of `body`'s outputs `which`
+// (of one shape): each reduced over its first dim by the reduction that made it.
+ir::Node combine_group(const ir::Graph& body, const std::vector<std::optional<OpId>>& cut,
+                       const std::vector<size_t>& which, int64_t parts) {
+  auto g = std::make_shared<ir::Graph>();
+  std::vector<ir::Node> nodes;
+  for (size_t j : which) {
+    TensorType out = body.type(body.outputs[j]), part = out;
+    part.shape.insert(0, parts);
+    ir::Node n;
+    n.op = *cut[j];
+    n.attrs.axes = {0};
+    n.inputs.push_back(g->add_value(part));
+    g->inputs.push_back(n.inputs.back());
+    n.result = g->add_value(out);
+    nodes.push_back(n);
+  }
+  for (ir::Node& n : nodes) {
+    g->outputs.push_back(n.result);
+    g->nodes.push_back(std::move(n));
+  }
+  ir::Node fused;
+  fused.kind = ir::NodeKind::Fused;
+  fused.results = g->outputs;
+  fused.body = std::move(g);
+  return fused;
+}
+
 // Prepares `fused` for operands of `shapes` and `strides` on a device of `sms`
 // multiprocessors; `compile`: its kernels too (else only the plan, for plan_group_launches).
 CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides, bool eager,
@@ -118,21 +146,27 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
       return g;
     }
   }
-  if (g.launch.parts > 1)  // each reduced output's partial results [parts, output...], reduced over their first dim
+  if (g.launch.parts > 1) {  // the reduced outputs' partial results [parts, output...], reduced over their first dim
+    g.partial.assign(body.outputs.size(), 0);
+    std::vector<char> done(body.outputs.size(), 0);
     for (size_t j = 0; j < body.outputs.size(); ++j) {
-      if (!cut[j]) {
-        g.combine.emplace_back();
-        continue;
+      if (!cut[j] || done[j]) continue;
+      CudaGroup::Combine c;
+      const Dims& shape = body.type(body.outputs[j]).shape;
+      for (size_t k = j; k < body.outputs.size(); ++k)
+        if (cut[k] && !done[k] && body.type(body.outputs[k]).shape == shape) c.outputs.push_back(k), done[k] = 1;
+      ir::Node group = combine_group(body, cut, c.outputs, g.launch.parts);
+      std::vector<Dims> part_shapes, part_strides;
+      for (uint32_t v : group.body->inputs) {
+        part_shapes.push_back(group.body->type(v).shape);
+        part_strides.push_back(contiguous_strides(part_shapes.back()));
       }
-      TensorType out = body.type(body.outputs[j]), part = out;
-      part.shape.insert(0, g.launch.parts);
-      Attrs attrs;
-      attrs.axes = {0};
-      ir::Node c = single_op_group(*cut[j], attrs, {&part, 1}, out);
-      Dims part_strides = contiguous_strides(part.shape);
-      g.combine.push_back(std::make_shared<const CudaGroup>(
-          prepare(c, {&part.shape, 1}, {&part_strides, 1}, eager, /*may_split=*/false, sms, compile)));
+      c.group = std::make_shared<const CudaGroup>(
+          prepare(group, part_shapes, part_strides, eager, /*may_split=*/false, sms, compile));
+      for (size_t k : c.outputs) g.partial[k] = 1;
+      g.combines.push_back(std::move(c));
     }
+  }
   if (!compile) return g;
   codegen::CudaEmitOptions options;
   options.immediates_as_args = options.generic_strides = eager;
@@ -216,16 +250,20 @@ void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::
   std::vector<Tensor> partial(outputs.size());
   for (size_t j = 0; j < outputs.size(); ++j) {
     const Tensor& y = outputs[j];
-    if (g.combine[j]) {
+    if (g.partial[j]) {
       Dims shape = y.shape();
       shape.insert(0, g.launch.parts);
       partial[j] = Tensor::empty({y.dtype(), shape, y.device()});
     }
-    data.push_back((g.combine[j] ? partial[j] : y).data_ptr());
+    data.push_back((g.partial[j] ? partial[j] : y).data_ptr());
   }
   launch_words(g, data);
-  for (size_t j = 0; j < outputs.size(); ++j)
-    if (g.combine[j]) launch_words(*g.combine[j], {partial[j].data_ptr(), outputs[j].data_ptr()});
+  for (const CudaGroup::Combine& c : g.combines) {
+    std::vector<void*> operands;
+    for (size_t j : c.outputs) operands.push_back(partial[j].data_ptr());
+    for (size_t j : c.outputs) operands.push_back(outputs[j].data_ptr());
+    launch_words(*c.group, operands);
+  }
 }
 
 void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,

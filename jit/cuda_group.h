@@ -28,10 +28,16 @@ struct CudaGroup {
   std::string symbol;                // kiln_<hash of the source>
   cuda::DeviceFunction fn;           // on the operands' device
   codegen::CudaLaunch launch;
-  /// launch.parts > 1: per output, the kernel that reduces its partial results
-  /// [parts, output...] over their first dim, in order (null for a full output, which each
-  /// part writes directly).
-  std::vector<std::shared_ptr<const CudaGroup>> combine;
+  /// launch.parts > 1: the kernels that reduce the reduced outputs' partial results
+  /// [parts, output...] over their first dim, in order; one for all the outputs of a shape
+  /// (batch norm's backward: its four per-channel sums combine in one launch). A full output
+  /// is written by each part directly.
+  struct Combine {
+    std::shared_ptr<const CudaGroup> group;
+    std::vector<size_t> outputs;  // the body's outputs it combines, in its operands' order
+  };
+  std::vector<Combine> combines;
+  std::vector<char> partial;  // per output: written as partial results
   /// A group run as stages (jit/cuda_stages.h), each its own kernel over the group's inputs,
   /// its outputs and temporaries; then the fields above are unused.
   struct Stage {

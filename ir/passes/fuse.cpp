@@ -6,10 +6,14 @@
 // makes no cycle between groups; otherwise a pointwise op or reduction starts a group of its
 // own. Views of values from outside stay outside (a kernel reads any strided view in place);
 // matmul, conv and data movement stay ops. A group that ends up with fewer than two compute ops
-// is dissolved: one op runs as fast eagerly. Groups become Fused nodes, one result per value
-// used outside the group, placed so every value is defined before its uses.
+// is dissolved: one op runs as fast eagerly, unless it is a reduction beside a group that
+// reduces the same value over the same axes (then it joins that group: one pass over the value).
+// On a GPU (FuseOptions::recompute_small), a pointwise group over a small domain that feeds
+// groups over larger ones is recomputed inside each of them (below). Groups become Fused nodes,
+// one result per value used outside the group, placed so every value is defined before its uses.
 #include <algorithm>
 #include <functional>
+#include <set>
 
 #include "ir/fusion.h"
 #include "ir/passes.h"
@@ -72,6 +76,9 @@ struct Fuser {
   std::vector<Space> space;            // per value
   std::vector<Group> groups;
   std::vector<int> producer;           // value -> node index, -1 for inputs and params
+  // Per group: the nodes of small groups it recomputes (sorted), and their results.
+  std::vector<std::vector<size_t>> recomputed;
+  std::vector<std::set<uint32_t>> recomputed_values;
 
   Fuser(const Graph& graph, const FuseOptions& o) : g(graph), opt(o) {
     group_of_node.assign(g.nodes.size(), -1);
@@ -238,15 +245,24 @@ struct Fuser {
           for (uint32_t w : g.nodes[m].inputs)
             if (group_of_value[w] == r && space[w] == Space::Reduced) return;
     }
-    auto reaches = [&](const Group& from, int from_id, int to) {
-      for (size_t m : from.members)
-        for (uint32_t w : g.nodes[m].inputs) {
-          int gw = group_of_value[w];
-          if (gw != from_id && gw != to && depends_on(w, to)) return true;
-        }
-      return false;
-    };
     if (reaches(H, h, gi) || reaches(G, gi, h)) return;
+    absorb(gi, h);
+  }
+
+  // Whether group `from` reads, through nodes outside both groups, a value that depends on `to`.
+  bool reaches(const Group& from, int from_id, int to) const {
+    for (size_t m : from.members)
+      for (uint32_t w : g.nodes[m].inputs) {
+        int gw = group_of_value[w];
+        if (gw != from_id && gw != to && depends_on(w, to)) return true;
+      }
+    return false;
+  }
+
+  // Moves group h's members into group gi.
+  void absorb(int gi, int h) {
+    Group& G = groups[gi];
+    Group& H = groups[h];
     for (size_t m : H.members) {
       group_of_node[m] = gi;
       group_of_value[g.nodes[m].result] = gi;
@@ -261,6 +277,30 @@ struct Fuser {
     }
     H.members.clear();
     H.compute = 0;
+  }
+
+  // A lone reduction of a value that a group reducing over the same domain and axes reads too
+  // joins that group: batch norm's backward reduces dy alone (the bias's gradient) and dy * x_hat
+  // (the weight's) over the same axes, one pass over dy instead of two.
+  void merge_sibling_reductions() {
+    for (size_t h = 0; h < groups.size(); ++h) {
+      Group& H = groups[h];
+      if (H.members.size() != 1 || !H.has_reduction) continue;
+      uint32_t v = g.nodes[H.members[0]].inputs[0];
+      for (size_t gi = 0; gi < groups.size(); ++gi) {
+        Group& G = groups[gi];
+        if (gi == h || !G.has_reduction || G.domain != H.domain || G.axes != H.axes) continue;
+        if (group_of_value[v] == static_cast<int>(gi) && space[v] != Space::Full) continue;
+        bool reads = group_of_value[v] == static_cast<int>(gi);
+        for (size_t m : G.members)
+          for (uint32_t w : g.nodes[m].inputs) reads = reads || w == v;
+        if (!reads || reaches(H, static_cast<int>(h), static_cast<int>(gi)) ||
+            reaches(G, static_cast<int>(gi), static_cast<int>(h)))
+          continue;
+        absorb(static_cast<int>(gi), static_cast<int>(h));
+        break;
+      }
+    }
   }
 
   void start(size_t i) {
@@ -301,6 +341,7 @@ struct Fuser {
       }
       if (!joined) start(i);
     }
+    merge_sibling_reductions();
     for (Group& G : groups) {
       if (G.compute >= 2) continue;
       for (size_t m : G.members) {
@@ -308,6 +349,108 @@ struct Fuser {
         group_of_value[g.nodes[m].result] = -1;
       }
       G.members.clear();
+    }
+    recompute_small();
+  }
+
+  // ---- small groups recomputed where they are read --------------------------------------
+  // On a GPU, a pointwise group over a small domain (batch norm's per-channel statistics,
+  // [1, C, 1, 1]) that feeds groups over a larger one (the normalization, [N, C, H, W]) costs a
+  // launch and a trip through memory for a few flops per element. A consumer that reads such
+  // values at full size computes them itself: the small groups' nodes they need are cloned into
+  // its body, where codegen computes every value at each index of the domain from operands
+  // that broadcast to it. The small group stays only while something else reads it.
+  static constexpr int64_t kSmallElements = int64_t{1} << 16;
+  static constexpr size_t kSmallNodes = 32;
+
+  static bool broadcasts_into(const Dims& s, const Dims& domain) {
+    if (s.size() > domain.size()) return false;
+    for (size_t k = 0; k < s.size(); ++k) {
+      int64_t a = s[s.size() - 1 - k], b = domain[domain.size() - 1 - k];
+      if (a != 1 && a != b) return false;
+    }
+    return true;
+  }
+
+  // The nodes of small groups (a quarter of `domain` or less) that value v needs, or false when
+  // they are more than kSmallNodes; their operands from elsewhere go to `external`.
+  bool small_slice(uint32_t v, const std::vector<char>& is_small, const Dims& domain, std::set<size_t>& nodes,
+                   std::set<uint32_t>& external) const {
+    std::vector<uint32_t> stack{v};
+    while (!stack.empty()) {
+      uint32_t u = stack.back();
+      stack.pop_back();
+      int p = producer[u];
+      int gu = p >= 0 ? group_of_node[p] : -1;
+      if (gu < 0 || !is_small[gu] || 4 * groups[gu].domain.product() > domain.product()) {
+        external.insert(u);
+        continue;
+      }
+      if (!nodes.insert(static_cast<size_t>(p)).second) continue;
+      if (nodes.size() > kSmallNodes) return false;
+      for (uint32_t w : g.nodes[p].inputs) stack.push_back(w);
+    }
+    return true;
+  }
+
+  // Makes group gi compute small group value v itself, where that is allowed (see above).
+  bool recompute_into(int gi, uint32_t v, const std::vector<char>& is_small) {
+    const Group& G = groups[gi];
+    const Group& S = groups[group_of_value[v]];
+    if (G.domain.product() < 4 * S.domain.product()) return false;
+    if (g.type(v).device != g.type(g.nodes[G.members.front()].result).device) return false;
+    std::set<size_t> nodes;
+    std::set<uint32_t> external;
+    if (!small_slice(v, is_small, G.domain, nodes, external) || nodes.empty()) return false;
+    for (size_t k : nodes)
+      if (!broadcasts_into(g.type(g.nodes[k].result).shape, G.domain)) return false;
+    for (uint32_t w : external)
+      if (group_of_value[w] == gi || depends_on(w, gi)) return false;
+    std::vector<size_t>& r = recomputed[gi];
+    r.insert(r.end(), nodes.begin(), nodes.end());
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    for (size_t k : nodes) recomputed_values[gi].insert(g.nodes[k].result);
+    return true;
+  }
+
+  void recompute_small() {
+    recomputed.assign(groups.size(), {});
+    recomputed_values.assign(groups.size(), {});
+    if (!opt.recompute_small) return;
+    std::vector<char> is_small(groups.size(), 0);
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const Group& S = groups[gi];
+      is_small[gi] = !S.members.empty() && !S.has_reduction && S.domain.product() <= kSmallElements &&
+                     opt.recompute_small(g.type(g.nodes[S.members.front()].result).device);
+    }
+    std::vector<std::vector<size_t>> users(g.types.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (uint32_t v : g.nodes[i].inputs) users[v].push_back(i);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      int gi = group_of_node[i];
+      for (uint32_t v : n.inputs) {
+        int s = group_of_value[v];
+        if (s < 0 || !is_small[s] || s == gi) continue;
+        if (gi >= 0) {  // a member reading it at full size
+          if (space[n.result] == Space::Full) recompute_into(gi, v, is_small);
+          continue;
+        }
+        // An expand of it whose readers are all full-size members of one group joins that group.
+        if (n.kind != NodeKind::Op || n.op != OpId::Expand || users[n.result].empty()) continue;
+        int target = group_of_node[users[n.result].front()];
+        bool ok = target >= 0 && g.type(n.result).shape == groups[target].domain;
+        for (size_t u : users[n.result])
+          ok = ok && group_of_node[u] == target && space[g.nodes[u].result] == Space::Full;
+        for (uint32_t o : g.outputs) ok = ok && o != n.result;
+        if (!ok || !recompute_into(target, v, is_small)) continue;
+        Group& T = groups[target];
+        T.members.insert(std::upper_bound(T.members.begin(), T.members.end(), i), i);
+        group_of_node[i] = target;
+        group_of_value[n.result] = target;
+        space[n.result] = Space::Full;
+      }
     }
   }
 
@@ -333,7 +476,10 @@ struct Fuser {
       f.inputs.push_back(v);
       return inner[v];
     };
-    for (size_t m : G.members) {
+    const int gi = group_of_node[G.members.front()];
+    std::vector<size_t> nodes = recomputed[gi];
+    nodes.insert(nodes.end(), G.members.begin(), G.members.end());
+    for (size_t m : nodes) {
       Node k = g.nodes[m];
       for (uint32_t& v : k.inputs) v = operand(v);
       k.result = inner[g.nodes[m].result] = body->add_value(g.type(g.nodes[m].result));
@@ -353,14 +499,36 @@ struct Fuser {
   }
 
   Graph build() const {
-    std::vector<char> used_outside(g.types.size(), 0);
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& n = g.nodes[i];
+    // What each unit reads: a node its operands; a group also its recomputed nodes' operands,
+    // less the values it computes itself.
+    auto reads = [&](size_t i, const std::function<void(uint32_t)>& fn) {
       int gi = group_of_node[i];
-      for (uint32_t v : n.inputs)
-        if (group_of_value[v] >= 0 && group_of_value[v] != gi) used_outside[v] = 1;
+      std::vector<size_t> nodes{i};
+      if (gi >= 0 && groups[gi].members.front() == i) nodes.insert(nodes.end(), recomputed[gi].begin(), recomputed[gi].end());
+      for (size_t k : nodes)
+        for (uint32_t v : g.nodes[k].inputs)
+          if (gi < 0 || !recomputed_values[gi].count(v)) fn(v);
+    };
+    // A group is dead when none of its values is read elsewhere (each reader recomputes them);
+    // what only dead groups read is not read either.
+    std::vector<char> used_outside, dead(groups.size(), 0);
+    for (bool changed = true; changed;) {
+      used_outside.assign(g.types.size(), 0);
+      for (size_t i = 0; i < g.nodes.size(); ++i) {
+        int gi = group_of_node[i];
+        if (gi >= 0 && dead[gi]) continue;
+        reads(i, [&](uint32_t v) {
+          if (group_of_value[v] >= 0 && group_of_value[v] != gi) used_outside[v] = 1;
+        });
+      }
+      for (uint32_t v : g.outputs) used_outside[v] = 1;
+      changed = false;
+      for (size_t gi = 0; gi < groups.size(); ++gi) {
+        bool any = false;
+        for (size_t m : groups[gi].members) any = any || used_outside[g.nodes[m].result];
+        if (!groups[gi].members.empty() && !any && !dead[gi]) dead[gi] = 1, changed = true;
+      }
     }
-    for (uint32_t v : g.outputs) used_outside[v] = 1;
 
     // Units in a new order: each op outside groups, and each group, after every unit it reads.
     // Kahn's algorithm over units, taking the unit whose first node comes first.
@@ -378,19 +546,22 @@ struct Fuser {
     };
     int last_effect = -1;  // effects (collectives) keep their order: each waits for the last
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      for (uint32_t v : g.nodes[i].inputs) {
+      if (group_of_node[i] >= 0 && dead[group_of_node[i]]) continue;
+      reads(i, [&](uint32_t v) {
         int p = producer[v];
-        if (p < 0 || unit_of[p] == unit_of[i]) continue;
-        after(p, i);
-      }
+        if (p >= 0 && unit_of[p] != unit_of[i]) after(p, i);
+      });
       if (g.nodes[i].kind == NodeKind::Op && op_def(g.nodes[i].op).effect) {
         if (last_effect >= 0) after(last_effect, i);
         last_effect = static_cast<int>(i);
       }
     }
+    auto live_unit = [&](size_t u) {
+      return unit_of[u] == static_cast<int>(u) && !(group_of_node[u] >= 0 && dead[group_of_node[u]]);
+    };
     std::vector<int> ready;  // a min-heap by first node index keeps the original order
     for (size_t u = 0; u < units; ++u)
-      if (unit_of[u] == static_cast<int>(u) && waiting[u] == 0) ready.push_back(static_cast<int>(u));
+      if (live_unit(u) && waiting[u] == 0) ready.push_back(static_cast<int>(u));
     std::make_heap(ready.begin(), ready.end(), std::greater<>());
     Graph out = g;
     out.nodes.clear();
@@ -408,7 +579,7 @@ struct Fuser {
         }
     }
     size_t expected = 0;
-    for (size_t u = 0; u < units; ++u) expected += unit_of[u] == static_cast<int>(u);
+    for (size_t u = 0; u < units; ++u) expected += live_unit(u);
     KILN_CHECK(out.nodes.size() == expected, "fuse: @{}: internal error: groups form a cycle", g.name);
     return out;
   }
