@@ -23,6 +23,18 @@ struct cudnnTensorStruct {
 
 namespace host_dnn {
 
+// A descriptor's create and destroy calls.
+template <class T>
+cudnnStatus_t create(T** d) {
+  *d = new T;
+  return CUDNN_STATUS_SUCCESS;
+}
+template <class T>
+cudnnStatus_t destroy(T* d) {
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 inline double load(const void* p, cudnnDataType_t t, long long i) {
   switch (t) {
     case CUDNN_DATA_FLOAT: return static_cast<const float*>(p)[i];

@@ -339,14 +339,8 @@ cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataTyp
   *d = {t, dims[0], dims[1], dims[2], 1, strides[0], strides[1], strides[2], 1, 3};
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) {
-  *d = new cudnnDropoutStruct;
-  return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t d) {
-  delete d;
-  return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) { return host_dnn::create(d); }
+cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t d) { return host_dnn::destroy(d); }
 cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_t, float p, void* states, size_t bytes,
                                         unsigned long long) {
   if (p != 0 && (!states || bytes == 0)) return CUDNN_STATUS_BAD_PARAM;
@@ -354,14 +348,8 @@ cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_
   d->p = p;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* d) {
-  *d = new cudnnRNNStruct;
-  return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t d) {
-  delete d;
-  return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* d) { return host_dnn::create(d); }
+cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t d) { return host_dnn::destroy(d); }
 cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t d, cudnnRNNAlgo_t algo, cudnnRNNMode_t mode,
                                        cudnnRNNBiasMode_t bias, cudnnDirectionMode_t dir, cudnnRNNInputMode_t input_mode,
                                        cudnnDataType_t type, cudnnDataType_t prec, cudnnMathType_t, int32_t input,
@@ -382,14 +370,8 @@ cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t d, cudnnRNNAlgo_t al
   d->padded_io = (aux & CUDNN_RNN_PADDED_IO_ENABLED) != 0;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* d) {
-  *d = new cudnnRNNDataStruct;
-  return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t d) {
-  delete d;
-  return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* d) { return host_dnn::create(d); }
+cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t d) { return host_dnn::destroy(d); }
 cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t d, cudnnDataType_t type, cudnnRNNDataLayout_t layout,
                                         int max_t, int batch, int vec, const int lengths[], void*) {
   if (max_t <= 0 || batch <= 0 || vec <= 0 || !lengths) return CUDNN_STATUS_BAD_PARAM;
