@@ -1,7 +1,10 @@
 // runtime/cuda/blaslt_cuda.cpp -- cuBLASLt's GEMM with a bias and activation epilogue (the
 // addmm ops on CUDA), loaded with dlopen (KILN_CUDA_CUBLASLT, else the CUDA 13 or 12
 // libcublasLt). One handle per thread and device, as cuBLAS's; descriptors per call (host
-// work only, and a CUDA graph replays the call without them).
+// work only, and a CUDA graph replays the call without them). The heuristics are told each
+// operand's real alignment (they assume 256 bytes otherwise, and an offset view, x[:, 1:], then
+// gets a kernel that faults on a GPU); a call cuBLASLt refuses declines, and the caller runs the
+// GEMM and a kernel instead.
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -79,6 +82,15 @@ cublasLtHandle_t cublaslt_handle(int device) {
   return handles[device] = h;
 }
 
+// The largest power of two, up to 256, that divides the address: what the heuristics may
+// assume of an operand (cuBLASLt's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES).
+uint32_t alignment(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t k = 256;
+  while (k > 1 && a % k != 0) k /= 2;
+  return k;
+}
+
 cublasLtEpilogue_t epilogue_of(Epilogue e) {
   switch (e) {
     case Epilogue::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
@@ -136,6 +148,14 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
   check_lt(l.cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                                   sizeof max_workspace),
            "cublasLtMatmulPreferenceSetAttribute");
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligned[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
+  for (const auto& [attr, p] : aligned) {
+    uint32_t bytes = alignment(p);
+    check_lt(l.cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &bytes, sizeof bytes),
+             "cublasLtMatmulPreferenceSetAttribute");
+  }
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
   cublasLtHandle_t h = cublaslt_handle(device);
@@ -149,7 +169,9 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
                        best.workspaceSize, current(device));
   // Freed at once: the next use of the block on this stream comes after this GEMM.
   if (workspace) memory.deallocate(workspace, best.workspaceSize);
-  check_lt(s, "cublasLtMatmul");
+  if (s != CUBLAS_STATUS_SUCCESS)  // refused before it ran: the caller computes it another way
+    return decline(fmt::format("cublasLtMatmul refused it ({} {}x{}x{}, status {})", dtype_name(dtype), m, n, k,
+                               static_cast<int>(s)));
   g_fused.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

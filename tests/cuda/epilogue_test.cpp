@@ -79,5 +79,44 @@ TEST(CudaEpilogueFallback, TheGemmAndAKernelGiveTheSameValues) {
   }
 }
 
+// Operands at any offset (views that start an element into a buffer): cuBLASLt is told their
+// alignment, so it picks an algorithm that holds for it (the host CUDA's refuses a call whose
+// pointers break what its algorithm assumed, as a GPU's kernel faults on them).
+TEST(CudaEpilogueAlignment, OffsetViewsRunFused) {
+  REQUIRE_CUDA();
+  manual_seed(9);
+  Tensor packed = randn({1 + 24}), a = randn({17, 41}), b = randn({25, 40});
+  Tensor bias = packed.slice(0, 1, 25), av = a.slice(1, 1, 41), bv = b.slice(0, 1, 25).transpose(0, 1);
+  for (DType t : {f32, DType::F16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    Tensor gb = packed.to(t).to(kGpu).slice(0, 1, 25), ga = a.to(t).to(kGpu).slice(1, 1, 41),
+           gbv = b.to(t).to(kGpu).slice(0, 1, 25).transpose(0, 1);
+    cuda::EpilogueStats before = cuda::epilogue_stats();
+    Tensor got = apply(OpId::AddmmRelu, {gb, ga, gbv});
+    cuda::EpilogueStats after = cuda::epilogue_stats();
+    if (test::on_host_cuda()) {
+      EXPECT_EQ(after.fused, before.fused + 1);
+    }
+    double tol = t == f32 ? 1e-4 : 2e-2;
+    Tensor want = reference(OpId::AddmmRelu, bias.to(t), av.to(t), bv.to(t));
+    EXPECT_LE((got.to(cpu).to(f64) - want).abs().max().item<double>(), tol * (1 + want.abs().max().item<double>()));
+  }
+}
+
+// A call cuBLASLt refuses after its heuristics chose (KILN_HOST_CUBLASLT_REFUSE=matmul) declines:
+// the GEMM and a kernel compute it, no error.
+TEST(CudaEpilogueAlignment, ARefusedCallFallsBack) {
+  REQUIRE_HOST_CUDA();
+  manual_seed(10);
+  Tensor bias = randn({9}), a = randn({6, 5}), b = randn({5, 9});
+  setenv("KILN_HOST_CUBLASLT_REFUSE", "matmul", 1);
+  cuda::EpilogueStats before = cuda::epilogue_stats();
+  Tensor got = apply(OpId::AddmmGeluTanh, {bias.to(kGpu), a.to(kGpu), b.to(kGpu)});
+  cuda::EpilogueStats after = cuda::epilogue_stats();
+  unsetenv("KILN_HOST_CUBLASLT_REFUSE");
+  EXPECT_EQ(after.declined, before.declined + 1);
+  EXPECT_TRUE(test::close_enough(got.to(cpu), apply(OpId::AddmmGeluTanh, {bias, a, b})));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -3,12 +3,16 @@
 // on the handle's (or call's) stream, in stream order. kiln loads it instead of libcublas and
 // libcublasLt when KILN_CUDA_CUBLAS and KILN_CUDA_CUBLASLT name it. Its cuBLASLt finds no
 // algorithm while KILN_HOST_CUBLASLT_REFUSE is set, so that kiln's fallback runs in CI too.
+// Its algorithms, as a GPU's, assume the operands' alignment the preferences state (256 bytes
+// unless told less), and a call whose pointers break that is refused (on a GPU: the kernel
+// faults); KILN_HOST_CUBLASLT_REFUSE=matmul refuses every call after the heuristics.
 #include <cublasLt.h>
 #include <cublas_api.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runtime/half.h"
@@ -95,6 +99,9 @@ struct LtDesc {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;
 };
+struct LtPreference {
+  uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D: what an algorithm may assume
+};
 struct LtLayout {
   cudaDataType type;
   uint64_t rows, cols;
@@ -152,33 +159,44 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
-  *p = reinterpret_cast<cublasLtMatmulPreference_t>(new size_t(0));
+  *p = reinterpret_cast<cublasLtMatmulPreference_t>(new LtPreference);
   return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-  delete as<size_t>(p);
+  delete as<LtPreference>(p);
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
-                                                    const void*, size_t) {
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t size) {
+  LtPreference& x = *as<LtPreference>(p);
+  int k = attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES   ? 0
+          : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ? 1
+          : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ? 2
+          : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES ? 3
+                                                               : -1;
+  if (k < 0) return CUBLAS_STATUS_SUCCESS;  // the workspace cap: no workspace here
+  if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&x.align[k], buf, size);
   return CUBLAS_STATUS_SUCCESS;
 }
 
 // One algorithm, with no workspace, for the epilogues kiln uses; none when refusing.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   *found = 0;
   cublasLtEpilogue_t e = as<LtDesc>(d)->epilogue;
   const char* refuse = std::getenv("KILN_HOST_CUBLASLT_REFUSE");
   bool known = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS;
-  if ((refuse && *refuse) || !known) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if ((refuse && *refuse && std::string(refuse) != "matmul") || !known) return CUBLAS_STATUS_NOT_SUPPORTED;
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].state = CUBLAS_STATUS_SUCCESS;
+  // The algorithm assumes the alignments the preferences allowed.
+  for (int k = 0; k < 4; ++k) results[0].algo.data[k] = as<LtPreference>(pref)->align[k];
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -186,8 +204,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 // D = epilogue(op(A) op(B) + bias), column-major, alpha 1 and beta 0 (what kiln passes).
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void*, const void* a,
                               cublasLtMatrixLayout_t al, const void* b, cublasLtMatrixLayout_t bl, const void*,
-                              const void*, cublasLtMatrixLayout_t, void* d, cublasLtMatrixLayout_t dl,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+                              const void* c, cublasLtMatrixLayout_t, void* d, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
+  const char* refuse = std::getenv("KILN_HOST_CUBLASLT_REFUSE");
+  if (refuse && std::string(refuse) == "matmul") return CUBLAS_STATUS_NOT_SUPPORTED;
+  const void* operands[4] = {a, b, c, d};
+  for (int k = 0; k < 4; ++k)
+    if (algo && reinterpret_cast<uintptr_t>(operands[k]) % algo->data[k] != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   LtDesc x = *as<LtDesc>(desc);
   LtLayout A = *as<LtLayout>(al), B = *as<LtLayout>(bl), D = *as<LtLayout>(dl);
   uint64_t m = D.rows, n = D.cols, k = x.ta == CUBLAS_OP_N ? A.cols : A.rows;
