@@ -82,7 +82,9 @@ class PinnedAllocator final : public Allocator {
       stats_.cached -= static_cast<int64_t>(size);
     } else {
       require_driver("pin_memory");
-      bind(0, "pin_memory");
+      // The calling thread's device: binding GPU 0 would make a context there in every process
+      // (each DDP rank's, refused under exclusive-process mode). The block is portable anyway.
+      bind(current_device(), "pin_memory");
       CUresult r = driver()->cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE);
       if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         release();
