@@ -77,21 +77,15 @@ struct Conv {
   Conv& operator=(const Conv&) = delete;
 };
 
-// The first ranked algorithm that cuDNN says works, if any.
-template <class Perf>
-std::optional<Perf> first_working(const std::vector<Perf>& perf, int count) {
-  for (int i = 0; i < count; ++i)
-    if (perf[static_cast<size_t>(i)].status == CUDNN_STATUS_SUCCESS) return perf[static_cast<size_t>(i)];
-  return std::nullopt;
-}
-
 // Which of a convolution's three tensors (cuDNN's x, w, y) a call writes: conv2d writes y from x
 // and w, its input gradient x from y's gradient and w, its weight gradient w from x and y's.
 enum class Pass { Forward, InputGrad, WeightGrad };
 size_t written(Pass p) { return p == Pass::Forward ? 2 : p == Pass::InputGrad ? 0 : 1; }
 
-// Ranks `Perf`'s algorithms with `get`, runs the first that works with its workspace through
-// `call`; false when there is none (or cuDNN says the configuration is not supported).
+// Ranks `Perf`'s algorithms with `get` and runs, through `call`, the first that works and whose
+// workspace fits in memory (an algorithm may ask for gigabytes: the next one is tried, as the
+// next is when cuDNN says one does not support the configuration). False when none ran; an
+// out-of-memory error when only memory stopped them.
 template <class Perf, class Get, class Call>
 bool rank_and_run(int algo_count, Get get, Call call, const std::string& op, const char* get_name,
                   const char* call_name, Device device) {
@@ -100,15 +94,28 @@ bool rank_and_run(int algo_count, Get get, Call call, const std::string& op, con
   cudnnStatus_t s = get(algo_count, &n, perf.data());
   if (s == CUDNN_STATUS_NOT_SUPPORTED) return false;
   check_dnn(s, get_name, op);
-  std::optional<Perf> algo = first_working(perf, n);
-  if (!algo) return false;
-  Workspace ws(algo->memory, device);
-  s = call(algo->algo, ws.ptr, algo->memory);
-  if (s == CUDNN_STATUS_NOT_SUPPORTED) return false;
-  check_dnn(s, call_name, op);
-  log(LogTopic::Cuda, fmt::format("{}: cuDNN algorithm {}, {} B of workspace", op, static_cast<int>(algo->algo),
-                                  algo->memory));
-  return true;
+  std::optional<OutOfMemory> no_room;
+  for (int i = 0; i < n; ++i) {
+    const Perf& algo = perf[static_cast<size_t>(i)];
+    if (algo.status != CUDNN_STATUS_SUCCESS) continue;
+    std::optional<Workspace> ws;
+    try {
+      ws.emplace(algo.memory, device);
+    } catch (const OutOfMemory& e) {
+      log(LogTopic::Cuda, fmt::format("{}: cuDNN algorithm {} skipped, its {} B of workspace do not fit", op,
+                                      static_cast<int>(algo.algo), algo.memory));
+      no_room = e;
+      continue;
+    }
+    s = call(algo.algo, ws->ptr, algo.memory);
+    if (s == CUDNN_STATUS_NOT_SUPPORTED) continue;
+    check_dnn(s, call_name, op);
+    log(LogTopic::Cuda, fmt::format("{}: cuDNN algorithm {}, {} B of workspace", op, static_cast<int>(algo.algo),
+                                    algo.memory));
+    return true;
+  }
+  if (no_room) throw *no_room;
+  return false;
 }
 
 // One try at `p` over t = {x, w, y} as they are laid out; false when cuDNN has no algorithm.

@@ -1,8 +1,10 @@
 // tests/cuda/conv_test.cpp -- conv2d and its gradients through cuDNN when cuDNN ranks no working
 // algorithm (on an H200, cuDNN 9 had none for either gradient of a grouped, dilated convolution
 // with a channels-last operand, in every dtype; contiguous, it had): kiln retries with
-// contiguous operands, then in wider dtypes, and only then names the configuration in an error. The host cuDNN refuses on request
-// (KILN_HOST_CUDNN_REFUSE), so the fallbacks run in CI.
+// contiguous operands, then in wider dtypes, and only then names the configuration in an error;
+// and when an algorithm's workspace does not fit in memory (KILN_HOST_CUDNN_WORKSPACE_MB), it
+// tries the next. The host cuDNN refuses on request (KILN_HOST_CUDNN_REFUSE), so the fallbacks
+// run in CI.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -84,6 +86,15 @@ TEST(CudaConv, WhatNotEvenF64RunsIsAnErrorNamingTheConfiguration) {
   test::expect_error([&] { apply(OpId::Conv2dWeightGrad, {x, g}, conv_attrs(kW)); },
                      {"conv2d_weight_grad: cuDNN has no algorithm", "[2,4,6,7]", "f32", "stride [2,1]",
                       "groups 2", "not even contiguous in f64"});
+}
+
+// cuDNN's first-ranked algorithm asks for more workspace than the device has (the host cuDNN's
+// asks for a terabyte on request): the next one runs, in each pass.
+TEST(CudaConv, AnAlgorithmWhoseWorkspaceDoesNotFitGivesWayToTheNext) {
+  REQUIRE_HOST_CUDA();
+  setenv("KILN_HOST_CUDNN_WORKSPACE_MB", "1048576", 1);
+  expect_matches_cpu(f32, 1e-4);
+  unsetenv("KILN_HOST_CUDNN_WORKSPACE_MB");
 }
 
 // The op suite's configurations, as they are, on whatever CUDA this is (a GPU under

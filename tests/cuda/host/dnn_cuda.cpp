@@ -55,6 +55,30 @@ cudnnStatus_t refused(const cudnnTensorStruct& a, const cudnnTensorStruct& b) {
   return no ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
 }
 
+// KILN_HOST_CUDNN_WORKSPACE_MB=n: the heuristics rank first another algorithm that asks for n MB
+// of workspace (a GPU's cuDNN may ask for gigabytes): a caller must try the next when that does
+// not fit. The call refuses that algorithm with less workspace than it asked for.
+size_t big_workspace() {
+  const char* env = std::getenv("KILN_HOST_CUDNN_WORKSPACE_MB");
+  return env ? static_cast<size_t>(std::atoll(env)) << 20 : 0;
+}
+template <class Perf, class Algo>
+int rank(Perf* p, Algo big, Algo plain, cudnnStatus_t status) {
+  int n = 0;
+  if (size_t bytes = big_workspace()) {
+    std::memset(&p[n], 0, sizeof p[n]);
+    p[n].algo = big, p[n].status = status, p[n].memory = bytes;
+    ++n;
+  }
+  std::memset(&p[n], 0, sizeof p[n]);
+  p[n].algo = plain, p[n].status = status;
+  return n + 1;
+}
+template <class Algo>
+bool short_workspace(Algo algo, Algo big, size_t bytes) {
+  return big_workspace() && algo == big && bytes < big_workspace();
+}
+
 bool unit_scales(const void* alpha, const void* beta, cudnnDataType_t t) {
   double a = t == CUDNN_DATA_DOUBLE ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   double b = t == CUDNN_DATA_DOUBLE ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
@@ -105,34 +129,25 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int 
 }
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMathType_t) { return CUDNN_STATUS_SUCCESS; }
 
-// One algorithm, no workspace.
+// One algorithm, no workspace (two with KILN_HOST_CUDNN_WORKSPACE_MB).
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t,
                                                      cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t y, int,
                                                      int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
-  std::memset(p, 0, sizeof *p);
-  p->algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  p->status = refused(*x, *y);
-  *n = 1;
+  *n = rank(p, CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, refused(*x, *y));
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t, cudnnFilterDescriptor_t,
                                                           cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t,
                                                           cudnnTensorDescriptor_t dx, int, int* n,
                                                           cudnnConvolutionBwdDataAlgoPerf_t* p) {
-  std::memset(p, 0, sizeof *p);
-  p->algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  p->status = refused(*dx, *dy);
-  *n = 1;
+  *n = rank(p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, refused(*dx, *dy));
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t x,
                                                             cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t,
                                                             cudnnFilterDescriptor_t, int, int* n,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t* p) {
-  std::memset(p, 0, sizeof *p);
-  p->algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  p->status = refused(*x, *dy);
-  *n = 1;
+  *n = rank(p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, refused(*x, *dy));
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
@@ -158,9 +173,10 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t, cudn
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd, const void* x,
                                       cudnnFilterDescriptor_t wd, const void* w, cudnnConvolutionDescriptor_t cd,
-                                      cudnnConvolutionFwdAlgo_t, void*, size_t, const void* beta,
+                                      cudnnConvolutionFwdAlgo_t algo, void*, size_t bytes, const void* beta,
                                       cudnnTensorDescriptor_t yd, void* y) {
   if (!unit_scales(alpha, beta, xd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (short_workspace(algo, CUDNN_CONVOLUTION_FWD_ALGO_FFT, bytes)) return CUDNN_STATUS_BAD_PARAM;
   cudnnTensorStruct X = *xd, Y = *yd;
   cudnnFilterStruct W = *wd;
   cudnnConvolutionStruct C = *cd;
@@ -181,9 +197,10 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, cudnnT
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, cudnnFilterDescriptor_t wd,
                                            const void* w, cudnnTensorDescriptor_t dyd, const void* dy,
-                                           cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdDataAlgo_t, void*,
-                                           size_t, const void* beta, cudnnTensorDescriptor_t dxd, void* dx) {
+                                           cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdDataAlgo_t algo, void*,
+                                           size_t bytes, const void* beta, cudnnTensorDescriptor_t dxd, void* dx) {
   if (!unit_scales(alpha, beta, wd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (short_workspace(algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, bytes)) return CUDNN_STATUS_BAD_PARAM;
   cudnnTensorStruct X = *dxd, Y = *dyd;
   cudnnFilterStruct W = *wd;
   cudnnConvolutionStruct C = *cd;
@@ -204,9 +221,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd,
                                              const void* x, cudnnTensorDescriptor_t dyd, const void* dy,
-                                             cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t, void*,
-                                             size_t, const void* beta, cudnnFilterDescriptor_t dwd, void* dw) {
+                                             cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t algo, void*,
+                                             size_t bytes, const void* beta, cudnnFilterDescriptor_t dwd, void* dw) {
   if (!unit_scales(alpha, beta, xd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (short_workspace(algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, bytes)) return CUDNN_STATUS_BAD_PARAM;
   cudnnTensorStruct X = *xd, Y = *dyd;
   cudnnFilterStruct W = *dwd;
   cudnnConvolutionStruct C = *cd;
