@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/api.h"
+#include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/ops/loops.h"
 #include "runtime/parallel.h"
@@ -17,7 +18,13 @@ Tensor empty(const Dims& shape, DType dtype, Device device) {
 }
 
 Tensor full(const Dims& shape, Scalar value, DType dtype, Device device) {
-  // Another device's memory is written through its backend: made here, then copied there.
+  // Another device's memory is written through its backend. On CUDA, one value broadcast there
+  // (a memset when its bytes are alike), not a whole tensor made here and uploaded.
+  if (device.is_cuda()) {
+    Tensor t = empty(shape, dtype, device);
+    if (t.numel() > 0) copy_between(full({}, value, dtype, cpu), t);
+    return t;
+  }
   if (!device.is_cpu()) return full(shape, value, dtype, cpu).to(device);
   Tensor t = empty(shape, dtype, device);
   int64_t n = t.numel(), es = dtype_size(dtype);

@@ -4,6 +4,7 @@
 // loads; without a driver, each use says why CUDA is unavailable.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -70,9 +71,19 @@ class CudaBackend final : public DeviceBackend {
       host = Tensor::empty({dst.dtype(), src.shape(), cpu});
       copy_into(src, host);
     }
+    CUstream stream = current(index);
+    // One value whose bytes are all alike (a zero, most often: zeros(), a slice's gradient
+    // padded) filling a contiguous tensor: a memset, which a CUDA graph captures, instead of an
+    // upload and a broadcast (a capture refuses a copy from pageable memory).
+    if (host.numel() == 1 && dst.is_contiguous()) {
+      const auto* b = static_cast<const unsigned char*>(host.data_ptr());
+      if (std::all_of(b, b + dtype_size(dst.dtype()), [&](unsigned char c) { return c == b[0]; })) {
+        check(driver()->cuMemsetD8Async(device_ptr(dst), b[0], nbytes_of(dst), stream), "cuMemsetD8Async");
+        return;
+      }
+    }
     bool direct = host.shape() == dst.shape() && dst.is_contiguous();
     Tensor target = direct ? dst : Tensor::empty({dst.dtype(), host.shape(), dst.device()});
-    CUstream stream = current(index);
     // From pageable memory the driver has read the source when the call returns; from pinned
     // memory the copy runs later, so the block is held until it has.
     check(driver()->cuMemcpyHtoDAsync(device_ptr(target), host.data_ptr(), nbytes_of(host), stream),
