@@ -10,21 +10,24 @@
 #include "jit/cuda_graph.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/cuda_kernels.h"
 #include "runtime/ops/loops.h"
 
 namespace kiln::jit::cuda_eager {
 namespace {
 
-// Two int64 on the device, zero: {1, the bad index} after a kernel met an index out of range.
-// A checked index op's error flag (i64[2]: found, the index), set by its kernel and read here
-// after it ran. Under a CUDA graph capture, which cannot wait for it, it is a slot of the
-// graph's flags, read by the plan's next call (jit/cuda_graph.h).
+// A checked index op's error flag (i64[2]: zero, or {1, the bad index} after its kernel met an
+// index out of range). Eagerly, a slot of the device's deferred checks, read at its next
+// synchronizing call (runtime/cuda/checks_cuda.cpp); with cuda::sync_index_checks(), its own,
+// read here after the kernel. Under a CUDA graph capture, a slot of the graph's flags, read by
+// the plan's next call (jit/cuda_graph.h).
 Tensor error_flag(Device d, const char* op, int64_t size) {
   if (CapturedChecks* checks = captured_checks()) return checks->flag(op, size);
+  if (!cuda::sync_index_checks()) return cuda::deferred_check_flag(d.index, op, size);
   return zeros({2}, DType::I64, d);
 }
 void check_flag(const Tensor& flag, const char* op, int64_t size) {
-  if (captured_checks()) return;
+  if (captured_checks() || !cuda::sync_index_checks()) return;
   std::vector<int64_t> f = flag.to(cpu).to_vector<int64_t>();
   KILN_CHECK(f[0] == 0, "{}: index {} is out of range for a dim of size {}", op, f[1], size);
 }

@@ -114,6 +114,14 @@ class Event {
 /// Waits until all work queued on a device (-1: the current one) has run.
 void synchronize(int index = -1);
 
+/// Whether an eager gather, scatter or index_add on CUDA checks its indices before it returns,
+/// which makes the host wait for the device at every such call. Off by default: a bad index is
+/// then a kiln::Error at the next call that waits for the device (to(cpu), item(), printing,
+/// synchronize()), naming the op, as CUDA reports its kernels' errors. KILN_CUDA_SYNC_CHECKS=1
+/// turns it on, to find the call.
+bool sync_index_checks();
+void set_sync_index_checks(bool on);
+
 /// The device's caching allocator's counters: in_use (allocated), reserved (held from the
 /// device), cached, peak_in_use, system_allocs (device allocations).
 AllocatorStats memory_stats(int index = -1);

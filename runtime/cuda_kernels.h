@@ -98,6 +98,14 @@ struct RnnGrads {
 RnnGrads rnn_backward(const RnnSpec& spec, const Tensor& x, const Tensor& hx, const Tensor& cx, const RnnForward& fwd,
                       const Tensor& dy, const Tensor& dhy, const Tensor& dcy, bool weights);
 
+/// An eager index op's error flag on `device` (i64[2]: zero, or {1, the bad index} once its
+/// kernel met one) for op `op` over a dim of `size`: a slot read at the device's next
+/// synchronizing call (runtime/cuda/checks_cuda.cpp), which throws kiln::Error for it.
+Tensor deferred_check_flag(int device, const char* op, int64_t size);
+/// Reads `device`'s pending index checks (waiting for the device); throws for the first bad
+/// index. Every call that waits for the device calls it.
+void read_deferred_checks(int device);
+
 /// A CUDA graph: the work queued on a stream during a capture, replayed by launch() on any
 /// stream of its device. The memory its kernels touch was allocated during the capture from a
 /// private pool of the device's caching allocator, and stays the graph's until it is

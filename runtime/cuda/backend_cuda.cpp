@@ -106,6 +106,7 @@ class CudaBackend final : public DeviceBackend {
     CUstream stream = current(index);
     check(driver()->cuMemcpyDtoHAsync(host.data_ptr(), device_ptr(dense), nbytes_of(dense), stream), "cuMemcpyDtoHAsync");
     check(driver()->cuStreamSynchronize(stream), "cuStreamSynchronize");
+    read_deferred_checks(index);  // the program reads the device: a bad index found meanwhile is its error
     if (!direct) copy_into(host, dst);
   }
 

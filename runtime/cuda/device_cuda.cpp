@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/cuda/context_cuda.h"
+#include "runtime/cuda_kernels.h"
 #include "runtime/check.h"
 
 namespace kiln::cuda {
@@ -106,6 +107,7 @@ Stream Stream::create(int index) {
 void Stream::synchronize() const {
   bind(device_, "cuda::Stream::synchronize");
   check(driver()->cuStreamSynchronize(reinterpret_cast<CUstream>(handle_)), "cuStreamSynchronize");
+  read_deferred_checks(device_);
 }
 
 bool Stream::query() const {
@@ -216,6 +218,7 @@ void synchronize(int index) {
   index = resolve(index);
   bind(index, "cuda::synchronize");
   check(driver()->cuCtxSynchronize(), "cuCtxSynchronize");
+  read_deferred_checks(index);
 }
 
 }  // namespace kiln::cuda

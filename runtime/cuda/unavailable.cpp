@@ -71,6 +71,10 @@ bool gemm_epilogue(int, DType, Epilogue, bool, bool, int64_t, int64_t, int64_t, 
   return false;
 }
 EpilogueStats epilogue_stats() { return {}; }
+bool sync_index_checks() { return false; }
+void set_sync_index_checks(bool) {}
+Tensor deferred_check_flag(int, const char*, int64_t) { unavailable("index checks"); }
+void read_deferred_checks(int) {}
 std::optional<RnnForward> rnn_forward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&,
                                       std::span<const Tensor>, bool, std::string* why) {
   *why = kReason;

@@ -232,6 +232,28 @@ TEST(CudaRuntime, PinnedMemoryUsesTheCurrentDevice) {
   dlclose(lib);
 }
 
+// An eager gather or scatter returns without waiting for the device; a bad index is an error at
+// the next call that does (here: reading a result), naming the op, and the checks start clean
+// after it. With synchronous checks the error comes from the call itself.
+TEST(CudaRuntime, ABadIndexIsReportedAtTheNextRead) {
+  REQUIRE_CUDA();
+  const Device gpu = cuda::device(0);
+  Tensor x = randn({4, 6}).to(gpu), good = full({4, 1}, 5, DType::I64).to(gpu);
+  Tensor bad = full({4, 1}, 6, DType::I64).to(gpu);
+  Tensor picked = gather(x, 1, bad);  // returns: its check is pending
+  Tensor fine = gather(x, 1, good);
+  test::expect_error([&] { fine.to(cpu); }, {"gather: index 6 is out of range for a dim of size 6",
+                                             "at the next call that waited for cuda:0", "KILN_CUDA_SYNC_CHECKS=1"});
+  test::expect_close(gather(x, 1, good).to(cpu), gather(x.to(cpu), 1, good.to(cpu)).to_vector<double>());
+  for (int i = 0; i < 300; ++i) gather(x, 1, good);  // more than the slots: read as they run out
+  cuda::synchronize();
+  gather(x, 1, bad);
+  test::expect_error([] { cuda::synchronize(); }, {"gather: index 6 is out of range"});
+  cuda::set_sync_index_checks(true);
+  test::expect_error([&] { gather(x, 1, bad); }, {"gather: index 6 is out of range for a dim of size 6"});
+  cuda::set_sync_index_checks(false);
+}
+
 TEST(CudaRuntime, ErrorsNameTheDeviceAndTheLimits) {
   REQUIRE_HOST_CUDA();
   test::expect_error([] { empty({4}, f32, cuda::device(5)); }, {"cuda:5 does not exist", "2 CUDA devices"});
