@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -124,6 +126,10 @@ class CapturedGraph {
  private:
   int device_;
   uintptr_t exec_, pool_, stream_;  // a CUgraphExec, the private pool's key, the captured stream
+  // The streams it was launched on: the destructor waits for those alone (a device-wide wait
+  // would end a capture another thread is making).
+  mutable std::mutex mu_;
+  mutable std::set<uintptr_t> launched_;
 };
 /// Starts capturing `stream` (never a default stream: the driver does not capture those):
 /// the work queued on it is recorded instead of run, and its allocations come from a new

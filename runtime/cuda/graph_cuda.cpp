@@ -74,14 +74,19 @@ std::unique_ptr<CapturedGraph> end_capture(const Stream& stream, std::string* wh
 
 void CapturedGraph::launch() const {
   bind(device_, "cuda graph launch");
-  check(driver()->cuGraphLaunch(reinterpret_cast<CUgraphExec>(exec_), current(device_)), "cuGraphLaunch");
+  CUstream stream = current(device_);
+  check(driver()->cuGraphLaunch(reinterpret_cast<CUgraphExec>(exec_), stream), "cuGraphLaunch");
+  std::lock_guard<std::mutex> lock(mu_);
+  launched_.insert(reinterpret_cast<uintptr_t>(stream));
 }
 
-// Replays may still be queued: they finish before the pool's blocks can go to anyone else.
+// Replays may still be queued: they finish before the pool's blocks can go to anyone else. It
+// waits for the streams they were queued on, not the device: cuCtxSynchronize would end a
+// capture another thread is making.
 CapturedGraph::~CapturedGraph() {
   try {
     bind(device_, "cuda graph");
-    check(driver()->cuCtxSynchronize(), "cuCtxSynchronize");
+    for (uintptr_t s : launched_) check(driver()->cuStreamSynchronize(reinterpret_cast<CUstream>(s)), "cuStreamSynchronize");
     driver()->cuGraphExecDestroy(reinterpret_cast<CUgraphExec>(exec_));
     device_allocator(device_).release_private_pool(pool_, stream_);
   } catch (const Error&) {

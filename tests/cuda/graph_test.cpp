@@ -54,6 +54,33 @@ TEST(CudaGraphCapture, AReplayRunsTheWorkTheCaptureRecorded) {
   }
 }
 
+// Destroying a graph waits for its replays' streams, not the device: a device-wide wait would
+// end the capture another stream (another thread's, here this one's) is making.
+TEST(CudaGraphCapture, DestroyingAGraphLeavesAnotherCaptureAlone) {
+  REQUIRE_CUDA();
+  Tensor x = randn({100}).to(kGpu);
+  cuda::Stream side = cuda::Stream::create(0), other = cuda::Stream::create(0);
+  cuda::synchronize(0);
+  std::unique_ptr<cuda::CapturedGraph> old;
+  std::string why;
+  {
+    cuda::StreamGuard on_side(side);
+    cuda::begin_capture(side);
+    Tensor y = x * 3.0f;
+    old = cuda::end_capture(side, &why);
+    ASSERT_TRUE(old) << why;
+    old->launch();
+  }
+  cuda::StreamGuard on_other(other);
+  cuda::begin_capture(other);
+  Tensor z = x + 1.0f;
+  old.reset();  // while `other` is capturing
+  std::unique_ptr<cuda::CapturedGraph> graph = cuda::end_capture(other, &why);
+  ASSERT_TRUE(graph) << why;
+  graph->launch();
+  EXPECT_TRUE(test::close_enough(z.to(cpu), x.to(cpu) + 1.0f));
+}
+
 TEST(CudaGraphCapture, ASynchronizingCallEndsTheCapture) {
   REQUIRE_CUDA();
   cuda::Stream side = cuda::Stream::create(0);
