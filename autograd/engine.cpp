@@ -130,8 +130,8 @@ void run_hooks(TensorImpl* leaf) {
 // Runs the backward pass. When `inputs` is non-empty, gradients reaching them are captured
 // into `captured` instead of accumulating into leaves.
 // The backward of a CUDA op runs on the stream its forward ran on, as in PyTorch's engine. The
-// engine runs nodes one at a time, so each switch of stream waits (an event, not the host) for
-// everything queued on the stream before it; at the end, the caller's stream waits for the
+// engine runs nodes one at a time, so each switch of stream (the first node's from the
+// caller's) waits (an event, not the host) for everything queued on the stream before it; at the end, the caller's stream waits for the
 // last one, so the gradients are ready for whatever it queues next.
 class StreamOrder {
  public:
@@ -140,7 +140,10 @@ class StreamOrder {
     if (!n.device.is_cuda()) return std::nullopt;
     cuda::Stream s(n.device.index, n.stream);
     if (!first_) first_ = cuda::current_stream(s.device_index());
-    if (last_ && !(*last_ == s)) wait_for(*last_, s);
+    // The first node waits for the caller's stream too: the root gradient (ones, or the
+    // caller's) was queued there.
+    const cuda::Stream& before = last_ ? *last_ : *first_;
+    if (!(before == s)) wait_for(before, s);
     last_ = s;
     return std::optional<cuda::StreamGuard>(std::in_place, s);
   }
