@@ -125,6 +125,19 @@ void layer_norm_rows(benchmark::State& s) {
   bench::count_bytes(s, 2.0 * 4 * double(x.numel()));
 }
 
+// Sampling from a language model: the 40 largest logits of each row of a GPT-2 vocabulary,
+// and a whole row order (radix select and radix sort, jit/cuda_sort.cpp).
+void topk40_vocab(benchmark::State& s) {
+  Tensor x = randn({4, 50257}, f32, kGpu);
+  timed(s, [&] { benchmark::DoNotOptimize(topk(x, 40)); });
+  bench::count_bytes(s, 4.0 * double(x.numel()));
+}
+void argsort_vocab(benchmark::State& s) {
+  Tensor x = randn({4, 50257}, f32, kGpu);
+  timed(s, [&] { benchmark::DoNotOptimize(argsort(x, -1, true)); });
+  bench::count_bytes(s, 12.0 * double(x.numel()));
+}
+
 constexpr int64_t kN = 4096;
 
 void matmul_kiln(benchmark::State& s, DType t) {
@@ -272,6 +285,8 @@ void register_all() {
   add("layer_norm_prims[16384x4096]/traced", layer_norm_prims_traced);
   add("softmax[16384x4096]", softmax_rows);
   add("layer_norm[16384x4096]", layer_norm_rows);
+  add("topk40[4x50257]", topk40_vocab);
+  add("argsort[4x50257]", argsort_vocab);
   for (DType t : {f32, DType::BF16}) {
     std::string d(dtype_name(t));
     add("matmul_4096_" + d + "/kiln", [t](benchmark::State& s) { matmul_kiln(s, t); });

@@ -46,6 +46,8 @@ void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Ten
 void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out);
 void cumsum_rows(const Tensor& x, const Attrs& a, const Tensor& out);
 void iota(const Tensor& out);
+
+// cuda_sort.cpp: codegen/cuda/sort.h's kernels (argsort, topk_indices).
 void order_rows(const Tensor& x, const Attrs& a, const Tensor& out);
 
 // cuda_matmul.cpp: cuBLAS and cuBLASLt for floats, codegen/cuda/matmul.h for integers.

@@ -1,6 +1,6 @@
 // jit/cuda_indexed.cpp -- the CUDA backend's eager kernels of codegen/cuda/indexed.h: gather
-// and index_select (pick), scatter_add and index_add, argmax and argmin, and the scans and
-// orderings along one dim (cumsum, argsort, topk_indices) with iota. The checked index ops
+// and index_select (pick), scatter_add and index_add, argmax and argmin, and cumsum along one
+// dim with iota (the orderings are cuda_sort.cpp's). The checked index ops
 // report an index out of range through an error flag on the device.
 #include <algorithm>
 #include <vector>
@@ -212,7 +212,7 @@ void arg(OpId id, const Tensor& x, const Attrs& a, const Tensor& out) {
   launch_source(codegen::cuda_arg_kernel(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0], out.device().index);
 }
 
-// ---- scans and orderings along one dim: contiguous rows (runtime/ops/scan.cpp) ------------
+// ---- cumsum along one dim: contiguous rows (runtime/ops/scan.cpp) ---------------------------
 
 void cumsum_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
   along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
@@ -232,19 +232,6 @@ void iota(const Tensor& out) {
   put(w, out.numel());
   put(w, out.data_ptr());
   launch_source(codegen::cuda_iota_kernel(), w, blocks_for(out.numel()), out.device().index);
-}
-
-void order_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
-  along_dim_rows(x, a.dim, out, [&](const Tensor& rows, const Tensor& orows) {
-    std::vector<uint64_t> w;
-    put(w, rows.shape()[0]);
-    put(w, rows.shape()[1]);
-    put(w, orows.shape()[1]);
-    put(w, rows.data_ptr());
-    put(w, orows.data_ptr());
-    launch_source(codegen::cuda_order_kernel(rows.dtype(), a.descending), w, blocks_for(rows.numel()),
-                  out.device().index);
-  });
 }
 
 }  // namespace kiln::jit::cuda_eager

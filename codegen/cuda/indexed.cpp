@@ -392,40 +392,6 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
                                          kCudaBlock, value_type(elem), out, acc, reverse ? 1 : 0, add, store);
 }
 
-std::string cuda_order_kernel(DType elem, bool descending) {
-  bool f = is_float(elem);
-  std::string c = elem == DType::F16 || elem == DType::BF16 ? "float" : value_type(elem);
-  // v goes before w: the comparison, NaN above every number.
-  std::string before = descending ? "v > w" : "v < w";
-  if (f) before = descending ? "(v != v) ? (w == w) : (w == w && v > w)" : "(w != w) ? (v == v) : (v == v && v < w)";
-  return cuda_prelude() + fmt::format(R"(
-struct Args {{
-  long long rows, cols, k;
-  const void* x; long long* out;
-}};
-
-__device__ __forceinline__ bool kiln_goes_before({2} v, {2} w) {{ return {3}; }}
-
-extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
-  long long total = a.rows * a.cols;
-  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
-       t += (long long)gridDim.x * blockDim.x) {{
-    long long row = t / a.cols, i = t % a.cols;
-    const {1}* p = (const {1}*)a.x + row * a.cols;
-    {2} v = {4};
-    long long rank = 0;
-    for (long long j = 0; j < a.cols; ++j) {{
-      {2} w = {5};
-      if (kiln_goes_before(w, v) || (j < i && !kiln_goes_before(v, w))) ++rank;
-    }}
-    if (rank < a.k) a.out[row * a.k + rank] = i;
-  }}
-}}
-)",
-                                         kCudaBlock, value_type(elem), c, before, load_wide(elem, "p[i]"),
-                                         load_wide(elem, "p[j]"));
-}
-
 std::string cuda_iota_kernel() {
   return cuda_prelude() + fmt::format(R"(
 struct Args {{

@@ -8,7 +8,7 @@
 //   any device (no atomics);
 // - arg: the index of the first largest (smallest) value of each row, NaN counting as largest
 //   (and smallest), as the CPU's scan finds it;
-// - cumsum and order (argsort, topk_indices): along contiguous rows (runtime/ops/scan.cpp);
+// - cumsum: along contiguous rows (runtime/ops/scan.cpp); the orderings are sort.h's;
 // - iota: 0, 1, ..., n - 1 (runtime/ops/iota.cpp).
 // An index out of range is written to a flag the caller reads back (the op then throws).
 #pragma once
@@ -59,13 +59,8 @@ std::string cuda_scatter_segment_kernel(DType elem, int rank);
 ///          dtype): a thread per row sums in order (f32 for f16 and bf16, wrapping i64 for
 ///          integers), from the row's end when `reverse`, storing each partial sum, so the
 ///          bits are the CPU's.
-/// order:   rows, cols, k, x, out (out i64[rows, k]): a thread per element counts the elements
-///          that go before it in the stable order (NaN above every number), and writes its
-///          index at that rank when the rank is below k: argsort (k = cols) and topk_indices.
-///          O(cols^2) per row; the CPU's order (runtime/ops/scan.cpp), bit for bit.
 /// iota:    n, out (i64[n]): out[i] = i.
 std::string cuda_cumsum_kernel(DType elem, bool reverse);
-std::string cuda_order_kernel(DType elem, bool descending);
 std::string cuda_iota_kernel();
 
 }  // namespace kiln::codegen
