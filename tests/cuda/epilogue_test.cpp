@@ -82,6 +82,20 @@ TEST(CudaEpilogueFallback, TheGemmAndAKernelGiveTheSameValues) {
 // Operands at any offset (views that start an element into a buffer): cuBLASLt is told their
 // alignment, so it picks an algorithm that holds for it (the host CUDA's refuses a call whose
 // pointers break what its algorithm assumed, as a GPU's kernel faults on them).
+// In f64, gelu_tanh's epilogue declines: cuBLASLt's was about 1e-10 relative off on an H200, and
+// the GEMM with kiln's kernel meets the double reference at 1e-12.
+TEST(CudaEpilogueFallback, F64GeluIsTheGemmAndKilnsKernel) {
+  REQUIRE_CUDA();
+  Tensor bias = randn({24}, f64), a = randn({17, 40}, f64), b = randn({40, 24}, f64);
+  cuda::EpilogueStats before = cuda::epilogue_stats();
+  Tensor got = apply(OpId::AddmmGeluTanh, {bias.to(kGpu), a.to(kGpu), b.to(kGpu)});
+  cuda::EpilogueStats after = cuda::epilogue_stats();
+  EXPECT_EQ(after.declined, before.declined + 1);
+  EXPECT_EQ(after.fused, before.fused);
+  Tensor want = reference(OpId::AddmmGeluTanh, bias, a, b);
+  EXPECT_LE((got.to(cpu) - want).abs().max().item<double>(), 1e-12 * (1 + want.abs().max().item<double>()));
+}
+
 TEST(CudaEpilogueAlignment, OffsetViewsRunFused) {
   REQUIRE_CUDA();
   manual_seed(9);
