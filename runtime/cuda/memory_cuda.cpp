@@ -122,6 +122,14 @@ class PinnedAllocator final : public Allocator {
     if (it == blocks_.begin()) return;
     --it;
     if (static_cast<const char*>(p) >= static_cast<char*>(it->first) + it->second.size) return;
+    // The copies that have run need no event: a long-lived staging block keeps one per copy in
+    // flight, not one per copy it ever made.
+    std::erase_if(it->second.events, [](const std::pair<CUevent, int>& e) {
+      bind(e.second, "pinned memory");
+      if (driver()->cuEventQuery(e.first) != CUDA_SUCCESS) return false;
+      driver()->cuEventDestroy(e.first);
+      return true;
+    });
     bind(device, "pinned memory");
     CUevent e = nullptr;
     check(driver()->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");

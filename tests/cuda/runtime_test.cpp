@@ -243,6 +243,27 @@ TEST(CudaRuntime, PinnedMemoryUsesTheCurrentDevice) {
   dlclose(lib);
 }
 
+// A long-lived pinned staging block keeps an event per copy still in flight, not one per copy
+// it ever made (the host driver counts the events alive).
+TEST(CudaRuntime, PinnedBlocksKeepOnlyTheirCopiesInFlight) {
+  REQUIRE_HOST_CUDA();
+  void* lib = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  auto live_events = reinterpret_cast<long long (*)()>(dlsym(lib, "kiln_host_live_events"));
+  ASSERT_NE(live_events, nullptr);
+  Tensor staging = arange(1000).to(f32).pin_memory(), on_device = empty({1000}, f32, cuda::device(0));
+  on_device.copy_(staging);
+  cuda::synchronize();
+  const long long before = live_events();
+  for (int i = 0; i < 200; ++i) {
+    on_device.copy_(staging);
+    cuda::synchronize();
+  }
+  EXPECT_LE(live_events() - before, 1);
+  EXPECT_EQ(on_device.to(cpu).to_vector<float>(), staging.to_vector<float>());
+  dlclose(lib);
+}
+
 // An eager gather or scatter returns without waiting for the device; a bad index is an error at
 // the next call that does (here: reading a result), naming the op, and the checks start clean
 // after it. With synchronous checks the error comes from the call itself.

@@ -15,189 +15,16 @@
 // wait for a capturing stream (synchronizing it, its context or a pageable copy) fails with
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, and so does waiting on
 // an event recorded outside it.
-#include <cuda.h>
-#include <dlfcn.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#include "tests/cuda/host/driver_cuda.h"
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <condition_variable>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
 
-#include "tests/cuda/host/abi_cuda.h"
 #include "tests/cuda/host/queue_cuda.h"
 
-namespace {
+namespace host_driver {
 
-using Clock = std::chrono::steady_clock;
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
-// The C library's own swapcontext (abi_cuda.h, KilnHostLaunch::swap): looked up in libc.so.6,
-// not by name in the process, where a sanitizer's interceptor comes first.
-using SwapContext = int (*)(ucontext_t*, const ucontext_t*);
-SwapContext libc_swapcontext() {
-  static const SwapContext swap = [] {
-    void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-    void* f = libc ? dlsym(libc, "swapcontext") : nullptr;
-    return f ? reinterpret_cast<SwapContext>(f) : &swapcontext;
-  }();
-  return swap;
-}
-
-struct Event {
-  std::mutex mu;
-  const void* captured_in = nullptr;  // the graph its last recording went into, if any
-  std::condition_variable cv;
-  uint64_t recorded = 0, completed = 0;  // generations: done when completed == recorded
-  Clock::time_point when;
-  bool timing = true;
-  // The handle's reference and each queued task's: destroyed with work still queued on it (as
-  // a driver allows), it goes when that work has run.
-  std::atomic<int> refs{1};
-};
-
-Event* retain(Event* e) {
-  e->refs.fetch_add(1, std::memory_order_relaxed);
-  return e;
-}
-void release(Event* e) {
-  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
-}
-
-// What a stream capture recorded: the tasks, in order.
-struct Graph {
-  std::vector<std::function<void()>> tasks;
-};
-
-struct Stream;
-// The stream whose worker is running the current task (a graph's tasks run on any stream).
 thread_local Stream* t_worker = nullptr;
-
-// An ordered queue of work and the thread that runs it.
-struct Stream {
-  int device = 0;
-  std::mutex mu;
-  std::condition_variable cv, idle;
-  std::deque<std::function<void()>> tasks;
-  bool busy = false;
-  Graph* capture = nullptr;  // while captured: where its work goes instead
-  bool invalidated = false;  // the capture met a call it does not allow
-  std::thread worker;
-  // The kernels' scratch (abi_cuda.h), touched by the worker alone and kept for the next launch.
-  std::vector<char*> stacks;
-  std::vector<unsigned char> shared;
-
-  explicit Stream(int d) : device(d) {
-    worker = std::thread([this] { run(); });
-    worker.detach();  // streams live as long as the process, as kiln's do
-  }
-  void push(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (capture) {
-      capture->tasks.push_back(std::move(task));
-      return;
-    }
-    tasks.push_back(std::move(task));
-    cv.notify_one();
-  }
-  void wait_idle() {
-    std::unique_lock<std::mutex> lock(mu);
-    idle.wait(lock, [&] { return tasks.empty() && !busy; });
-  }
-  bool is_idle() {
-    std::lock_guard<std::mutex> lock(mu);
-    return tasks.empty() && !busy;
-  }
-  // A call that would wait for this stream: refused, and the capture is over, while captured.
-  bool refuse_while_captured() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (capture) invalidated = true;
-    return capture != nullptr;
-  }
-  // Makes the scratch a launch needs; runs on the worker.
-  void prepare(KilnHostLaunch& l) {
-    size_t threads = size_t{l.block[0]} * l.block[1] * l.block[2];
-    while (stacks.size() < threads) {
-      // Twice the size, then trimmed to an aligned stack (a kernel's thread finds its state from
-      // its stack pointer).
-      const size_t n = KILN_HOST_STACK_BYTES;
-      void* m = mmap(nullptr, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (m == MAP_FAILED) {
-        std::fprintf(stderr, "host CUDA: no memory for a kernel thread's stack\n");
-        std::abort();
-      }
-      auto begin = reinterpret_cast<uintptr_t>(m), aligned = (begin + n - 1) / n * n;
-      if (aligned > begin) munmap(m, aligned - begin);
-      if (begin + 2 * n > aligned + n) munmap(reinterpret_cast<void*>(aligned + n), begin + 2 * n - aligned - n);
-      stacks.push_back(reinterpret_cast<char*>(aligned));
-    }
-    if (shared.size() < l.shared_bytes + 16) shared.resize(l.shared_bytes + 16);
-    l.stacks = stacks.data();
-    l.shared = shared.data();
-    l.swap = libc_swapcontext();
-  }
-  void run() {
-    t_worker = this;
-    int delay = env_int("KILN_HOST_CUDA_DELAY_US", 0);
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return !tasks.empty(); });
-        task = std::move(tasks.front());
-        tasks.pop_front();
-        busy = true;
-      }
-      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
-      task();
-      std::lock_guard<std::mutex> lock(mu);
-      busy = false;
-      if (tasks.empty()) idle.notify_all();
-    }
-  }
-};
-
-struct Device {
-  size_t budget = 0, used = 0;
-  std::map<uintptr_t, size_t> blocks;  // live allocations
-  Stream* default_stream = nullptr;
-  std::vector<Stream*> streams;  // every stream of the device, the default one first
-};
-
-struct Context {
-  int device;
-};
-
-struct Function {
-  KilnHostEntry entry = nullptr;
-};
-
-struct Module {
-  void* lib = nullptr;
-  std::vector<std::unique_ptr<Function>> functions;  // the handles given out, freed with it
-};
-
-struct Host {
-  std::mutex mu;
-  std::vector<Device> devices;
-  std::vector<Context> contexts;
-  std::map<void*, size_t> pinned;
-};
+__attribute__((tls_model("initial-exec"))) thread_local Context* t_context = nullptr;
 
 Host& host() {
   static Host* h = [] {
@@ -215,17 +42,6 @@ Host& host() {
     return x;
   }();
   return *h;
-}
-
-// Initial-exec: this library is dlopen'd, and clang 14's LeakSanitizer misreads dynamic TLS
-// (abi_cuda.h); eight bytes of glibc's static TLS surplus hold it instead.
-__attribute__((tls_model("initial-exec"))) thread_local Context* t_context = nullptr;
-
-int current_device() { return t_context ? t_context->device : 0; }
-
-// The stream a handle names: 0 is the current context's default stream.
-Stream* stream_of(CUstream s) {
-  return s ? reinterpret_cast<Stream*>(s) : host().devices[static_cast<size_t>(current_device())].default_stream;
 }
 
 bool is_pinned(const void* p) {
@@ -250,7 +66,9 @@ bool is_device_range(CUdeviceptr p, size_t n) {
   return false;
 }
 
-}  // namespace
+}  // namespace host_driver
+
+using namespace host_driver;
 
 void kiln_host_enqueue(CUstream stream, std::function<void()> task) { stream_of(stream)->push(std::move(task)); }
 bool kiln_host_device_range(const void* p, size_t n) { return is_device_range(reinterpret_cast<CUdeviceptr>(p), n); }
@@ -463,109 +281,6 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
   return CUDA_SUCCESS;
 }
 
-CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int, int) {
-  int d = current_device();
-  auto* st = new Stream(d);
-  std::lock_guard<std::mutex> lock(host().mu);
-  host().devices[static_cast<size_t>(d)].streams.push_back(st);
-  *s = reinterpret_cast<CUstream>(st);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuStreamSynchronize(CUstream s) {
-  if (stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  stream_of(s)->wait_idle();
-  return CUDA_SUCCESS;
-}
-
-CUresult cuStreamQuery(CUstream s) {
-  if (stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  return stream_of(s)->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-}
-
-CUresult cuEventCreate(CUevent* e, unsigned int flags) {
-  auto* ev = new Event;
-  ev->timing = !(flags & CU_EVENT_DISABLE_TIMING);
-  *e = reinterpret_cast<CUevent>(ev);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuEventDestroy(CUevent e) {
-  if (!e) return CUDA_ERROR_INVALID_HANDLE;
-  release(reinterpret_cast<Event*>(e));
-  return CUDA_SUCCESS;
-}
-
-CUresult cuEventRecord(CUevent e, CUstream s) {
-  auto* ev = reinterpret_cast<Event*>(e);
-  uint64_t generation;
-  Stream* st = stream_of(s);
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    std::lock_guard<std::mutex> event_lock(ev->mu);
-    ev->captured_in = st->capture;
-    if (st->capture) return CUDA_SUCCESS;  // a node of the graph: it orders nothing outside
-    generation = ++ev->recorded;
-  }
-  st->push([ev = retain(ev), generation] {
-    {
-      std::lock_guard<std::mutex> lock(ev->mu);
-      ev->completed = std::max(ev->completed, generation);
-      ev->when = Clock::now();
-      ev->cv.notify_all();
-    }
-    release(ev);
-  });
-  return CUDA_SUCCESS;
-}
-
-CUresult cuEventQuery(CUevent e) {
-  auto* ev = reinterpret_cast<Event*>(e);
-  std::lock_guard<std::mutex> lock(ev->mu);
-  return ev->completed >= ev->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-}
-
-CUresult cuEventSynchronize(CUevent e) {
-  auto* ev = reinterpret_cast<Event*>(e);
-  std::unique_lock<std::mutex> lock(ev->mu);
-  ev->cv.wait(lock, [&] { return ev->completed >= ev->recorded; });
-  return CUDA_SUCCESS;
-}
-
-CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
-  auto* a = reinterpret_cast<Event*>(start);
-  auto* b = reinterpret_cast<Event*>(end);
-  if (!a->timing || !b->timing) return CUDA_ERROR_INVALID_VALUE;
-  if (cuEventQuery(start) != CUDA_SUCCESS || cuEventQuery(end) != CUDA_SUCCESS) return CUDA_ERROR_NOT_READY;
-  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
-  return CUDA_SUCCESS;
-}
-
-// The stream waits, in its queue, until the event's current recording has completed.
-CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int) {
-  auto* ev = reinterpret_cast<Event*>(e);
-  uint64_t generation;
-  Stream* st = stream_of(s);
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    std::lock_guard<std::mutex> event_lock(ev->mu);
-    if (st->capture) {  // only events of the same capture order work within it
-      if (ev->captured_in == st->capture) return CUDA_SUCCESS;
-      st->invalidated = true;
-      return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
-    }
-    generation = ev->recorded;
-  }
-  st->push([ev = retain(ev), generation] {
-    {
-      std::unique_lock<std::mutex> lock(ev->mu);
-      ev->cv.wait(lock, [&] { return ev->completed >= generation; });
-    }
-    release(ev);
-  });
-  return CUDA_SUCCESS;
-}
-
 // A host cubin: the magic, a u64 size, then a shared object, loaded from a file of a name of
 // its own (dlopen hands back an already loaded library of the same name).
 CUresult cuModuleLoadData(CUmodule* m, const void* image) {
@@ -635,64 +350,6 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     t_worker->prepare(launch);
     fn->entry(&launch, args.data());
   });
-  return CUDA_SUCCESS;
-}
-
-// Stream capture (global, thread-local or relaxed mode alike: the host CUDA checks the calls
-// on the captured stream only).
-CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
-  if (!s) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the legacy default stream
-  Stream* st = stream_of(s);
-  std::lock_guard<std::mutex> lock(st->mu);
-  if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
-  st->capture = new Graph;
-  st->invalidated = false;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
-  Stream* st = stream_of(s);
-  std::lock_guard<std::mutex> lock(st->mu);
-  if (!st->capture) return CUDA_ERROR_ILLEGAL_STATE;
-  Graph* g = st->capture;
-  st->capture = nullptr;
-  if (st->invalidated) {
-    delete g;
-    *graph = nullptr;
-    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  }
-  *graph = reinterpret_cast<CUgraph>(g);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
-  Stream* st = stream_of(s);
-  std::lock_guard<std::mutex> lock(st->mu);
-  *status = !st->capture       ? CU_STREAM_CAPTURE_STATUS_NONE
-            : st->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
-  if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  *exec = reinterpret_cast<CUgraphExec>(new Graph(*reinterpret_cast<Graph*>(graph)));
-  return CUDA_SUCCESS;
-}
-
-CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) {
-  if (!exec) return CUDA_ERROR_INVALID_VALUE;
-  for (const std::function<void()>& task : reinterpret_cast<Graph*>(exec)->tasks) stream_of(s)->push(task);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuGraphExecDestroy(CUgraphExec exec) {
-  delete reinterpret_cast<Graph*>(exec);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuGraphDestroy(CUgraph graph) {
-  delete reinterpret_cast<Graph*>(graph);
   return CUDA_SUCCESS;
 }
 

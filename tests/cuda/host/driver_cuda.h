@@ -1,0 +1,215 @@
+// tests/cuda/host/driver_cuda.h -- the host CUDA driver's state, shared by its two files:
+// driver_cuda.cpp (devices, contexts, memory, copies, modules, launches) and stream_cuda.cpp
+// (streams, events, stream capture, graphs). See driver_cuda.cpp for what it emulates.
+#pragma once
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cuda/host/abi_cuda.h"
+
+namespace host_driver {
+
+using Clock = std::chrono::steady_clock;
+
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// The C library's own swapcontext (abi_cuda.h, KilnHostLaunch::swap): looked up in libc.so.6,
+// not by name in the process, where a sanitizer's interceptor comes first.
+using SwapContext = int (*)(ucontext_t*, const ucontext_t*);
+inline SwapContext libc_swapcontext() {
+  static const SwapContext swap = [] {
+    void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    void* f = libc ? dlsym(libc, "swapcontext") : nullptr;
+    return f ? reinterpret_cast<SwapContext>(f) : &swapcontext;
+  }();
+  return swap;
+}
+
+struct Event {
+  std::mutex mu;
+  const void* captured_in = nullptr;  // the graph its last recording went into, if any
+  std::condition_variable cv;
+  uint64_t recorded = 0, completed = 0;  // generations: done when completed == recorded
+  Clock::time_point when;
+  bool timing = true;
+  // The handle's reference and each queued task's: destroyed with work still queued on it (as
+  // a driver allows), it goes when that work has run.
+  std::atomic<int> refs{1};
+};
+
+// Events made and not yet destroyed (with their queued work done): what a test of a leak reads
+// through kiln_host_live_events().
+inline std::atomic<long long> g_live_events{0};
+
+inline Event* retain(Event* e) {
+  e->refs.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+inline void release(Event* e) {
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    delete e;
+    g_live_events.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+// What a stream capture recorded: the tasks, in order.
+struct Graph {
+  std::vector<std::function<void()>> tasks;
+};
+
+struct Stream;
+// The stream whose worker is running the current task (a graph's tasks run on any stream).
+extern thread_local Stream* t_worker;
+
+// An ordered queue of work and the thread that runs it.
+struct Stream {
+  int device = 0;
+  std::mutex mu;
+  std::condition_variable cv, idle;
+  std::deque<std::function<void()>> tasks;
+  bool busy = false;
+  Graph* capture = nullptr;  // while captured: where its work goes instead
+  bool invalidated = false;  // the capture met a call it does not allow
+  std::thread worker;
+  // The kernels' scratch (abi_cuda.h), touched by the worker alone and kept for the next launch.
+  std::vector<char*> stacks;
+  std::vector<unsigned char> shared;
+
+  explicit Stream(int d) : device(d) {
+    worker = std::thread([this] { run(); });
+    worker.detach();  // streams live as long as the process, as kiln's do
+  }
+  void push(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (capture) {
+      capture->tasks.push_back(std::move(task));
+      return;
+    }
+    tasks.push_back(std::move(task));
+    cv.notify_one();
+  }
+  void wait_idle() {
+    std::unique_lock<std::mutex> lock(mu);
+    idle.wait(lock, [&] { return tasks.empty() && !busy; });
+  }
+  bool is_idle() {
+    std::lock_guard<std::mutex> lock(mu);
+    return tasks.empty() && !busy;
+  }
+  // A call that would wait for this stream: refused, and the capture is over, while captured.
+  bool refuse_while_captured() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (capture) invalidated = true;
+    return capture != nullptr;
+  }
+  // Makes the scratch a launch needs; runs on the worker.
+  void prepare(KilnHostLaunch& l) {
+    size_t threads = size_t{l.block[0]} * l.block[1] * l.block[2];
+    while (stacks.size() < threads) {
+      // Twice the size, then trimmed to an aligned stack (a kernel's thread finds its state from
+      // its stack pointer).
+      const size_t n = KILN_HOST_STACK_BYTES;
+      void* m = mmap(nullptr, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m == MAP_FAILED) {
+        std::fprintf(stderr, "host CUDA: no memory for a kernel thread's stack\n");
+        std::abort();
+      }
+      auto begin = reinterpret_cast<uintptr_t>(m), aligned = (begin + n - 1) / n * n;
+      if (aligned > begin) munmap(m, aligned - begin);
+      if (begin + 2 * n > aligned + n) munmap(reinterpret_cast<void*>(aligned + n), begin + 2 * n - aligned - n);
+      stacks.push_back(reinterpret_cast<char*>(aligned));
+    }
+    if (shared.size() < l.shared_bytes + 16) shared.resize(l.shared_bytes + 16);
+    l.stacks = stacks.data();
+    l.shared = shared.data();
+    l.swap = libc_swapcontext();
+  }
+  void run() {
+    t_worker = this;
+    int delay = env_int("KILN_HOST_CUDA_DELAY_US", 0);
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !tasks.empty(); });
+        task = std::move(tasks.front());
+        tasks.pop_front();
+        busy = true;
+      }
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      task();
+      std::lock_guard<std::mutex> lock(mu);
+      busy = false;
+      if (tasks.empty()) idle.notify_all();
+    }
+  }
+};
+
+struct Device {
+  size_t budget = 0, used = 0;
+  std::map<uintptr_t, size_t> blocks;  // live allocations
+  Stream* default_stream = nullptr;
+  std::vector<Stream*> streams;  // every stream of the device, the default one first
+};
+
+struct Context {
+  int device;
+};
+
+struct Function {
+  KilnHostEntry entry = nullptr;
+};
+
+struct Module {
+  void* lib = nullptr;
+  std::vector<std::unique_ptr<Function>> functions;  // the handles given out, freed with it
+};
+
+struct Host {
+  std::mutex mu;
+  std::vector<Device> devices;
+  std::vector<Context> contexts;
+  std::map<void*, size_t> pinned;
+};
+
+// The process's devices and contexts (made on first use).
+Host& host();
+
+// Initial-exec: this library is dlopen'd, and clang 14's LeakSanitizer misreads dynamic TLS
+// (abi_cuda.h); eight bytes of glibc's static TLS surplus hold it instead.
+extern __attribute__((tls_model("initial-exec"))) thread_local Context* t_context;
+
+inline int current_device() { return t_context ? t_context->device : 0; }
+
+// The stream a handle names: 0 is the current context's default stream.
+inline Stream* stream_of(CUstream s) {
+  return s ? reinterpret_cast<Stream*>(s) : host().devices[static_cast<size_t>(current_device())].default_stream;
+}
+
+// Whether p lies in memory from cuMemHostAlloc.
+bool is_pinned(const void* p);
+
+// Whether [p, p + n) lies in one live allocation of some device.
+bool is_device_range(CUdeviceptr p, size_t n);
+
+}  // namespace host_driver
