@@ -23,6 +23,10 @@ namespace kiln::distributed {
 
 void Work::wait() const {
   if (state_->event) {  // on a CUDA stream: the caller's stream waits for it
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);  // failed: the NCCL watchdog's message
+      if (state_->failed) throw Error(state_->error);
+    }
     state_->event->block(cuda::current_stream(state_->device));
     return;
   }
@@ -32,7 +36,13 @@ void Work::wait() const {
 }
 
 bool Work::completed() const {
-  if (state_->event) return state_->event->query();
+  if (state_->event) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->done) return true;
+    }
+    return state_->event->query();
+  }
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->done;
 }

@@ -51,7 +51,10 @@ Options options_from_env();
 /// An operation in flight. On the CPU, wait() blocks until it completed and rethrows its error.
 /// On CUDA (NCCL), the collective runs on a stream of the group's and wait() makes the caller's
 /// current stream wait for it without blocking the host, as PyTorch's Work::wait does; the
-/// result is then ready for whatever that stream runs next.
+/// result is then ready for whatever that stream runs next. A collective that did not complete
+/// within Options::timeout (a peer died or hung in NCCL) makes the group's NCCL watchdog abort
+/// its communicator: wait() on it, and every later collective of the group on that device,
+/// then throws kiln::Error naming the collective and the rank.
 class Work {
  public:
   void wait() const;

@@ -1,7 +1,10 @@
 // runtime/cuda/blas_cuda.cpp -- cuBLAS, loaded with dlopen (KILN_CUDA_CUBLAS, else the CUDA 13
 // or 12 libcublas on the library path or in /usr/local/cuda), so a build runs without it: a
-// matmul on CUDA then says why. One handle per thread and device (cuBLAS handles are not to be
-// shared between threads), set to the current stream at each call.
+// matmul on CUDA then says why. A handle per thread and device from a pool (handles_cuda.h:
+// cuBLAS handles are not to be shared between threads at once, and a thread that ends gives its
+// back), set to the current stream at each call with a workspace of that (handle, stream) from
+// the caching allocator, as PyTorch's: cuBLAS's own would be taken outside the cache, and a
+// handle's next thread on another stream must not share the first one's while its GEMMs run.
 #include <cublas_api.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -10,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "runtime/check.h"
@@ -17,6 +21,7 @@
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda/gemm_types_cuda.h"
 #include "runtime/cuda_kernels.h"
+#include "runtime/cuda/handles_cuda.h"
 
 namespace kiln::cuda {
 namespace {
@@ -31,6 +36,7 @@ using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_
 struct Cublas {
   cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
   cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+  cublasStatus_t (*set_workspace)(cublasHandle_t, void*, size_t) = nullptr;
   GemmStridedBatchedEx gemm = nullptr;
   bool ok = false;
   std::string reason;
@@ -43,9 +49,11 @@ Cublas load_cublas() {
   if (!lib) return c;
   c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
   c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
+  c.set_workspace = reinterpret_cast<decltype(c.set_workspace)>(dlsym(lib, "cublasSetWorkspace_v2"));
   c.gemm = reinterpret_cast<GemmStridedBatchedEx>(dlsym(lib, "cublasGemmStridedBatchedEx"));
-  c.ok = c.create && c.set_stream && c.gemm;
-  if (!c.ok) c.reason = "cuBLAS lacks cublasCreate_v2, cublasSetStream_v2 or cublasGemmStridedBatchedEx";
+  c.ok = c.create && c.set_stream && c.set_workspace && c.gemm;
+  if (!c.ok)
+    c.reason = "cuBLAS lacks cublasCreate_v2, cublasSetStream_v2, cublasSetWorkspace_v2 or cublasGemmStridedBatchedEx";
   return c;
 }
 
@@ -59,20 +67,34 @@ void check_blas(cublasStatus_t s, const char* call) {
 }
 
 cublasHandle_t cublas_handle(int device) {
-  thread_local std::map<int, cublasHandle_t> handles;  // per thread: never shared
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  cublasHandle_t h = nullptr;
-  check_blas(cublas().create(&h), "cublasCreate");
-  // Kept for the process (a thread's handles die with the process, as its streams do), and
-  // reachable from here once the thread that made them is gone.
+  static auto* pool = new HandlePool<cublasHandle_t>([](int d) {
+    cublasHandle_t h = nullptr;
+    check_blas(retry_out_of_memory(d, [&] { return cublas().create(&h); },
+                                   [](cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }),
+               "cublasCreate");
+    return h;
+  });
+  return pool->get(device);
+}
+
+// cuBLAS's workspace on Hopper and later is 32 MiB, before it 8 MiB (PyTorch's sizes).
+size_t workspace_bytes(int device) { return compute_capability(device) >= 90 ? size_t{32} << 20 : size_t{8} << 20; }
+
+// Sets h to `stream` with that pair's workspace. cublasSetStream resets the workspace to
+// cuBLAS's own, so it is set again after it, every call.
+void use_stream(cublasHandle_t h, int device, CUstream stream) {
   static std::mutex mu;
-  static auto* all = new std::vector<cublasHandle_t>;
+  static auto* spaces = new std::map<std::pair<cublasHandle_t, CUstream>, void*>;  // kept, as the handles
+  void* space = nullptr;
+  const size_t bytes = workspace_bytes(device);
   {
     std::lock_guard<std::mutex> lock(mu);
-    all->push_back(h);
+    void*& p = (*spaces)[{h, stream}];
+    if (!p) p = device_allocator(device).allocate(bytes, reinterpret_cast<StreamHandle>(stream));
+    space = p;
   }
-  return handles[device] = h;
+  check_blas(cublas().set_stream(h, reinterpret_cast<cudaStream_t>(stream)), "cublasSetStream");
+  check_blas(cublas().set_workspace(h, space, bytes), "cublasSetWorkspace");
 }
 
 int fits_cublas(int64_t v, const char* what) {
@@ -91,7 +113,7 @@ void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m
   GemmTypes t;
   KILN_CHECK(gemm_types(dtype, &t), "matmul: cuBLAS takes float dtypes, not {}", dtype_name(dtype));
   cublasHandle_t h = cublas_handle(device);
-  check_blas(blas.set_stream(h, reinterpret_cast<cudaStream_t>(current(device))), "cublasSetStream");
+  use_stream(h, device, current(device));
   check_blas(blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                        fits_cublas(m, "m"), fits_cublas(n, "n"), fits_cublas(k, "k"), t.alpha(), a, t.type,
                        fits_cublas(lda, "lda"), stride_a, b, t.type, fits_cublas(ldb, "ldb"), stride_b, t.beta(), c,

@@ -68,18 +68,14 @@ void check_lt(cublasStatus_t s, const char* call) {
 }
 
 cublasLtHandle_t cublaslt_handle(int device) {
-  thread_local std::map<int, cublasLtHandle_t> handles;
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  cublasLtHandle_t h = nullptr;
-  check_lt(lt().cublasLtCreate(&h), "cublasLtCreate");
-  static std::mutex mu;
-  static auto* all = new std::vector<cublasLtHandle_t>;  // kept for the process, reachable
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    all->push_back(h);
-  }
-  return handles[device] = h;
+  static auto* pool = new HandlePool<cublasLtHandle_t>([](int d) {
+    cublasLtHandle_t h = nullptr;
+    check_lt(retry_out_of_memory(d, [&] { return lt().cublasLtCreate(&h); },
+                                 [](cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }),
+             "cublasLtCreate");
+    return h;
+  });
+  return pool->get(device);
 }
 
 // The largest power of two, up to 256, that divides the address: what the heuristics may

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include "runtime/caching_allocator.h"
+#include "runtime/cuda/handles_cuda.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda/driver_cuda.h"
 
@@ -22,6 +23,14 @@ CUstream current(int index);
 
 /// Device `index`'s caching allocator (made on first use).
 CachingAllocator& device_allocator(int index);
+
+/// Runs `attempt` (a library call taking device memory outside the caching allocator: a
+/// handle, a module, a communicator); when `out_of_memory(result)`, frees device `index`'s
+/// cached blocks and runs it once more (runtime/cuda/handles_cuda.h).
+template <class Attempt, class IsOutOfMemory>
+auto retry_out_of_memory(int index, Attempt attempt, IsOutOfMemory out_of_memory) {
+  return retry_after_freeing_cache(attempt, out_of_memory, [index] { device_allocator(index).empty_cache(); });
+}
 
 /// Page-locked host memory (cuMemHostAlloc), cached: what pin_memory() returns, and what async
 /// copies to and from the host need. Blocks used by a copy are reused only after it has run.

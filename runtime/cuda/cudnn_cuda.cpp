@@ -63,15 +63,15 @@ void check_dnn(cudnnStatus_t s, const char* call, const std::string& op) {
 
 cudnnHandle_t dnn_handle(int device, const std::string& op) {
   bind(device, op.c_str());
-  thread_local std::map<int, cudnnHandle_t> handles;
-  cudnnHandle_t& h = handles[device];
-  if (!h) {
-    check_dnn(cudnn().cudnnCreate(&h), "cudnnCreate", op);
-    static std::mutex mu;  // kept for the process, reachable after its thread ends (as cuBLAS's)
-    static auto* all = new std::vector<cudnnHandle_t>;
-    std::lock_guard<std::mutex> lock(mu);
-    all->push_back(h);
-  }
+  // Pooled (handles_cuda.h); cudnnCreate's device memory is taken outside the cache.
+  static auto* pool = new HandlePool<cudnnHandle_t>([](int d) {
+    cudnnHandle_t h = nullptr;
+    check_dnn(retry_out_of_memory(d, [&] { return cudnn().cudnnCreate(&h); },
+                                  [](cudnnStatus_t s) { return s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED; }),
+              "cudnnCreate", "cudnn");
+    return h;
+  });
+  cudnnHandle_t h = pool->get(device);
   check_dnn(cudnn().cudnnSetStream(h, reinterpret_cast<cudaStream_t>(current(device))), "cudnnSetStream", op);
   return h;
 }

@@ -36,7 +36,9 @@ void loaded_modules(CUmodule m) {
 DeviceFunction load_function(int device, const std::string& image, const std::string& name) {
   bind(device, "cuda kernel");
   CUmodule m = nullptr;
-  CUresult r = driver()->cuModuleLoadData(&m, image.data());
+  // A module's code and constants take device memory outside the cache.
+  CUresult r = retry_out_of_memory(device, [&] { return driver()->cuModuleLoadData(&m, image.data()); },
+                                   [](CUresult e) { return e == CUDA_ERROR_OUT_OF_MEMORY; });
   if (r != CUDA_SUCCESS) {
     const char* e = nullptr;
     driver()->cuGetErrorName(r, &e);

@@ -2,7 +2,8 @@
 // processes on the host CUDA (rank r on cuda:r, its host NCCL exchanging through files): every
 // collective and dtype against the double-precision result of the ranks' operands, the
 // asynchronous form ordered by streams alone, the all_reduce op and its gradient, a shape
-// mismatch named before NCCL sees it, and an MLP trained data-parallel on cuda:N to the
+// mismatch named before NCCL sees it, a rank hung in NCCL failing the others within the timeout,
+// ranks that disagree at their first collective named (not stuck in init), and an MLP trained data-parallel on cuda:N to the
 // parameters one CPU process gets on the whole batch.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -130,6 +131,20 @@ TEST(CudaDistChild, DISABLED_Rank) {
       Tensor x = zeros({3, pg.rank() == 1 ? 5 : 4}, DType::F32, d);
       distributed::all_reduce(pg, x);
     }
+    if (c == "hang") {  // rank 1 hangs in NCCL (KILN_HOST_NCCL_HANG_RANK)
+      Tensor x = ones({4}, DType::F32, d);
+      distributed::all_reduce(pg, x);
+      x.to(cpu);  // returns once the watchdog has aborted the communicator
+      distributed::all_reduce(pg, x);
+    }
+    if (c == "first_differs") {  // the first CUDA collective meets a CPU barrier
+      if (pg.rank() == 0) {
+        Tensor x = ones({4}, DType::F32, d);
+        distributed::all_reduce(pg, x);
+      } else {
+        distributed::barrier(pg);
+      }
+    }
     if (c == "ddp") {
       std::vector<Tensor> params = train_mlp(d, &pg);
       for (size_t i = 0; i < params.size(); ++i) save_npy(params[i], fmt::format("{}/p{}.r{}.npy", dir, i, o.rank));
@@ -200,6 +215,44 @@ TEST(CudaDistributed, AShapeMismatchIsNamedOnEveryRank) {
   EXPECT_NE(e0.find("all_reduce"), std::string::npos) << e0;
   EXPECT_NE(e0.find("rank 0 gives f32[3,4] but rank 1 gives f32[3,5]"), std::string::npos) << e0;
   EXPECT_NE(e1.find("rank 1 gives f32[3,5] but rank 0 gives f32[3,4]"), std::string::npos) << e1;
+  fs::remove_all(dir);
+}
+
+// A rank that hangs inside NCCL: every rank's watchdog aborts the communicator past the
+// timeout, and the next collective throws, naming the collective and the rank.
+TEST(CudaDistributed, ARankHungInNcclFailsTheOthersWithinTheTimeout) {
+  REQUIRE_DEVICES(2);
+  REQUIRE_HOST_CUDA();
+  std::string dir = fresh_dir("cuda_hang");
+  setenv("KILN_HOST_NCCL_HANG_RANK", "1", 1);
+  run_ranks(2, "hang", dir, 2000, "CudaDistChild.DISABLED_Rank");
+  unsetenv("KILN_HOST_NCCL_HANG_RANK");
+  for (int r : {0, 1}) {
+    std::string e = text_of(fmt::format("{}/error.r{}.txt", dir, r));
+    EXPECT_NE(e.find(fmt::format("all_reduce (NCCL collective #0) on cuda:{} failed on rank {} of 2", r, r)),
+              std::string::npos) << e;
+    EXPECT_NE(e.find("did not complete within the 2000 ms timeout"), std::string::npos) << e;
+  }
+  fs::remove_all(dir);
+}
+
+// Ranks that disagree at their first CUDA collective: the check runs before the communicator
+// is made, so it names the disagreement; without the check, the communicator is not made
+// within the timeout, and that is the error.
+TEST(CudaDistributed, RanksThatDisagreeAtTheFirstCollectiveAreNamedNotHung) {
+  REQUIRE_DEVICES(2);
+  std::string dir = fresh_dir("cuda_first");
+  run_ranks(2, "first_differs", dir, 5000, "CudaDistChild.DISABLED_Rank");
+  std::string e0 = text_of(dir + "/error.r0.txt");
+  EXPECT_NE(e0.find("rank 1 called another collective at this point"), std::string::npos) << e0;
+  fs::remove_all(dir);
+  dir = fresh_dir("cuda_first_unchecked");
+  setenv("KILN_DIST_CHECK", "0", 1);
+  run_ranks(2, "first_differs", dir, 2000, "CudaDistChild.DISABLED_Rank");
+  unsetenv("KILN_DIST_CHECK");
+  e0 = text_of(dir + "/error.r0.txt");
+  EXPECT_NE(e0.find("rank 0 of 2: NCCL's communicator on cuda:0 was not made within the 2000 ms timeout"),
+            std::string::npos) << e0;
   fs::remove_all(dir);
 }
 

@@ -18,9 +18,15 @@
 #include "runtime/half.h"
 #include "tests/cuda/host/queue_cuda.h"
 
+// A handle takes some device memory, and a GEMM on a stream with no workspace of the caller's
+// takes cuBLAS's own for the handle, as the real library does (outside kiln's cache).
 struct cublasContext {
   cudaStream_t stream = nullptr;
+  void* workspace = nullptr;  // the caller's, until the next cublasSetStream
+  bool own_workspace = false;
 };
+
+constexpr long long kHandleBytes = 1 << 20, kOwnWorkspaceBytes = 4 << 20;
 
 namespace {
 
@@ -49,12 +55,21 @@ void store(void* p, cudaDataType t, long long i, double v) {
 extern "C" {
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  if (!kiln_host_reserve(kHandleBytes)) return CUBLAS_STATUS_ALLOC_FAILED;
   *h = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// As cuBLAS's: the stream's change puts the handle back on its own workspace.
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
   h->stream = s;
+  h->workspace = nullptr;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void* workspace, size_t bytes) {
+  if (!workspace || !kiln_host_device_range(workspace, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+  h->workspace = workspace;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -72,6 +87,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     return CUBLAS_STATUS_INVALID_VALUE;
   if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
     return CUBLAS_STATUS_INVALID_VALUE;
+  if (!h->workspace && !h->own_workspace) {
+    if (!kiln_host_reserve(kOwnWorkspaceBytes)) return CUBLAS_STATUS_ALLOC_FAILED;
+    h->own_workspace = true;
+  }
   kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
     for (int q = 0; q < batch; ++q)
       for (int j = 0; j < n; ++j)
@@ -119,6 +138,7 @@ extern "C" {
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   static int one;
+  if (!kiln_host_reserve(kHandleBytes)) return CUBLAS_STATUS_ALLOC_FAILED;
   *h = reinterpret_cast<cublasLtHandle_t>(&one);
   return CUBLAS_STATUS_SUCCESS;
 }

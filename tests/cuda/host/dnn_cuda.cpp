@@ -92,7 +92,9 @@ extern "C" {
 const char* cudnnGetErrorString(cudnnStatus_t s) {
   return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : "CUDNN_STATUS_BAD_PARAM";
 }
+// A handle takes device memory, as cuDNN's does.
 cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
+  if (!kiln_host_reserve(4 << 20)) return CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
   *h = new cudnnContext;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -71,6 +71,14 @@ bool is_device_range(CUdeviceptr p, size_t n) {
 using namespace host_driver;
 
 void kiln_host_enqueue(CUstream stream, std::function<void()> task) { stream_of(stream)->push(std::move(task)); }
+bool kiln_host_reserve(long long bytes) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  Device& d = h.devices[static_cast<size_t>(current_device())];
+  if (bytes > 0 && d.used + static_cast<size_t>(bytes) > d.budget) return false;
+  d.used = static_cast<size_t>(static_cast<long long>(d.used) + bytes);
+  return true;
+}
 bool kiln_host_device_range(const void* p, size_t n) { return is_device_range(reinterpret_cast<CUdeviceptr>(p), n); }
 
 extern "C" {
@@ -281,6 +289,9 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
   return CUDA_SUCCESS;
 }
 
+// What a loaded module takes of its device's memory (code and constant banks on a GPU).
+constexpr long long kModuleBytes = 1 << 20;
+
 // A host cubin: the magic, a u64 size, then a shared object, loaded from a file of a name of
 // its own (dlopen hands back an already loaded library of the same name).
 CUresult cuModuleLoadData(CUmodule* m, const void* image) {
@@ -304,6 +315,10 @@ CUresult cuModuleLoadData(CUmodule* m, const void* image) {
   if (!lib && written) std::fprintf(stderr, "host CUDA: cannot load a module: %s\n", dlerror());
   ::unlink(path.c_str());
   if (!lib) return CUDA_ERROR_INVALID_IMAGE;
+  if (!kiln_host_reserve(kModuleBytes)) {
+    dlclose(lib);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   *m = reinterpret_cast<CUmodule>(new Module{lib, {}});
   return CUDA_SUCCESS;
 }
@@ -314,6 +329,7 @@ CUresult cuModuleUnload(CUmodule m) {
   if (!mod) return CUDA_ERROR_INVALID_HANDLE;
   dlclose(mod->lib);
   delete mod;
+  kiln_host_reserve(-kModuleBytes);
   return CUDA_SUCCESS;
 }
 
@@ -351,6 +367,22 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     fn->entry(&launch, args.data());
   });
   return CUDA_SUCCESS;
+}
+
+// Not the driver's: a device's memory budget (set when bytes >= 0; the old one is returned) and
+// what is in use, so that tests can make a device nearly full without filling it.
+long long kiln_host_memory_budget(int device, long long bytes) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  Device& d = h.devices[static_cast<size_t>(device)];
+  const long long old = static_cast<long long>(d.budget);
+  if (bytes >= 0) d.budget = static_cast<size_t>(bytes);
+  return old;
+}
+long long kiln_host_memory_used(int device) {
+  Host& h = host();
+  std::lock_guard<std::mutex> lock(h.mu);
+  return static_cast<long long>(h.devices[static_cast<size_t>(device)].used);
 }
 
 }  // extern "C"

@@ -6,11 +6,17 @@
 // rank that does not arrive within KILN_HOST_NCCL_TIMEOUT_S (default 60) ends the process with
 // a message; the folder goes when the communicators are destroyed. kiln loads it instead of
 // libnccl when KILN_CUDA_NCCL names it.
+//
+// As NCCL's: a non-blocking communicator is in progress until every rank has joined (each
+// marks its arrival in the folder); ncclCommAbort makes the collectives in flight return at
+// once. KILN_HOST_NCCL_HANG_RANK=r makes rank r hang in its collectives (they never publish,
+// until aborted), as a rank stuck on its GPU would.
 #include <cuda.h>
 #include <nccl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +40,8 @@ struct ncclComm {
   int nranks = 0, rank = 0;
   uint64_t seq = 0;  // collectives issued so far: every rank issues the same ones in order
   CUstream last = nullptr;  // where the last one was queued
+  std::atomic<bool> aborted{false};
+  std::atomic<int> state{ncclSuccess};  // ncclInProgress until every rank has joined
 };
 
 namespace {
@@ -74,7 +82,26 @@ void publish(const ncclComm& c, uint64_t seq, const char* data, size_t bytes) {
   if (seq >= 2) unlink(file_of(c, seq - 2, c.rank).c_str());
 }
 
-// Every rank's bytes of collective `seq`, waiting for the ones still to come.
+std::string join_file(const ncclComm& c, int rank) { return c.dir + "/join." + std::to_string(rank); }
+
+// Whether every rank has joined the communicator.
+bool all_joined(const ncclComm& c) {
+  for (int r = 0; r < c.nranks; ++r)
+    if (access(join_file(c, r).c_str(), F_OK) != 0) return false;
+  return true;
+}
+
+// Whether this rank hangs in its collectives (KILN_HOST_NCCL_HANG_RANK); it waits, publishing
+// nothing, until its communicator is aborted.
+bool hangs(const ncclComm& c) {
+  const char* env = std::getenv("KILN_HOST_NCCL_HANG_RANK");
+  if (!env || !*env || std::atoi(env) != c.rank) return false;
+  while (!c.aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return true;
+}
+
+// Every rank's bytes of collective `seq`, waiting for the ones still to come; empty when the
+// communicator is aborted meanwhile.
 std::vector<std::string> gather(const ncclComm& c, uint64_t seq) {
   const char* env = std::getenv("KILN_HOST_NCCL_TIMEOUT_S");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(env && *env ? std::atoi(env) : 60);
@@ -82,6 +109,7 @@ std::vector<std::string> gather(const ncclComm& c, uint64_t seq) {
   for (int r = 0; r < c.nranks; ++r) {
     std::string f = file_of(c, seq, r);
     while (access(f.c_str(), R_OK) != 0) {
+      if (c.aborted.load()) return {};
       if (std::chrono::steady_clock::now() > deadline) {
         std::fprintf(stderr, "host NCCL: rank %d waited for rank %d at collective %llu past the timeout\n", c.rank, r,
                      static_cast<unsigned long long>(seq));
@@ -183,12 +211,40 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+// Joins: marks this rank's arrival. Blocking, it waits for the others; non-blocking, the
+// communicator is in progress until they have all come (ncclCommGetAsyncError).
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config) {
   if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   std::string dir(id.internal, strnlen(id.internal, NCCL_UNIQUE_ID_BYTES));
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) return ncclInvalidArgument;
-  *comm = new ncclComm{dir, nranks, rank, 0};
+  auto* c = new ncclComm;
+  c->dir = dir;
+  c->nranks = nranks;
+  c->rank = rank;
+  std::ofstream(join_file(*c, rank)).put('1');
+  *comm = c;
+  if (config && config->blocking == 0) {
+    c->state = all_joined(*c) ? ncclSuccess : ncclInProgress;
+    return static_cast<ncclResult_t>(c->state.load());
+  }
+  while (!all_joined(*c)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
+  if (!comm) return ncclInvalidArgument;
+  if (comm->state.load() == ncclInProgress && all_joined(*comm)) comm->state = ncclSuccess;
+  *error = static_cast<ncclResult_t>(comm->state.load());
+  return ncclSuccess;
+}
+
+// The collectives in flight return (a hung rank's too), then the communicator goes.
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  comm->aborted = true;
+  if (comm->last) cuStreamSynchronize(comm->last);
+  delete comm;
   return ncclSuccess;
 }
 
@@ -222,8 +278,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t s) {
   enqueue(comm, s, [=](uint64_t seq) {
+    if (hangs(*comm)) return;
     publish(*comm, seq, static_cast<const char*>(send), count * type_size(t));
-    reduce(gather(*comm, seq), t, op, 0, count, static_cast<char*>(recv));
+    std::vector<std::string> all = gather(*comm, seq);
+    if (!all.empty()) reduce(all, t, op, 0, count, static_cast<char*>(recv));
   });
   return ncclSuccess;
 }
@@ -231,10 +289,11 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t s) {
   enqueue(comm, s, [=](uint64_t seq) {
+    if (hangs(*comm)) return;
     size_t bytes = count * type_size(t);
     publish(*comm, seq, comm->rank == root ? static_cast<const char*>(send) : "", comm->rank == root ? bytes : 0);
     std::vector<std::string> all = gather(*comm, seq);
-    std::memcpy(recv, all[static_cast<size_t>(root)].data(), bytes);
+    if (!all.empty()) std::memcpy(recv, all[static_cast<size_t>(root)].data(), bytes);
   });
   return ncclSuccess;
 }
@@ -242,6 +301,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t s) {
   enqueue(comm, s, [=](uint64_t seq) {
+    if (hangs(*comm)) return;
     size_t bytes = count * type_size(t);
     publish(*comm, seq, static_cast<const char*>(send), bytes);
     std::vector<std::string> all = gather(*comm, seq);
@@ -253,8 +313,10 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t s) {
   enqueue(comm, s, [=](uint64_t seq) {
+    if (hangs(*comm)) return;
     publish(*comm, seq, static_cast<const char*>(send), count * static_cast<size_t>(comm->nranks) * type_size(t));
-    reduce(gather(*comm, seq), t, op, count * static_cast<size_t>(comm->rank), count, static_cast<char*>(recv));
+    std::vector<std::string> all = gather(*comm, seq);
+    if (!all.empty()) reduce(all, t, op, count * static_cast<size_t>(comm->rank), count, static_cast<char*>(recv));
   });
   return ncclSuccess;
 }

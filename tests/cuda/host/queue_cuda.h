@@ -11,3 +11,6 @@
 void kiln_host_enqueue(CUstream stream, std::function<void()> task);
 /// Whether [p, p + n) lies in one live allocation of a host device.
 bool kiln_host_device_range(const void* p, size_t n);
+/// Takes `bytes` of the current device's memory without allocating it (negative: gives it back):
+/// what a library's handle or a module holds on a GPU. False, taking nothing, past the budget.
+bool kiln_host_reserve(long long bytes);
