@@ -214,10 +214,11 @@ bool GraphReplay::capture(std::span<const Tensor> params, const Plan& plan, std:
   outputs_.clear();
   int device = layout_.device;
   checks_.reset(device);
-  // The capture runs on a side stream (a default stream cannot be captured) that first waits
-  // for the caller's work, the copies into the graph's buffers included.
+  // The capture runs on the thread's own capture stream (a default stream cannot be captured,
+  // and a pool stream may be another thread's) that first waits for the caller's work, the
+  // copies into the graph's buffers included.
   cuda::Stream caller = cuda::current_stream(device);
-  cuda::Stream side = cuda::Stream::create(device);
+  cuda::Stream side = cuda::capture_stream(device);
   cuda::Event before;
   before.record(caller);
   before.block(side);
@@ -272,6 +273,7 @@ std::optional<std::vector<Tensor>> GraphReplay::run(std::span<const Tensor> inpu
     return std::nullopt;
   }
   std::vector<Tensor> host = plan.host(inputs, params);
+  if (last_use_) last_use_->block(cuda::current_stream(layout_.device));
   std::vector<Tensor> values = stage(inputs, host);
   std::vector<Tensor> out(graph_outputs_.size());
   // The first call runs the device part as it is (it compiles the kernels, for the graph's own
@@ -299,6 +301,8 @@ std::optional<std::vector<Tensor>> GraphReplay::run(std::span<const Tensor> inpu
     Tensor target = params[p];
     target.copy_(host[v]);
   }
+  if (!last_use_) last_use_ = std::make_unique<cuda::Event>();
+  last_use_->record(cuda::current_stream(layout_.device));
   // What the device part's assigns did on the host when it was captured: the params changed.
   if (!warm_up)
     for (size_t p : assigned_) params[p].impl()->storage->bump_version();

@@ -23,6 +23,7 @@
 
 #include "ir/graph.h"
 #include "jit/trace.h"  // cuda_graphs_enabled
+#include "runtime/cuda.h"
 #include "runtime/tensor.h"
 
 namespace kiln::cuda {
@@ -126,6 +127,10 @@ class GraphReplay {
   std::vector<Tensor> inputs_, scalars_, outputs_;
   std::vector<const void*> params_;  // where the captured graph has the params
   CapturedChecks checks_;
+  // Recorded on the caller's stream after a call's last use of the graph's buffers (staging,
+  // replay, output copies): the next call, on whatever stream, waits for it before staging, so
+  // a call on stream B never overwrites what a replay on stream A still reads.
+  std::unique_ptr<cuda::Event> last_use_;
 };
 
 }  // namespace kiln::jit

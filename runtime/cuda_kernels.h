@@ -131,6 +131,11 @@ class CapturedGraph {
   mutable std::mutex mu_;
   mutable std::set<uintptr_t> launched_;
 };
+/// The calling thread's stream for captures on `device`: made for captures alone (never one of
+/// the pool that Stream::create, user code and NCCL share, which wraps around), lent to one
+/// thread at a time and given back when it ends, so no other thread queues work on it while it
+/// captures.
+Stream capture_stream(int device);
 /// Starts capturing `stream` (never a default stream: the driver does not capture those):
 /// the work queued on it is recorded instead of run, and its allocations come from a new
 /// private pool.

@@ -21,6 +21,17 @@ std::map<uintptr_t, uintptr_t>& pools() {
 
 }  // namespace
 
+Stream capture_stream(int device) {
+  static auto* pool = new HandlePool<CUstream>([](int d) {
+    bind(d, "cuda graph capture");
+    CUstream st = nullptr;
+    check(driver()->cuStreamCreateWithPriority(&st, CU_STREAM_NON_BLOCKING, 0), "cuStreamCreateWithPriority");
+    return st;
+  });
+  bind(device, "cuda graph capture");
+  return Stream(device, reinterpret_cast<uintptr_t>(pool->get(device)));
+}
+
 void begin_capture(const Stream& stream) {
   KILN_CHECK(stream.handle() != 0, "cuda graph capture: cuda:{}'s default stream cannot be captured; capture a "
              "stream of cuda::Stream::create", stream.device_index());

@@ -86,6 +86,7 @@ RnnGrads rnn_backward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor
 }
 CapturedGraph::~CapturedGraph() { (void)device_, (void)exec_, (void)pool_, (void)stream_; }
 void CapturedGraph::launch() const { unavailable("cuda graph"); }
+Stream capture_stream(int) { unavailable("cuda graph capture"); }
 void begin_capture(const Stream&) { unavailable("cuda graph capture"); }
 std::unique_ptr<CapturedGraph> end_capture(const Stream&, std::string*) { unavailable("cuda graph capture"); }
 

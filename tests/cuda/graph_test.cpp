@@ -8,6 +8,7 @@
 #include <kiln/kiln.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ir/passes.h"
@@ -79,6 +80,57 @@ TEST(CudaGraphCapture, DestroyingAGraphLeavesAnotherCaptureAlone) {
   ASSERT_TRUE(graph) << why;
   graph->launch();
   EXPECT_TRUE(test::close_enough(z.to(cpu), x.to(cpu) + 1.0f));
+}
+
+// Work another thread queues on a stream being captured would land in the graph; the host
+// driver ends such a capture. kiln's captures run on a stream of their own per thread, never one
+// of the pool that Stream::create hands out round robin.
+TEST(CudaGraphCapture, AnotherThreadsWorkOnTheCapturedStreamEndsTheCapture) {
+  REQUIRE_HOST_CUDA();
+  Tensor x = randn({100}).to(kGpu);
+  cuda::Stream side = cuda::Stream::create(0);
+  cuda::synchronize(0);
+  std::string why;
+  {
+    cuda::StreamGuard on_side(side);
+    cuda::begin_capture(side);
+    Tensor y = x * 3.0f;
+    std::thread([&] {
+      cuda::StreamGuard also(side);
+      Tensor z = x + 1.0f;
+    }).join();
+    EXPECT_FALSE(cuda::end_capture(side, &why));
+  }
+  EXPECT_NE(why.find("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"), std::string::npos) << why;
+  cuda::Stream mine = cuda::capture_stream(0);
+  for (int i = 0; i < 80; ++i) EXPECT_NE(cuda::Stream::create(0), mine);
+  EXPECT_EQ(cuda::capture_stream(0), mine);
+  cuda::Stream theirs;
+  std::thread([&] { theirs = cuda::capture_stream(0); }).join();
+  EXPECT_NE(theirs, cuda::default_stream(0));
+  EXPECT_NE(theirs, mine) << "held by this thread";
+}
+
+// A replay on one stream, then a call on another at once: the second waits for the first's
+// use of the graph's buffers before staging its input into them.
+TEST(CudaGraphReplay, CallsOnTwoStreamsDoNotShareTheBuffersInFlight) {
+  REQUIRE_CUDA();
+  Graphs on(true);
+  auto fn = [](const Tensor& x) { return exp(x) * 2.0f + sin(x); };
+  jit::Function f = jit::trace(fn, {randn({4096}).to(kGpu)}, "two_streams");
+  for (int i = 0; i < 2; ++i) f(randn({4096}).to(kGpu));  // warmed up and captured
+  cuda::Stream a = cuda::Stream::create(0), b = cuda::Stream::create(0);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 6; ++i) xs.push_back(randn({4096}));
+  cuda::synchronize(0);
+  for (int i = 0; i < 6; ++i) {
+    cuda::StreamGuard g(i % 2 ? b : a);
+    ys.push_back(f(xs[static_cast<size_t>(i)].to(kGpu)));
+  }
+  cuda::synchronize(0);
+  EXPECT_GE(f.stats().graph_replays, 6);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_TRUE(test::close_enough(ys[static_cast<size_t>(i)].to(cpu), fn(xs[static_cast<size_t>(i)]))) << "call " << i;
 }
 
 TEST(CudaGraphCapture, ASynchronizingCallEndsTheCapture) {

@@ -90,6 +90,7 @@ struct Stream {
   bool busy = false;
   Graph* capture = nullptr;  // while captured: where its work goes instead
   bool invalidated = false;  // the capture met a call it does not allow
+  std::thread::id capturer;  // the thread capturing it
   std::thread worker;
   // The kernels' scratch (abi_cuda.h), touched by the worker alone and kept for the next launch.
   std::vector<char*> stacks;
@@ -102,6 +103,9 @@ struct Stream {
   void push(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mu);
     if (capture) {
+      // Another thread's work would land in this thread's graph (not run, replayed with it):
+      // on a GPU a silent corruption, here the end of the capture.
+      if (std::this_thread::get_id() != capturer) invalidated = true;
       capture->tasks.push_back(std::move(task));
       return;
     }

@@ -123,6 +123,7 @@ CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
   if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
   st->capture = new Graph;
   st->invalidated = false;
+  st->capturer = std::this_thread::get_id();
   return CUDA_SUCCESS;
 }
 
