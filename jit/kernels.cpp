@@ -82,8 +82,11 @@ CudaKernel cuda_kernel_for(const std::string& source, int device) {
   try {
     auto t0 = std::chrono::steady_clock::now();
     int arch = cuda::compute_capability(device);
-    std::string identity = fmt::format("{}\nnvrtc {} ({}); sm_{}\n{}", kKilnVersion, codegen::cuda::nvrtc_version(),
-                                       codegen::cuda::nvrtc_options(), arch, src);
+    // A device newer than NVRTC knows gets PTX for the newest architecture it does, which the
+    // driver compiles for the device.
+    const codegen::cuda::CudaTarget target = codegen::cuda::cuda_target(arch, codegen::cuda::nvrtc_supported_archs());
+    std::string identity = fmt::format("{}\nnvrtc {} ({}); {}_{}\n{}", kKilnVersion, codegen::cuda::nvrtc_version(),
+                                       codegen::cuda::nvrtc_options(), target.ptx ? "compute" : "sm", target.arch, src);
     std::optional<std::string> cubin = disk_cache_get(identity);
     bool from_disk = cubin.has_value();
     if (from_disk) {
@@ -95,7 +98,8 @@ CudaKernel cuda_kernel_for(const std::string& source, int device) {
     }
     if (!from_disk) {
       if (log_enabled(LogTopic::Codegen)) log(LogTopic::Codegen, fmt::format("kernel {} (CUDA C):\n{}", k.symbol, src));
-      cubin = codegen::cuda::compile_cubin(src, arch, k.symbol);
+      cubin = target.ptx ? codegen::cuda::compile_ptx(src, target.arch, k.symbol)
+                         : codegen::cuda::compile_cubin(src, target.arch, k.symbol);
       disk_cache_put(identity, *cubin);
       k.fn = cuda::load_function(device, *cubin, k.symbol);
     }
@@ -103,7 +107,8 @@ CudaKernel cuda_kernel_for(const std::string& source, int device) {
       std::lock_guard<std::mutex> lock(c.mu);
       ++(from_disk ? c.stats.disk_hits : c.stats.compiles);
     }
-    log(LogTopic::Cache, fmt::format("kernel {} for sm_{}: {} in {:.2f} ms", k.symbol, arch,
+    log(LogTopic::Cache, fmt::format("kernel {} for sm_{}{}: {} in {:.2f} ms", k.symbol, arch,
+                                     target.ptx ? fmt::format(" (as PTX for compute_{}, NVRTC's newest)", target.arch) : "",
                                      from_disk ? "loaded from the disk cache" : "compiled", ms_since(t0)));
     promise.set_value(k.fn);
   } catch (...) {

@@ -34,7 +34,16 @@ __device__ __forceinline__ float kiln_f32(unsigned b) { return __uint_as_float(b
 __device__ __forceinline__ double kiln_f64(unsigned long long b) { return __longlong_as_double((long long)b); }
 __device__ __forceinline__ unsigned short kiln_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float kiln_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+#if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ unsigned short kiln_f2bf(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#else  // before sm_80 there is no bf16 conversion: round to nearest even by hand (runtime/half.h's)
+__device__ __forceinline__ unsigned short kiln_f2bf(float f) {
+  unsigned x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (unsigned short)(x >> 16);
+}
+#endif
 __device__ __forceinline__ float kiln_bf2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
 #endif
 __device__ __forceinline__ long long kiln_f2i64(double x) {

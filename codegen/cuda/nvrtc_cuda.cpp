@@ -7,9 +7,11 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
+#include "runtime/cuda/library_cuda.h"
 #include "runtime/error.h"
 
 namespace kiln::codegen::cuda {
@@ -26,6 +28,7 @@ struct Nvrtc {
 #undef KILN_NVRTC_DECLARE
   bool ok = false;
   std::string reason, version, path;
+  std::vector<int> archs;  // what it compiles for (nvrtcGetSupportedArchs, NVRTC 11.2 on)
 };
 
 Nvrtc load() {
@@ -40,6 +43,11 @@ Nvrtc load() {
   void* lib = nullptr;
   std::string errors;
   for (const std::string& c : candidates) {
+    std::string unsuited;
+    if (!kiln::cuda::driver_allows(c, &unsuited)) {  // a CUDA 13 NVRTC's code on a 12 driver
+      errors += fmt::format("{}{}", errors.empty() ? "" : "; ", unsuited);
+      continue;
+    }
     lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib) {
       n.path = c;
@@ -62,6 +70,14 @@ Nvrtc load() {
   int major = 0, minor = 0;
   n.nvrtcVersion(&major, &minor);
   n.version = fmt::format("{}.{}", major, minor);
+  auto count = reinterpret_cast<nvrtcResult (*)(int*)>(dlsym(lib, "nvrtcGetNumSupportedArchs"));
+  auto archs = reinterpret_cast<nvrtcResult (*)(int*)>(dlsym(lib, "nvrtcGetSupportedArchs"));
+  int num = 0;
+  if (count && archs && count(&num) == NVRTC_SUCCESS && num > 0) {
+    n.archs.resize(static_cast<size_t>(num));
+    if (archs(n.archs.data()) != NVRTC_SUCCESS) n.archs.clear();
+    std::sort(n.archs.begin(), n.archs.end());
+  }
   n.ok = true;
   return n;
 }
@@ -111,6 +127,8 @@ std::string nvrtc_unavailable_reason() { return nvrtc().reason; }
 
 std::string nvrtc_version() { return require("nvrtc").version; }
 
+std::vector<int> nvrtc_supported_archs() { return require("nvrtc").archs; }
+
 std::string nvrtc_options() { return fmt::format("{} {}", kOptions[0], kOptions[1]); }
 
 std::string compile_cubin(const std::string& source, int arch, const std::string& name) {
@@ -134,7 +152,7 @@ std::string compile_ptx(const std::string& source, int arch, const std::string& 
   if (r == NVRTC_SUCCESS && size) n.nvrtcGetPTX(prog, out.data());
   n.nvrtcDestroyProgram(&prog);
   if (r != NVRTC_SUCCESS) throw Error(fmt::format("nvrtc: no PTX for kernel {} from this NVRTC ({})", name, n.path));
-  while (!out.empty() && out.back() == '\0') out.pop_back();
+  if (!out.empty() && out.back() == '\0') out.pop_back();  // the size counts its terminating NUL
   return out;
 }
 

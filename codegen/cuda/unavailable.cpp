@@ -14,5 +14,6 @@ std::string nvrtc_version() { throw Error(std::string("nvrtc: ") + kReason); }
 std::string nvrtc_options() { throw Error(std::string("nvrtc: ") + kReason); }
 std::string compile_cubin(const std::string&, int, const std::string&) { throw Error(std::string("nvrtc: ") + kReason); }
 std::string compile_ptx(const std::string&, int, const std::string&) { throw Error(std::string("nvrtc: ") + kReason); }
+std::vector<int> nvrtc_supported_archs() { return {}; }
 
 }  // namespace kiln::codegen::cuda

@@ -137,9 +137,10 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
 }
 
 CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+  const int cc = env_int("KILN_HOST_CUDA_CC", 90);  // another architecture, for tests of NVRTC's targets
   switch (a) {  // an sm_90-like device
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = cc / 10; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = cc % 10; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;

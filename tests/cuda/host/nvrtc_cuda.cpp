@@ -257,9 +257,29 @@ nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char* cubin) {
   return NVRTC_SUCCESS;
 }
 
-// There is no PTX for the host: kiln asks for it only to print it (kiln-ir), from a real NVRTC.
-nvrtcResult nvrtcGetPTXSize(nvrtcProgram, size_t*) { return NVRTC_ERROR_INVALID_PROGRAM; }
-nvrtcResult nvrtcGetPTX(nvrtcProgram, char*) { return NVRTC_ERROR_INVALID_PROGRAM; }
+// The host's "PTX" is its cubin (with the terminating NUL a PTX has): what kiln loads for a
+// device newer than the architectures below, which the host driver runs as any module.
+nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t* size) {
+  if (prog->cubin.empty()) return NVRTC_ERROR_INVALID_PROGRAM;
+  *size = prog->cubin.size() + 1;
+  return NVRTC_SUCCESS;
+}
+nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char* ptx) {
+  std::memcpy(ptx, prog->cubin.data(), prog->cubin.size());
+  ptx[prog->cubin.size()] = '\0';
+  return NVRTC_SUCCESS;
+}
+
+// As CUDA 13's NVRTC (sm_75 to sm_90 of them): a device past sm_90 (KILN_HOST_CUDA_CC) gets PTX.
+const int kArchs[] = {75, 80, 86, 89, 90};
+nvrtcResult nvrtcGetNumSupportedArchs(int* n) {
+  *n = static_cast<int>(sizeof kArchs / sizeof kArchs[0]);
+  return NVRTC_SUCCESS;
+}
+nvrtcResult nvrtcGetSupportedArchs(int* archs) {
+  std::memcpy(archs, kArchs, sizeof kArchs);
+  return NVRTC_SUCCESS;
+}
 
 nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t* size) {
   *size = prog->log.size() + 1;

@@ -1,0 +1,74 @@
+// tests/cuda/target_test.cpp -- what kiln builds for a device (codegen/cuda/nvrtc.h): a cubin
+// for an architecture NVRTC knows, PTX for the newest it knows below a newer device (which the
+// driver compiles), an error naming both when it knows nothing at or below it; on the host CUDA
+// a device made to say sm_120 runs a kernel through that PTX. bf16 stores compile for sm_75,
+// which has no bf16 conversion (rounded by hand there). Library files of a CUDA major newer
+// than the driver are skipped.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "codegen/cuda/emit.h"
+#include "codegen/cuda/nvrtc.h"
+#include "jit/kernels.h"
+#include "runtime/cuda_kernels.h"
+#include "tests/cuda/cuda_test.h"
+#include "tests/unit/test_util.h"
+
+namespace kiln {
+namespace {
+
+using codegen::cuda::cuda_target;
+
+TEST(CudaTarget, ACubinWhereNvrtcKnowsTheDevicePtxBeyondIt) {
+  const std::vector<int> cuda13 = {75, 80, 86, 89, 90, 100, 120};
+  EXPECT_EQ(cuda_target(90, cuda13).arch, 90);
+  EXPECT_FALSE(cuda_target(90, cuda13).ptx);
+  EXPECT_FALSE(cuda_target(90, {}).ptx) << "an NVRTC that cannot say: the device's own";
+  // A device newer than the toolkit: PTX for the newest architecture below it.
+  const std::vector<int> cuda12 = {75, 80, 86, 89, 90};
+  EXPECT_EQ(cuda_target(120, cuda12).arch, 90);
+  EXPECT_TRUE(cuda_target(120, cuda12).ptx);
+  EXPECT_EQ(cuda_target(87, cuda12).arch, 86);
+  EXPECT_TRUE(cuda_target(87, cuda12).ptx);
+  test::expect_error([&] { cuda_target(70, cuda12); }, {"sm_75 to sm_90", "the device's sm_70"});
+}
+
+TEST(CudaTarget, ADeviceNewerThanNvrtcRunsItsPtx) {
+  REQUIRE_HOST_CUDA();
+  setenv("KILN_HOST_CUDA_CC", "120", 1);  // past the host NVRTC's sm_90
+  const std::string source = codegen::cuda_prelude() + "// " +
+                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + R"(
+extern "C" __global__ void kiln_kernel(long long* out) { *out = 42; }
+)";
+  Tensor out = zeros({1}, DType::I64, test::kGpu);
+  try {
+    EXPECT_EQ(cuda::compute_capability(0), 120);
+    jit::CudaKernel k = jit::cuda_kernel_for(source, 0);
+    void* p = out.data_ptr();
+    void* args[] = {&p};
+    unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+    cuda::launch(k.fn, grid, block, 0, args);
+  } catch (...) {
+    unsetenv("KILN_HOST_CUDA_CC");
+    throw;
+  }
+  unsetenv("KILN_HOST_CUDA_CC");
+  EXPECT_EQ(out.to(cpu).to_vector<int64_t>(), (std::vector<int64_t>{42}));
+}
+
+TEST(Nvrtc, Bf16StoresCompileBeforeSm80) {
+  if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
+    GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
+  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  const std::string source = codegen::cuda_prelude() + R"(
+extern "C" __global__ void kiln_kernel(unsigned short* out, const float* x) { out[threadIdx.x] = kiln_f2bf(x[threadIdx.x]); }
+)";
+  for (int arch : {75, 80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(source, arch, "kiln_kernel").empty()) << arch;
+}
+
+}  // namespace
+}  // namespace kiln
