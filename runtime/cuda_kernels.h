@@ -13,6 +13,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/cuda.h"
@@ -143,6 +144,15 @@ void begin_capture(const Stream& stream);
 /// Ends the capture: the graph, or nullptr with `*why` when a call during the capture was not
 /// allowed in one (the capture is over either way).
 std::unique_ptr<CapturedGraph> end_capture(const Stream& stream, std::string* why);
+
+/// cuDNN's legacy convolution calls index with int: a convolution whose x or y reaches
+/// dnn_element_limit() (2^31 - 1) elements runs on batch chunks below it, the weight gradient
+/// summed over them (PyTorch splits so too). Tests lower the limit (0: back to the default).
+int64_t dnn_element_limit();
+void set_dnn_element_limit(int64_t limit);
+/// The most samples of a batch whose elements, and furthest element, stay below `limit` in
+/// every tensor with that batch (shape and strides, dim 0 the batch); 0 when one does not fit.
+int64_t dnn_batch_chunk(const std::vector<std::pair<Dims, Dims>>& tensors, int64_t limit);
 
 /// The device's compute capability as NVRTC names architectures: 90 for 9.0.
 int compute_capability(int device);

@@ -10,10 +10,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <vector>
 
+#include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda/cudnn_cuda.h"
@@ -180,7 +183,34 @@ bool describable(const Tensor& t) {
 // dilated convolution with a channels-last operand), so on "none" it tries again with
 // contiguous operands, then in wider dtypes (f16/bf16 in f32, then f32 in f64: exact for the
 // inputs, one rounding of the result), as KILN_LOG=cuda says. Only when f64 has no algorithm either is it an error.
+void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a);
+
+// x and y (t[0], t[2]) in batch chunks below cuDNN's element limit: each chunk's x and y are
+// views, so the forward and input gradient write their part in place; the weight gradient sums
+// the chunks' (cuDNN would overwrite). False when the tensors fit whole.
+bool convolve_in_chunks(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
+  const int64_t limit = dnn_element_limit();
+  const Tensor &x = t[0], &y = t[2];
+  const int64_t n = x.shape()[0], chunk = dnn_batch_chunk({{x.shape(), x.strides()}, {y.shape(), y.strides()}}, limit);
+  if (chunk >= n) return false;
+  KILN_CHECK(chunk > 0, "{}: one sample of {} -> {} has {} elements or more, and cuDNN indexes with int", op,
+             shape_str(x.shape()), shape_str(y.shape()), limit);
+  log(LogTopic::Cuda, fmt::format("{}: {} -> {} in batch chunks of {} (cuDNN takes fewer than {} elements)", op,
+                                  shape_str(x.shape()), shape_str(y.shape()), chunk, limit));
+  Tensor sum;
+  for (int64_t b = 0; b < n; b += chunk) {
+    const int64_t c = std::min(chunk, n - b);
+    std::array<Tensor, 3> part = {x.narrow(0, b, c), t[1], y.narrow(0, b, c)};
+    if (p == Pass::WeightGrad) part[1] = Tensor::empty(t[1].type());
+    convolve(p, op, part, a);
+    if (p == Pass::WeightGrad) sum = sum.defined() ? add(sum, part[1]) : part[1];
+  }
+  if (p == Pass::WeightGrad) t[1].copy_(sum);
+  return true;
+}
+
 void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
+  if (convolve_in_chunks(p, op, t, a)) return;
   const size_t out = written(p);
   Tensor result = t[out];
   bool layout_ok = std::all_of(t.begin(), t.end(), describable);
@@ -221,6 +251,36 @@ void conv2d_input_grad(OpId, std::span<const Tensor> in, const Attrs& a, const T
 void conv2d_weight_grad(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   convolve(Pass::WeightGrad, "conv2d_weight_grad", {in[0], out, in[1]}, a);
 }
+
+std::atomic<int64_t> g_dnn_limit{0};
+
+}  // namespace
+
+int64_t dnn_element_limit() {
+  const int64_t l = g_dnn_limit.load(std::memory_order_relaxed);
+  return l > 0 ? l : (int64_t{1} << 31) - 1;
+}
+void set_dnn_element_limit(int64_t limit) { g_dnn_limit.store(limit, std::memory_order_relaxed); }
+
+int64_t dnn_batch_chunk(const std::vector<std::pair<Dims, Dims>>& tensors, int64_t limit) {
+  int64_t best = std::numeric_limits<int64_t>::max();
+  for (const auto& [shape, strides] : tensors) {
+    if (shape.empty() || shape[0] == 0) continue;
+    int64_t sample = 1, extent = 1;  // a sample's elements, and one past its furthest from its first
+    for (size_t i = 1; i < shape.size(); ++i) {
+      sample *= shape[i];
+      extent += (shape[i] - 1) * std::abs(strides[i]);
+    }
+    if (sample == 0) continue;
+    // c samples: c * sample elements, and (c - 1) * |stride 0| + extent in span.
+    const int64_t step = std::max<int64_t>(std::abs(strides[0]), 1);
+    int64_t c = std::min((limit - 1) / sample, extent >= limit ? 0 : (limit - extent) / step + 1);
+    best = std::min({best, c, shape[0]});
+  }
+  return best == std::numeric_limits<int64_t>::max() ? 0 : std::max<int64_t>(best, 0);
+}
+
+namespace {
 
 const bool g_installed = [] {
   set_op_kernel(OpId::Conv2d, conv2d_forward);

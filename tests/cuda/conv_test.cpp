@@ -4,13 +4,15 @@
 // contiguous operands, then in wider dtypes, and only then names the configuration in an error;
 // and when an algorithm's workspace does not fit in memory (KILN_HOST_CUDNN_WORKSPACE_MB), it
 // tries the next. The host cuDNN refuses on request (KILN_HOST_CUDNN_REFUSE), so the fallbacks
-// run in CI.
+// run in CI. Tensors past cuDNN's int indexing (2^31 elements) run in batch chunks: shown with
+// the limit lowered on both sides (KILN_HOST_CUDNN_MAX_ELEMENTS, cuda::set_dnn_element_limit).
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "runtime/cuda_kernels.h"
 #include "runtime/op.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
@@ -95,6 +97,34 @@ TEST(CudaConv, AnAlgorithmWhoseWorkspaceDoesNotFitGivesWayToTheNext) {
   setenv("KILN_HOST_CUDNN_WORKSPACE_MB", "1048576", 1);
   expect_matches_cpu(f32, 1e-4);
   unsetenv("KILN_HOST_CUDNN_WORKSPACE_MB");
+}
+
+TEST(CudaConv, BatchChunksStayBelowTheElementLimit) {
+  // Contiguous [8,3,10,10] (300 a sample) and its output [8,4,10,10] (400) below 1000: 2.
+  const Dims x{8, 3, 10, 10}, y{8, 4, 10, 10};
+  EXPECT_EQ(cuda::dnn_batch_chunk({{x, {300, 100, 10, 1}}, {y, {400, 100, 10, 1}}}, 1000), 2);
+  EXPECT_EQ(cuda::dnn_batch_chunk({{x, {300, 100, 10, 1}}, {y, {400, 100, 10, 1}}}, int64_t{1} << 31), 8);
+  // A view one sample of which spans further than its elements (every other channel of 6).
+  EXPECT_EQ(cuda::dnn_batch_chunk({{x, {600, 200, 10, 1}}}, 1000), 1);
+  EXPECT_EQ(cuda::dnn_batch_chunk({{x, {300, 100, 10, 1}}}, 300), 0) << "one sample does not fit";
+  EXPECT_EQ(cuda::dnn_batch_chunk({{{0, 3, 10, 10}, {300, 100, 10, 1}}}, 1000), 0);
+}
+
+// With both limits at 200 elements, each pass runs one sample at a time (the host cuDNN refuses
+// the whole batch), channels-last operands and the weight gradient's sum included.
+TEST(CudaConv, PastCudnnsElementLimitTheBatchRunsInChunks) {
+  REQUIRE_HOST_CUDA();
+  setenv("KILN_HOST_CUDNN_MAX_ELEMENTS", "200", 1);
+  cuda::set_dnn_element_limit(200);
+  expect_matches_cpu(f32, 1e-4);
+  // One sample past the limit is an error naming it.
+  Tensor big = randn({2, 4, 12, 12}, f32, cuda::device(0)), w = randn({3, 4, 3, 3}, f32, cuda::device(0));
+  Attrs plain;
+  plain.stride = {1, 1}, plain.padding = {0, 0}, plain.dilation = {1, 1}, plain.groups = 1;
+  test::expect_error([&] { apply(OpId::Conv2d, {big, w}, plain); },
+                     {"conv2d: one sample of [2,4,12,12]", "200 elements or more"});
+  cuda::set_dnn_element_limit(0);
+  unsetenv("KILN_HOST_CUDNN_MAX_ELEMENTS");
 }
 
 // The op suite's configurations, as they are, on whatever CUDA this is (a GPU under

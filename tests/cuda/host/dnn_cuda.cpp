@@ -3,6 +3,7 @@
 // on the handle's stream, in stream order. kiln loads it instead of libcudnn when
 // KILN_CUDA_CUDNN names it.
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda/host/dnn_cuda.h"
@@ -104,8 +105,16 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
 }
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) { return host_dnn::create(d); }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) { return host_dnn::destroy(d); }
+// As cuDNN's, a tensor of 2^31 elements or more (it indexes with int) is refused; tests lower the
+// limit with KILN_HOST_CUDNN_MAX_ELEMENTS to see kiln split a batch without 8 GiB tensors.
 cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t d, cudnnDataType_t t, int n, int c, int h, int w,
                                            int sn, int sc, int sh, int sw) {
+  const char* env = std::getenv("KILN_HOST_CUDNN_MAX_ELEMENTS");
+  const long long limit = env && *env ? std::atoll(env) : (1ll << 31) - 1;
+  long long extent = 1;  // one past the furthest element
+  for (auto [size, stride] : {std::pair{n, sn}, std::pair{c, sc}, std::pair{h, sh}, std::pair{w, sw}})
+    extent += (static_cast<long long>(size) - 1) * stride;
+  if (static_cast<long long>(n) * c * h * w >= limit || extent > limit) return CUDNN_STATUS_BAD_PARAM;
   *d = {t, n, c, h, w, sn, sc, sh, sw};
   return CUDNN_STATUS_SUCCESS;
 }
