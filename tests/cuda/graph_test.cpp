@@ -111,6 +111,39 @@ TEST(CudaGraphCapture, AnotherThreadsWorkOnTheCapturedStreamEndsTheCapture) {
   EXPECT_NE(theirs, mine) << "held by this thread";
 }
 
+// On any CUDA: a thread captures on its capture stream while another launches on pool streams
+// (round robin, past the pool's 32): the graph replays its own work only, and the other
+// thread's ran.
+TEST(CudaGraphCapture, ACaptureBesideAnotherThreadsLaunches) {
+  REQUIRE_CUDA();
+  Tensor x = randn({1000}).to(kGpu);
+  cuda::synchronize(0);
+  std::vector<Tensor> theirs;
+  std::unique_ptr<cuda::CapturedGraph> graph;
+  std::string why;
+  Tensor y;
+  cuda::Stream side = cuda::capture_stream(0);
+  {
+    cuda::StreamGuard on_side(side);
+    cuda::begin_capture(side);
+    std::thread other([&] {
+      for (int i = 0; i < 64; ++i) {
+        cuda::StreamGuard g(cuda::Stream::create(0));
+        theirs.push_back(x * float(i));
+      }
+    });
+    y = exp(x) * 2.0f + x;
+    other.join();
+    graph = cuda::end_capture(side, &why);
+  }
+  ASSERT_TRUE(graph) << why;
+  graph->launch();
+  cuda::synchronize(0);
+  Tensor host = x.to(cpu);
+  EXPECT_TRUE(test::close_enough(y.to(cpu), exp(host) * 2.0f + host));
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(test::close_enough(theirs[static_cast<size_t>(i)].to(cpu), host * float(i))) << i;
+}
+
 // A replay on one stream, then a call on another at once: the second waits for the first's
 // use of the graph's buffers before staging its input into them.
 TEST(CudaGraphReplay, CallsOnTwoStreamsDoNotShareTheBuffersInFlight) {

@@ -1,9 +1,9 @@
 // tests/cuda/library_memory_test.cpp -- the CUDA libraries' handles and the device memory taken
 // outside the caching allocator (runtime/cuda/handles_cuda.h): handles pooled across threads
 // that come and go; out of memory in a library call frees the cache and tries once more; and,
-// on the host CUDA (whose driver and libraries charge a device's budget for modules, handles
-// and cuBLAS's own workspace), a device full of cached blocks still loads a module and runs a
-// GEMM on a new stream.
+// on a device full of cached blocks (the host CUDA's driver and libraries charge its budget for
+// modules, handles and cuBLAS's own workspace; a GPU is filled for real), a module still loads,
+// a GEMM runs on a new stream and a new thread's handles are made.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -73,11 +73,23 @@ TEST(HandlePool, OutOfMemoryFreesTheCacheAndTriesOnce) {
   EXPECT_EQ(frees, 1);
 }
 
-// The host driver's budget of device 0, cut to what is in use plus `spare` while alive, with
-// `cached` bytes of freed blocks in kiln's cache: a device full of what kiln keeps.
+// Device 0 full of what kiln keeps cached, while alive. On the host CUDA: its budget cut to
+// what is in use plus `spare`, with `cached` bytes of freed blocks in the cache. On a GPU: every
+// block it gives (1 GiB at a time, then halves down to 16 MiB) taken and freed into the cache.
 class NearlyFull {
  public:
   NearlyFull(int64_t cached, int64_t spare) {
+    if (!test::on_host_cuda()) {
+      std::vector<Tensor> hold;
+      for (int64_t chunk = int64_t{1} << 30; chunk >= (int64_t{16} << 20);) {
+        try {
+          hold.push_back(empty({chunk}, DType::U8, kGpu));
+        } catch (const OutOfMemory&) {
+          chunk /= 2;
+        }
+      }
+      return;  // freed: all of it cached
+    }
     lib_ = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_LAZY | RTLD_NOLOAD);
     budget_ = reinterpret_cast<long long (*)(int, long long)>(dlsym(lib_, "kiln_host_memory_budget"));
     used_ = reinterpret_cast<long long (*)(int)>(dlsym(lib_, "kiln_host_memory_used"));
@@ -87,6 +99,7 @@ class NearlyFull {
     old_ = budget_(0, used_(0) + spare);
   }
   ~NearlyFull() {
+    if (!lib_) return;
     budget_(0, old_);
     dlclose(lib_);
   }
@@ -99,12 +112,12 @@ class NearlyFull {
 };
 
 TEST(CudaLibraryMemory, AModuleLoadsOnADeviceFullOfCachedBlocks) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   // A kernel no other test has loaded (its text names this run's clock).
   const std::string source = codegen::cuda_prelude() + "// " +
                              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
                              "\nextern \"C\" __global__ void kiln_kernel(const long long* a) {}\n";
-  const std::string image = codegen::cuda::compile_cubin(source, 90, "kiln_kernel");
+  const std::string image = codegen::cuda::compile_cubin(source, cuda::compute_capability(0), "kiln_kernel");
   NearlyFull full(int64_t{24} << 20, int64_t{512} << 10);  // a module takes 1 MiB
   const int64_t cached = cuda::memory_stats(0).cached;
   EXPECT_GE(cached, int64_t{24} << 20);
@@ -115,7 +128,7 @@ TEST(CudaLibraryMemory, AModuleLoadsOnADeviceFullOfCachedBlocks) {
 }
 
 TEST(CudaLibraryMemory, AGemmOnANewStreamUsesAWorkspaceFromTheCache) {
-  REQUIRE_HOST_CUDA();
+  REQUIRE_CUDA();
   Tensor a = randn({8, 16}), b = randn({16, 4});
   Tensor ga = a.to(kGpu), gb = b.to(kGpu);
   // cuBLAS's own workspace (4 MiB on the host) would not fit; kiln's comes from the cache.
@@ -128,6 +141,23 @@ TEST(CudaLibraryMemory, AGemmOnANewStreamUsesAWorkspaceFromTheCache) {
   }
   side.synchronize();
   EXPECT_LE((got.to(cpu) - matmul(a, b)).abs().max().item<double>(), 1e-5);
+}
+
+// A thread that never ran a library call makes its handles on a full device (the pool may lend
+// it one another thread gave back; either way the calls run).
+TEST(CudaLibraryMemory, ANewThreadsHandlesComeOnAFullDevice) {
+  REQUIRE_CUDA();
+  Tensor a = randn({8, 16}), b = randn({16, 4}), x = randn({1, 2, 5, 5}), w = randn({3, 2, 3, 3});
+  Tensor ga = a.to(kGpu), gb = b.to(kGpu), gx = x.to(kGpu), gw = w.to(kGpu);
+  NearlyFull full(int64_t{40} << 20, int64_t{1} << 20);
+  Tensor mm, conv;
+  std::thread([&] {
+    mm = matmul(ga, gb);
+    conv = conv2d(gx, gw);
+    cuda::synchronize(0);
+  }).join();
+  EXPECT_LE((mm.to(cpu) - matmul(a, b)).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((conv.to(cpu) - conv2d(x, w)).abs().max().item<double>(), 1e-4);
 }
 
 }  // namespace
