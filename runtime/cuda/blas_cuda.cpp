@@ -2,9 +2,8 @@
 // or 12 libcublas on the library path or in /usr/local/cuda), so a build runs without it: a
 // matmul on CUDA then says why. A handle per thread and device from a pool (handles_cuda.h:
 // cuBLAS handles are not to be shared between threads at once, and a thread that ends gives its
-// back), set to the current stream at each call with a workspace of that (handle, stream) from
-// the caching allocator, as PyTorch's: cuBLAS's own would be taken outside the cache, and a
-// handle's next thread on another stream must not share the first one's while its GEMMs run.
+// back), set to the current stream at each call with that stream's workspace from the caching
+// allocator (use_stream): cuBLAS's own would be taken outside the cache.
 #include <cublas_api.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -80,16 +79,23 @@ cublasHandle_t cublas_handle(int device) {
 // cuBLAS's workspace on Hopper and later is 32 MiB, before it 8 MiB (PyTorch's sizes).
 size_t workspace_bytes(int device) { return compute_capability(device) >= 90 ? size_t{32} << 20 : size_t{8} << 20; }
 
-// Sets h to `stream` with that pair's workspace. cublasSetStream resets the workspace to
-// cuBLAS's own, so it is set again after it, every call.
-void use_stream(cublasHandle_t h, int device, CUstream stream) {
+// Sets h to `stream` with a workspace from the caching allocator (cublasSetStream resets it to
+// cuBLAS's own, so it is set after it, every call): one per stream, kept (a stream runs its
+// GEMMs in order, so the handles of every thread on it can share one, and a handle's next
+// thread on another stream uses that stream's). Under a capture, one of the graph's own (its
+// private pool), held by `held` for the call: graphs captured on one stream may replay at once
+// on two.
+void use_stream(cublasHandle_t h, int device, CUstream stream, Tensor* held) {
   static std::mutex mu;
-  static auto* spaces = new std::map<std::pair<cublasHandle_t, CUstream>, void*>;  // kept, as the handles
-  void* space = nullptr;
+  static auto* spaces = new std::map<CUstream, void*>;  // kept, as the handles
   const size_t bytes = workspace_bytes(device);
-  {
+  void* space = nullptr;
+  if (is_capturing(reinterpret_cast<uintptr_t>(stream))) {
+    *held = Tensor::empty({DType::U8, {static_cast<int64_t>(bytes)}, cuda::device(device)});
+    space = held->data_ptr();
+  } else {
     std::lock_guard<std::mutex> lock(mu);
-    void*& p = (*spaces)[{h, stream}];
+    void*& p = (*spaces)[stream];
     if (!p) p = device_allocator(device).allocate(bytes, reinterpret_cast<StreamHandle>(stream));
     space = p;
   }
@@ -113,7 +119,8 @@ void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m
   GemmTypes t;
   KILN_CHECK(gemm_types(dtype, &t), "matmul: cuBLAS takes float dtypes, not {}", dtype_name(dtype));
   cublasHandle_t h = cublas_handle(device);
-  use_stream(h, device, current(device));
+  Tensor captured_workspace;
+  use_stream(h, device, current(device), &captured_workspace);
   check_blas(blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                        fits_cublas(m, "m"), fits_cublas(n, "n"), fits_cublas(k, "k"), t.alpha(), a, t.type,
                        fits_cublas(lda, "lda"), stride_a, b, t.type, fits_cublas(ldb, "ldb"), stride_b, t.beta(), c,

@@ -32,6 +32,9 @@ auto retry_out_of_memory(int index, Attempt attempt, IsOutOfMemory out_of_memory
   return retry_after_freeing_cache(attempt, out_of_memory, [index] { device_allocator(index).empty_cache(); });
 }
 
+/// Whether kiln is capturing `stream` (a CUstream's handle) into a CUDA graph.
+bool is_capturing(uintptr_t stream);
+
 /// Page-locked host memory (cuMemHostAlloc), cached: what pin_memory() returns, and what async
 /// copies to and from the host need. Blocks used by a copy are reused only after it has run.
 Allocator& pinned_allocator();

@@ -21,6 +21,11 @@ std::map<uintptr_t, uintptr_t>& pools() {
 
 }  // namespace
 
+bool is_capturing(uintptr_t stream) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return pools().count(stream) != 0;
+}
+
 Stream capture_stream(int device) {
   static auto* pool = new HandlePool<CUstream>([](int d) {
     bind(d, "cuda graph capture");

@@ -90,6 +90,7 @@ class NearlyFull {
       }
       return;  // freed: all of it cached
     }
+    cuda::synchronize();  // the driver loaded, for dlopen to find
     lib_ = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_LAZY | RTLD_NOLOAD);
     budget_ = reinterpret_cast<long long (*)(int, long long)>(dlsym(lib_, "kiln_host_memory_budget"));
     used_ = reinterpret_cast<long long (*)(int)>(dlsym(lib_, "kiln_host_memory_used"));
@@ -149,6 +150,7 @@ TEST(CudaLibraryMemory, ANewThreadsHandlesComeOnAFullDevice) {
   REQUIRE_CUDA();
   Tensor a = randn({8, 16}), b = randn({16, 4}), x = randn({1, 2, 5, 5}), w = randn({3, 2, 3, 3});
   Tensor ga = a.to(kGpu), gb = b.to(kGpu), gx = x.to(kGpu), gw = w.to(kGpu);
+  matmul(ga, gb);  // this stream's cuBLAS workspace, kept, before the device fills
   NearlyFull full(int64_t{40} << 20, int64_t{1} << 20);
   Tensor mm, conv;
   std::thread([&] {

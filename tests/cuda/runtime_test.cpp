@@ -247,6 +247,7 @@ TEST(CudaRuntime, PinnedMemoryUsesTheCurrentDevice) {
 // it ever made (the host driver counts the events alive).
 TEST(CudaRuntime, PinnedBlocksKeepOnlyTheirCopiesInFlight) {
   REQUIRE_HOST_CUDA();
+  ASSERT_TRUE(cuda::is_available());  // the driver loaded, for dlopen below to find
   void* lib = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_LAZY | RTLD_NOLOAD);
   ASSERT_NE(lib, nullptr);
   auto live_events = reinterpret_cast<long long (*)()>(dlsym(lib, "kiln_host_live_events"));
