@@ -283,6 +283,15 @@ std::string KernelEmitter::run(const std::string& symbol) {
 
 }  // namespace cuda_emit
 
+const char* cuda_bits_type(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return "unsigned char";
+    case 2: return "unsigned short";
+    case 4: return "unsigned int";
+    default: return "unsigned long long";
+  }
+}
+
 std::string cuda_prelude() { return kPrelude; }
 
 std::vector<CudaImmediate> cuda_immediates(const ir::Graph& body) {

@@ -52,6 +52,10 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
 /// saturating float-to-integer conversion), for hand-written kernels (codegen/cuda/indexed.h).
 std::string cuda_prelude();
 
+/// The unsigned C type of the element's size ("unsigned short" for f16): what a kernel that
+/// moves or compares an element's bits reads it as.
+const char* cuda_bits_type(DType t);
+
 /// The immediates of `body`'s nodes in the order the argument struct holds them: as the bits
 /// of a double when the op computes in a float dtype, else as an int64.
 struct CudaImmediate {

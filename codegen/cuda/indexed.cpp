@@ -12,16 +12,6 @@
 namespace kiln::codegen {
 namespace {
 
-// An unsigned type of the element's size: pick copies bits.
-const char* bits_type(DType t) {
-  switch (dtype_size(t)) {
-    case 1: return "unsigned char";
-    case 2: return "unsigned short";
-    case 4: return "unsigned int";
-    default: return "unsigned long long";
-  }
-}
-
 const char* index_type(DType t) {
   switch (t) {
     case DType::I64: return "long long";
@@ -90,7 +80,7 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         rank, kCudaBlock, index_type(index), bits_type(elem), kCheckIndex);
+                                         rank, kCudaBlock, index_type(index), cuda_bits_type(elem), kCheckIndex);
 }
 
 std::string cuda_scatter_kernel(DType elem, DType index, int rank) {

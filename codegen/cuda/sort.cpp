@@ -14,15 +14,6 @@ namespace {
 // cheaper than a radix sort's passes (three launches each) until rows are long.
 constexpr int64_t kRankedColumns = 64;
 
-const char* key_bits_type(DType t) {
-  switch (dtype_size(t)) {
-    case 1: return "unsigned char";
-    case 2: return "unsigned short";
-    case 4: return "unsigned int";
-    default: return "unsigned long long";
-  }
-}
-
 // kiln_order_key(x, p): the order key of element p of x, an unsigned integer whose order is
 // the stable sort's (the CPU's goes_before in runtime/ops/scan.cpp), position aside.
 std::string order_key_function(DType elem) {
@@ -55,7 +46,7 @@ __device__ __forceinline__ unsigned long long kiln_order_key(const void* x, long
   return descending ? ~b & {2} : b;
 }}
 )",
-                     key_bits_type(elem), body, all);
+                     cuda_bits_type(elem), body, all);
 }
 
 // The radix passes' arguments and a position's digit (see sort.h).

@@ -31,7 +31,8 @@ auto retry_after_freeing_cache(Attempt attempt, IsOutOfMemory out_of_memory, con
 }
 
 /// Handles of type H per device, lent to threads. One pool per handle type (its lease is a
-/// thread_local of the instantiation). Pools live for the process: make them with new.
+/// thread_local of the instantiation, which remembers the first pool a thread used). Pools live
+/// for the process: make them with new (a test's may go once the threads that used it ended).
 template <class H>
 class HandlePool {
  public:

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,9 +30,13 @@ using test::kGpu;
 
 TEST(HandlePool, ThreadsThatEndGiveTheirHandlesBack) {
   std::atomic<int> created{0};
-  auto* pool = new cuda::HandlePool<int*>([&](int) {
+  std::mutex made_mu;
+  std::vector<std::unique_ptr<int>> made;  // the "handles"
+  // Only threads that end before it use the pool, so it may go with the test.
+  auto pool = std::make_unique<cuda::HandlePool<int*>>([&](int) {
     created.fetch_add(1);
-    return new int(0);
+    std::lock_guard<std::mutex> lock(made_mu);
+    return made.emplace_back(std::make_unique<int>(0)).get();
   });
   for (int i = 0; i < 20; ++i) std::thread([&] { ASSERT_NE(pool->get(0), nullptr); }).join();
   EXPECT_EQ(created.load(), 1);
