@@ -26,9 +26,10 @@ struct Rows {
 
 // Sorts each of `segs` segments of `seg_len` positions of x (flat indices, in `pos`) stably by
 // their keys, or, given select's `state`, partitions them stably into below / equal to / above
-// each row's k-th key. `spare` is pos's size; the result is in whichever of the two the last
-// pass wrote, which is returned.
-Tensor radix_passes(const Rows& r, Tensor pos, Tensor spare, int64_t segs, int64_t seg_len, const Tensor* state) {
+// each row's k-th key. Passes alternate between pos and a buffer of its size; the result is in
+// whichever the last pass wrote, which is returned.
+Tensor radix_passes(const Rows& r, Tensor pos, int64_t segs, int64_t seg_len, const Tensor* state) {
+  Tensor spare = empty({pos.numel()}, DType::I64, pos.device());
   const int items = codegen::radix_items(seg_len);
   const int64_t tile = int64_t{codegen::kCudaBlock} * items, tiles = (seg_len + tile - 1) / tile;
   const bool partition = state != nullptr;
@@ -106,19 +107,19 @@ void order_rows(const Tensor& x, const Attrs& a, const Tensor& out) {
     if (m == 0 || k == 0) return;
     if (codegen::order_ranks(n)) return ranked(r, orows);
     const Device d = xrows.device();
-    Tensor pos = empty({m * n}, DType::I64, d), spare = empty({m * n}, DType::I64, d);
+    Tensor pos = empty({m * n}, DType::I64, d);
     iota(pos);
     if (!codegen::topk_selects(n, k)) {
-      finish(radix_passes(r, pos, spare, m, n, nullptr), m, n, k, n, orows);
+      finish(radix_passes(r, pos, m, n, nullptr), m, n, k, n, orows);
       return;
     }
     // The k-th key of each row, then the row split stably around it: its first k positions are
     // topk's k, in index order, sorted as a segment of their own.
     Tensor state = select_kth(r, k);
-    Tensor parted = radix_passes(r, pos, spare, m, n, &state);
-    Tensor kept = empty({m * k}, DType::I64, d), kept_spare = empty({m * k}, DType::I64, d);
+    Tensor parted = radix_passes(r, pos, m, n, &state);
+    Tensor kept = empty({m * k}, DType::I64, d);
     finish(parted, m, n, k, 0, kept);
-    finish(radix_passes(r, kept, kept_spare, m, k, nullptr), m, k, k, n, orows);
+    finish(radix_passes(r, kept, m, k, nullptr), m, k, k, n, orows);
   });
 }
 

@@ -12,7 +12,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <utility>
 #include <vector>
 
 #include "runtime/check.h"

@@ -4,7 +4,7 @@
 //   device at its first call and gives it back when it ends, so threads that come and go reuse
 //   handles instead of each leaking one (and its memory). A handle is one thread's at a time;
 //   it holds no memory tied to a stream that a later thread could disturb: cuBLAS's workspace
-//   is set per (handle, stream) at each call, cuDNN's and cuBLASLt's come from the caching
+//   is its stream's, set at each call, cuDNN's and cuBLASLt's come from the caching
 //   allocator per call.
 // - retry_after_freeing_cache: device memory a library takes itself (a handle, a module, a
 //   communicator) does not come through the caching allocator, so its out of memory does not
