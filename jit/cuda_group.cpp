@@ -32,6 +32,9 @@ namespace {
 
 using cuda_eager::sm_count;
 
+// The most bytes of arguments a launch takes (cuLaunchKernel's limit before Volta and CUDA 12.1).
+constexpr size_t kMaxArgBytes = 4096;
+
 // The bits an immediate travels in: a double's for a float compute dtype, else an int64.
 uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
   uint64_t bits;
@@ -50,10 +53,17 @@ bool reduces(const ir::Graph& body) {
   return false;
 }
 
-// Queues g's kernel over operand pointers `data`.
-void launch_words(const CudaGroup& g, const std::vector<void*>& data) {
+// g's argument words over operand pointers `data`.
+std::vector<uint64_t> words_of(const CudaGroup& g, const std::vector<void*>& data) {
+  return codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.launch, g.immediates);
+}
+
+// Queues g's kernel over operand pointers `data`, with `more` words past its own (the combines
+// its last block runs).
+void launch_words(const CudaGroup& g, const std::vector<void*>& data, const std::vector<uint64_t>& more = {}) {
   if (g.launch.blocks == 0) return;  // nothing to compute
-  std::vector<uint64_t> args = codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.launch, g.immediates);
+  std::vector<uint64_t> args = words_of(g, data);
+  args.insert(args.end(), more.begin(), more.end());
   unsigned grid[3] = {static_cast<unsigned>(g.launch.blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = args.data();
   cuda::launch(g.fn, grid, block, codegen::kCudaSharedBytes, &param);
@@ -96,10 +106,13 @@ ir::Node combine_group(const ir::Graph& body, const std::vector<std::optional<Op
   return fused;
 }
 
+enum class Prepare { Plan, Emit, Compile };
+
 // Prepares `fused` for operands of `shapes` and `strides` on a device of `sms`
-// multiprocessors; `compile`: its kernels too (else only the plan, for plan_group_launches).
+// multiprocessors: its plan, its kernels' text too, or compiled kernels as well.
 CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span<const Dims> strides, bool eager,
-                  bool may_split, int sms, bool compile, bool may_stage = true) {
+                  bool may_split, int sms, Prepare mode, bool may_stage = true) {
+  const bool compile = mode == Prepare::Compile;
   const ir::Graph& body = *fused.body;
   KernelArgs ka = kernel_args(fused, shapes, strides);
   CudaGroup g;
@@ -133,7 +146,7 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
         }
       }
       auto sg = std::make_shared<const CudaGroup>(
-          prepare(stage.group, in_shapes, in_strides, eager, true, sms, compile, /*may_stage=*/false));
+          prepare(stage.group, in_shapes, in_strides, eager, true, sms, mode, /*may_stage=*/false));
       g.symbol += (g.symbol.empty() ? "" : "+") + sg->symbol;
       g.stages.push_back({std::move(sg), std::move(stage.reads), std::move(stage.writes)});
     }
@@ -147,6 +160,7 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
     }
   }
   if (g.launch.parts > 1) {  // the reduced outputs' partial results [parts, output...], reduced over their first dim
+    size_t words = words_of(g, std::vector<void*>(body.inputs.size() + body.outputs.size())).size();
     g.partial.assign(body.outputs.size(), 0);
     std::vector<char> done(body.outputs.size(), 0);
     for (size_t j = 0; j < body.outputs.size(); ++j) {
@@ -161,18 +175,33 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
         part_shapes.push_back(group.body->type(v).shape);
         part_strides.push_back(contiguous_strides(part_shapes.back()));
       }
+      // A combine of one block runs in the last block of this kernel, if the arguments of
+      // both (and the counter) still fit a launch's 4 KiB.
+      CudaGroup planned = prepare(group, part_shapes, part_strides, eager, /*may_split=*/false, sms, Prepare::Plan);
+      size_t more = words_of(planned, std::vector<void*>(group.body->inputs.size() + group.body->outputs.size())).size();
+      c.in_last_block = planned.launch.blocks == 1 && (words + more + 1) * 8 <= kMaxArgBytes;
+      if (c.in_last_block) words += more;
+      c.body = group.body;
       c.group = std::make_shared<const CudaGroup>(
-          prepare(group, part_shapes, part_strides, eager, /*may_split=*/false, sms, compile));
+          c.in_last_block || mode == Prepare::Plan
+              ? std::move(planned)
+              : prepare(group, part_shapes, part_strides, eager, /*may_split=*/false, sms, mode));
       for (size_t k : c.outputs) g.partial[k] = 1;
       g.combines.push_back(std::move(c));
     }
   }
-  if (!compile) return g;
+  if (mode == Prepare::Plan) return g;
   codegen::CudaEmitOptions options;
   options.immediates_as_args = options.generic_strides = eager;
   options.rows_by = g.launch.rows_by;
-  CudaKernel k = cuda_kernel_for(codegen::emit_cuda(body, g.layout, "kiln_kernel", options),
-                                 body.type(body.outputs[0]).device.index);
+  for (const CudaGroup::Combine& c : g.combines)
+    if (c.in_last_block) options.combines.push_back({c.body.get(), c.group->layout, c.group->launch.rows_by});
+  std::string source = codegen::emit_cuda(body, g.layout, "kiln_kernel", options);
+  if (mode == Prepare::Emit) {
+    g.source = std::move(source);
+    return g;
+  }
+  CudaKernel k = cuda_kernel_for(source, body.type(body.outputs[0]).device.index);
   g.fn = k.fn;
   g.symbol = std::move(k.symbol);
   return g;
@@ -182,10 +211,24 @@ CudaGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::span
 
 std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int sms) {
   std::vector<Dims> strides, shapes = contiguous_operands(*fused.body, strides);
-  CudaGroup g = prepare(fused, shapes, strides, /*eager=*/false, /*may_split=*/true, sms, /*compile=*/false);
+  CudaGroup g = prepare(fused, shapes, strides, /*eager=*/false, /*may_split=*/true, sms, Prepare::Plan);
   std::vector<codegen::CudaLaunch> out;
   for (const CudaGroup::Stage& st : g.stages) out.push_back(st.group->launch);
   if (out.empty()) out.push_back(g.launch);
+  return out;
+}
+
+std::vector<std::string> group_kernel_sources(const ir::Node& fused, int sms) {
+  std::vector<Dims> strides, shapes = contiguous_operands(*fused.body, strides);
+  CudaGroup g = prepare(fused, shapes, strides, /*eager=*/false, /*may_split=*/true, sms, Prepare::Emit);
+  std::vector<std::string> out;
+  auto add = [&](const CudaGroup& k) {
+    out.push_back(k.source);
+    for (const CudaGroup::Combine& c : k.combines)
+      if (!c.in_last_block) out.push_back(c.group->source);
+  };
+  for (const CudaGroup::Stage& st : g.stages) add(*st.group);
+  if (g.stages.empty()) add(g);
   return out;
 }
 
@@ -215,7 +258,7 @@ CudaGroup prepare_group_cuda(const ir::Node& fused, std::span<const Tensor> inpu
     strides.push_back(x.strides());
   }
   int device = fused.body->type(fused.body->outputs[0]).device.index;
-  return prepare(fused, shapes, strides, eager, /*may_split=*/true, sm_count(device), /*compile=*/true);
+  return prepare(fused, shapes, strides, eager, /*may_split=*/true, sm_count(device), Prepare::Compile);
 }
 
 void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
@@ -257,13 +300,26 @@ void launch_group_cuda(const CudaGroup& g, std::span<const Tensor> inputs, std::
     }
     data.push_back((g.partial[j] ? partial[j] : y).data_ptr());
   }
-  launch_words(g, data);
-  for (const CudaGroup::Combine& c : g.combines) {
-    std::vector<void*> operands;
-    for (size_t j : c.outputs) operands.push_back(partial[j].data_ptr());
-    for (size_t j : c.outputs) operands.push_back(outputs[j].data_ptr());
-    launch_words(*c.group, operands);
+  auto operands = [&](const CudaGroup::Combine& c) {
+    std::vector<void*> p;
+    for (size_t j : c.outputs) p.push_back(partial[j].data_ptr());
+    for (size_t j : c.outputs) p.push_back(outputs[j].data_ptr());
+    return p;
+  };
+  std::vector<uint64_t> more;  // the combines the last block runs, then the blocks' counter
+  for (const CudaGroup::Combine& c : g.combines)
+    if (c.in_last_block) {
+      std::vector<uint64_t> w = words_of(*c.group, operands(c));
+      more.insert(more.end(), w.begin(), w.end());
+    }
+  Tensor done;
+  if (!more.empty()) {
+    done = zeros({1}, DType::I32, outputs[0].device());  // a memset, which a graph capture keeps
+    more.push_back(reinterpret_cast<uint64_t>(done.data_ptr()));
   }
+  launch_words(g, data, more);
+  for (const CudaGroup::Combine& c : g.combines)
+    if (!c.in_last_block) launch_words(*c.group, operands(c));
 }
 
 void run_group_cuda(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs,

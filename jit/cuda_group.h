@@ -26,15 +26,20 @@ struct CudaGroup {
   std::vector<int64_t> sizes, strides;
   std::vector<uint64_t> immediates;  // eager kernels: the immediates' bits, in argument order
   std::string symbol;                // kiln_<hash of the source>
+  std::string source;                // prepared for group_kernel_sources: the kernel's text
   cuda::DeviceFunction fn;           // on the operands' device
   codegen::CudaLaunch launch;
-  /// launch.parts > 1: the kernels that reduce the reduced outputs' partial results
+  /// launch.parts > 1: the groups that reduce the reduced outputs' partial results
   /// [parts, output...] over their first dim, in order; one for all the outputs of a shape
-  /// (batch norm's backward: its four per-channel sums combine in one launch). A full output
-  /// is written by each part directly.
+  /// (batch norm's backward: its four per-channel sums combine at once). A combine whose own
+  /// launch would be one block runs in this kernel's last block (codegen/cuda/emit.h), so
+  /// batch norm's statistics are one launch; a bigger one is a kernel of its own. A full
+  /// output is written by each part directly.
   struct Combine {
     std::shared_ptr<const CudaGroup> group;
+    std::shared_ptr<const ir::Graph> body;
     std::vector<size_t> outputs;  // the body's outputs it combines, in its operands' order
+    bool in_last_block = false;
   };
   std::vector<Combine> combines;
   std::vector<char> partial;  // per output: written as partial results
@@ -52,8 +57,11 @@ struct CudaGroup {
 /// types on a device of `sms` multiprocessors, read without a device (the tests plan the
 /// example models' full-size steps for a GPU; `kiln-ir codegen --target=cuda` prints it).
 /// One launch per kernel (a group run as stages has several; the combines of partial results
-/// are not counted).
+/// that run as kernels of their own are not counted).
 std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int sms);
+/// The text of every kernel those launches run, in order, then the combines that are kernels
+/// of their own (what `kiln-ir codegen --target=cuda` prints).
+std::vector<std::string> group_kernel_sources(const ir::Node& fused, int sms);
 
 /// A group of one op (what an eager op runs): `out` = op(inputs) with `attrs`.
 ir::Node single_op_group(OpId op, const Attrs& attrs, std::span<const TensorType> inputs, const TensorType& out);

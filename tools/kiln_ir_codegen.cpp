@@ -72,10 +72,16 @@ std::string codegen_module(const Module& m, const CodegenOptions& o) {
         launches += fmt::format("// launch on {} multiprocessors{}: {}\n", kLaunchSms,
                                 plan.size() > 1 ? fmt::format(", stage {} of {}", k + 1, plan.size()) : "",
                                 describe_launch(plan[k]));
-      codegen::CudaEmitOptions eo;
-      eo.rows_by = plan[0].rows_by;
-      src = jit::named_cuda_source(codegen::emit_cuda(*n.body, args.layout, "kiln_kernel", eo), &symbol);
-      if (o.ptx) src = codegen::cuda::compile_ptx(src, arch, symbol);
+      // Every kernel the group runs, as the jit makes them (a last block that combines the
+      // parts' results included).
+      std::vector<std::string> kernels = jit::group_kernel_sources(n, kLaunchSms);
+      for (size_t k = 0; k < kernels.size(); ++k) {
+        std::string name, text = jit::named_cuda_source(kernels[k], &name);
+        if (o.ptx) text = codegen::cuda::compile_ptx(text, arch, name);
+        if (k > 0) src += fmt::format("{} ---- kernel {} of {}\n", comment, k + 1, kernels.size());
+        src += text;
+        symbol += (symbol.empty() ? "" : "+") + name;
+      }
     } else {
       src = jit::kernel_source(*n.body, args.layout, &symbol);
     }

@@ -159,8 +159,8 @@ void KernelEmitter::unrolled_loop(const std::string& start, const std::string& l
   e.line("}");
 }
 
-std::string KernelEmitter::run(const std::string& symbol) {
-  size_t n_ops = n_in + n_out;
+// The kernel's loops (emit.h), over the block index `kiln_block` of `kiln_grid` blocks.
+std::string KernelEmitter::loops() {
   std::vector<Reduction> reds;
   int max_level = 0;
   for (const ir::Node& n : body.nodes) {
@@ -182,8 +182,8 @@ std::string KernelEmitter::run(const std::string& symbol) {
   e.indent = 1;
   if (reds.empty()) {
     e.line(fmt::format("const long long total = {};", count(all)));
-    e.line("const long long step = (long long)gridDim.x * blockDim.x;");
-    unrolled_loop("(long long)blockIdx.x * blockDim.x + threadIdx.x", "total", "step",
+    e.line("const long long step = kiln_grid * blockDim.x;");
+    unrolled_loop("kiln_block * blockDim.x + threadIdx.x", "total", "step",
                   [&](const std::string& i) { return outputs_at(all, i, idx); },
                   [&](const Computed& c) { store_all(c); });
   } else {
@@ -192,10 +192,10 @@ std::string KernelEmitter::run(const std::string& symbol) {
     const std::string lane = by_block ? "threadIdx.x" : "0", stride = by_block ? "blockDim.x" : "1";
     e.line(fmt::format("const long long rows = {}, cols = {}, tasks = rows * a.parts;", count(kept), count(reduced)));
     if (by_block) {
-      e.line("for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {");
+      e.line("for (long long task = kiln_block; task < tasks; task += kiln_grid) {");
     } else {
-      e.line("const long long step = (long long)gridDim.x * blockDim.x;");
-      e.line("for (long long task = (long long)blockIdx.x * blockDim.x + threadIdx.x; task < tasks; task += step) {");
+      e.line("const long long step = kiln_grid * blockDim.x;");
+      e.line("for (long long task = kiln_block * blockDim.x + threadIdx.x; task < tasks; task += step) {");
     }
     ++e.indent;
     e.line("const long long row = task % rows, part = task / rows, first = part * a.chunk;");
@@ -266,18 +266,20 @@ std::string KernelEmitter::run(const std::string& symbol) {
     e.line("}");
   }
 
-  std::string out = kPrelude;
-  out += fmt::format("\n// {} inputs, {} outputs, rank {}, reduced dims {:#x}\n", n_in, n_out, L.rank, L.reduced);
-  out += "struct Args {\n";
+  return e.text;
+}
+
+// The argument struct's members (emit.h), then `more`.
+std::string KernelEmitter::args_struct(const std::string& name, const std::string& more) const {
+  std::string out = fmt::format("// {} inputs, {} outputs, rank {}, reduced dims {:#x}\n", n_in, n_out, L.rank, L.reduced);
+  out += fmt::format("struct {} {{\n", name);
   out += fmt::format("  long long size[{}];\n", L.rank);
-  out += fmt::format("  long long stride[{}];\n", n_ops * L.rank);
-  out += fmt::format("  void* data[{}];\n", n_ops);
+  out += fmt::format("  long long stride[{}];\n", (n_in + n_out) * L.rank);
+  out += fmt::format("  void* data[{}];\n", n_in + n_out);
   out += "  long long parts, chunk;\n";
   if (!imm_index.empty()) out += fmt::format("  long long imm[{}];\n", imm_index.size());
+  out += more;
   out += "};\n\n";
-  out += fmt::format("extern \"C\" __global__ __launch_bounds__({}) void {}(const Args a) {{\n", kCudaBlock, symbol);
-  out += e.text;
-  out += "}\n";
   return out;
 }
 
@@ -308,7 +310,42 @@ std::vector<CudaImmediate> cuda_immediates(const ir::Graph& body) {
 std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const std::string& symbol,
                       const CudaEmitOptions& options) {
   cuda_emit::KernelEmitter k(body, layout, options);
-  return k.run(symbol);
+  std::string loops = k.loops(), out = kPrelude, more;
+  out += "\n";
+  // The combines the last block runs (emit.h): device functions over arguments of their own.
+  for (size_t c = 0; c < options.combines.size(); ++c) {
+    const CudaEmitOptions::Combine& cc = options.combines[c];
+    CudaEmitOptions co;
+    co.rows_by = cc.rows_by;
+    cuda_emit::KernelEmitter ck(*cc.body, cc.layout, co);
+    std::string name = fmt::format("Combine{}", c), text = ck.loops();
+    out += ck.args_struct(name, "");
+    out += fmt::format("__device__ void kiln_combine{}(const {}& a, const long long kiln_block, "
+                       "const long long kiln_grid) {{\n{}}}\n\n", c, name, text);
+    more += fmt::format("  {} combine{};\n", name, c);
+  }
+  if (!options.combines.empty()) more += "  void* done;  // blocks finished: a u32, zero at launch\n";
+  out += k.args_struct("Args", more);
+  out += fmt::format("extern \"C\" __global__ __launch_bounds__({}) void {}(const Args a) {{\n", kCudaBlock, symbol);
+  out += "  const long long kiln_block = blockIdx.x, kiln_grid = gridDim.x;\n";
+  out += loops;
+  if (!options.combines.empty()) {
+    out += R"(  // The last block to finish combines the partial results (emit.h).
+  __threadfence();  // this thread's stores, seen by every block before the count
+  __syncthreads();
+  unsigned* kiln_flag = kiln_shared<unsigned>();
+  if (threadIdx.x == 0) kiln_flag[0] = atomicAdd((unsigned*)a.done, 1u) + 1u == gridDim.x;
+  __syncthreads();
+  const bool kiln_last = kiln_flag[0] != 0u;
+  __syncthreads();  // the slot is reused
+  if (kiln_last) {
+    __threadfence();
+)";
+    for (size_t c = 0; c < options.combines.size(); ++c) out += fmt::format("    kiln_combine{}(a.combine{}, 0, 1);\n", c, c);
+    out += "  }\n";
+  }
+  out += "}\n";
+  return out;
 }
 
 std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vector<int64_t>& sizes,

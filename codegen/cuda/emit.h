@@ -17,6 +17,11 @@
 //   (CudaRows::Thread): it walks the chunk in order. A reduced output's element of part p
 //   lies p * rows elements past the row's (partial results [parts, output...]); with one
 //   part, a last pass stores the full outputs (softmax from primitives is one kernel).
+// Partial results are combined by a second kernel, or, where that kernel would be one block
+// (CudaEmitOptions::combines), by the kernel's own last block: each block counts itself done
+// on a counter (an atomic add, after a fence that makes its stores visible); the block that
+// counts last runs the combines, in the same order a kernel of their own would, so the bits
+// do not change with who combines. PyTorch's reductions finish the same way.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +46,15 @@ struct CudaEmitOptions {
   bool generic_strides = false;
   /// How a reduction's rows map to threads (plan_cuda_launch decides).
   CudaRows rows_by = CudaRows::Block;
+  /// Groups that reduce this kernel's partial results, run by its last block (see above): each
+  /// is emitted as a device function over arguments of its own, which follow this kernel's in
+  /// the argument struct, and then one more word, the counter (a u32, zero at launch).
+  struct Combine {
+    const ir::Graph* body = nullptr;
+    KernelLayout layout;
+    CudaRows rows_by = CudaRows::Thread;
+  };
+  std::vector<Combine> combines;
 };
 
 /// The CUDA C of kernel `symbol` computing `body` over `layout`. Throws kiln::Error for an op

@@ -70,7 +70,8 @@ struct KernelEmitter {
   void store_all(const Computed& c);
   template <class Load, class Use>
   void unrolled_loop(const std::string& start, const std::string& limit, const std::string& step, Load load, Use use);
-  std::string run(const std::string& symbol);
+  std::string loops();
+  std::string args_struct(const std::string& name, const std::string& more) const;
 };
 
 }  // namespace kiln::codegen::cuda_emit

@@ -4,7 +4,8 @@
 // later ops, a value stored between passes), reductions over leading, middle and all dims,
 // f16 and integer work, NaN in max, immediates as text and as arguments, strided and
 // broadcast operands. The toolkit's NVRTC compiles every one of these kernels for sm_80 and
-// sm_90 (Nvrtc.CompilesTheGroupsKernels, ctest cuda_nvrtc).
+// sm_90, with and without combines run by their last block (Nvrtc.CompilesTheGroupsKernels,
+// ctest cuda_nvrtc).
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -207,6 +208,14 @@ TEST(Nvrtc, CompilesTheGroupsKernels) {
         o.immediates_as_args = o.generic_strides = args;
         o.rows_by = rows_by;
         std::string src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
+        for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_group").empty());
+        if (ka.layout.reduced == 0) continue;
+        // The same kernel with a last block that runs combines (the group's own body stands
+        // in for them: the text is what is compiled), one per way of mapping rows.
+        o.combines = {{group.body.get(), ka.layout, codegen::CudaRows::Thread},
+                      {group.body.get(), ka.layout, codegen::CudaRows::Block}};
+        src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
+        EXPECT_NE(src.find("kiln_combine1(a.combine1, 0, 1);"), std::string::npos);
         for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_group").empty());
       }
   }

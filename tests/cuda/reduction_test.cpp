@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -25,16 +26,19 @@ struct Layout {
   Dims axes;
   codegen::CudaRows rows_by;  // as planned for the host CUDA's 4 multiprocessors
   bool parts;                 // a terminal reduction there is cut into parts
+  int launches;               // an eager sum's: its parts combined by its last block, or by a kernel
 };
 
 // Each layout of launch.h, at sizes that cut the host CUDA's terminal reductions into parts.
 const std::vector<Layout> kLayouts = {
-    {"kept_middle_dim", {8, 6, 40, 50}, {0, 2, 3}, codegen::CudaRows::Block, true},
-    {"kept_inner_dim", {3000, 40}, {0}, codegen::CudaRows::Thread, true},
-    {"few_long_rows", {3, 70001}, {1}, codegen::CudaRows::Block, true},
-    {"many_tiny_rows", {20000, 5}, {1}, codegen::CudaRows::Thread, false},
-    {"all_dims", {300, 401}, {0, 1}, codegen::CudaRows::Block, true},
-    {"long_rows_fill_the_device", {600, 300}, {1}, codegen::CudaRows::Block, false},
+    {"kept_middle_dim", {8, 6, 40, 50}, {0, 2, 3}, codegen::CudaRows::Block, true, 1},
+    {"kept_inner_dim", {3000, 40}, {0}, codegen::CudaRows::Thread, true, 1},
+    // 300 rows: combining their parts takes 2 blocks, a kernel of its own
+    {"kept_wide_inner_dim", {1000, 300}, {0}, codegen::CudaRows::Thread, true, 2},
+    {"few_long_rows", {3, 70001}, {1}, codegen::CudaRows::Block, true, 1},
+    {"many_tiny_rows", {20000, 5}, {1}, codegen::CudaRows::Thread, false, 1},
+    {"all_dims", {300, 401}, {0, 1}, codegen::CudaRows::Block, true, 1},
+    {"long_rows_fill_the_device", {600, 300}, {1}, codegen::CudaRows::Block, false, 1},
 };
 
 // x's sum over `axes` in doubles, and the sum of |x| beside it: a float sum of those terms in
@@ -62,6 +66,19 @@ TEST_P(CudaReduceLayout, IsPlannedAsNamed) {
   codegen::CudaLaunch p = codegen::plan_cuda_launch(L, sizes, 4, codegen::CudaWork::Partials);
   EXPECT_EQ(p.rows_by, c.rows_by);
   EXPECT_EQ(p.parts > 1, c.parts) << p.parts << " parts";
+}
+
+// Partial results whose combine is one block are combined by the kernel's last block.
+TEST_P(CudaReduceLayout, EagerSumLaunchesAsPlanned) {
+  REQUIRE_CUDA();
+  const Layout& c = GetParam();
+  Tensor x = ones(c.shape).to(kGpu);
+  (void)x.sum(c.axes);  // compiles
+  int64_t before = cuda::kernel_launches();
+  Tensor s = x.sum(c.axes);
+  EXPECT_EQ(cuda::kernel_launches() - before, c.launches);
+  int64_t n = x.numel() / std::max<int64_t>(s.numel(), 1);
+  EXPECT_TRUE(test::bitwise_equal(s.to(cpu), full(s.shape(), static_cast<double>(n))));
 }
 
 TEST_P(CudaReduceLayout, EagerSumsMaxesAndMeansMatchTheCpu) {

@@ -271,6 +271,8 @@ inline unsigned lane() { return fiber().linear % 32; }
 #define warpSize 32
 
 inline void __syncthreads() { kiln_host::yield_to_scheduler(kiln_host::State::AtBlockBarrier); }
+// Blocks run one after another on one OS thread: a fence orders nothing more than program order.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __syncwarp(unsigned = 0xffffffffu) { kiln_host::yield_to_scheduler(kiln_host::State::AtWarpBarrier); }
 
 template <typename T>
