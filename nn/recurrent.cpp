@@ -2,7 +2,8 @@
 // initial and final states) and their cells, with torch's gate order, parameter names and
 // initialization, so a torch state_dict loads. Composites of ops: the input projection of a
 // whole sequence is one matmul per layer and direction; the recurrence is a loop over time
-// steps (unrolled by a trace).
+// steps. On CUDA a stack runs through cuDNN: eagerly as one autograd node
+// (nn/recurrent_cudnn.cpp), in a trace as an rnn op (nn/recurrent_op.cpp).
 #include <cmath>
 
 #include "nn/describe.h"
@@ -73,13 +74,8 @@ RNNBase::RNNBase(const char* name, int64_t gates, int64_t input_size, int64_t hi
     }
 }
 
-namespace {
-
-// The layers of a stack run op by op from layer_in [T, N, in]: {output [T, N, D * H], final h
-// [L * D, N, H] (and c)}. `states` per kind are [L * D, N, H] (none: zeros); `params` per layer
-// and direction w_ih, w_hh (, b_ih, b_hh). Dropout between layers with p > 0.
-std::vector<Tensor> unrolled(const detail::RnnStack& st, const Tensor& layer_in0, std::span<const Tensor> states,
-                             std::span<const Tensor> params, double p, bool training) {
+std::vector<Tensor> detail::unrolled(const RnnStack& st, const Tensor& layer_in0, std::span<const Tensor> states,
+                                     std::span<const Tensor> params, double p, bool training) {
   int64_t t_len = layer_in0.shape()[0], n = layer_in0.shape()[1], dirs = st.bidirectional ? 2 : 1, h = st.hidden_size;
   size_t kinds = st.lstm ? 2 : 1, per = st.bias ? 4 : 2;
   std::vector<std::vector<Tensor>> finals(kinds);
@@ -116,6 +112,8 @@ std::vector<Tensor> unrolled(const detail::RnnStack& st, const Tensor& layer_in0
   return result;
 }
 
+namespace {
+
 // Layers [first, first + count) of a stack as a stack of their own.
 detail::RnnStack layers_of(detail::RnnStack st, int64_t first, int64_t count) {
   if (first > 0) st.input_size = st.hidden_size * (st.bidirectional ? 2 : 1);
@@ -147,8 +145,10 @@ std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>&
   double p = options.dropout;
   bool training = is_training();
   std::vector<Tensor> result;
-  if (detail::cudnn_may_run(x, states, params)) {
+  bool traced = detail::traced_on_cuda(x, states, params);
+  if (traced || detail::cudnn_may_run(x, states, params)) {
     // Through cuDNN: all layers in one call, or one call per layer with kiln's dropout between.
+    // A trace records each call as an rnn op, which runs through cuDNN when the trace does.
     int64_t block = p > 0 && training ? 1 : options.num_layers;
     size_t per = options.bias ? 4 : 2;
     std::vector<std::vector<Tensor>> finals(gates_ == 4 ? 2 : 1);
@@ -160,9 +160,10 @@ std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>&
       std::span<const Tensor> w = std::span<const Tensor>(params).subspan(static_cast<size_t>(l * dirs) * per,
                                                                           static_cast<size_t>(block * dirs) * per);
       detail::RnnComposite composite = [part](const Tensor& xi, std::span<const Tensor> si, std::span<const Tensor> wi) {
-        return unrolled(part, xi, si, wi, 0, false);
+        return detail::unrolled(part, xi, si, wi, 0, false);
       };
-      std::vector<Tensor> r = detail::cudnn_stack(part, layer_in, s, w, composite);
+      std::vector<Tensor> r = traced ? detail::rnn_op_stack(part, layer_in, s, w)
+                                     : detail::cudnn_stack(part, layer_in, s, w, composite);
       layer_in = r[0];
       if (l + block < options.num_layers && p > 0) layer_in = dropout(layer_in, p, training);
       for (size_t k = 0; k < finals.size(); ++k) finals[k].push_back(r[k + 1]);
@@ -170,7 +171,7 @@ std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>&
     result.push_back(layer_in);
     for (const std::vector<Tensor>& f : finals) result.push_back(f.size() == 1 ? f[0] : cat(f, 0));
   } else {
-    result = unrolled(st, x, states, params, p, training);
+    result = detail::unrolled(st, x, states, params, p, training);
   }
   for (Tensor& r : result)
     if (unbatched) r = r.select(1, 0);

@@ -1,6 +1,7 @@
-// nn/recurrent_cudnn.h -- LSTM and GRU stacks on CUDA through cuDNN's RNN API, as one autograd
-// node; internal to nn/recurrent*.cpp. The unrolled composite (nn/recurrent.cpp) stays the
-// reference, the CPU's path and a trace's, and runs where cuDNN does not.
+// nn/recurrent_cudnn.h -- LSTM and GRU stacks on CUDA through cuDNN's RNN API: eagerly as one
+// autograd node (nn/recurrent_cudnn.cpp), in a trace as one rnn op (nn/recurrent_op.cpp);
+// internal to nn/recurrent*.cpp. The unrolled composite (nn/recurrent.cpp) stays the
+// reference and the CPU's path, and runs where cuDNN does not.
 #pragma once
 
 #include <functional>
@@ -21,6 +22,19 @@ struct RnnStack {
 /// The stack run op by op: (x [T, N, in], states [L * D, N, H] per kind or none, params per
 /// layer and direction: w_ih, w_hh (, b_ih, b_hh)) -> {y, h, (c)}.
 using RnnComposite = std::function<std::vector<Tensor>(const Tensor&, std::span<const Tensor>, std::span<const Tensor>)>;
+
+/// The stack op by op from x [T, N, in]: {y [T, N, D * H], h_n [L * D, N, H] (, c_n)}. `states`
+/// per kind [L * D, N, H] (none: zeros); dropout p between layers (nn/recurrent.cpp). The
+/// reference, the CPU's path and the meaning of the rnn op.
+std::vector<Tensor> unrolled(const RnnStack& st, const Tensor& x, std::span<const Tensor> states,
+                             std::span<const Tensor> params, double p, bool training);
+
+/// Whether a trace is recording a stack on CUDA tensors: it records an rnn op (rnn_op_stack).
+bool traced_on_cuda(const Tensor& x, std::span<const Tensor> states, std::span<const Tensor> params);
+/// {y, h, (c)} of the stack as one rnn op (nn/recurrent_op.cpp), under autocast in its dtype;
+/// the composite where the op does not take the operands' dtype.
+std::vector<Tensor> rnn_op_stack(const RnnStack& stack, const Tensor& x, std::span<const Tensor> states,
+                                 std::span<const Tensor> params);
 
 /// Whether cuDNN may run a stack on these tensors: CUDA, eager (no trace records, composites
 /// not held op by op by CompositeFusionOff or KILN_FUSION=0), nothing empty.

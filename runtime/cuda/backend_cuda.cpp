@@ -72,16 +72,10 @@ class CudaBackend final : public DeviceBackend {
       copy_into(src, host);
     }
     CUstream stream = current(index);
-    // One value whose bytes are all alike (a zero, most often: zeros(), a slice's gradient
-    // padded) filling a contiguous tensor: a memset, which a CUDA graph captures, instead of an
-    // upload and a broadcast (a capture refuses a copy from pageable memory).
-    if (host.numel() == 1 && dst.is_contiguous()) {
-      const auto* b = static_cast<const unsigned char*>(host.data_ptr());
-      if (std::all_of(b, b + dtype_size(dst.dtype()), [&](unsigned char c) { return c == b[0]; })) {
-        check(driver()->cuMemsetD8Async(device_ptr(dst), b[0], nbytes_of(dst), stream), "cuMemsetD8Async");
-        return;
-      }
-    }
+    // One value filling a contiguous tensor (zeros(), full(), a slice's gradient padded): a
+    // memset, which a CUDA graph captures, instead of an upload and a broadcast (a capture
+    // refuses a copy from pageable memory).
+    if (host.numel() == 1 && dst.is_contiguous()) return fill(host.data_ptr(), dst, stream);
     bool direct = host.shape() == dst.shape() && dst.is_contiguous();
     Tensor target = direct ? dst : Tensor::empty({dst.dtype(), host.shape(), dst.device()});
     // From pageable memory the driver has read the source when the call returns; from pinned
@@ -90,6 +84,29 @@ class CudaBackend final : public DeviceBackend {
           "cuMemcpyHtoDAsync");
     if (is_pinned_pointer(host.data_ptr())) record_pinned_use(host.data_ptr(), stream, index);
     if (target.impl() != dst.impl()) on_device(target, dst);
+  }
+
+  // Every element of dst (contiguous, on the device) = the element at `value`, by memsets of
+  // the element's width (an 8-byte one as its two 32-bit halves, each every 8 bytes).
+  void fill(const void* value, const Tensor& dst, CUstream stream) {
+    size_t es = dtype_size(dst.dtype()), n = static_cast<size_t>(dst.numel());
+    unsigned char b[8];
+    std::memcpy(b, value, es);
+    CUdeviceptr p = device_ptr(dst);
+    const Driver& d = *driver();
+    if (std::all_of(b, b + es, [&](unsigned char c) { return c == b[0]; }))
+      return check(d.cuMemsetD8Async(p, b[0], n * es, stream), "cuMemsetD8Async");
+    if (es == 2) {
+      uint16_t v;
+      std::memcpy(&v, b, 2);
+      return check(d.cuMemsetD16Async(p, v, n, stream), "cuMemsetD16Async");
+    }
+    uint32_t half[2];
+    std::memcpy(half, b, es);
+    if (es == 4 || half[0] == half[1])
+      return check(d.cuMemsetD32Async(p, half[0], n * es / 4, stream), "cuMemsetD32Async");
+    for (int k = 0; k < 2; ++k)
+      check(d.cuMemsetD2D32Async(p + 4 * k, 8, half[k], 1, n, stream), "cuMemsetD2D32Async");
   }
 
   // dst (a CPU tensor) = src (a CUDA tensor); returns when dst holds the values.

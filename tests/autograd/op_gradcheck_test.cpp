@@ -220,6 +220,24 @@ std::map<OpId, std::vector<Case>> all_cases() {
        [=](std::span<const Tensor> in) {
          return apply(OpId::Attention, {in[0].transpose(1, 2), in[1], in[2]}, attention_attrs(0.8, true));
        }}};
+  // rnn: an LSTM of 2 bidirectional layers from given states, a GRU from zeros with x a view.
+  auto rnn_attrs = [](bool lstm, int64_t h, int64_t layers, bool bidirectional) {
+    Attrs a;
+    a.lstm = lstm, a.hidden_size = h, a.num_layers = layers, a.bidirectional = bidirectional;
+    return a;
+  };
+  {
+    std::vector<Tensor> lstm{random_leaf({3, 2, 3}), random_leaf({4, 2, 2}), random_leaf({4, 2, 2})};
+    for (int64_t l = 0; l < 2; ++l)
+      for (int d = 0; d < 2; ++d)
+        for (Dims s : {Dims{8, l == 0 ? 3 : 4}, Dims{8, 2}, Dims{8}, Dims{8}}) lstm.push_back(random_leaf(s, -0.7, 0.7));
+    std::vector<Tensor> gru{random_leaf({2, 3, 2}), random_leaf({9, 2}, -0.7, 0.7), random_leaf({9, 3}, -0.7, 0.7)};
+    c[OpId::Rnn] = {{"rnn/lstm_2_layers_bidirectional", lstm,
+                     [=](std::span<const Tensor> in) { return apply(OpId::Rnn, in, rnn_attrs(true, 2, 2, true)); }},
+                    {"rnn/gru_from_zeros_x_a_view", gru, [=](std::span<const Tensor> in) {
+                       return apply(OpId::Rnn, {in[0].transpose(0, 1), in[1], in[2]}, rnn_attrs(false, 3, 1, false));
+                     }}};
+  }
   c[OpId::Conv2d] = {
       {"conv2d/plain", {random_leaf({2, 3, 5, 5}), random_leaf({4, 3, 3, 3}), random_leaf({4})},
        [](std::span<const Tensor> in) { return conv2d(in[0], in[1], in[2]); }},

@@ -55,6 +55,36 @@ TEST(CudaGraphCapture, AReplayRunsTheWorkTheCaptureRecorded) {
   }
 }
 
+// full() of any value fills by memsets, which a capture records (of the element's width; 8 bytes as two
+// halves), not an upload from pageable memory, which a capture refuses: cuDNN's sequence
+// lengths in a traced LSTM step are full({N}, T, i32).
+TEST(CudaGraphCapture, FullOfAnyValueIsCaptured) {
+  REQUIRE_CUDA();
+  cuda::Stream side = cuda::Stream::create(0);
+  cuda::synchronize(0);
+  struct Fill {
+    DType dtype;
+    double value;
+  };
+  const Fill fills[] = {{DType::U8, 7}, {DType::F16, 1.5}, {DType::BF16, -2}, {DType::I32, 50}, {DType::F32, 0.1},
+                        {DType::I64, -3}, {DType::I64, 1LL << 40}, {DType::F64, 0.1}, {DType::F64, -0.0}};
+  for (const Fill& f : fills) {
+    SCOPED_TRACE(std::string(dtype_name(f.dtype)) + " " + std::to_string(f.value));
+    Tensor y;
+    std::unique_ptr<cuda::CapturedGraph> graph;
+    {
+      cuda::StreamGuard on_side(side);
+      cuda::begin_capture(side);
+      y = full({5, 3}, f.value, f.dtype, kGpu).slice(0, 1, 5);  // (sliced: a view at an offset reads it back)
+      std::string why;
+      graph = cuda::end_capture(side, &why);
+      ASSERT_TRUE(graph) << why;
+    }
+    graph->launch();
+    EXPECT_TRUE(test::bitwise_equal(y.to(cpu), full({4, 3}, f.value, f.dtype)));
+  }
+}
+
 // Destroying a graph waits for its replays' streams, not the device: a device-wide wait would
 // end the capture another stream (another thread's, here this one's) is making.
 TEST(CudaGraphCapture, DestroyingAGraphLeavesAnotherCaptureAlone) {

@@ -2,8 +2,9 @@
 // runtime/cuda/rnn_cuda.cpp) against the CPU's unrolled composite: values and the gradients of
 // the input, the initial states and every param, for layers, directions, bias or none,
 // batch_first, unbatched input, f32 and f64; kiln's dropout between layers; gradients of
-// gradients through the composite fallback; autocast; and what keeps the composite (a cuDNN
-// that declines, traces, CompositeFusionOff).
+// gradients through the composite fallback; autocast; what keeps the composite (a cuDNN that
+// declines, a trace on the CPU, CompositeFusionOff); and a traced step on CUDA, which records
+// an rnn op that runs through cuDNN.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -254,16 +255,59 @@ TEST(CudnnRnn, TheCompositeRunsWhereCudnnDoesNot) {
     EXPECT_EQ(gpu.node.find("cuDNN"), std::string::npos) << gpu.node;
     expect_same(gpu, host, 2e-4);
   }
-  // A trace records the composite's ops, whatever the device.
+  // A trace on the CPU records the composite's ops.
   manual_seed(1);
   nn::GRU gru(kIn, kHidden);
-  gru.to(kGpu);
-  Tensor x = randn({kT, kN, kIn}).to(kGpu);
+  Tensor x = randn({kT, kN, kIn});
   jit::Function f = jit::trace([&](Tensor a) { return std::get<0>(gru(a)); }, {x});
   test::expect_close(f(x), std::get<0>(gru(x)).to_vector<double>(), 1e-5, 1e-5);
   std::ostringstream ir;
   ir << f.graph();
   EXPECT_NE(ir.str().find("sigmoid"), std::string::npos);  // the recurrence, unrolled
+  EXPECT_EQ(ir.str().find(" = rnn "), std::string::npos);
+}
+
+// A whole training step traced on CUDA records each stack as one rnn op (and its backward as
+// rnn_backward), which runs through cuDNN: the step's loss and every param's gradient are the
+// CPU composite's, eagerly. With dropout between layers, an op per layer and kiln's dropout.
+TEST(CudnnRnn, ATracedStepRecordsAnRnnOpAndRunsItThroughCudnn) {
+  REQUIRE_CUDA();
+  for (Config c : {Config{.lstm = true, .layers = 2, .bidirectional = true, .batch_first = true},
+                   Config{.lstm = false, .layers = 1, .bias = false}, Config{.lstm = true, .layers = 2, .dropout = 0.5}}) {
+    SCOPED_TRACE(describe(c));
+    manual_seed(7);
+    std::unique_ptr<nn::Module> host = make(c), gpu = make(c);
+    gpu->load_state_dict(host->state_dict());
+    gpu->to(kGpu);
+    Inputs in = inputs(c);
+    auto step = [&](nn::Module& m, const Tensor& x, const Tensor& w) {
+      m.zero_grad();
+      Tensor loss = (call(m, c, x, {})[0] * w).sum();
+      loss.backward();
+      return loss;
+    };
+    Tensor x = in.x.to(kGpu), w = in.weights[0].to(kGpu);
+    jit::Function f = jit::trace([&](Tensor a, Tensor b) { return step(*gpu, a, b); }, {x, w}, "rnn_step");
+    std::ostringstream ir;
+    ir << f.graph();
+    size_t ops = 0;
+    for (size_t at = ir.str().find(" = rnn "); at != std::string::npos; at = ir.str().find(" = rnn ", at + 1)) ++ops;
+    EXPECT_EQ(ops, c.dropout > 0 ? 2u : 1u) << ir.str();
+    EXPECT_NE(ir.str().find(" = rnn_backward "), std::string::npos);
+    EXPECT_EQ(ir.str().find("sigmoid"), std::string::npos) << "the recurrence unrolled";
+    if (c.dropout > 0) continue;  // (its draws are the trace's: the values are checked without it)
+    Tensor got = f(x, w), want = step(*host, in.x, in.weights[0]);
+    test::expect_close(got.to(cpu), want.to_vector<double>(), 1e-4, 1e-4);
+    got = f(x, w);  // again: replayed as a CUDA graph, cuDNN's calls captured
+    test::expect_close(got.to(cpu), want.to_vector<double>(), 1e-4, 1e-4);
+    std::vector<Tensor> gp = gpu->parameters(), hp = host->parameters();
+    ASSERT_EQ(gp.size(), hp.size());
+    for (size_t i = 0; i < gp.size(); ++i) {
+      SCOPED_TRACE("param " + std::to_string(i));
+      ASSERT_TRUE(gp[i].grad().defined());
+      test::expect_close(gp[i].grad().to(cpu), hp[i].grad().to_vector<double>(), 2e-4, 2e-4);
+    }
+  }
 }
 
 // The host cuDNN declining every network (as a cuDNN without RNN support would), and keeping

@@ -186,9 +186,17 @@ graph @reduce_grads(%0: f32[8], %1: i64[3]) -> (f32[8], i64[3]) {
 )";
 
 // Each text starts after its raw string's first newline.
+const char* const kRecurrent = R"(
+graph @recurrent(%0: f32[2,1,2], %1: f32[3,2], %2: f32[3,1]) -> (f32[13]) {
+  %3 = rnn %0, %1, %2 {lstm=false, hidden_size=1, num_layers=1, bidirectional=false} : f32[3]
+  %4 = rnn_backward %0, %1, %2, %3, %3 {lstm=false, hidden_size=1, num_layers=1, bidirectional=false} : f32[13]
+  return %4
+}
+)";
+
 const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kScan + 1, kMovement + 1,
                                           kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1,
-                                          kDraws + 1, kCollective + 1};
+                                          kDraws + 1, kCollective + 1, kRecurrent + 1};
 
 TEST(RoundTrip, PrintsBackTheTextItParsed) {
   for (const char* text : kGraphs) {

@@ -21,3 +21,4 @@
 #include "tests/ops/op_specs_pools.h"        // max_pool2d, avg_pool2d and their backwards
 #include "tests/ops/op_specs_collective.h"   // all_reduce
 #include "tests/ops/op_specs_attention.h"    // attention and its backward
+#include "tests/ops/op_specs_rnn.h"          // rnn and its backward

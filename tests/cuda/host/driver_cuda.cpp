@@ -290,6 +290,29 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
   return CUDA_SUCCESS;
 }
 
+// As a GPU's driver: the destination aligned to the element.
+CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, CUstream s) {
+  if (dst % 2 != 0 || !is_device_range(dst, 2 * n)) return CUDA_ERROR_INVALID_VALUE;
+  stream_of(s)->push([=] { std::fill_n(reinterpret_cast<unsigned short*>(dst), n, v); });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
+  if (dst % 4 != 0 || !is_device_range(dst, 4 * n)) return CUDA_ERROR_INVALID_VALUE;
+  stream_of(s)->push([=] { std::fill_n(reinterpret_cast<unsigned int*>(dst), n, v); });
+  return CUDA_SUCCESS;
+}
+
+// `height` rows of `width` 32-bit values, `pitch` bytes apart.
+CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_t width, size_t height, CUstream s) {
+  if (dst % 4 != 0 || (height > 1 && (pitch % 4 != 0 || pitch < 4 * width))) return CUDA_ERROR_INVALID_VALUE;
+  if (height > 0 && !is_device_range(dst, pitch * (height - 1) + 4 * width)) return CUDA_ERROR_INVALID_VALUE;
+  stream_of(s)->push([=] {
+    for (size_t r = 0; r < height; ++r) std::fill_n(reinterpret_cast<unsigned int*>(dst + r * pitch), width, v);
+  });
+  return CUDA_SUCCESS;
+}
+
 // What a loaded module takes of its device's memory (code and constant banks on a GPU).
 constexpr long long kModuleBytes = 1 << 20;
 
