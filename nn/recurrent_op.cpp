@@ -20,6 +20,7 @@
 
 #include "autograd/autograd.h"
 #include "nn/recurrent_cudnn.h"
+#include "runtime/api.h"
 #include "runtime/autocast.h"
 #include "runtime/check.h"
 #include "runtime/cuda_kernels.h"
@@ -66,16 +67,18 @@ std::vector<Dims> result_shapes(const Tensor& x, const Attrs& a) {
   return s;
 }
 
-int64_t total(const std::vector<Dims>& shapes) {
-  int64_t n = 0;
-  for (const Dims& s : shapes) n += s.product();
-  return n;
+// a * b + c, or a kiln::Error for sizes past int64 (a hostile IR file's).
+int64_t mul_add(const char* op, int64_t a, int64_t b, int64_t c = 0) {
+  int64_t r = 0;
+  KILN_CHECK(!__builtin_mul_overflow(a, b, &r) && !__builtin_add_overflow(r, c, &r), "{}: its sizes overflow int64",
+             op);
+  return r;
 }
 
 TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   const char* op = op_name(id);
-  KILN_CHECK(a.hidden_size > 0 && a.num_layers > 0, "{}: hidden_size and num_layers must be positive, got {} and {}",
-             op, a.hidden_size, a.num_layers);
+  KILN_CHECK(a.hidden_size > 0 && a.num_layers > 0 && a.hidden_size <= INT32_MAX && a.num_layers <= INT32_MAX,
+             "{}: hidden_size and num_layers must be positive ints, got {} and {}", op, a.hidden_size, a.num_layers);
   size_t extra = id == OpId::RnnBackward ? 2 : 0;
   KILN_CHECK(in.size() >= 1 + extra, "{}: expected x, the initial states (or none), the params{}; got {} operands", op,
              extra ? ", out and grad" : "", in.size());
@@ -89,6 +92,7 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   const size_t kinds = a.lstm ? 2 : 1;
   KILN_CHECK(o.states.empty() || o.states.size() == kinds, "{}: give {} initial states ([{}, {}, {}]) or none, got {}",
              op, kinds, cells, x.shape()[1], h, o.states.size());
+  const int64_t state_size = mul_add(op, mul_add(op, cells, x.shape()[1]), h);
   TensorType state{t, {cells, x.shape()[1], h}, x.device()};
   for (const Tensor& s : o.states)
     KILN_CHECK(s.type() == state, "{}: an initial state must be {}, got {}", op, state.str(), s.type().str());
@@ -107,12 +111,13 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
                  static_cast<size_t>(c) * per + k, c / dirs(a), c % dirs(a), w.str(), p.type().str());
     }
   }
-  TensorType packed{t, {total(result_shapes(x, a))}, x.device()};
+  int64_t y = mul_add(op, mul_add(op, x.shape()[0], x.shape()[1]), dirs(a) * h);
+  TensorType packed{t, {mul_add(op, static_cast<int64_t>(kinds), state_size, y)}, x.device()};
   if (id == OpId::Rnn) return packed;
   KILN_CHECK(o.out.type() == packed && o.grad.type() == packed, "{}: out {} and grad {} must be rnn's result, {}", op,
              o.out.type().str(), o.grad.type().str(), packed.str());
   int64_t grads = 0;
-  for (size_t i = 0; i + 2 < in.size(); ++i) grads += in[i].numel();
+  for (size_t i = 0; i + 2 < in.size(); ++i) grads = mul_add(op, 1, in[i].numel(), grads);
   return {t, {grads}, x.device()};
 }
 

@@ -170,3 +170,21 @@ TEST(LSTM, HasTorchsNamesAndDifferentiates) {
   expect_error([&] { lstm(randn({4, 2, 5})); }, {"LSTM", "[T, N, 2]", "f32[4,2,5]"});
   expect_error([&] { lstm(randn({4, 2, 2}), {zeros({2, 2, 3}), zeros({4, 2, 3})}); }, {"LSTM", "initial state", "[4,2,3]"});
 }
+
+// The rnn op (what a trace on CUDA records) names itself, the operand and what it expected.
+TEST(RnnOp, RefusesOperandsThatDoNotFit) {
+  Attrs a;
+  a.lstm = true, a.hidden_size = 3, a.num_layers = 1;
+  Tensor x = randn({4, 2, 5}), w_ih = randn({12, 5}), w_hh = randn({12, 3});
+  EXPECT_EQ(apply(OpId::Rnn, {x, w_ih, w_hh}, a).shape(), (Dims{4 * 2 * 3 + 2 * 2 * 3}));
+  expect_error([&] { apply(OpId::Rnn, {x, randn({12, 4}), w_hh}, a); }, {"rnn", "param 0", "f32[12,5]", "f32[12,4]"});
+  expect_error([&] { apply(OpId::Rnn, {x, w_ih}, a); }, {"rnn", "expected 2 params", "got 1"});
+  expect_error([&] { apply(OpId::Rnn, {x, randn({1, 2, 3}), w_ih, w_hh}, a); }, {"rnn", "2 initial states", "got 1"});
+  expect_error([&] { apply(OpId::Rnn, {x.to(DType::F16), w_ih, w_hh}, a); }, {"rnn", "f32 or f64", "f16[4,2,5]"});
+  expect_error([&] { apply(OpId::Rnn, {randn({4, 5}), w_ih, w_hh}, a); }, {"rnn", "[T, N, input_size]"});
+  Attrs huge = a;
+  huge.hidden_size = int64_t{1} << 40;
+  expect_error([&] { apply(OpId::Rnn, {x, w_ih, w_hh}, huge); }, {"rnn", "positive ints"});
+  Tensor y = apply(OpId::Rnn, {x, w_ih, w_hh}, a);
+  expect_error([&] { apply(OpId::RnnBackward, {x, w_ih, w_hh, y, randn({5})}, a); }, {"rnn_backward", "grad f32[5]"});
+}
