@@ -2,12 +2,15 @@
 // run whole, which a trace records on CUDA (nn/recurrent.cpp) so that a traced step reaches
 // cuDNN as an eager one does.
 //
-//   rnn(x [T, N, in], [h0 [L*D, N, H] [, c0]], params...)  -> y, h_n (, c_n), flattened and packed
+//   rnn(x [T, N, in], [h0 [L*D, N, H] [, c0]], params...)  -> [N, T*D*H + kinds*L*D*H]: per batch
+//                                                             row, its y, h_n (, c_n)
 //   rnn_backward(x, [h0 [, c0]], params..., out, grad)     -> the gradients of x, the states
 //                                                             given and each param, packed
 //
 // Params per layer and direction are torch's w_ih, w_hh (, b_ih, b_hh); the states are given
 // (3-d) or not (zeros). Attributes: lstm, hidden_size, num_layers, bidirectional. f32 and f64.
+// rnn's result is batch-major so that its parts are cut along a dim that does not grow with
+// the batch: a module saved with a dynamic batch dim keeps it (jit/save.cpp).
 // The op's meaning is its composition, the unrolled stack (detail::unrolled): that is the
 // CPU's kernel, and the CUDA kernel's where cuDNN declines. On CUDA the forward is
 // cudnnRNNForward; the backward runs the forward again for cuDNN's reserve (a value the IR
@@ -59,7 +62,7 @@ RnnStack stack_of(const Operands& o, const Attrs& a) {
           static_cast<int64_t>(o.params.size()) == 4 * cells};
 }
 
-// The shapes rnn packs: y [T, N, D * H], then h_n (and c_n) [L * D, N, H].
+// The results rnn packs: y [T, N, D * H], then h_n (and c_n) [L * D, N, H].
 std::vector<Dims> result_shapes(const Tensor& x, const Attrs& a) {
   int64_t t = x.shape()[0], n = x.shape()[1], h = a.hidden_size;
   std::vector<Dims> s{{t, n, dirs(a) * h}};
@@ -92,7 +95,7 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   const size_t kinds = a.lstm ? 2 : 1;
   KILN_CHECK(o.states.empty() || o.states.size() == kinds, "{}: give {} initial states ([{}, {}, {}]) or none, got {}",
              op, kinds, cells, x.shape()[1], h, o.states.size());
-  const int64_t state_size = mul_add(op, mul_add(op, cells, x.shape()[1]), h);
+  mul_add(op, mul_add(op, cells, x.shape()[1]), h);  // (a state's size)
   TensorType state{t, {cells, x.shape()[1], h}, x.device()};
   for (const Tensor& s : o.states)
     KILN_CHECK(s.type() == state, "{}: an initial state must be {}, got {}", op, state.str(), s.type().str());
@@ -111,8 +114,11 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
                  static_cast<size_t>(c) * per + k, c / dirs(a), c % dirs(a), w.str(), p.type().str());
     }
   }
-  int64_t y = mul_add(op, mul_add(op, x.shape()[0], x.shape()[1]), dirs(a) * h);
-  TensorType packed{t, {mul_add(op, static_cast<int64_t>(kinds), state_size, y)}, x.device()};
+  // [N, T*D*H + kinds*L*D*H]
+  int64_t row =
+      mul_add(op, static_cast<int64_t>(kinds), mul_add(op, cells, h), mul_add(op, x.shape()[0], dirs(a) * h));
+  mul_add(op, row, x.shape()[1]);  // (the value's size)
+  TensorType packed{t, {x.shape()[1], row}, x.device()};
   if (id == OpId::Rnn) return packed;
   KILN_CHECK(o.out.type() == packed && o.grad.type() == packed, "{}: out {} and grad {} must be rnn's result, {}", op,
              o.out.type().str(), o.grad.type().str(), packed.str());
@@ -121,22 +127,31 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   return {t, {grads}, x.device()};
 }
 
-// The tensors flattened and packed, as rnn and rnn_backward give them.
+// rnn's results [T or L*D, N, ...] packed batch-major: [N, the rest of each, in order].
+Tensor pack_rows(const std::vector<Tensor>& parts) {
+  std::vector<Tensor> rows;
+  for (const Tensor& p : parts)
+    rows.push_back(p.transpose(0, 1).reshape({p.shape()[1], p.shape()[0] * p.shape()[2]}));
+  return cat(rows, 1);
+}
+
+// rnn's results out of its packed [N, ...] value, shaped (views where they can be).
+std::vector<Tensor> unpack_rows(const Tensor& packed, std::span<const Dims> shapes) {
+  std::vector<Tensor> parts;
+  int64_t at = 0;
+  for (const Dims& s : shapes) {
+    int64_t width = s[0] * s[2];
+    parts.push_back(packed.slice(1, at, at + width).reshape({s[1], s[0], s[2]}).transpose(0, 1));
+    at += width;
+  }
+  return parts;
+}
+
+// The tensors flattened and packed, as rnn_backward gives them.
 Tensor pack(const std::vector<Tensor>& parts) {
   std::vector<Tensor> flat;
   for (const Tensor& p : parts) flat.push_back(p.reshape({p.numel()}));
   return cat(flat, 0);
-}
-
-// A packed 1-d tensor's parts, shaped.
-std::vector<Tensor> unpack(const Tensor& packed, std::span<const Dims> shapes) {
-  std::vector<Tensor> parts;
-  int64_t at = 0;
-  for (const Dims& s : shapes) {
-    parts.push_back(packed.slice(0, at, at + s.product()).reshape(s));
-    at += s.product();
-  }
-  return parts;
 }
 
 void write(const Tensor& result, const Tensor& out) {
@@ -152,7 +167,7 @@ void by_composite(OpId id, std::span<const Tensor> in, const Attrs& a, const Ten
   RnnStack st = stack_of(o, a);
   if (id == OpId::Rnn) {
     GradModeGuard no_grad(false);
-    return write(pack(nn::detail::unrolled(st, o.x, o.states, o.params, 0, false)), out);
+    return write(pack_rows(nn::detail::unrolled(st, o.x, o.states, o.params, 0, false)), out);
   }
   std::vector<Tensor> leaves, g;
   {
@@ -162,7 +177,7 @@ void by_composite(OpId id, std::span<const Tensor> in, const Attrs& a, const Ten
     std::vector<Tensor> ys = nn::detail::unrolled(st, leaves[0], all.subspan(1, o.states.size()),
                                                   all.subspan(1 + o.states.size()), 0, false);
     std::vector<Dims> shapes = result_shapes(o.x, a);
-    std::vector<Tensor> gys = unpack(o.grad, shapes);
+    std::vector<Tensor> gys = unpack_rows(o.grad, shapes);
     g = autograd::grad(ys, leaves, gys, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
   }
   GradModeGuard no_grad(false);
@@ -193,10 +208,10 @@ void on_cuda(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& 
   if (id == OpId::Rnn) {
     std::vector<Tensor> parts{f->y, f->hy};
     if (st.lstm) parts.push_back(f->cy);
-    return write(pack(parts), out);
+    return write(pack_rows(parts), out);
   }
   std::vector<Dims> shapes = result_shapes(o.x, a);
-  std::vector<Tensor> gys = unpack(o.grad, shapes);
+  std::vector<Tensor> gys = unpack_rows(o.grad, shapes);
   for (Tensor& g : gys) g = g.contiguous();
   cuda::RnnGrads g = cuda::rnn_backward(spec, x, hx, cx, *f, gys[0], gys[1], st.lstm ? gys[2] : Tensor(),
                                         /*weights=*/true);
@@ -212,7 +227,7 @@ void on_cuda(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& 
 Grads composite_vjp(const VjpArgs& v, const Operands& o) {
   RnnStack st = stack_of(o, v.attrs);
   std::vector<Tensor> ys = nn::detail::unrolled(st, o.x, o.states, o.params, 0, false);
-  std::vector<Tensor> gys = unpack(v.grad, result_shapes(o.x, v.attrs)), xs;
+  std::vector<Tensor> gys = unpack_rows(v.grad, result_shapes(o.x, v.attrs)), xs;
   std::vector<size_t> which;
   for (size_t i = 0; i < v.in.size(); ++i)
     if (v.needs_grad(static_cast<int>(i)) && v.in[i].requires_grad()) xs.push_back(v.in[i]), which.push_back(i);
@@ -282,7 +297,7 @@ std::vector<Tensor> rnn_op_stack(const RnnStack& st, const Tensor& x, std::span<
   in.insert(in.end(), states.begin(), states.end());
   in.insert(in.end(), params.begin(), params.end());
   std::vector<Dims> shapes = rnn_op::result_shapes(x, a);
-  return rnn_op::unpack(apply(OpId::Rnn, in, a), shapes);
+  return rnn_op::unpack_rows(apply(OpId::Rnn, in, a), shapes);
 }
 
 }  // namespace nn::detail

@@ -8,13 +8,17 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "jit/save.h"
 #include "runtime/composite_fusion.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
@@ -308,6 +312,28 @@ TEST(CudnnRnn, ATracedStepRecordsAnRnnOpAndRunsItThroughCudnn) {
       test::expect_close(gp[i].grad().to(cpu), hp[i].grad().to_vector<double>(), 2e-4, 2e-4);
     }
   }
+}
+
+// A forward traced on CUDA (an rnn op, batch-major) saves with a dynamic batch dim and runs at
+// another batch size after loading.
+TEST(CudnnRnn, AForwardTracedOnCudaSavesWithADynamicBatch) {
+  REQUIRE_CUDA();
+  manual_seed(3);
+  nn::LSTM lstm(kIn, kHidden, {.num_layers = 2, .bidirectional = true});
+  lstm.to(kGpu);
+  lstm.eval();
+  NoGradGuard no_grad;
+  Tensor x = randn({kT, kN, kIn}).to(kGpu), x5 = randn({kT, 5, kIn}).to(kGpu);
+  jit::Function f = jit::trace([&](Tensor a) { return std::get<0>(lstm(a)); }, {x});
+  test::expect_close(f(x), std::get<0>(lstm(x)).to_vector<double>(), 1e-5, 1e-5);
+  std::ostringstream ir;
+  ir << f.graph();
+  EXPECT_NE(ir.str().find(" = rnn "), std::string::npos) << ir.str();
+  std::string path = (std::filesystem::temp_directory_path() / ("kiln_rnn_" + std::to_string(::getpid()) + ".kiln")).string();
+  jit::save(f, path, jit::SaveOptions().dynamic(0, 1, "B"));
+  jit::LoadedFunction g = jit::load(path, kGpu);
+  test::expect_close(g(x5), std::get<0>(lstm(x5)).to_vector<double>(), 1e-5, 1e-5);
+  std::filesystem::remove(path);
 }
 
 // The host cuDNN declining every network (as a cuDNN without RNN support would), and keeping

@@ -188,7 +188,7 @@ graph @reduce_grads(%0: f32[8], %1: i64[3]) -> (f32[8], i64[3]) {
 // Each text starts after its raw string's first newline.
 const char* const kRecurrent = R"(
 graph @recurrent(%0: f32[2,1,2], %1: f32[3,2], %2: f32[3,1]) -> (f32[13]) {
-  %3 = rnn %0, %1, %2 {lstm=false, hidden_size=1, num_layers=1, bidirectional=false} : f32[3]
+  %3 = rnn %0, %1, %2 {lstm=false, hidden_size=1, num_layers=1, bidirectional=false} : f32[1,3]
   %4 = rnn_backward %0, %1, %2, %3, %3 {lstm=false, hidden_size=1, num_layers=1, bidirectional=false} : f32[13]
   return %4
 }

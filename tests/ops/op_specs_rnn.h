@@ -127,10 +127,23 @@ std::vector<S> rnn_forward_values(const RnnShape& g, const std::vector<std::vect
     layer_in = out;
     width = D * H;
   }
-  std::vector<S> packed = layer_in;
-  packed.insert(packed.end(), hn.begin(), hn.end());
-  if (g.lstm) packed.insert(packed.end(), cn.begin(), cn.end());
+  // Batch-major, as rnn packs: per batch row n, y[:, n], then h_n[:, n] (and c_n[:, n]).
+  std::vector<S> packed;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < D * H; ++j) packed.push_back(layer_in[static_cast<size_t>((t * N + n) * D * H + j)]);
+    for (const std::vector<S>* s : {&hn, &cn}) {
+      if (s == &cn && !g.lstm) continue;
+      for (int64_t cell = 0; cell < g.layers * D; ++cell)
+        for (int64_t j = 0; j < H; ++j) packed.push_back((*s)[static_cast<size_t>((cell * N + n) * H + j)]);
+    }
+  }
   return packed;
+}
+
+/// rnn's packed width per batch row: T*D*H + kinds*L*D*H.
+inline int64_t rnn_row(const RnnShape& g) {
+  return g.t * g.dirs() * g.h + static_cast<int64_t>(g.kinds()) * g.layers * g.dirs() * g.h;
 }
 
 inline std::vector<std::vector<double>> rnn_values(std::span<const Ref> r, size_t count) {
@@ -147,7 +160,7 @@ template <> struct Spec<OpId::Rnn> {
       auto run = [g](std::span<const Tensor> in) { return apply(OpId::Rnn, in, rnn_attrs(g)); };
       auto ref = [g](std::span<const Ref> r) {
         std::vector<double> y = rnn_forward_values<double>(g, rnn_values(r, r.size()));
-        return Ref{{static_cast<int64_t>(y.size())}, y, {}};
+        return Ref{{g.n, rnn_row(g)}, y, {}};
       };
       out.push_back({g.name, rnn_inputs(g, t), run, ref});
     }
@@ -161,10 +174,9 @@ template <> struct Spec<OpId::RnnBackward> {
     std::vector<Case> out;
     for (const RnnShape& g : rnn_shapes()) {
       std::vector<Tensor> in = rnn_inputs(g, t);
-      int64_t packed = g.t * g.n * g.dirs() * g.h + static_cast<int64_t>(g.kinds()) * g.layers * g.dirs() * g.n * g.h;
       // x, states, params, out, grad: out need not be rnn's (the gradients do not read it).
-      in.push_back(values({packed}, t));
-      in.push_back(values({packed}, t));
+      in.push_back(values({g.n, rnn_row(g)}, t));
+      in.push_back(values({g.n, rnn_row(g)}, t));
       auto run = [g](std::span<const Tensor> x) { return apply(OpId::RnnBackward, x, rnn_attrs(g)); };
       auto ref = [g](std::span<const Ref> r) {
         // Each input element's gradient: grad . Im(rnn(inputs + i*eps*e)) / eps.
