@@ -6,6 +6,8 @@
 //                       minimal traffic (add: 3 x 4 B per element; gelu: 2 x 4 B), so the
 //                       bytes/s of add beside copy's is the "85% of copy bandwidth" target
 //   softmax, layer_norm [16384, 4096] f32
+//   attention_causal    GPT-2 small's attention forward and backward, f32 and bf16: the fused
+//                       op and the composite (torch_cuda_peer.py: F.scaled_dot_product_attention)
 //   matmul_4096 f32 and bf16 through kiln, and the same GEMM called on cuBLAS directly
 //   (cuda::gemm, no kiln op around it): kiln's overhead is their ratio
 //   the MLP, digits CNN, ResNet block and transformer block training steps (bench_cases.h),
@@ -43,11 +45,15 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "autograd/autograd.h"
 #include "benchmarks/bench_cases.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_kernels.h"
 #include "runtime/files.h"
+#include "runtime/op.h"
+#include "runtime/ops/attention.h"
 
 using namespace kiln;
 
@@ -136,6 +142,23 @@ void argsort_vocab(benchmark::State& s) {
   Tensor x = randn({4, 50257}, f32, kGpu);
   timed(s, [&] { benchmark::DoNotOptimize(argsort(x, -1, true)); });
   bench::count_bytes(s, 12.0 * double(x.numel()));
+}
+
+// GPT-2 small's causal self-attention, forward and backward: 8 x 12 heads x 1024 x 64, the
+// fused op (tensor cores in bf16) and the composite it means. FLOPs: flash attention's count,
+// 4 B H T^2 d forward and 2.5 times that backward, halved by the causal mask.
+void attention_gpt2(benchmark::State& s, DType t, bool fused) {
+  auto leaf = [t] { return randn({8, 12, 1024, 64}, f32, kGpu).to(t).requires_grad_(); };
+  Tensor q = leaf(), k = leaf(), v = leaf(), g = randn({8, 12, 1024, 64}, f32, kGpu).to(t);
+  Attrs a;
+  a.scale = 0.125, a.causal = true;
+  timed(s, [&] {
+    std::vector<Tensor> in = {q, k, v};
+    Tensor y = fused ? apply(OpId::Attention, in, a) : attention::composite(in, a);
+    Tensor ys[] = {y}, gs[] = {g};
+    benchmark::DoNotOptimize(autograd::grad(ys, in, gs));
+  });
+  bench::count_flops(s, 3.5 * 4.0 * 8 * 12 * 1024.0 * 1024 * 64 / 2);
 }
 
 constexpr int64_t kN = 4096;
@@ -287,6 +310,10 @@ void register_all() {
   add("layer_norm[16384x4096]", layer_norm_rows);
   add("topk40[4x50257]", topk40_vocab);
   add("argsort[4x50257]", argsort_vocab);
+  for (DType t : {f32, DType::BF16})
+    for (bool fused : {true, false})
+      add(fmt::format("attention_causal[8x12x1024x64]_{}/{}", dtype_name(t), fused ? "fused" : "composite"),
+          [t, fused](benchmark::State& s) { attention_gpt2(s, t, fused); });
   for (DType t : {f32, DType::BF16}) {
     std::string d(dtype_name(t));
     add("matmul_4096_" + d + "/kiln", [t](benchmark::State& s) { matmul_kiln(s, t); });

@@ -143,6 +143,17 @@ def main():
     timed("layer_norm[16384x4096]", lambda: F.layer_norm(r, (ROWS[1],), w, b), t, bytes_=8.0 * r.numel())
     del r
     for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        q, k, v, g = (torch.randn(8, 12, 1024, 64, device=dev).to(dt) for _ in range(4))
+        for x in (q, k, v):
+            x.requires_grad_()
+
+        def attention(q=q, k=k, v=v, g=g):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            torch.autograd.grad(y, (q, k, v), g)
+        timed(f"attention_causal[8x12x1024x64]_{name}/torch", attention, t,
+              flops=3.5 * 4.0 * 8 * 12 * 1024 * 1024 * 64 / 2)
+        del q, k, v, g
+    for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         a, c = torch.randn(N, N, device=dev).to(dt), torch.randn(N, N, device=dev).to(dt)
         timed(f"matmul_4096_{name}/torch", lambda: a @ c, t, flops=2.0 * N ** 3)
 

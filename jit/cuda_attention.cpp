@@ -2,7 +2,9 @@
 // kernels, launched on the current stream. Head dims beyond the kernels' shared memory (or of
 // size 0) run the composite instead: correct, with the L x S weights in memory.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "autograd/autograd.h"
@@ -11,6 +13,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/cuda_kernels.h"
 #include "runtime/ops/attention.h"
 
 namespace kiln::jit::cuda_eager {
@@ -24,6 +27,24 @@ uint64_t bits_of(double d) {
   std::memcpy(&u, &d, sizeof u);
   return u;
 }
+
+}  // namespace
+
+bool attention_takes_mma(CudaAttention k, int device) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTENTION_MMA");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || (k.dtype != DType::F16 && k.dtype != DType::BF16) || cuda::compute_capability(device) < 80) return false;
+  k.mma = true;
+  for (CudaAttentionPass pass : {CudaAttentionPass::Forward, CudaAttentionPass::Queries, CudaAttentionPass::Keys}) {
+    k.pass = pass;
+    if (codegen::cuda_attention_tile_rows(k) == 0) return false;
+  }
+  return true;
+}
+
+namespace {
 
 // What every pass's argument struct holds, up to the result and the stats.
 struct Launch {
@@ -44,6 +65,7 @@ Launch prepare(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor
   l.kernel.e = l.z.e, l.kernel.ev = l.z.ev;
   l.kernel.causal = a.causal;
   l.kernel.dropout = o.state.defined();
+  l.kernel.mma = attention_takes_mma(l.kernel, l.device);
   Tensor mask;
   attention::MaskLayout ml;
   if (o.mask.defined()) {
@@ -83,8 +105,8 @@ void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void*
   std::vector<uint64_t> w = l.words;
   put(w, result);
   put(w, stats);
-  int warps = codegen::cuda_attention_warps();
-  int64_t blocks = l.z.batch * ((rows + warps - 1) / warps);
+  int per_block = codegen::cuda_attention_block_rows(l.kernel);
+  int64_t blocks = l.z.batch * ((rows + per_block - 1) / per_block);
   launch_source(codegen::cuda_attention_kernel(l.kernel), w, blocks, l.device,
                 codegen::cuda_attention_shared_bytes(l.kernel));
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/backend.h"
+#include "codegen/cuda/attention.h"
 #include "runtime/dims.h"
 #include "runtime/op.h"
 #include "runtime/tensor.h"
@@ -56,6 +57,10 @@ void addmm(OpId id, std::span<const Tensor> in, const Tensor& out);
 
 // cuda_attention.cpp: codegen/cuda/attention.h's kernels (attention, attention_backward).
 void attention_op(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out);
+/// Whether `k` (its dtype and head dims) runs the tensor-core kernels on `device`: f16 and
+/// bf16 on sm_80 and later, where their tiles fit every pass (codegen/cuda/attention_mma.h);
+/// KILN_CUDA_ATTENTION_MMA=0 keeps the scalar ones.
+bool attention_takes_mma(codegen::CudaAttention k, int device);
 
 // cuda_pool.cpp: codegen/cuda/pool.h's kernels.
 void pool(OpId id, const Tensor& x, const Attrs& a, const Tensor& out);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "codegen/cuda/attention_mma.h"
 #include "codegen/cuda/emit.h"
 #include "codegen/cuda/random.h"
 #include "runtime/check.h"
@@ -369,13 +370,19 @@ typedef {1} C;
 
 int cuda_attention_warps() { return kCudaBlock / 32; }
 
+int cuda_attention_block_rows(const CudaAttention& k) {
+  return k.mma ? attention_mma::block_rows() : cuda_attention_warps();
+}
+
 int cuda_attention_tile_rows(const CudaAttention& k) {
+  if (k.mma) return attention_mma::tile_rows(k);
   SharedNeed n = need(k);
   int64_t budget = kCudaAttentionShared / compute_bytes(k.dtype) - n.fixed;
   return budget < n.per_row ? 0 : static_cast<int>(std::min<int64_t>(32, budget / n.per_row));
 }
 
 int64_t cuda_attention_shared_bytes(const CudaAttention& k) {
+  if (k.mma) return attention_mma::shared_bytes(k, cuda_attention_tile_rows(k));
   SharedNeed n = need(k);
   return (n.per_row * cuda_attention_tile_rows(k) + n.fixed) * compute_bytes(k.dtype);
 }
@@ -384,8 +391,10 @@ std::string cuda_attention_kernel(const CudaAttention& k) {
   int rows = cuda_attention_tile_rows(k);
   KILN_CHECK(rows > 0 && k.e > 0 && k.ev > 0, "codegen: attention's CUDA kernels take head dims from 1 to about {}, got {} and {}",
              kCudaAttentionShared / compute_bytes(k.dtype) / 4, k.e, k.ev);
+  std::string head = cuda_prelude() + (k.dropout ? cuda_philox_source() : std::string()) + defines(k, rows) + kHelpers;
+  if (k.mma) return head + attention_mma::source(k, rows);
   const char* body = k.pass == CudaAttentionPass::Forward ? kForward : k.pass == CudaAttentionPass::Queries ? kQueries : kKeys;
-  return cuda_prelude() + (k.dropout ? cuda_philox_source() : std::string()) + defines(k, rows) + kHelpers + body;
+  return head + body;
 }
 
 }  // namespace kiln::codegen

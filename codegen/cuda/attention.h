@@ -35,6 +35,9 @@ struct CudaAttention {
                              // to the next power of two of at least 32; they are arguments)
   CudaAttentionMask mask = CudaAttentionMask::None;
   bool causal = false, dropout = false;
+  // The tensor-core form (attention_mma.h): f16 and bf16, head dims up to 128, sm_80 on. Where
+  // its tiles do not fit, cuda_attention_tile_rows is 0 and the caller takes the scalar form.
+  bool mma = false;
 };
 
 /// Key (query) rows per shared-memory tile: at most 32, as many as fit kCudaAttentionShared
@@ -43,8 +46,10 @@ int cuda_attention_tile_rows(const CudaAttention& k);
 /// The dynamic shared memory a launch needs.
 int64_t cuda_attention_shared_bytes(const CudaAttention& k);
 inline constexpr int64_t kCudaAttentionShared = 48 * 1024;
-/// Warps per block (each owns a row): blocks = batch * ceil(rows / warps).
+/// Warps per block (each owns a row of the scalar kernels, 16 of the tensor-core ones).
 int cuda_attention_warps();
+/// Rows (queries; keys in the Keys pass) per block: blocks = batch * ceil(rows / this).
+int cuda_attention_block_rows(const CudaAttention& k);
 
 /// Argument struct (64-bit words): batch, l, s, e, ev, q, k, v, out, grad, mask, mask_dims,
 /// mask_size[4], mask_stride[4], mask_row_stride, mask_col_stride, state (the device's i64[2]),

@@ -6,6 +6,7 @@
 
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/nvrtc.h"
+#include "jit/cuda_eager.h"
 #include "jit/trace.h"
 #include "tests/jit/jit_test_util.h"
 #include "tests/cuda/cuda_test.h"
@@ -28,6 +29,13 @@ TEST(CudaAttention, MatchesTheComposite) {
       {"dropout_f32_e32", f32, 1, 2, 64, 33, 32, 0, false, 0.25},
       {"causal_f16_e128_t1", DType::F16, 2, 1, 1, 1, 128, 0, true},
       {"causal_bf16_e32_t1000", DType::BF16, 1, 1, 1000, 1000, 32, 0, true},
+      // f16 and bf16 run the tensor-core kernels here (the host CUDA is an sm_90): head dims
+      // that are not a multiple of 16, blocks of 128 rows with partial warps, L != S.
+      {"dropout_bf16_e40", DType::BF16, 2, 2, 33, 70, 40, 0, false, 0.25},
+      {"causal_f16_e96_t150", DType::F16, 1, 2, 150, 150, 96, 0, true},
+      {"bool_mask_bf16_e128_t140", DType::BF16, 2, 1, 140, 130, 128, 1},
+      {"float_mask_f16_e8_l200_s17", DType::F16, 1, 1, 200, 17, 8, 2},
+      {"plain_bf16_e20", DType::BF16, 1, 3, 20, 45, 20},  // rows not in 16-byte pieces
   };
   for (const FusedAttentionCase& c : cases) test::expect_fused_matches_composite(c, kGpu, test::fused_rtol(c.dtype));
 }
@@ -111,8 +119,33 @@ TEST(CudaAttention, KernelsFitSharedMemoryUpToHeadDim128) {
     }
 }
 
+// f16 and bf16 take the tensor-core kernels on sm_80 and later, for head dims up to 128; other
+// dtypes and larger heads the scalar ones. Their tiles fit shared memory for every pass.
+TEST(CudaAttention, HalfTypesTakeTheTensorCores) {
+  REQUIRE_CUDA();
+  codegen::CudaAttention k;
+  k.e = 64, k.ev = 64;
+  for (DType t : {DType::F16, DType::BF16, f32, f64}) {
+    k.dtype = t;
+    EXPECT_EQ(jit::cuda_eager::attention_takes_mma(k, 0), t == DType::F16 || t == DType::BF16) << dtype_name(t);
+  }
+  k.dtype = DType::BF16, k.e = 160;
+  EXPECT_FALSE(jit::cuda_eager::attention_takes_mma(k, 0));
+  for (DType t : {DType::F16, DType::BF16})
+    for (int64_t e : {1, 40, 128})
+      for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
+                        codegen::CudaAttentionPass::Keys}) {
+        codegen::CudaAttention m;
+        m.mma = true, m.pass = pass, m.dtype = t, m.e = e, m.ev = 128;
+        EXPECT_GE(codegen::cuda_attention_tile_rows(m), 16) << dtype_name(t) << " e=" << e;
+        EXPECT_LE(codegen::cuda_attention_shared_bytes(m), codegen::kCudaAttentionShared);
+        EXPECT_EQ(codegen::cuda_attention_block_rows(m), 128);
+      }
+}
+
 // The toolkit's NVRTC compiles the kernels for the architectures kiln supports: each pass in
-// every dtype, and every mask kind, causal and dropout in some dtype (they are #if blocks).
+// every dtype, and every mask kind, causal and dropout in some dtype (they are #if blocks), in
+// the scalar and the tensor-core forms.
 TEST(Nvrtc, CompilesTheAttentionKernels) {
   if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
@@ -121,18 +154,21 @@ TEST(Nvrtc, CompilesTheAttentionKernels) {
   struct Variant {
     DType dtype;
     CudaAttentionMask mask;
-    bool causal, dropout;
+    bool causal, dropout, mma = false;
   };
   const Variant variants[] = {{f32, CudaAttentionMask::None, true, true},
                               {DType::F16, CudaAttentionMask::Bool, false, false},
                               {DType::BF16, CudaAttentionMask::Float, true, false},
-                              {f64, CudaAttentionMask::Bool, false, true}};
+                              {f64, CudaAttentionMask::Bool, false, true},
+                              {DType::F16, CudaAttentionMask::Float, true, true, true},
+                              {DType::BF16, CudaAttentionMask::Bool, false, true, true},
+                              {DType::BF16, CudaAttentionMask::None, true, false, true}};
   for (const Variant& v : variants)
     for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
                       codegen::CudaAttentionPass::Keys}) {
       codegen::CudaAttention k;
       k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 ? 64 : 128, k.ev = 40, k.mask = v.mask;
-      k.causal = v.causal, k.dropout = v.dropout;
+      k.causal = v.causal, k.dropout = v.dropout, k.mma = v.mma;
       std::string src = codegen::cuda_attention_kernel(k);
       for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_kernel").empty());
     }

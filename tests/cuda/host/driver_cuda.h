@@ -94,7 +94,10 @@ struct Stream {
   std::thread worker;
   // The kernels' scratch (abi_cuda.h), touched by the worker alone and kept for the next launch.
   std::vector<char*> stacks;
-  std::vector<unsigned char> shared;
+  struct alignas(128) SharedChunk {  // dynamic shared memory starts 128-byte aligned, as on a device
+    unsigned char bytes[128];
+  };
+  std::vector<SharedChunk> shared;
 
   explicit Stream(int d) : device(d) {
     worker = std::thread([this] { run(); });
@@ -143,9 +146,9 @@ struct Stream {
       if (begin + 2 * n > aligned + n) munmap(reinterpret_cast<void*>(aligned + n), begin + 2 * n - aligned - n);
       stacks.push_back(reinterpret_cast<char*>(aligned));
     }
-    if (shared.size() < l.shared_bytes + 16) shared.resize(l.shared_bytes + 16);
+    if (shared.size() * 128 < l.shared_bytes + 16) shared.resize((l.shared_bytes + 16 + 127) / 128);
     l.stacks = stacks.data();
-    l.shared = shared.data();
+    l.shared = shared.data()->bytes;
     l.swap = libc_swapcontext();
   }
   void run() {

@@ -320,5 +320,50 @@ T atomicAdd(T* address, T v) {
   return expected;
 }
 
+// The warp-level matrix instructions (wmma: codegen/cuda/attention_mma.cpp) on 16x16 tiles.
+// A device spreads a fragment over the warp's lanes in a layout of its own; here each lane
+// holds the whole tile, so code that reads a fragment's elements (which no kernel may) gets
+// no layout it could come to rely on. A store writes only the lane's share of the tile
+// (every 32nd element), so a lane that reads another's part before a __syncwarp reads what
+// was there before, as on a device. Misaligned pointers or strides end the process, as the
+// instruction faults on a device.
+namespace kiln_host {
+struct MmaTile {
+  float v[256];
+};
+inline void mma_check(const void* p, int ld, int bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ld * bytes) % 16 != 0 || ld < 16) {
+    std::fprintf(stderr, "host CUDA: wmma.%s at %p with stride %d: misaligned\n", what, p, ld);
+    std::abort();
+  }
+}
+inline void mma_zero(MmaTile& t) {
+  for (float& x : t.v) x = 0.f;
+}
+/// Element (r, c) of the tile from p[r * ld + c], or from p[c * ld + r] when `transposed`
+/// (a B operand read column-major); f16 or bf16 bits.
+inline void mma_load(MmaTile& t, const unsigned short* p, int ld, bool transposed, bool bf16) {
+  mma_check(p, ld, 2, "load");
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) {
+      unsigned short bits = transposed ? p[c * ld + r] : p[r * ld + c];
+      t.v[r * 16 + c] = bf16 ? kiln::BFloat16::to_float(bits) : kiln::Half::to_float(bits);
+    }
+}
+/// d += a b, in f32.
+inline void mma(MmaTile& d, const MmaTile& a, const MmaTile& b) {
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) {
+      float s = d.v[r * 16 + c];
+      for (int k = 0; k < 16; ++k) s += a.v[r * 16 + k] * b.v[k * 16 + c];
+      d.v[r * 16 + c] = s;
+    }
+}
+inline void mma_store(float* p, const MmaTile& t, int ld) {
+  mma_check(p, ld, 4, "store");
+  for (unsigned e = lane(); e < 256; e += 32) p[e / 16 * ld + e % 16] = t.v[e];
+}
+}  // namespace kiln_host
+
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

@@ -1,0 +1,432 @@
+// codegen/cuda/attention_mma.cpp -- the tensor-core attention kernels' CUDA C (see
+// attention_mma.h). They follow attention.cpp's helpers (Args, masked_score, drop_factor) in the
+// kernel's text, so the two forms read one definition of the scores, the mask and the dropout.
+#include "codegen/cuda/attention_mma.h"
+
+#include <fmt/format.h>
+
+#include "codegen/cuda/emit.h"
+
+namespace kiln::codegen::attention_mma {
+namespace {
+
+constexpr int kWarpRows = 16;
+
+int64_t round16(int64_t d) { return (d + 15) / 16 * 16; }
+
+// The fragment functions: PTX's wmma on a device, whole tiles per lane on the host CUDA
+// (tests/cuda/host/emulation_cuda.h). A is row-major; B is read column-major (a tile of rows
+// taken as its transpose: q k^T) or row-major (P v); every pointer is 32-byte aligned and every
+// stride a multiple of 16 bytes, as the instructions require.
+const char* kFragments = R"(
+#ifndef KILN_HOST_CUDA
+#if KW_BF16
+#define KW_LOAD(which, lay, f, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k16.bf16 {%0,%1,%2,%3}, [%4], %5;" \
+    : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "l"(p), "r"(ld) : "memory")
+#define KW_MMA(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k16.f32.bf16.bf16.f32 " \
+    "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3,%4,%5,%6,%7};" \
+    : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7]) \
+    : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]), "r"(b.x[3]))
+#define KW_REGS 4
+#else
+#define KW_LOAD(which, lay, f, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, [%8], %9;" \
+    : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]), "=r"(f.x[4]), "=r"(f.x[5]), "=r"(f.x[6]), "=r"(f.x[7]) \
+    : "l"(p), "r"(ld) : "memory")
+#define KW_MMA(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k16.f32.f32 " \
+    "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19,%20,%21,%22,%23}, {%0,%1,%2,%3,%4,%5,%6,%7};" \
+    : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7]) \
+    : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(a.x[4]), "r"(a.x[5]), "r"(a.x[6]), "r"(a.x[7]), \
+      "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]), "r"(b.x[3]), "r"(b.x[4]), "r"(b.x[5]), "r"(b.x[6]), "r"(b.x[7]))
+#define KW_REGS 8
+#endif
+// Dynamic shared memory, 128-byte aligned (the prelude's kiln_shared promises 16; wmma needs 32).
+template <typename T> __device__ __forceinline__ T* kiln_mma_shared() {
+  extern __shared__ __align__(128) unsigned char kiln_mma_smem[];
+  return reinterpret_cast<T*>(kiln_mma_smem);
+}
+struct kiln_frag_a { unsigned x[KW_REGS]; };
+typedef kiln_frag_a kiln_frag_b;
+struct kiln_frag_c { float x[8]; };
+__device__ __forceinline__ void kiln_mma_zero(kiln_frag_c& c) {
+#pragma unroll
+  for (int u = 0; u < 8; ++u) c.x[u] = 0.f;
+}
+__device__ __forceinline__ void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "row", f, p, ld); }
+__device__ __forceinline__ void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "col", f, p, ld); }
+__device__ __forceinline__ void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "row", f, p, ld); }
+__device__ __forceinline__ void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("col", c, a, b); }
+__device__ __forceinline__ void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("row", c, a, b); }
+__device__ __forceinline__ void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) {
+  asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8}, %9;"
+               :: "l"(p), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]), "f"(c.x[4]), "f"(c.x[5]), "f"(c.x[6]),
+                  "f"(c.x[7]), "r"(ld) : "memory");
+}
+#else
+template <typename T> T* kiln_mma_shared() { return kiln_shared<T>(); }  // 128-byte aligned
+typedef kiln_host::MmaTile kiln_frag_a;
+typedef kiln_host::MmaTile kiln_frag_b;
+typedef kiln_host::MmaTile kiln_frag_c;
+inline void kiln_mma_zero(kiln_frag_c& c) { kiln_host::mma_zero(c); }
+inline void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, false, KW_BF16); }
+inline void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, true, KW_BF16); }
+inline void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, false, KW_BF16); }
+inline void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
+inline void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
+inline void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) { kiln_host::mma_store(p, c, ld); }
+#endif
+
+// The warp's rows [r0, r0 + 16) of x [rows, dim] (of batch b) as N A fragments, 16 columns at a
+// time through buf (stride KA_PS); zeros past the ends.
+template <int N>
+__device__ __forceinline__ void stage_rows(kiln_frag_a* f, TM* buf, const TM* x, long long b, long long rows, long long r0, int dim, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < N; ++kk) {
+    for (int u = lane; u < 256; u += 32) {
+      const int r = u / 16, c = kk * 16 + u % 16;
+      buf[r * KA_PS + u % 16] = r0 + r < rows && c < dim ? x[(b * rows + r0 + r) * dim + c] : (TM)0;
+    }
+    __syncwarp();
+    kiln_mma_load_a(f[kk], buf, KA_PS);
+    __syncwarp();
+  }
+}
+// Rows [r0, r0 + KA_R) of x [rows, dim] into tile t (stride ts), columns padded with zeros to
+// `padded`, and rows past the end zeros: 16 bytes at a time where the rows allow it.
+__device__ __forceinline__ void load_rows(TM* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded) {
+  if (dim % 8 == 0 && ((unsigned long long)x & 15u) == 0) {
+    struct alignas(16) Chunk { unsigned w[4]; };
+    const int per = padded / 8;
+    for (int u = threadIdx.x; u < KA_R * per; u += blockDim.x) {
+      const int r = u / per, c = u % per;
+      Chunk v = {{0u, 0u, 0u, 0u}};
+      if (r0 + r < rows && c * 8 < dim) v = ((const Chunk*)(x + (b * rows + r0 + r) * dim))[c];
+      ((Chunk*)(t + r * ts))[c] = v;
+    }
+    return;
+  }
+  for (int u = threadIdx.x; u < KA_R * padded; u += blockDim.x) {
+    const int r = u / padded, c = u % padded;
+    t[r * ts + c] = r0 + r < rows && c < dim ? x[(b * rows + r0 + r) * dim + c] : (TM)0;
+  }
+}
+// out [16][KA_R] (stride KA_SS) = the warp's rows (N fragments) times the tile's KA_R rows
+// (stride ts), transposed: each warp row's dot products with each tile row.
+template <int N>
+__device__ __forceinline__ void dots(float* out, const kiln_frag_a* f, const TM* t, int ts) {
+#pragma unroll
+  for (int n = 0; n < KA_R / 16; ++n) {
+    kiln_frag_c c;
+    kiln_mma_zero(c);
+#pragma unroll
+    for (int kk = 0; kk < N; ++kk) {
+      kiln_frag_b bf;
+      kiln_mma_load_b_col(bf, t + n * 16 * ts + kk * 16, ts);
+      kiln_mma_col(c, f[kk], bf);
+    }
+    kiln_mma_store(out + n * 16, c, KA_SS);
+  }
+}
+// acc[cc][u] = acc[cc][u] * keep + (w t)[lane's row][its 8 columns of chunk cc], for the N
+// 16-column chunks of tile t (KA_R rows, stride ts), with w the warp's [16][KA_R] weights in
+// buf (stride KA_PS); each chunk's product passes through stage (stride KA_SS).
+template <int N>
+__device__ __forceinline__ void add_products(float (*acc)[8], float keep, const TM* w, const TM* t, int ts, float* stage, int lane) {
+  kiln_frag_a wf[KA_R / 16];
+#pragma unroll
+  for (int kk = 0; kk < KA_R / 16; ++kk) kiln_mma_load_a(wf[kk], w + kk * 16, KA_PS);
+#pragma unroll
+  for (int cc = 0; cc < N; ++cc) {
+    kiln_frag_c c;
+    kiln_mma_zero(c);
+#pragma unroll
+    for (int kk = 0; kk < KA_R / 16; ++kk) {
+      kiln_frag_b bf;
+      kiln_mma_load_b_row(bf, t + kk * 16 * ts + cc * 16, ts);
+      kiln_mma_row(c, wf[kk], bf);
+    }
+    kiln_mma_store(stage, c, KA_SS);
+    __syncwarp();
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc[cc][u] = acc[cc][u] * keep + stage[(lane >> 1) * KA_SS + (lane & 1) * 8 + u];
+    __syncwarp();
+  }
+}
+// The warp's accumulators [16][N * 16] into rows [r0, r0 + 16) of out (row stride `stride`,
+// `dim` columns), times `mul`.
+template <int N>
+__device__ __forceinline__ void store_rows(TM* out, long long stride, long long r0, long long rows, int dim, float (*acc)[8], float mul, int lane) {
+  const long long r = r0 + (lane >> 1);
+  if (r >= rows) return;
+#pragma unroll
+  for (int cc = 0; cc < N; ++cc)
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int c = cc * 16 + (lane & 1) * 8 + u;
+      if (c < dim) out[r * stride + c] = KA_STORE(acc[cc][u] * mul);
+    }
+}
+)";
+
+// Shared memory, in order: two tiles (k and v, or q and dO) [KA_R][dim + 8] of the input
+// dtype; per warp, `floats` buffers [16][KA_R + 4] of f32 and one [16][KA_R + 8] of the
+// input dtype; the Keys pass's stats [KA_R][2]. Every region stays 32-byte aligned.
+const char* kForward = R"(
+extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
+  TM* kt = kiln_mma_shared<TM>();                    // [R][QS]
+  TM* vt = kt + KA_R * KA_QS;                    // [R][VS]
+  float* sb = (float*)(vt + KA_R * KA_VS);       // [W][16][SS]
+  TM* pb = (TM*)(sb + KA_W * 16 * KA_SS);        // [W][16][PS]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
+  float* S = sb + warp * 16 * KA_SS;
+  TM* P = pb + warp * 16 * KA_PS;
+  const long long groups = (a.l + KA_BR - 1) / KA_BR;
+  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+    const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * 16, i = iw + (lane >> 1);
+    const bool live = i < a.l;
+    kiln_frag_a qf[KA_EP / 16];
+    __syncthreads();
+    stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
+    long long row_off = 0;
+#if KA_MASK
+    row_off = mask_offset(a, b) + (live ? i : 0) * a.mask_row;
+#endif
+    float m = -KA_INF, sum = 0, acc[KA_EVP / 16][8];
+    for (int c = 0; c < KA_EVP / 16; ++c)
+      for (int u = 0; u < 8; ++u) acc[c][u] = 0;
+    long long keys = a.s;
+#if KA_CAUSAL
+    keys = i0 + KA_BR < a.s ? i0 + KA_BR : a.s;
+#endif
+    for (long long j0 = 0; j0 < keys; j0 += KA_R) {
+      __syncthreads();
+      load_rows(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
+      load_rows(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
+      __syncthreads();
+      if (iw >= a.l || (KA_CAUSAL && j0 > iw + 15)) continue;  // the warp's rows see none of these keys
+      dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      __syncwarp();
+      float x[KA_H], mt = -KA_INF;
+      for (int t = 0; t < KA_H; ++t) {
+        const long long j = j0 + h * KA_H + t;
+        x[t] = live && j < a.s ? masked_score(a, S[(lane >> 1) * KA_SS + h * KA_H + t], row_off, i, j) : -KA_INF;
+        mt = x[t] > mt ? x[t] : mt;
+      }
+      const float mo = __shfl_xor_sync(0xffffffffu, mt, 1);
+      const float mn = mo > mt ? (mo > m ? mo : m) : (mt > m ? mt : m);
+      const float corr = mn == -KA_INF ? 0.f : KA_EXP(m - mn);
+      float ps = 0;
+      for (int t = 0; t < KA_H; ++t) {
+        float p = mn == -KA_INF ? 0.f : KA_EXP(x[t] - mn);
+        ps += p;
+        if (p != 0.f) p *= drop_factor(a, b, i, j0 + h * KA_H + t);
+        P[(lane >> 1) * KA_PS + h * KA_H + t] = KA_STORE(p);
+      }
+      sum = sum * corr + ps;
+      m = mn;
+      __syncwarp();
+      add_products<KA_EVP / 16>(acc, corr, P, vt, KA_VS, S, lane);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    store_rows<KA_EVP / 16>(a.result + b * a.l * a.ev, a.ev, iw, a.l, (int)a.ev, acc, m == -KA_INF ? KA_NAN : 1.f / sum, lane);
+  }
+}
+)";
+
+const char* kQueries = R"(
+extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
+  TM* kt = kiln_mma_shared<TM>();                    // [R][QS]
+  TM* vt = kt + KA_R * KA_QS;                    // [R][VS]
+  float* sb = (float*)(vt + KA_R * KA_VS);       // [W][2][16][SS]
+  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);        // [W][16][PS]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
+  float* S = sb + warp * 32 * KA_SS;
+  float* T = S + 16 * KA_SS;
+  TM* P = pb + warp * 16 * KA_PS;
+  const long long groups = (a.l + KA_BR - 1) / KA_BR, width = a.l * a.e + a.s * a.e + a.s * a.ev;
+  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+    const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * 16, i = iw + (lane >> 1);
+    const bool live = i < a.l;
+    kiln_frag_a qf[KA_EP / 16], gf[KA_EVP / 16];
+    __syncthreads();
+    stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
+    stage_rows<KA_EVP / 16>(gf, P, a.grad, b, a.l, iw, (int)a.ev, lane);
+    float d = 0;
+    if (live)
+      for (long long c = h; c < a.ev; c += 2) d += KA_LOAD(a.grad[(b * a.l + i) * a.ev + c]) * KA_LOAD(a.out[(b * a.l + i) * a.ev + c]);
+    d += __shfl_xor_sync(0xffffffffu, d, 1);
+    long long row_off = 0;
+#if KA_MASK
+    row_off = mask_offset(a, b) + (live ? i : 0) * a.mask_row;
+#endif
+    long long keys = a.s;
+#if KA_CAUSAL
+    keys = i0 + KA_BR < a.s ? i0 + KA_BR : a.s;
+#endif
+    const bool idle = iw >= a.l;
+    // The log-sum-exp of the row's scores.
+    float m = -KA_INF, sum = 0;
+    for (long long j0 = 0; j0 < keys; j0 += KA_R) {
+      __syncthreads();
+      load_rows(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
+      __syncthreads();
+      if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
+      dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      __syncwarp();
+      float x[KA_H], mt = -KA_INF;
+      for (int t = 0; t < KA_H; ++t) {
+        const long long j = j0 + h * KA_H + t;
+        x[t] = live && j < a.s ? masked_score(a, S[(lane >> 1) * KA_SS + h * KA_H + t], row_off, i, j) : -KA_INF;
+        mt = x[t] > mt ? x[t] : mt;
+      }
+      const float mo = __shfl_xor_sync(0xffffffffu, mt, 1);
+      const float mn = mo > mt ? (mo > m ? mo : m) : (mt > m ? mt : m);
+      float ps = 0;
+      for (int t = 0; t < KA_H; ++t) ps += mn == -KA_INF ? 0.f : KA_EXP(x[t] - mn);
+      sum = sum * (mn == -KA_INF ? 0.f : KA_EXP(m - mn)) + ps;
+      m = mn;
+      __syncwarp();  // S is written again
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    const float lse = m == -KA_INF ? -KA_INF : m + KA_LOG(sum);
+    float acc[KA_EP / 16][8];
+    for (int c = 0; c < KA_EP / 16; ++c)
+      for (int u = 0; u < 8; ++u) acc[c][u] = 0;
+    for (long long j0 = 0; j0 < keys; j0 += KA_R) {
+      __syncthreads();
+      load_rows(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
+      load_rows(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
+      __syncthreads();
+      if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
+      dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      dots<KA_EVP / 16>(T, gf, vt, KA_VS);
+      __syncwarp();
+      for (int t = 0; t < KA_H; ++t) {
+        const int col = h * KA_H + t;
+        const long long j = j0 + col;
+        float ds = 0;
+        if (live && j < a.s) {
+          const float p = KA_EXP(masked_score(a, S[(lane >> 1) * KA_SS + col], row_off, i, j) - lse);
+          ds = p * (drop_factor(a, b, i, j) * T[(lane >> 1) * KA_SS + col] - d) * (float)a.scale;
+        }
+        P[(lane >> 1) * KA_PS + col] = KA_STORE(ds);
+      }
+      __syncwarp();
+      add_products<KA_EP / 16>(acc, 1.f, P, kt, KA_QS, S, lane);
+    }
+    store_rows<KA_EP / 16>(a.result + b * width, a.e, iw, a.l, (int)a.e, acc, 1.f, lane);
+    if (live && h == 0) {
+      a.stats[(b * a.l + i) * 2] = lse;
+      a.stats[(b * a.l + i) * 2 + 1] = d;
+    }
+  }
+}
+)";
+
+const char* kKeys = R"(
+extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
+  TM* qt = kiln_mma_shared<TM>();                    // [R][QS]
+  TM* gt = qt + KA_R * KA_QS;                    // [R][VS]
+  float* sb = (float*)(gt + KA_R * KA_VS);       // [W][2][16][SS]
+  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);        // [W][16][PS]
+  float* st = (float*)(pb + KA_W * 16 * KA_PS);  // [R][2]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
+  float* S = sb + warp * 32 * KA_SS;
+  float* T = S + 16 * KA_SS;
+  TM* P = pb + warp * 16 * KA_PS;
+  const long long groups = (a.s + KA_BR - 1) / KA_BR, width = a.l * a.e + a.s * a.e + a.s * a.ev;
+  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+    const long long b = task / groups, j0 = task % groups * KA_BR, jw = j0 + warp * 16, j = jw + (lane >> 1);
+    const bool live = j < a.s, idle = jw >= a.s;
+    kiln_frag_a kf[KA_EP / 16], vf[KA_EVP / 16];
+    __syncthreads();
+    stage_rows<KA_EP / 16>(kf, P, a.k, b, a.s, jw, (int)a.e, lane);
+    stage_rows<KA_EVP / 16>(vf, P, a.v, b, a.s, jw, (int)a.ev, lane);
+    long long batch_off = 0;
+#if KA_MASK
+    batch_off = mask_offset(a, b);
+#endif
+    float dk[KA_EP / 16][8], dv[KA_EVP / 16][8];
+    for (int c = 0; c < KA_EP / 16; ++c)
+      for (int u = 0; u < 8; ++u) dk[c][u] = 0;
+    for (int c = 0; c < KA_EVP / 16; ++c)
+      for (int u = 0; u < 8; ++u) dv[c][u] = 0;
+    long long first = 0;
+#if KA_CAUSAL
+    first = j0;  // queries before the block's first key see none of its keys
+#endif
+    for (long long r0 = first; r0 < a.l; r0 += KA_R) {
+      __syncthreads();
+      load_rows(qt, KA_QS, a.q, b, a.l, r0, (int)a.e, KA_EP);
+      load_rows(gt, KA_VS, a.grad, b, a.l, r0, (int)a.ev, KA_EVP);
+      for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
+        st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : 0.f;
+      __syncthreads();
+      if (idle || (KA_CAUSAL && r0 + KA_R - 1 < jw)) continue;  // no query of the tile sees the warp's keys
+      dots<KA_EP / 16>(S, kf, qt, KA_QS);
+      dots<KA_EVP / 16>(T, vf, gt, KA_VS);
+      __syncwarp();
+      float ds[KA_H];
+      for (int t = 0; t < KA_H; ++t) {
+        const int col = h * KA_H + t;
+        const long long i = r0 + col;
+        float pd = 0;
+        ds[t] = 0;
+        if (live && i < a.l) {
+          const float p = KA_EXP(masked_score(a, S[(lane >> 1) * KA_SS + col], batch_off + i * a.mask_row, i, j) - st[col * 2]);
+          const float f = drop_factor(a, b, i, j);
+          pd = p * f;
+          ds[t] = p * (f * T[(lane >> 1) * KA_SS + col] - st[col * 2 + 1]) * (float)a.scale;
+        }
+        P[(lane >> 1) * KA_PS + col] = KA_STORE(pd);
+      }
+      __syncwarp();
+      add_products<KA_EVP / 16>(dv, 1.f, P, gt, KA_VS, S, lane);
+      for (int t = 0; t < KA_H; ++t) P[(lane >> 1) * KA_PS + h * KA_H + t] = KA_STORE(ds[t]);
+      __syncwarp();
+      add_products<KA_EP / 16>(dk, 1.f, P, qt, KA_QS, S, lane);
+    }
+    store_rows<KA_EP / 16>(a.result + b * width + a.l * a.e, a.e, jw, a.s, (int)a.e, dk, 1.f, lane);
+    store_rows<KA_EVP / 16>(a.result + b * width + a.l * a.e + a.s * a.e, a.ev, jw, a.s, (int)a.ev, dv, 1.f, lane);
+  }
+}
+)";
+
+}  // namespace
+
+int block_rows() { return kWarpRows * kCudaBlock / 32; }
+
+int64_t shared_bytes(const CudaAttention& k, int rows) {
+  const int64_t warps = kCudaBlock / 32, floats = k.pass == CudaAttentionPass::Forward ? 1 : 2;
+  int64_t bytes = rows * (round16(k.e) + 8 + round16(k.ev) + 8) * 2;
+  bytes += warps * (floats * kWarpRows * (rows + 4) * 4 + kWarpRows * (rows + 8) * 2);
+  if (k.pass == CudaAttentionPass::Keys) bytes += rows * 2 * 4;
+  return bytes;
+}
+
+int tile_rows(const CudaAttention& k) {
+  if (!k.mma || (k.dtype != DType::F16 && k.dtype != DType::BF16) || k.e < 1 || k.ev < 1 || k.e > 128 || k.ev > 128)
+    return 0;
+  for (int rows : {32, 16})
+    if (shared_bytes(k, rows) <= kCudaAttentionShared) return rows;
+  return 0;
+}
+
+std::string source(const CudaAttention& k, int rows) {
+  std::string defines = fmt::format(R"(
+#define KW_BF16 {}
+#define KA_EP {}
+#define KA_EVP {}
+#define KA_QS (KA_EP + 8)
+#define KA_VS (KA_EVP + 8)
+#define KA_SS (KA_R + 4)
+#define KA_PS (KA_R + 8)
+#define KA_H (KA_R / 2)
+#define KA_BR {}
+)",
+                                    k.dtype == DType::BF16 ? 1 : 0, round16(k.e), round16(k.ev), block_rows());
+  (void)rows;
+  const char* body = k.pass == CudaAttentionPass::Forward ? kForward : k.pass == CudaAttentionPass::Queries ? kQueries : kKeys;
+  return defines + kFragments + body;
+}
+
+}  // namespace kiln::codegen::attention_mma
