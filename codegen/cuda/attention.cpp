@@ -24,16 +24,23 @@ int64_t head_class(int64_t d) {
   return c;
 }
 
-// Shared memory in compute-type elements: per tile row, and for the rest.
+// Rows a warp of the scalar kernels owns: two, whose dot products share each read of a tile's
+// row; one in f64, whose rows would leave too little shared memory for tiles.
+int64_t rows_per_warp(DType t) { return t == DType::F64 ? 1 : 2; }
+// Elements of the compute type in 16 bytes.
+int64_t piece(DType t) { return 16 / compute_bytes(t); }
+
+// Shared memory in compute-type elements: per tile row, and for the rest (kForward's layout).
 struct SharedNeed {
   int64_t per_row, fixed;
 };
 SharedNeed need(const CudaAttention& k) {
-  const int64_t w = cuda_attention_warps(), e = head_class(k.e), ev = head_class(k.ev);
+  const int64_t wq = cuda_attention_warps() * rows_per_warp(k.dtype);
+  const int64_t es = head_class(k.e) + piece(k.dtype), vs = head_class(k.ev) + piece(k.dtype);
   switch (k.pass) {
-    case CudaAttentionPass::Forward: return {(e + 1) + ev, w * e + w * 32};
-    case CudaAttentionPass::Queries: return {(e + 1) + (ev + 1), w * e + w * ev + w * 32};
-    case CudaAttentionPass::Keys: return {(e + 1) + (ev + 1) + 2, w * e + w * ev + 2 * w * 32};
+    case CudaAttentionPass::Forward: return {es + vs + wq, wq * es};
+    case CudaAttentionPass::Queries: return {es + vs + wq, wq * (es + vs)};
+    case CudaAttentionPass::Keys: return {es + vs + 2 + 2 * wq, wq * (es + vs)};
   }
   return {1, 0};
 }
@@ -97,12 +104,6 @@ __device__ __forceinline__ C drop_factor(const Args& a, long long b, long long i
   return (C)1;
 #endif
 }
-// Lane j's dot product of the warp's row (row, dim n) with row j of a tile (stride n + 1).
-__device__ __forceinline__ C tile_dot(const C* row, const C* tile, int lane, int n) {
-  C dot = 0;
-  for (int c = 0; c < n; ++c) dot += row[c] * tile[lane * (n + 1) + c];
-  return dot;
-}
 // One tile of the online softmax: the running max m and sum take the lanes' scores x. Returns
 // the lane's weight exp(x - m) under the new max; corr rescales what was summed before.
 __device__ __forceinline__ C online_softmax(C x, C& m, C& sum, C& corr) {
@@ -115,142 +116,219 @@ __device__ __forceinline__ C online_softmax(C x, C& m, C& sum, C& corr) {
   return p;
 }
 // Rows [r0, r0 + KA_R) of x [rows, dim] (of batch b) into tile t with row stride ts; zeros past
-// the end.
-__device__ __forceinline__ void load_tile(C* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim) {
-  for (int u = threadIdx.x; u < KA_R * dim; u += blockDim.x) {
-    const int r = u / dim, c = u % dim;
-    t[r * ts + c] = r0 + r < rows ? KA_LOAD(x[(b * rows + r0 + r) * dim + c]) : (C)0;
+// the end and in columns [dim, padded).
+__device__ __forceinline__ void load_tile(C* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded) {
+  for (int u = threadIdx.x; u < KA_R * padded; u += blockDim.x) {
+    const int r = u / padded, c = u % padded;
+    t[r * ts + c] = r0 + r < rows && c < dim ? KA_LOAD(x[(b * rows + r0 + r) * dim + c]) : (C)0;
+  }
+}
+// The warp's KA_Q rows of x [rows, dim] from r0 into rs (row stride ts), zeros past the ends.
+__device__ __forceinline__ void load_rows(C* rs, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded, int lane) {
+  for (int u = lane; u < KA_Q * padded; u += 32) {
+    const int q = u / padded, c = u % padded;
+    rs[q * ts + c] = r0 + q < rows && c < dim ? KA_LOAD(x[(b * rows + r0 + q) * dim + c]) : (C)0;
+  }
+}
+// 16 bytes of a row in shared memory, and one key's (query's) values for the warp's KA_Q rows.
+struct alignas(16) Piece { C x[KA_VW]; };
+struct alignas(KA_Q * sizeof(C)) Rows { C x[KA_Q]; };
+// out[q]: the dot product of the warp's row q (rows, stride rs) with the lane's tile row t,
+// `pieces` 16-byte pieces each; the tile's piece is read once for all KA_Q rows. Each sum runs
+// over the columns in order, zeros past the head dim.
+__device__ __forceinline__ void dots(C* out, const C* rows, int rs, const C* t, int pieces) {
+#pragma unroll
+  for (int q = 0; q < KA_Q; ++q) out[q] = 0;
+  for (int c = 0; c < pieces; ++c) {
+    const Piece tp = ((const Piece*)t)[c];
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      const Piece rp = ((const Piece*)(rows + q * rs))[c];
+      for (int u = 0; u < KA_VW; ++u) out[q] += rp.x[u] * tp.x[u];
+    }
+  }
+}
+// acc[q][cc] += sum over the tile's rows r of w[r][q] * t[r][c], c = lane + 32 cc, for the N
+// chunks of 32 columns below dim: the warp's weights w [KA_R][KA_Q], the tile t (stride ts).
+template <int N>
+__device__ __forceinline__ void add_weighted(C (*acc)[N], const C* w, const C* t, int ts, int dim, int lane) {
+  for (int cc = 0; cc < N; ++cc) {
+    const int c = lane + 32 * cc;
+    if (c < dim)
+      for (int r = 0; r < KA_R; ++r) {
+        const Rows wr = ((const Rows*)w)[r];
+        const C tv = t[r * ts + c];
+#pragma unroll
+        for (int q = 0; q < KA_Q; ++q) acc[q][cc] += wr.x[q] * tv;
+      }
   }
 }
 )";
 
+// The scalar kernels. A warp owns KA_Q rows (queries; keys in the Keys pass): the tile's row
+// each lane reads for its dot products serves all of them, 16 bytes at a time. Rows in shared
+// memory have a stride of their head dim rounded up to 8, plus 16 bytes, so the lanes' 16-byte
+// reads of 8 consecutive rows fall in distinct banks.
 const char* kForward = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  const int E = (int)a.e, EV = (int)a.ev;
-  C* kt = kiln_shared<C>();     // [R][E + 1]
-  C* vt = kt + KA_R * (E + 1);  // [R][EV]
-  C* qs = vt + KA_R * EV;       // [W][E]
-  C* ps = qs + KA_W * E;        // [W][32]
+  const int E = (int)a.e, EV = (int)a.ev, EP = (E + 7) & ~7, EVP = (EV + 7) & ~7, ES = EP + KA_VW, VS = EVP + KA_VW;
+  C* kt = kiln_shared<C>();          // [R][ES]
+  C* vt = kt + KA_R * ES;            // [R][VS]
+  C* qs = vt + KA_R * VS;            // [W][Q][ES]
+  C* ps = qs + KA_W * KA_Q * ES;     // [W][R][Q]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long groups = (a.l + KA_W - 1) / KA_W;
+  C* mine = qs + warp * KA_Q * ES;
+  C* weights = ps + warp * KA_R * KA_Q;
+  const long long groups = (a.l + KA_BR - 1) / KA_BR;
   for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
-    const long long b = task / groups, i0 = task % groups * KA_W, i = i0 + warp;
-    const bool live = i < a.l;
+    const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * KA_Q;
     __syncthreads();
-    for (int c = lane; c < E; c += 32) qs[warp * E + c] = live ? KA_LOAD(a.q[(b * a.l + i) * E + c]) : (C)0;
-    long long row_off = 0;
+    load_rows(mine, ES, a.q, b, a.l, iw, E, EP, lane);
+    long long row_off[KA_Q];
+    C m[KA_Q], sum[KA_Q], acc[KA_Q][KA_EVC];
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      row_off[q] = 0;
 #if KA_MASK
-    row_off = mask_offset(a, b) + (live ? i : 0) * a.mask_row;
+      row_off[q] = mask_offset(a, b) + (iw + q < a.l ? iw + q : 0) * a.mask_row;
 #endif
-    C m = -KA_INF, sum = 0, acc[KA_EVC];
-    for (int c = 0; c < KA_EVC; ++c) acc[c] = 0;
+      m[q] = -KA_INF, sum[q] = 0;
+      for (int c = 0; c < KA_EVC; ++c) acc[q][c] = 0;
+    }
     long long keys = a.s;
 #if KA_CAUSAL
-    keys = i0 + KA_W < a.s ? i0 + KA_W : a.s;
+    keys = i0 + KA_BR < a.s ? i0 + KA_BR : a.s;
 #endif
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
-      load_tile(kt, E + 1, a.k, b, a.s, j0, E);
-      load_tile(vt, EV, a.v, b, a.s, j0, EV);
+      load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
+      load_tile(vt, VS, a.v, b, a.s, j0, EV, EV);
       __syncthreads();
       const long long j = j0 + lane;
-      const C x = live && lane < KA_R && j < a.s ? masked_score(a, tile_dot(qs + warp * E, kt, lane, E), row_off, i, j) : -KA_INF;
-      C corr;
-      C p = online_softmax(x, m, sum, corr);
-      if (p != (C)0) p *= drop_factor(a, b, i, j);
-      ps[warp * 32 + lane] = p;
-      __syncwarp();
-      for (int cc = 0; cc < KA_EVC; ++cc) {
-        const int c = lane + 32 * cc;
-        C v = acc[cc] * corr;
-        if (c < EV)
-          for (int r = 0; r < KA_R; ++r) v += ps[warp * 32 + r] * vt[r * EV + c];
-        acc[cc] = v;
+      const bool key = lane < KA_R && j < a.s;
+      C dot[KA_Q];
+      dots(dot, mine, ES, kt + (lane < KA_R ? lane : 0) * ES, EP / KA_VW);
+#pragma unroll
+      for (int q = 0; q < KA_Q; ++q) {
+        const long long i = iw + q;
+        const C x = key && i < a.l ? masked_score(a, dot[q], row_off[q], i, j) : -KA_INF;
+        C corr;
+        C p = online_softmax(x, m[q], sum[q], corr);
+        if (p != (C)0) p *= drop_factor(a, b, i, j);
+        if (lane < KA_R) weights[lane * KA_Q + q] = p;
+        for (int c = 0; c < KA_EVC; ++c) acc[q][c] *= corr;
       }
+      __syncwarp();
+      add_weighted<KA_EVC>(acc, weights, vt, VS, EV, lane);
       __syncwarp();
     }
-    if (live)
-      for (int cc = 0; cc < KA_EVC; ++cc) {
-        const int c = lane + 32 * cc;
-        if (c < EV) a.result[(b * a.l + i) * EV + c] = KA_STORE(m == -KA_INF ? KA_NAN : acc[cc] / sum);
-      }
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      const long long i = iw + q;
+      if (i < a.l)
+        for (int cc = 0; cc < KA_EVC; ++cc) {
+          const int c = lane + 32 * cc;
+          if (c < EV) a.result[(b * a.l + i) * EV + c] = KA_STORE(m[q] == -KA_INF ? KA_NAN : acc[q][cc] / sum[q]);
+        }
+    }
   }
 }
 )";
 
 const char* kQueries = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  const int E = (int)a.e, EV = (int)a.ev;
-  C* kt = kiln_shared<C>();            // [R][E + 1]
-  C* vt = kt + KA_R * (E + 1);      // [R][EV + 1]
-  C* qs = vt + KA_R * (EV + 1);     // [W][E]
-  C* gs = qs + KA_W * E;            // [W][EV]
-  C* ps = gs + KA_W * EV;           // [W][32]
+  const int E = (int)a.e, EV = (int)a.ev, EP = (E + 7) & ~7, EVP = (EV + 7) & ~7, ES = EP + KA_VW, VS = EVP + KA_VW;
+  C* kt = kiln_shared<C>();          // [R][ES]
+  C* vt = kt + KA_R * ES;            // [R][VS]
+  C* qs = vt + KA_R * VS;            // [W][Q][ES]
+  C* gs = qs + KA_W * KA_Q * ES;     // [W][Q][VS]
+  C* ps = gs + KA_W * KA_Q * VS;     // [W][R][Q]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long groups = (a.l + KA_W - 1) / KA_W, width = a.l * E + a.s * E + a.s * EV;
+  C* mine_q = qs + warp * KA_Q * ES;
+  C* mine_g = gs + warp * KA_Q * VS;
+  C* weights = ps + warp * KA_R * KA_Q;
+  const long long groups = (a.l + KA_BR - 1) / KA_BR, width = a.l * E + a.s * E + a.s * EV;
   for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
-    const long long b = task / groups, i0 = task % groups * KA_W, i = i0 + warp;
-    const bool live = i < a.l;
+    const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * KA_Q;
     __syncthreads();
-    for (int c = lane; c < E; c += 32) qs[warp * E + c] = live ? KA_LOAD(a.q[(b * a.l + i) * E + c]) : (C)0;
-    C d = 0;
-    for (int c = lane; c < EV; c += 32) {
-      const C g = live ? KA_LOAD(a.grad[(b * a.l + i) * EV + c]) : (C)0;
-      gs[warp * EV + c] = g;
-      if (live) d += g * KA_LOAD(a.out[(b * a.l + i) * EV + c]);
-    }
-    d = warp_sum(d);
-    long long row_off = 0;
+    load_rows(mine_q, ES, a.q, b, a.l, iw, E, EP, lane);
+    load_rows(mine_g, VS, a.grad, b, a.l, iw, EV, EVP, lane);
+    long long row_off[KA_Q];
+    C d[KA_Q], m[KA_Q], sum[KA_Q];
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      const long long i = iw + q;
+      C dd = 0;
+      if (i < a.l)
+        for (int c = lane; c < EV; c += 32) dd += KA_LOAD(a.grad[(b * a.l + i) * EV + c]) * KA_LOAD(a.out[(b * a.l + i) * EV + c]);
+      d[q] = warp_sum(dd);
+      row_off[q] = 0;
 #if KA_MASK
-    row_off = mask_offset(a, b) + (live ? i : 0) * a.mask_row;
+      row_off[q] = mask_offset(a, b) + (i < a.l ? i : 0) * a.mask_row;
 #endif
+      m[q] = -KA_INF, sum[q] = 0;
+    }
     long long keys = a.s;
 #if KA_CAUSAL
-    keys = i0 + KA_W < a.s ? i0 + KA_W : a.s;
+    keys = i0 + KA_BR < a.s ? i0 + KA_BR : a.s;
 #endif
-    // The log-sum-exp of the row's scores.
-    C m = -KA_INF, sum = 0;
+    // The log-sum-exp of each row's scores.
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
-      load_tile(kt, E + 1, a.k, b, a.s, j0, E);
+      load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
       __syncthreads();
       const long long j = j0 + lane;
-      const C x = live && lane < KA_R && j < a.s ? masked_score(a, tile_dot(qs + warp * E, kt, lane, E), row_off, i, j) : -KA_INF;
-      C corr;
-      online_softmax(x, m, sum, corr);
+      const bool key = lane < KA_R && j < a.s;
+      C dot[KA_Q];
+      dots(dot, mine_q, ES, kt + (lane < KA_R ? lane : 0) * ES, EP / KA_VW);
+#pragma unroll
+      for (int q = 0; q < KA_Q; ++q) {
+        const C x = key && iw + q < a.l ? masked_score(a, dot[q], row_off[q], iw + q, j) : -KA_INF;
+        C corr;
+        online_softmax(x, m[q], sum[q], corr);
+      }
     }
-    const C lse = m == -KA_INF ? -KA_INF : m + KA_LOG(sum);
-    C acc[KA_EC];
-    for (int c = 0; c < KA_EC; ++c) acc[c] = 0;
+    C lse[KA_Q], acc[KA_Q][KA_EC];
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      lse[q] = m[q] == -KA_INF ? -KA_INF : m[q] + KA_LOG(sum[q]);
+      for (int c = 0; c < KA_EC; ++c) acc[q][c] = 0;
+    }
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
-      load_tile(kt, E + 1, a.k, b, a.s, j0, E);
-      load_tile(vt, EV + 1, a.v, b, a.s, j0, EV);
+      load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
+      load_tile(vt, VS, a.v, b, a.s, j0, EV, EVP);
       __syncthreads();
       const long long j = j0 + lane;
-      C ds = 0;
-      if (live && lane < KA_R && j < a.s) {
-        const C dpd = tile_dot(gs + warp * EV, vt, lane, EV);
-        const C p = KA_EXP(masked_score(a, tile_dot(qs + warp * E, kt, lane, E), row_off, i, j) - lse);
-        ds = p * (drop_factor(a, b, i, j) * dpd - d) * (C)a.scale;
+      const bool key = lane < KA_R && j < a.s;
+      C sd[KA_Q], gd[KA_Q];
+      dots(sd, mine_q, ES, kt + (lane < KA_R ? lane : 0) * ES, EP / KA_VW);
+      dots(gd, mine_g, VS, vt + (lane < KA_R ? lane : 0) * VS, EVP / KA_VW);
+#pragma unroll
+      for (int q = 0; q < KA_Q; ++q) {
+        const long long i = iw + q;
+        C ds = 0;
+        if (key && i < a.l) {
+          const C p = KA_EXP(masked_score(a, sd[q], row_off[q], i, j) - lse[q]);
+          ds = p * (drop_factor(a, b, i, j) * gd[q] - d[q]) * (C)a.scale;
+        }
+        if (lane < KA_R) weights[lane * KA_Q + q] = ds;
       }
-      ps[warp * 32 + lane] = ds;
       __syncwarp();
-      for (int cc = 0; cc < KA_EC; ++cc) {
-        const int c = lane + 32 * cc;
-        if (c < E)
-          for (int r = 0; r < KA_R; ++r) acc[cc] += ps[warp * 32 + r] * kt[r * (E + 1) + c];
-      }
+      add_weighted<KA_EC>(acc, weights, kt, ES, E, lane);
       __syncwarp();
     }
-    if (live) {
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      const long long i = iw + q;
+      if (i >= a.l) continue;
       for (int cc = 0; cc < KA_EC; ++cc) {
         const int c = lane + 32 * cc;
-        if (c < E) a.result[b * width + i * E + c] = KA_STORE(acc[cc]);
+        if (c < E) a.result[b * width + i * E + c] = KA_STORE(acc[q][cc]);
       }
       if (lane == 0) {
-        a.stats[(b * a.l + i) * 2] = lse;
-        a.stats[(b * a.l + i) * 2 + 1] = d;
+        a.stats[(b * a.l + i) * 2] = lse[q];
+        a.stats[(b * a.l + i) * 2 + 1] = d[q];
       }
     }
   }
@@ -259,72 +337,79 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 
 const char* kKeys = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  const int E = (int)a.e, EV = (int)a.ev;
-  C* qt = kiln_shared<C>();            // [R][E + 1]
-  C* gt = qt + KA_R * (E + 1);      // [R][EV + 1]
-  C* st = gt + KA_R * (EV + 1);     // [R][2]
-  C* ks = st + KA_R * 2;               // [W][E]
-  C* vs = ks + KA_W * E;            // [W][EV]
-  C* ps = vs + KA_W * EV;           // [W][32]
-  C* dss = ps + KA_W * 32;             // [W][32]
+  const int E = (int)a.e, EV = (int)a.ev, EP = (E + 7) & ~7, EVP = (EV + 7) & ~7, ES = EP + KA_VW, VS = EVP + KA_VW;
+  C* qt = kiln_shared<C>();          // [R][ES]
+  C* gt = qt + KA_R * ES;            // [R][VS]
+  C* ks = gt + KA_R * VS;            // [W][Q][ES]
+  C* vs = ks + KA_W * KA_Q * ES;     // [W][Q][VS]
+  C* ps = vs + KA_W * KA_Q * VS;     // [W][R][Q]
+  C* dss = ps + KA_W * KA_R * KA_Q;  // [W][R][Q]
+  C* st = dss + KA_W * KA_R * KA_Q;  // [R][2]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long groups = (a.s + KA_W - 1) / KA_W, width = a.l * E + a.s * E + a.s * EV;
+  C* mine_k = ks + warp * KA_Q * ES;
+  C* mine_v = vs + warp * KA_Q * VS;
+  C* weights = ps + warp * KA_R * KA_Q;
+  C* dweights = dss + warp * KA_R * KA_Q;
+  const long long groups = (a.s + KA_BR - 1) / KA_BR, width = a.l * E + a.s * E + a.s * EV;
   for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
-    const long long b = task / groups, j0 = task % groups * KA_W, j = j0 + warp;
-    const bool live = j < a.s;
+    const long long b = task / groups, j0 = task % groups * KA_BR, jw = j0 + warp * KA_Q;
     __syncthreads();
-    for (int c = lane; c < E; c += 32) ks[warp * E + c] = live ? KA_LOAD(a.k[(b * a.s + j) * E + c]) : (C)0;
-    for (int c = lane; c < EV; c += 32) vs[warp * EV + c] = live ? KA_LOAD(a.v[(b * a.s + j) * EV + c]) : (C)0;
+    load_rows(mine_k, ES, a.k, b, a.s, jw, E, EP, lane);
+    load_rows(mine_v, VS, a.v, b, a.s, jw, EV, EVP, lane);
     long long batch_off = 0;
 #if KA_MASK
     batch_off = mask_offset(a, b);
 #endif
-    C dk[KA_EC], dv[KA_EVC];
-    for (int c = 0; c < KA_EC; ++c) dk[c] = 0;
-    for (int c = 0; c < KA_EVC; ++c) dv[c] = 0;
+    C dk[KA_Q][KA_EC], dv[KA_Q][KA_EVC];
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      for (int c = 0; c < KA_EC; ++c) dk[q][c] = 0;
+      for (int c = 0; c < KA_EVC; ++c) dv[q][c] = 0;
+    }
     long long first = 0;
 #if KA_CAUSAL
     first = j0;  // queries before the block's first key see none of its keys
 #endif
     for (long long r0 = first; r0 < a.l; r0 += KA_R) {
       __syncthreads();
-      load_tile(qt, E + 1, a.q, b, a.l, r0, E);
-      load_tile(gt, EV + 1, a.grad, b, a.l, r0, EV);
+      load_tile(qt, ES, a.q, b, a.l, r0, E, EP);
+      load_tile(gt, VS, a.grad, b, a.l, r0, EV, EVP);
       for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
         st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : (C)0;
       __syncthreads();
       const long long i = r0 + lane;
-      C pd = 0, ds = 0;
-      if (live && lane < KA_R && i < a.l) {
-        const C dpd = tile_dot(vs + warp * EV, gt, lane, EV);
-        const C p = KA_EXP(masked_score(a, tile_dot(ks + warp * E, qt, lane, E), batch_off + i * a.mask_row, i, j) - st[lane * 2]);
-        const C f = drop_factor(a, b, i, j);
-        pd = p * f;
-        ds = p * (f * dpd - st[lane * 2 + 1]) * (C)a.scale;
+      const bool query = lane < KA_R && i < a.l;
+      C sd[KA_Q], gd[KA_Q];
+      dots(sd, mine_k, ES, qt + (lane < KA_R ? lane : 0) * ES, EP / KA_VW);
+      dots(gd, mine_v, VS, gt + (lane < KA_R ? lane : 0) * VS, EVP / KA_VW);
+#pragma unroll
+      for (int q = 0; q < KA_Q; ++q) {
+        const long long j = jw + q;
+        C pd = 0, ds = 0;
+        if (query && j < a.s) {
+          const C p = KA_EXP(masked_score(a, sd[q], batch_off + i * a.mask_row, i, j) - st[lane * 2]);
+          const C f = drop_factor(a, b, i, j);
+          pd = p * f;
+          ds = p * (f * gd[q] - st[lane * 2 + 1]) * (C)a.scale;
+        }
+        if (lane < KA_R) weights[lane * KA_Q + q] = pd, dweights[lane * KA_Q + q] = ds;
       }
-      ps[warp * 32 + lane] = pd;
-      dss[warp * 32 + lane] = ds;
       __syncwarp();
-      for (int cc = 0; cc < KA_EVC; ++cc) {
-        const int c = lane + 32 * cc;
-        if (c < EV)
-          for (int r = 0; r < KA_R; ++r) dv[cc] += ps[warp * 32 + r] * gt[r * (EV + 1) + c];
-      }
-      for (int cc = 0; cc < KA_EC; ++cc) {
-        const int c = lane + 32 * cc;
-        if (c < E)
-          for (int r = 0; r < KA_R; ++r) dk[cc] += dss[warp * 32 + r] * qt[r * (E + 1) + c];
-      }
+      add_weighted<KA_EVC>(dv, weights, gt, VS, EV, lane);
+      add_weighted<KA_EC>(dk, dweights, qt, ES, E, lane);
       __syncwarp();
     }
-    if (live) {
+#pragma unroll
+    for (int q = 0; q < KA_Q; ++q) {
+      const long long j = jw + q;
+      if (j >= a.s) continue;
       for (int cc = 0; cc < KA_EC; ++cc) {
         const int c = lane + 32 * cc;
-        if (c < E) a.result[b * width + a.l * E + j * E + c] = KA_STORE(dk[cc]);
+        if (c < E) a.result[b * width + a.l * E + j * E + c] = KA_STORE(dk[q][cc]);
       }
       for (int cc = 0; cc < KA_EVC; ++cc) {
         const int c = lane + 32 * cc;
-        if (c < EV) a.result[b * width + a.l * E + a.s * E + j * EV + c] = KA_STORE(dv[cc]);
+        if (c < EV) a.result[b * width + a.l * E + a.s * E + j * EV + c] = KA_STORE(dv[q][cc]);
       }
     }
   }
@@ -359,11 +444,14 @@ typedef {1} C;
 #define KA_MASK {11}
 #define KA_CAUSAL {12}
 #define KA_DROPOUT {13}
+#define KA_Q {14}
+#define KA_VW {15}
+#define KA_BR (KA_W * KA_Q)
 )",
                      mem, wide ? "double" : "float", load, store, wide ? "exp" : "expf", wide ? "log" : "logf",
                      kCudaBlock, cuda_attention_warps(), rows, head_class(k.e) / 32, head_class(k.ev) / 32,
                      static_cast<int>(k.mask), k.causal ? 1 : 0,
-                     k.dropout ? 1 : 0);
+                     k.dropout ? 1 : 0, rows_per_warp(k.dtype), piece(k.dtype));
 }
 
 }  // namespace
@@ -371,7 +459,7 @@ typedef {1} C;
 int cuda_attention_warps() { return kCudaBlock / 32; }
 
 int cuda_attention_block_rows(const CudaAttention& k) {
-  return k.mma ? attention_mma::block_rows() : cuda_attention_warps();
+  return k.mma ? attention_mma::block_rows() : cuda_attention_warps() * static_cast<int>(rows_per_warp(k.dtype));
 }
 
 int cuda_attention_tile_rows(const CudaAttention& k) {

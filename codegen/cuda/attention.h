@@ -3,14 +3,15 @@
 // CUDA C the host emulation runs, so CI runs them. Their memory is linear in the sequence: no
 // kernel holds more of the L x S weights than one tile of keys per query row.
 //
-// A warp owns a query row (a key row in the dk/dv pass); a block's warps share tiles of
-// `rows` keys (queries) staged in shared memory in the compute type (f32, or f64 for f64).
-// Per tile, lane j scores key j of the tile against the warp's row (a dot product from shared
-// memory), the warp takes the tile's max and sum with shuffles, and the lanes then stride over
-// the head dim to add the tile's weighted values. The forward keeps the online softmax's
+// A warp owns two query rows (key rows in the dk/dv pass; one row in f64); a block's warps
+// share tiles of `rows` keys (queries) staged in shared memory in the compute type (f32, or f64
+// for f64). Per tile, lane j scores key j of the tile against each of the warp's rows (dot
+// products from shared memory, 16 bytes at a time, each piece of key j read once for both
+// rows), the warp takes each row's tile max and sum with shuffles, and the lanes then stride
+// over the head dim to add the tile's weighted values. The forward keeps the online softmax's
 // running max and sum; the backward recomputes the weights from the log-sum-exp its first pass
 // stores. Three kernels, no atomics, so results are the same run to run:
-//   Forward: out = softmax(...) v, a warp per query row.
+//   Forward: out = softmax(...) v.
 //   Queries: per query row, a first pass for the log-sum-exp, D = rowsum(dO * out), then
 //            dq = scale * sum_j dS_ij k_j with dS = P (f dPd - D); stats[row] = (lse, D).
 //   Keys:    per key row, dv = sum_i f P_ij dO_i and dk = scale * sum_i dS_ij q_i, from stats.

@@ -78,7 +78,7 @@ inline void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) { kiln_host::
 // The warp's rows [r0, r0 + 16) of x [rows, dim] (of batch b) as N A fragments, 16 columns at a
 // time through buf (stride KA_PS); zeros past the ends.
 template <int N>
-__device__ __forceinline__ void stage_rows(kiln_frag_a* f, TM* buf, const TM* x, long long b, long long rows, long long r0, int dim, int lane) {
+__device__ __forceinline__ void mma_stage_rows(kiln_frag_a* f, TM* buf, const TM* x, long long b, long long rows, long long r0, int dim, int lane) {
 #pragma unroll
   for (int kk = 0; kk < N; ++kk) {
     for (int u = lane; u < 256; u += 32) {
@@ -92,7 +92,7 @@ __device__ __forceinline__ void stage_rows(kiln_frag_a* f, TM* buf, const TM* x,
 }
 // Rows [r0, r0 + KA_R) of x [rows, dim] into tile t (stride ts), columns padded with zeros to
 // `padded`, and rows past the end zeros: 16 bytes at a time where the rows allow it.
-__device__ __forceinline__ void load_rows(TM* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded) {
+__device__ __forceinline__ void mma_load_tile(TM* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded) {
   if (dim % 8 == 0 && ((unsigned long long)x & 15u) == 0) {
     struct alignas(16) Chunk { unsigned w[4]; };
     const int per = padded / 8;
@@ -112,7 +112,7 @@ __device__ __forceinline__ void load_rows(TM* t, int ts, const TM* x, long long 
 // out [16][KA_R] (stride KA_SS) = the warp's rows (N fragments) times the tile's KA_R rows
 // (stride ts), transposed: each warp row's dot products with each tile row.
 template <int N>
-__device__ __forceinline__ void dots(float* out, const kiln_frag_a* f, const TM* t, int ts) {
+__device__ __forceinline__ void mma_dots(float* out, const kiln_frag_a* f, const TM* t, int ts) {
 #pragma unroll
   for (int n = 0; n < KA_R / 16; ++n) {
     kiln_frag_c c;
@@ -130,7 +130,7 @@ __device__ __forceinline__ void dots(float* out, const kiln_frag_a* f, const TM*
 // 16-column chunks of tile t (KA_R rows, stride ts), with w the warp's [16][KA_R] weights in
 // buf (stride KA_PS); each chunk's product passes through stage (stride KA_SS).
 template <int N>
-__device__ __forceinline__ void add_products(float (*acc)[8], float keep, const TM* w, const TM* t, int ts, float* stage, int lane) {
+__device__ __forceinline__ void mma_add_products(float (*acc)[8], float keep, const TM* w, const TM* t, int ts, float* stage, int lane) {
   kiln_frag_a wf[KA_R / 16];
 #pragma unroll
   for (int kk = 0; kk < KA_R / 16; ++kk) kiln_mma_load_a(wf[kk], w + kk * 16, KA_PS);
@@ -154,7 +154,7 @@ __device__ __forceinline__ void add_products(float (*acc)[8], float keep, const 
 // The warp's accumulators [16][N * 16] into rows [r0, r0 + 16) of out (row stride `stride`,
 // `dim` columns), times `mul`.
 template <int N>
-__device__ __forceinline__ void store_rows(TM* out, long long stride, long long r0, long long rows, int dim, float (*acc)[8], float mul, int lane) {
+__device__ __forceinline__ void mma_store_rows(TM* out, long long stride, long long r0, long long rows, int dim, float (*acc)[8], float mul, int lane) {
   const long long r = r0 + (lane >> 1);
   if (r >= rows) return;
 #pragma unroll
@@ -185,7 +185,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     const bool live = i < a.l;
     kiln_frag_a qf[KA_EP / 16];
     __syncthreads();
-    stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
+    mma_stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
     long long row_off = 0;
 #if KA_MASK
     row_off = mask_offset(a, b) + (live ? i : 0) * a.mask_row;
@@ -199,11 +199,11 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 #endif
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
-      load_rows(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
-      load_rows(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
+      mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
+      mma_load_tile(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
       __syncthreads();
       if (iw >= a.l || (KA_CAUSAL && j0 > iw + 15)) continue;  // the warp's rows see none of these keys
-      dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
       __syncwarp();
       float x[KA_H], mt = -KA_INF;
       for (int t = 0; t < KA_H; ++t) {
@@ -224,10 +224,10 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       sum = sum * corr + ps;
       m = mn;
       __syncwarp();
-      add_products<KA_EVP / 16>(acc, corr, P, vt, KA_VS, S, lane);
+      mma_add_products<KA_EVP / 16>(acc, corr, P, vt, KA_VS, S, lane);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    store_rows<KA_EVP / 16>(a.result + b * a.l * a.ev, a.ev, iw, a.l, (int)a.ev, acc, m == -KA_INF ? KA_NAN : 1.f / sum, lane);
+    mma_store_rows<KA_EVP / 16>(a.result + b * a.l * a.ev, a.ev, iw, a.l, (int)a.ev, acc, m == -KA_INF ? KA_NAN : 1.f / sum, lane);
   }
 }
 )";
@@ -248,8 +248,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     const bool live = i < a.l;
     kiln_frag_a qf[KA_EP / 16], gf[KA_EVP / 16];
     __syncthreads();
-    stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
-    stage_rows<KA_EVP / 16>(gf, P, a.grad, b, a.l, iw, (int)a.ev, lane);
+    mma_stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
+    mma_stage_rows<KA_EVP / 16>(gf, P, a.grad, b, a.l, iw, (int)a.ev, lane);
     float d = 0;
     if (live)
       for (long long c = h; c < a.ev; c += 2) d += KA_LOAD(a.grad[(b * a.l + i) * a.ev + c]) * KA_LOAD(a.out[(b * a.l + i) * a.ev + c]);
@@ -267,10 +267,10 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     float m = -KA_INF, sum = 0;
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
-      load_rows(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
+      mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
       __syncthreads();
       if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
-      dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
       __syncwarp();
       float x[KA_H], mt = -KA_INF;
       for (int t = 0; t < KA_H; ++t) {
@@ -293,12 +293,12 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       for (int u = 0; u < 8; ++u) acc[c][u] = 0;
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
-      load_rows(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
-      load_rows(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
+      mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
+      mma_load_tile(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
       __syncthreads();
       if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
-      dots<KA_EP / 16>(S, qf, kt, KA_QS);
-      dots<KA_EVP / 16>(T, gf, vt, KA_VS);
+      mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      mma_dots<KA_EVP / 16>(T, gf, vt, KA_VS);
       __syncwarp();
       for (int t = 0; t < KA_H; ++t) {
         const int col = h * KA_H + t;
@@ -311,9 +311,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         P[(lane >> 1) * KA_PS + col] = KA_STORE(ds);
       }
       __syncwarp();
-      add_products<KA_EP / 16>(acc, 1.f, P, kt, KA_QS, S, lane);
+      mma_add_products<KA_EP / 16>(acc, 1.f, P, kt, KA_QS, S, lane);
     }
-    store_rows<KA_EP / 16>(a.result + b * width, a.e, iw, a.l, (int)a.e, acc, 1.f, lane);
+    mma_store_rows<KA_EP / 16>(a.result + b * width, a.e, iw, a.l, (int)a.e, acc, 1.f, lane);
     if (live && h == 0) {
       a.stats[(b * a.l + i) * 2] = lse;
       a.stats[(b * a.l + i) * 2 + 1] = d;
@@ -339,8 +339,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     const bool live = j < a.s, idle = jw >= a.s;
     kiln_frag_a kf[KA_EP / 16], vf[KA_EVP / 16];
     __syncthreads();
-    stage_rows<KA_EP / 16>(kf, P, a.k, b, a.s, jw, (int)a.e, lane);
-    stage_rows<KA_EVP / 16>(vf, P, a.v, b, a.s, jw, (int)a.ev, lane);
+    mma_stage_rows<KA_EP / 16>(kf, P, a.k, b, a.s, jw, (int)a.e, lane);
+    mma_stage_rows<KA_EVP / 16>(vf, P, a.v, b, a.s, jw, (int)a.ev, lane);
     long long batch_off = 0;
 #if KA_MASK
     batch_off = mask_offset(a, b);
@@ -356,14 +356,14 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 #endif
     for (long long r0 = first; r0 < a.l; r0 += KA_R) {
       __syncthreads();
-      load_rows(qt, KA_QS, a.q, b, a.l, r0, (int)a.e, KA_EP);
-      load_rows(gt, KA_VS, a.grad, b, a.l, r0, (int)a.ev, KA_EVP);
+      mma_load_tile(qt, KA_QS, a.q, b, a.l, r0, (int)a.e, KA_EP);
+      mma_load_tile(gt, KA_VS, a.grad, b, a.l, r0, (int)a.ev, KA_EVP);
       for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
         st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : 0.f;
       __syncthreads();
       if (idle || (KA_CAUSAL && r0 + KA_R - 1 < jw)) continue;  // no query of the tile sees the warp's keys
-      dots<KA_EP / 16>(S, kf, qt, KA_QS);
-      dots<KA_EVP / 16>(T, vf, gt, KA_VS);
+      mma_dots<KA_EP / 16>(S, kf, qt, KA_QS);
+      mma_dots<KA_EVP / 16>(T, vf, gt, KA_VS);
       __syncwarp();
       float ds[KA_H];
       for (int t = 0; t < KA_H; ++t) {
@@ -380,13 +380,13 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         P[(lane >> 1) * KA_PS + col] = KA_STORE(pd);
       }
       __syncwarp();
-      add_products<KA_EVP / 16>(dv, 1.f, P, gt, KA_VS, S, lane);
+      mma_add_products<KA_EVP / 16>(dv, 1.f, P, gt, KA_VS, S, lane);
       for (int t = 0; t < KA_H; ++t) P[(lane >> 1) * KA_PS + h * KA_H + t] = KA_STORE(ds[t]);
       __syncwarp();
-      add_products<KA_EP / 16>(dk, 1.f, P, qt, KA_QS, S, lane);
+      mma_add_products<KA_EP / 16>(dk, 1.f, P, qt, KA_QS, S, lane);
     }
-    store_rows<KA_EP / 16>(a.result + b * width + a.l * a.e, a.e, jw, a.s, (int)a.e, dk, 1.f, lane);
-    store_rows<KA_EVP / 16>(a.result + b * width + a.l * a.e + a.s * a.e, a.ev, jw, a.s, (int)a.ev, dv, 1.f, lane);
+    mma_store_rows<KA_EP / 16>(a.result + b * width + a.l * a.e, a.e, jw, a.s, (int)a.e, dk, 1.f, lane);
+    mma_store_rows<KA_EVP / 16>(a.result + b * width + a.l * a.e + a.s * a.e, a.ev, jw, a.s, (int)a.ev, dv, 1.f, lane);
   }
 }
 )";
@@ -421,6 +421,7 @@ std::string source(const CudaAttention& k, int rows) {
 #define KA_SS (KA_R + 4)
 #define KA_PS (KA_R + 8)
 #define KA_H (KA_R / 2)
+#undef KA_BR
 #define KA_BR {}
 )",
                                     k.dtype == DType::BF16 ? 1 : 0, round16(k.e), round16(k.ev), block_rows());

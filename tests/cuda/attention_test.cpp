@@ -36,6 +36,10 @@ TEST(CudaAttention, MatchesTheComposite) {
       {"bool_mask_bf16_e128_t140", DType::BF16, 2, 1, 140, 130, 128, 1},
       {"float_mask_f16_e8_l200_s17", DType::F16, 1, 1, 200, 17, 8, 2},
       {"plain_bf16_e20", DType::BF16, 1, 3, 20, 45, 20},  // rows not in 16-byte pieces
+      // The scalar kernels: odd head dims and partial warps in f32 and f64.
+      {"bool_mask_f32_e20_l33", f32, 2, 1, 33, 45, 20, 1},
+      {"float_mask_f64_e40", DType::F64, 1, 2, 17, 9, 40, 2},
+      {"causal_dropout_f64_e33_t50", DType::F64, 1, 1, 50, 50, 33, 0, true, 0.2},
   };
   for (const FusedAttentionCase& c : cases) test::expect_fused_matches_composite(c, kGpu, test::fused_rtol(c.dtype));
 }
