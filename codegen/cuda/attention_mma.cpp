@@ -151,6 +151,21 @@ __device__ __forceinline__ void mma_add_products(float (*acc)[8], float keep, co
     __syncwarp();
   }
 }
+// The lane's half of its row's scores in the tile (x[t]: key j0 + (lane & 1) * KA_H + t, from
+// the warp's dot products S), scaled and masked; returns the row's running max m after them.
+__device__ __forceinline__ float mma_row_scores(float* x, const float* S, const Args& a, long long row_off, long long i,
+                                                long long j0, bool live, int lane, float m) {
+  const int h = lane & 1;
+  float mt = -KA_INF;
+  for (int t = 0; t < KA_H; ++t) {
+    const long long j = j0 + h * KA_H + t;
+    x[t] = live && j < a.s ? masked_score(a, S[(lane >> 1) * KA_SS + h * KA_H + t], row_off, i, j) : -KA_INF;
+    mt = x[t] > mt ? x[t] : mt;
+  }
+  const float mo = __shfl_xor_sync(0xffffffffu, mt, 1);
+  mt = mo > mt ? mo : mt;
+  return mt > m ? mt : m;
+}
 // The warp's accumulators [16][N * 16] into rows [r0, r0 + 16) of out (row stride `stride`,
 // `dim` columns), times `mul`.
 template <int N>
@@ -205,14 +220,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       if (iw >= a.l || (KA_CAUSAL && j0 > iw + 15)) continue;  // the warp's rows see none of these keys
       mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
       __syncwarp();
-      float x[KA_H], mt = -KA_INF;
-      for (int t = 0; t < KA_H; ++t) {
-        const long long j = j0 + h * KA_H + t;
-        x[t] = live && j < a.s ? masked_score(a, S[(lane >> 1) * KA_SS + h * KA_H + t], row_off, i, j) : -KA_INF;
-        mt = x[t] > mt ? x[t] : mt;
-      }
-      const float mo = __shfl_xor_sync(0xffffffffu, mt, 1);
-      const float mn = mo > mt ? (mo > m ? mo : m) : (mt > m ? mt : m);
+      float x[KA_H];
+      const float mn = mma_row_scores(x, S, a, row_off, i, j0, live, lane, m);
       const float corr = mn == -KA_INF ? 0.f : KA_EXP(m - mn);
       float ps = 0;
       for (int t = 0; t < KA_H; ++t) {
@@ -272,14 +281,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
       mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
       __syncwarp();
-      float x[KA_H], mt = -KA_INF;
-      for (int t = 0; t < KA_H; ++t) {
-        const long long j = j0 + h * KA_H + t;
-        x[t] = live && j < a.s ? masked_score(a, S[(lane >> 1) * KA_SS + h * KA_H + t], row_off, i, j) : -KA_INF;
-        mt = x[t] > mt ? x[t] : mt;
-      }
-      const float mo = __shfl_xor_sync(0xffffffffu, mt, 1);
-      const float mn = mo > mt ? (mo > m ? mo : m) : (mt > m ? mt : m);
+      float x[KA_H];
+      const float mn = mma_row_scores(x, S, a, row_off, i, j0, live, lane, m);
       float ps = 0;
       for (int t = 0; t < KA_H; ++t) ps += mn == -KA_INF ? 0.f : KA_EXP(x[t] - mn);
       sum = sum * (mn == -KA_INF ? 0.f : KA_EXP(m - mn)) + ps;
