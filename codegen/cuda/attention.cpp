@@ -480,7 +480,7 @@ std::string cuda_attention_kernel(const CudaAttention& k) {
   KILN_CHECK(rows > 0 && k.e > 0 && k.ev > 0, "codegen: attention's CUDA kernels take head dims from 1 to about {}, got {} and {}",
              kCudaAttentionShared / compute_bytes(k.dtype) / 4, k.e, k.ev);
   std::string head = cuda_prelude() + (k.dropout ? cuda_philox_source() : std::string()) + defines(k, rows) + kHelpers;
-  if (k.mma) return head + attention_mma::source(k, rows);
+  if (k.mma) return head + attention_mma::source(k);
   const char* body = k.pass == CudaAttentionPass::Forward ? kForward : k.pass == CudaAttentionPass::Queries ? kQueries : kKeys;
   return head + body;
 }

@@ -187,10 +187,10 @@ __device__ __forceinline__ void mma_store_rows(TM* out, long long stride, long l
 // input dtype; the Keys pass's stats [KA_R][2]. Every region stays 32-byte aligned.
 const char* kForward = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  TM* kt = kiln_mma_shared<TM>();                    // [R][QS]
-  TM* vt = kt + KA_R * KA_QS;                    // [R][VS]
-  float* sb = (float*)(vt + KA_R * KA_VS);       // [W][16][SS]
-  TM* pb = (TM*)(sb + KA_W * 16 * KA_SS);        // [W][16][PS]
+  TM* kt = kiln_mma_shared<TM>();                  // [R][QS]
+  TM* vt = kt + KA_R * KA_QS;                      // [R][VS]
+  float* sb = (float*)(vt + KA_R * KA_VS);         // [W][16][SS]
+  TM* pb = (TM*)(sb + KA_W * 16 * KA_SS);          // [W][16][PS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 16 * KA_SS;
   TM* P = pb + warp * 16 * KA_PS;
@@ -243,10 +243,10 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 
 const char* kQueries = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  TM* kt = kiln_mma_shared<TM>();                    // [R][QS]
-  TM* vt = kt + KA_R * KA_QS;                    // [R][VS]
-  float* sb = (float*)(vt + KA_R * KA_VS);       // [W][2][16][SS]
-  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);        // [W][16][PS]
+  TM* kt = kiln_mma_shared<TM>();                  // [R][QS]
+  TM* vt = kt + KA_R * KA_QS;                      // [R][VS]
+  float* sb = (float*)(vt + KA_R * KA_VS);         // [W][2][16][SS]
+  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 32 * KA_SS;
   float* T = S + 16 * KA_SS;
@@ -327,11 +327,11 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 
 const char* kKeys = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  TM* qt = kiln_mma_shared<TM>();                    // [R][QS]
-  TM* gt = qt + KA_R * KA_QS;                    // [R][VS]
-  float* sb = (float*)(gt + KA_R * KA_VS);       // [W][2][16][SS]
-  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);        // [W][16][PS]
-  float* st = (float*)(pb + KA_W * 16 * KA_PS);  // [R][2]
+  TM* qt = kiln_mma_shared<TM>();                  // [R][QS]
+  TM* gt = qt + KA_R * KA_QS;                      // [R][VS]
+  float* sb = (float*)(gt + KA_R * KA_VS);         // [W][2][16][SS]
+  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]
+  float* st = (float*)(pb + KA_W * 16 * KA_PS);    // [R][2]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 32 * KA_SS;
   float* T = S + 16 * KA_SS;
@@ -414,7 +414,7 @@ int tile_rows(const CudaAttention& k) {
   return 0;
 }
 
-std::string source(const CudaAttention& k, int rows) {
+std::string source(const CudaAttention& k) {
   std::string defines = fmt::format(R"(
 #define KW_BF16 {}
 #define KA_EP {}
@@ -428,7 +428,6 @@ std::string source(const CudaAttention& k, int rows) {
 #define KA_BR {}
 )",
                                     k.dtype == DType::BF16 ? 1 : 0, round16(k.e), round16(k.ev), block_rows());
-  (void)rows;
   const char* body = k.pass == CudaAttentionPass::Forward ? kForward : k.pass == CudaAttentionPass::Queries ? kQueries : kKeys;
   return defines + kFragments + body;
 }

@@ -26,7 +26,8 @@ int block_rows();
 /// Keys (queries) per shared tile: 32 or 16, whichever fits kCudaAttentionShared; 0 if none.
 int tile_rows(const CudaAttention& k);
 int64_t shared_bytes(const CudaAttention& k, int rows);
-/// The kernel's text after attention.cpp's helpers: the fragment functions and the pass.
-std::string source(const CudaAttention& k, int rows);
+/// The kernel's text after attention.cpp's helpers and #defines (KA_R, the tile rows, among
+/// them): the fragment functions and the pass.
+std::string source(const CudaAttention& k);
 
 }  // namespace kiln::codegen::attention_mma
