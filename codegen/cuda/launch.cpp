@@ -11,7 +11,8 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The fewest columns a part holds: a block's threads load 8 each, a thread 8 in a row.
+// The columns a part is cut to (never fewer than half of them): a block's threads load 8
+// each, a thread 8 in a row.
 constexpr int64_t kBlockChunk = 8 * kCudaBlock;
 constexpr int64_t kThreadChunk = 8;
 // Rows shorter than this run a thread each (a block's threads would mostly idle).
@@ -48,8 +49,10 @@ CudaLaunch plan_cuda_launch(const KernelLayout& layout, std::span<const int64_t>
   const int64_t per_block = c.rows_by == CudaRows::Block ? 1 : kCudaBlock;
   const int64_t want = 2 * int64_t{sms};  // blocks for a full device; aim for twice that
   const int64_t min_chunk = c.rows_by == CudaRows::Block ? kBlockChunk : kThreadChunk;
+  // Columns past one chunk may be cut (two parts of a little under a chunk each are still
+  // full loads): at 2^20 elements of work, rows x ceil(cols / chunk) parts then fill the device.
   if (work == CudaWork::Partials && ceil_div(c.rows, per_block) < want && c.rows * c.cols >= kSplitWork &&
-      c.cols >= 2 * min_chunk) {
+      c.cols > min_chunk) {
     c.parts = std::min(ceil_div(2 * want * per_block, c.rows), ceil_div(c.cols, min_chunk));
     c.chunk = ceil_div(c.cols, c.parts);
     c.parts = ceil_div(c.cols, c.chunk);  // no empty part

@@ -112,5 +112,24 @@ TEST(CudaLaunch, BigWorkFillsTheDeviceForAnySizes) {
   }
 }
 
+// The band random sizes miss: work just past 2^20 elements at every row count that wants its
+// columns cut, for both layouts (257 to 263 rows of 3,988 to 4,095 columns once got a block
+// per row, under 2 per multiprocessor).
+TEST(CudaLaunch, WorkJustPastAMillionFillsTheDeviceAtEveryRowCount) {
+  for (int sms : {4, 108, 132}) {
+    for (int64_t rows = 1; rows <= int64_t{2} * sms * kCudaBlock + 64; ++rows) {
+      const int64_t cols = (kFillWork + rows - 1) / rows;
+      SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(cols) + ", " + std::to_string(sms) + " SMs");
+      if (rows <= 4 * sms) {  // a block a row
+        ASSERT_GE(plan({rows, cols}, 0b10, CudaWork::Partials, sms).blocks, 2 * sms);
+      }
+      ASSERT_GE(plan({cols, rows}, 0b01, CudaWork::Partials, sms).blocks, 2 * sms);  // a thread a row
+    }
+  }
+  CudaLaunch band = plan({260, 4033}, 0b10);
+  EXPECT_EQ(band.parts, 2);
+  EXPECT_EQ(band.blocks, 520);
+}
+
 }  // namespace
 }  // namespace kiln::codegen
