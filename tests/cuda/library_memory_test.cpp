@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
-#include <dlfcn.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +20,7 @@
 #include "runtime/cuda/handles_cuda.h"
 #include "runtime/cuda_kernels.h"
 #include "tests/cuda/cuda_test.h"
+#include "tests/cuda/full_device.h"
 
 namespace kiln {
 namespace {
@@ -78,44 +77,7 @@ TEST(HandlePool, OutOfMemoryFreesTheCacheAndTriesOnce) {
   EXPECT_EQ(frees, 1);
 }
 
-// Device 0 full of what kiln keeps cached, while alive. On the host CUDA: its budget cut to
-// what is in use plus `spare`, with `cached` bytes of freed blocks in the cache. On a GPU: every
-// block it gives (1 GiB at a time, then halves down to 16 MiB) taken and freed into the cache.
-class NearlyFull {
- public:
-  NearlyFull(int64_t cached, int64_t spare) {
-    if (!test::on_host_cuda()) {
-      std::vector<Tensor> hold;
-      for (int64_t chunk = int64_t{1} << 30; chunk >= (int64_t{16} << 20);) {
-        try {
-          hold.push_back(empty({chunk}, DType::U8, kGpu));
-        } catch (const OutOfMemory&) {
-          chunk /= 2;
-        }
-      }
-      return;  // freed: all of it cached
-    }
-    cuda::synchronize();  // the driver loaded, for dlopen to find
-    lib_ = dlopen(std::getenv("KILN_CUDA_DRIVER"), RTLD_LAZY | RTLD_NOLOAD);
-    budget_ = reinterpret_cast<long long (*)(int, long long)>(dlsym(lib_, "kiln_host_memory_budget"));
-    used_ = reinterpret_cast<long long (*)(int)>(dlsym(lib_, "kiln_host_memory_used"));
-    cuda::synchronize();
-    { Tensor held = empty({cached / 4}, f32, kGpu); }  // freed: its block stays cached
-    cuda::synchronize();
-    old_ = budget_(0, used_(0) + spare);
-  }
-  ~NearlyFull() {
-    if (!lib_) return;
-    budget_(0, old_);
-    dlclose(lib_);
-  }
-
- private:
-  void* lib_ = nullptr;
-  long long (*budget_)(int, long long) = nullptr;
-  long long (*used_)(int) = nullptr;
-  long long old_ = 0;
-};
+using test::NearlyFull;
 
 TEST(CudaLibraryMemory, AModuleLoadsOnADeviceFullOfCachedBlocks) {
   REQUIRE_CUDA();
@@ -129,8 +91,12 @@ TEST(CudaLibraryMemory, AModuleLoadsOnADeviceFullOfCachedBlocks) {
   EXPECT_GE(cached, int64_t{24} << 20);
   cuda::DeviceFunction f = cuda::load_function(0, image, "kiln_kernel");
   EXPECT_EQ(f.device, 0);
-  // The freed 24 MiB went back for it (partly used small segments stay).
-  EXPECT_LE(cuda::memory_stats(0).cached, cached - (int64_t{24} << 20)) << "the cache was freed for it";
+  // On the host CUDA, whose module takes 1 MiB against 512 KiB free, the freed 24 MiB went back
+  // for it (partly used small segments stay). A GPU's driver may place a small module in what
+  // its own pools keep: there the load succeeding on a full device is the check.
+  if (test::on_host_cuda()) {
+    EXPECT_LE(cuda::memory_stats(0).cached, cached - (int64_t{24} << 20)) << "the cache was freed for it";
+  }
 }
 
 TEST(CudaLibraryMemory, AGemmOnANewStreamUsesAWorkspaceFromTheCache) {

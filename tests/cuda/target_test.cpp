@@ -14,6 +14,7 @@
 #include "codegen/cuda/emit.h"
 #include "codegen/cuda/nvrtc.h"
 #include "jit/kernels.h"
+#include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda_kernels.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
@@ -58,6 +59,32 @@ extern "C" __global__ void kiln_kernel(long long* out) { *out = 42; }
   }
   unsetenv("KILN_HOST_CUDA_CC");
   EXPECT_EQ(out.to(cpu).to_vector<int64_t>(), (std::vector<int64_t>{42}));
+}
+
+// A CUDA 13 library beside a CUDA 12.8 driver is skipped, named in the reason (its calls would
+// fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION or worse); a 12 library, or a name without a
+// major, is tried.
+TEST(CudaLibraries, ALibraryNewerThanTheDriverIsSkippedAndNamed) {
+  REQUIRE_HOST_CUDA();
+  cuda::synchronize();  // the driver loaded
+  setenv("KILN_HOST_CUDA_DRIVER_VERSION", "12080", 1);
+  std::string why, opened_why;
+  const bool newer = cuda::driver_allows("/usr/local/cuda/lib64/libcublas.so.13", &why);
+  const bool same = cuda::driver_allows("libcublas.so.12", &opened_why);
+  const bool plain = cuda::driver_allows("libcublas.so", &opened_why);
+  void* lib = cuda::open_library("KILN_TEST_NO_SUCH_VARIABLE", {"libkiln_no_such_library.so.13"}, "the test's library",
+                                 &opened_why);
+  unsetenv("KILN_HOST_CUDA_DRIVER_VERSION");
+  EXPECT_FALSE(newer);
+  EXPECT_EQ(why, "/usr/local/cuda/lib64/libcublas.so.13: a CUDA 13 library, and the driver is CUDA 12.8");
+  EXPECT_TRUE(same);
+  EXPECT_TRUE(plain);
+  EXPECT_EQ(lib, nullptr);
+  EXPECT_NE(opened_why.find("the test's library could not be loaded: libkiln_no_such_library.so.13: a CUDA 13 "
+                            "library, and the driver is CUDA 12.8"),
+            std::string::npos)
+      << opened_why;
+  EXPECT_TRUE(cuda::driver_allows("libcublas.so.13", &why)) << "the driver's own version again";
 }
 
 TEST(Nvrtc, Bf16StoresCompileBeforeSm80) {

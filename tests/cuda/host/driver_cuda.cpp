@@ -71,22 +71,25 @@ bool is_device_range(CUdeviceptr p, size_t n) {
 using namespace host_driver;
 
 void kiln_host_enqueue(CUstream stream, std::function<void()> task) { stream_of(stream)->push(std::move(task)); }
-bool kiln_host_reserve(long long bytes) {
+bool kiln_host_reserve(long long bytes, int device) {
   Host& h = host();
   std::lock_guard<std::mutex> lock(h.mu);
-  Device& d = h.devices[static_cast<size_t>(current_device())];
+  Device& d = h.devices[static_cast<size_t>(device < 0 ? current_device() : device)];
   if (bytes > 0 && d.used + static_cast<size_t>(bytes) > d.budget) return false;
   d.used = static_cast<size_t>(static_cast<long long>(d.used) + bytes);
   return true;
 }
+int kiln_host_current_device() { return current_device(); }
 bool kiln_host_device_range(const void* p, size_t n) { return is_device_range(reinterpret_cast<CUdeviceptr>(p), n); }
 
 extern "C" {
 
 CUresult cuInit(unsigned int) { return host().devices.empty() ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS; }
 
+// KILN_HOST_CUDA_DRIVER_VERSION (12080: CUDA 12.8) makes the driver an older one, for the tests
+// of which libraries kiln may load beside it.
 CUresult cuDriverGetVersion(int* v) {
-  *v = CUDA_VERSION;
+  *v = env_int("KILN_HOST_CUDA_DRIVER_VERSION", CUDA_VERSION);
   return CUDA_SUCCESS;
 }
 

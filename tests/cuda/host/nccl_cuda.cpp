@@ -10,7 +10,9 @@
 // As NCCL's: a non-blocking communicator is in progress until every rank has joined (each
 // marks its arrival in the folder); ncclCommAbort makes the collectives in flight return at
 // once. KILN_HOST_NCCL_HANG_RANK=r makes rank r hang in its collectives (they never publish,
-// until aborted), as a rank stuck on its GPU would.
+// until aborted), as a rank stuck on its GPU would. A communicator holds kCommBytes of its
+// device's memory (NCCL's buffers, outside kiln's cache) until it is destroyed or aborted:
+// past the device's budget, making it fails as NCCL's cudaMalloc would.
 #include <cuda.h>
 #include <nccl.h>
 #include <sys/stat.h>
@@ -42,7 +44,10 @@ struct ncclComm {
   CUstream last = nullptr;  // where the last one was queued
   std::atomic<bool> aborted{false};
   std::atomic<int> state{ncclSuccess};  // ncclInProgress until every rank has joined
+  int device = 0;                       // whose memory it holds
 };
+
+constexpr long long kCommBytes = 8 << 20;
 
 namespace {
 
@@ -218,7 +223,10 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   std::string dir(id.internal, strnlen(id.internal, NCCL_UNIQUE_ID_BYTES));
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) return ncclInvalidArgument;
+  const int device = kiln_host_current_device();
+  if (!kiln_host_reserve(kCommBytes, device)) return ncclUnhandledCudaError;
   auto* c = new ncclComm;
+  c->device = device;
   c->dir = dir;
   c->nranks = nranks;
   c->rank = rank;
@@ -244,6 +252,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
   comm->aborted = true;
   if (comm->last) cuStreamSynchronize(comm->last);
+  kiln_host_reserve(-kCommBytes, comm->device);
   delete comm;
   return ncclSuccess;
 }
@@ -271,6 +280,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
       folders().dirs.erase(comm->dir);
     }
   }
+  kiln_host_reserve(-kCommBytes, comm->device);
   delete comm;
   return ncclSuccess;
 }

@@ -11,6 +11,9 @@
 void kiln_host_enqueue(CUstream stream, std::function<void()> task);
 /// Whether [p, p + n) lies in one live allocation of a host device.
 bool kiln_host_device_range(const void* p, size_t n);
-/// Takes `bytes` of the current device's memory without allocating it (negative: gives it back):
-/// what a library's handle or a module holds on a GPU. False, taking nothing, past the budget.
-bool kiln_host_reserve(long long bytes);
+/// Takes `bytes` of a device's memory (-1: the current one) without allocating it (negative:
+/// gives it back): what a library's handle or a module holds on a GPU. False, taking nothing,
+/// past the budget.
+bool kiln_host_reserve(long long bytes, int device = -1);
+/// The calling thread's current device.
+int kiln_host_current_device();
