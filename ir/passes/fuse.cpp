@@ -9,7 +9,7 @@
 // is dissolved: one op runs as fast eagerly, unless it is a reduction beside a group that
 // reduces the same value over the same axes (then it joins that group: one pass over the value).
 // On a GPU (FuseOptions::recompute_small), a pointwise group over a small domain that feeds
-// groups over larger ones is recomputed inside each of them (below). Groups become Fused nodes,
+// groups over larger ones is recomputed inside each of them (below), a lone op too. Groups become Fused nodes,
 // one result per value used outside the group, placed so every value is defined before its uses.
 #include <algorithm>
 #include <functional>
@@ -342,15 +342,30 @@ struct Fuser {
       if (!joined) start(i);
     }
     merge_sibling_reductions();
-    for (Group& G : groups) {
-      if (G.compute >= 2) continue;
-      for (size_t m : G.members) {
-        group_of_node[m] = -1;
-        group_of_value[g.nodes[m].result] = -1;
-      }
-      G.members.clear();
-    }
+    // A lone op stays a group for now where a larger group could compute it (softmax's
+    // backward squares its [N, 1] sums before the [N, C] work that reads them): recomputed
+    // there, it costs no launch of its own.
+    for (Group& G : groups)
+      if (G.compute < 2 && !(G.compute == 1 && small(G))) dissolve(G);
     recompute_small();
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      if (groups[gi].compute < 2 && !recomputed_anywhere(gi)) dissolve(groups[gi]);
+  }
+
+  void dissolve(Group& G) {
+    for (size_t m : G.members) {
+      group_of_node[m] = -1;
+      group_of_value[g.nodes[m].result] = -1;
+    }
+    G.members.clear();
+  }
+
+  // Whether some group recomputes a node of group gi.
+  bool recomputed_anywhere(size_t gi) const {
+    for (const std::vector<size_t>& r : recomputed)
+      for (size_t k : r)
+        if (group_of_node[k] == static_cast<int>(gi)) return true;
+    return false;
   }
 
   // ---- small groups recomputed where they are read --------------------------------------
@@ -362,6 +377,12 @@ struct Fuser {
   // that broadcast to it. The small group stays only while something else reads it.
   static constexpr int64_t kSmallElements = int64_t{1} << 16;
   static constexpr size_t kSmallNodes = 32;
+
+  // A pointwise group over a small domain, on a device that recomputes such groups.
+  bool small(const Group& S) const {
+    return opt.recompute_small && !S.members.empty() && !S.has_reduction && S.domain.product() <= kSmallElements &&
+           opt.recompute_small(g.type(g.nodes[S.members.front()].result).device);
+  }
 
   static bool broadcasts_into(const Dims& s, const Dims& domain) {
     if (s.size() > domain.size()) return false;
@@ -419,11 +440,7 @@ struct Fuser {
     recomputed_values.assign(groups.size(), {});
     if (!opt.recompute_small) return;
     std::vector<char> is_small(groups.size(), 0);
-    for (size_t gi = 0; gi < groups.size(); ++gi) {
-      const Group& S = groups[gi];
-      is_small[gi] = !S.members.empty() && !S.has_reduction && S.domain.product() <= kSmallElements &&
-                     opt.recompute_small(g.type(g.nodes[S.members.front()].result).device);
-    }
+    for (size_t gi = 0; gi < groups.size(); ++gi) is_small[gi] = small(groups[gi]);
     std::vector<std::vector<size_t>> users(g.types.size());
     for (size_t i = 0; i < g.nodes.size(); ++i)
       for (uint32_t v : g.nodes[i].inputs) users[v].push_back(i);

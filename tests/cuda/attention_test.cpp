@@ -1,6 +1,7 @@
 // tests/cuda/attention_test.cpp -- the fused attention kernels (codegen/cuda/attention.h) on
 // CUDA against the f64 composite on the CPU: f32, f16 and bf16; causal, bool and float masks;
-// dropout; sequences of 1, 7, 64 and 1000; head dims 32, 64 and 128; values and gradients.
+// dropout (eager and traced, the same mask); sequences of 1, 7, 64 and 1000; head dims 32, 64
+// and 128; values and gradients.
 // Their memory grows linearly with the sequence, where the composite's grows with its square.
 #include <gtest/gtest.h>
 
@@ -40,6 +41,10 @@ TEST(CudaAttention, MatchesTheComposite) {
       {"bool_mask_f32_e20_l33", f32, 2, 1, 33, 45, 20, 1},
       {"float_mask_f64_e40", DType::F64, 1, 2, 17, 9, 40, 2},
       {"causal_dropout_f64_e33_t50", DType::F64, 1, 1, 50, 50, 33, 0, true, 0.2},
+      {"float_mask_f32_e32", f32, 2, 1, 20, 30, 32, 2},
+      {"plain_f32_e128", f32, 1, 1, 70, 70, 128},  // the scalar kernels' largest tiles
+      {"dropout_f16_e64", DType::F16, 1, 2, 48, 48, 64, 0, false, 0.2},
+      {"causal_dropout_f32_e64_t1000", f32, 1, 1, 1000, 1000, 64, 0, true, 0.1},  // GPT-2's, at T = 1000
   };
   for (const FusedAttentionCase& c : cases) test::expect_fused_matches_composite(c, kGpu, test::fused_rtol(c.dtype));
 }
@@ -80,6 +85,38 @@ TEST(CudaAttention, TracedStepsReplayWithTheEagerResults) {
   }
   EXPECT_GT(f.stats().graph_replays, 0) << f.stats().graph_refusal;
   EXPECT_NE(test::text_of(f.graph()).find(" = attention "), std::string::npos);
+}
+
+// With dropout, a traced step draws the eager step's mask from the same seed (both take their
+// Philox offsets from the generator, call by call), so values and gradients agree.
+TEST(CudaAttention, TracedDropoutDrawsTheEagerMask) {
+  REQUIRE_CUDA();
+  auto leaf = [] { return randn({2, 2, 24, 16}).to(kGpu).requires_grad_(); };
+  Tensor q = leaf(), k = leaf(), v = leaf();
+  auto step = [](Tensor a, Tensor b, Tensor c) {
+    Tensor y = nn::scaled_dot_product_attention(a, b, c, {}, 0.3, true);
+    return sum(y * y);
+  };
+  jit::Function f = jit::trace(step, {q, k, v});
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE(call);
+    std::vector<Tensor> got, want;
+    for (bool traced : {true, false}) {
+      for (Tensor* t : {&q, &k, &v}) t->set_grad({});
+      manual_seed(40 + call);
+      Tensor loss = traced ? f(q, k, v) : step(q, k, v);
+      loss.backward();
+      (traced ? got : want) = {loss, q.grad(), k.grad(), v.grad()};
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      test::expect_close(got[i].to(cpu), want[i].to(cpu).to_vector<double>(), 1e-5, 1e-5);
+  }
+  // Another seed, another mask: the trace does not replay the first draw.
+  manual_seed(7);
+  Tensor a = f(q, k, v);
+  manual_seed(8);
+  Tensor b = f(q, k, v);
+  EXPECT_NE(a.item<double>(), b.item<double>());
 }
 
 // Peak memory of a forward and backward at T and 4T: the fused op's extra memory grows about

@@ -1,7 +1,8 @@
 // tests/cuda/reduction_test.cpp -- CUDA reductions in each layout codegen/cuda/launch.h plans
 // (a block per row, a thread per row, columns cut into parts), eagerly and traced, on
-// contiguous tensors and views, against the double-precision result on the CPU; and reduced
-// dims of size 0, which give the CPU's answer (0 for a sum, 1 for a product, NaN for a mean).
+// contiguous tensors and views, against the double-precision result on the CPU, with the same
+// bits run after run; and reduced dims of size 0, which give the CPU's answer (0 for a sum, 1
+// for a product, NaN for a mean).
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -140,6 +141,24 @@ TEST_P(CudaReduceLayout, TracedReductionsMatchTheCpu) {
   expect_sum_near(got[1], var, var * 10.0, "variance");
   EXPECT_TRUE(test::bitwise_equal(got[2].to(cpu), want[2]));
   for (size_t i = 3; i < got.size(); ++i) EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << "output " << i;
+}
+
+// Partial results are combined in a fixed order: a float sum, eager or traced, has the same bits
+// on every run (no atomics, whichever block finishes last).
+TEST_P(CudaReduceLayout, SumsHaveTheSameBitsOnEveryRun) {
+  REQUIRE_CUDA();
+  const Layout& c = GetParam();
+  manual_seed(20);
+  Tensor x = randn(c.shape).to(kGpu);
+  Dims axes = c.axes;
+  std::vector<Tensor> args = {x};
+  jit::Function f = jit::trace_tensors([axes](std::span<const Tensor> in) { return std::vector<Tensor>{in[0].sum(axes)}; },
+                                       args, "sum_bits_" + c.name);
+  Tensor first = x.sum(axes).to(cpu), traced = f.call(args)[0].to(cpu);
+  for (int run = 0; run < 3; ++run) {
+    EXPECT_TRUE(test::bitwise_equal(x.sum(axes).to(cpu), first)) << "eager, run " << run;
+    EXPECT_TRUE(test::bitwise_equal(f.call(args)[0].to(cpu), traced)) << "traced, run " << run;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaReduceLayout, ::testing::ValuesIn(kLayouts),
