@@ -64,23 +64,37 @@ bool Fuser::recompute_into(int gi, uint32_t v, const std::vector<char>& is_small
     if (!broadcasts_into(g.type(g.nodes[k].result).shape, G.domain)) return false;
   for (uint32_t w : external)
     if (group_of_value[w] == gi || depends_on(w, gi)) return false;
+  take(gi, nodes);
+  return true;
+}
+
+void Fuser::take(int gi, const std::set<size_t>& nodes) {
   std::vector<size_t>& r = recomputed[gi];
   r.insert(r.end(), nodes.begin(), nodes.end());
   std::sort(r.begin(), r.end());
   r.erase(std::unique(r.begin(), r.end()), r.end());
   for (size_t k : nodes) recomputed_values[gi].insert(g.nodes[k].result);
-  return true;
+}
+
+std::vector<char> Fuser::small_groups() const {
+  std::vector<char> is_small(groups.size(), 0);
+  for (size_t gi = 0; gi < groups.size(); ++gi) is_small[gi] = small(groups[gi]);
+  return is_small;
+}
+
+std::vector<std::vector<size_t>> Fuser::readers() const {
+  std::vector<std::vector<size_t>> users(g.types.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (uint32_t v : g.nodes[i].inputs) users[v].push_back(i);
+  return users;
 }
 
 void Fuser::recompute_small() {
   recomputed.assign(groups.size(), {});
   recomputed_values.assign(groups.size(), {});
   if (!opt.recompute_small) return;
-  std::vector<char> is_small(groups.size(), 0);
-  for (size_t gi = 0; gi < groups.size(); ++gi) is_small[gi] = small(groups[gi]);
-  std::vector<std::vector<size_t>> users(g.types.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (uint32_t v : g.nodes[i].inputs) users[v].push_back(i);
+  const std::vector<char> is_small = small_groups();
+  const std::vector<std::vector<size_t>> users = readers();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     int gi = group_of_node[i];
@@ -110,11 +124,8 @@ void Fuser::recompute_small() {
 
 void Fuser::recompute_shared() {
   if (!opt.recompute_small) return;
-  std::vector<char> is_small(groups.size(), 0);
-  for (size_t gi = 0; gi < groups.size(); ++gi) is_small[gi] = small(groups[gi]);
-  std::vector<std::vector<size_t>> users(g.types.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (uint32_t v : g.nodes[i].inputs) users[v].push_back(i);
+  const std::vector<char> is_small = small_groups();
+  std::vector<std::vector<size_t>> users = readers();
   for (uint32_t o : g.outputs) users[o].push_back(g.nodes.size());  // read after the graph
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const Group& G = groups[gi];
@@ -149,11 +160,7 @@ void Fuser::recompute_shared() {
     if (!ok || new_full_reads > wanted.size()) continue;
     for (uint32_t w : small_values) ok = ok && recompute_into(static_cast<int>(gi), w, is_small);
     if (!ok) continue;  // (what recompute_into took stays: computed twice, still correct)
-    std::vector<size_t>& r = recomputed[gi];
-    r.insert(r.end(), nodes.begin(), nodes.end());
-    std::sort(r.begin(), r.end());
-    r.erase(std::unique(r.begin(), r.end()), r.end());
-    for (size_t k : nodes) recomputed_values[gi].insert(g.nodes[k].result);
+    take(static_cast<int>(gi), nodes);
   }
 }
 

@@ -111,6 +111,12 @@ struct Fuser {
 
   void recompute_small();
 
+  // Group gi computes `nodes` (of other groups) itself.
+  void take(int gi, const std::set<size_t>& nodes);
+  // Per group, whether it is small(); per value, the nodes that read it.
+  std::vector<char> small_groups() const;
+  std::vector<std::vector<size_t>> readers() const;
+
   // ---- full-size values recomputed instead of written and read back ---------------------
   // On a GPU, a group that reads full-size values only it reads, which another group computes
   // pointwise from operands (layer_norm's backward: the weight's gradient sums over the rows,

@@ -60,41 +60,13 @@ TEST(CudaAttention, DropoutMatchesTheCpu) {
   test::expect_close(on_gpu.to(cpu), on_cpu.to_vector<double>(), 1e-5, 1e-6);
 }
 
-// A traced step on CUDA keeps the op and its backward, and its later calls replay as CUDA
-// graphs, with the eager step's results.
-TEST(CudaAttention, TracedStepsReplayWithTheEagerResults) {
-  REQUIRE_CUDA();
-  auto leaf = [] { return randn({1, 2, 40, 32}).to(kGpu).requires_grad_(); };
+// Causal attention of q, k, v [B, H, T, E] with dropout p, traced, called 3 times beside the
+// eager step (each pair from seed 40 + call): the loss and the gradients agree.
+jit::Function expect_traced_matches_eager(Dims shape, double p) {
+  auto leaf = [&] { return randn(shape).to(kGpu).requires_grad_(); };
   Tensor q = leaf(), k = leaf(), v = leaf();
-  auto step = [](Tensor a, Tensor b, Tensor c) {
-    Tensor y = nn::scaled_dot_product_attention(a, b, c, {}, 0, true);
-    return sum(y * y);
-  };
-  jit::Function f = jit::trace(step, {q, k, v});
-  for (int call = 0; call < 3; ++call) {
-    SCOPED_TRACE(call);
-    std::vector<Tensor> got, want;
-    for (bool traced : {true, false}) {
-      for (Tensor* t : {&q, &k, &v}) t->set_grad({});
-      Tensor loss = traced ? f(q, k, v) : step(q, k, v);
-      loss.backward();
-      (traced ? got : want) = {loss, q.grad(), k.grad(), v.grad()};
-    }
-    for (size_t i = 0; i < got.size(); ++i)
-      test::expect_close(got[i].to(cpu), want[i].to(cpu).to_vector<double>(), 1e-5, 1e-5);
-  }
-  EXPECT_GT(f.stats().graph_replays, 0) << f.stats().graph_refusal;
-  EXPECT_NE(test::text_of(f.graph()).find(" = attention "), std::string::npos);
-}
-
-// With dropout, a traced step draws the eager step's mask from the same seed (both take their
-// Philox offsets from the generator, call by call), so values and gradients agree.
-TEST(CudaAttention, TracedDropoutDrawsTheEagerMask) {
-  REQUIRE_CUDA();
-  auto leaf = [] { return randn({2, 2, 24, 16}).to(kGpu).requires_grad_(); };
-  Tensor q = leaf(), k = leaf(), v = leaf();
-  auto step = [](Tensor a, Tensor b, Tensor c) {
-    Tensor y = nn::scaled_dot_product_attention(a, b, c, {}, 0.3, true);
+  auto step = [p](Tensor a, Tensor b, Tensor c) {
+    Tensor y = nn::scaled_dot_product_attention(a, b, c, {}, p, true);
     return sum(y * y);
   };
   jit::Function f = jit::trace(step, {q, k, v});
@@ -111,6 +83,24 @@ TEST(CudaAttention, TracedDropoutDrawsTheEagerMask) {
     for (size_t i = 0; i < got.size(); ++i)
       test::expect_close(got[i].to(cpu), want[i].to(cpu).to_vector<double>(), 1e-5, 1e-5);
   }
+  return f;
+}
+
+// A traced step on CUDA keeps the op and its backward, and its later calls replay as CUDA
+// graphs, with the eager step's results.
+TEST(CudaAttention, TracedStepsReplayWithTheEagerResults) {
+  REQUIRE_CUDA();
+  jit::Function f = expect_traced_matches_eager({1, 2, 40, 32}, 0);
+  EXPECT_GT(f.stats().graph_replays, 0) << f.stats().graph_refusal;
+  EXPECT_NE(test::text_of(f.graph()).find(" = attention "), std::string::npos);
+}
+
+// With dropout, a traced step draws the eager step's mask from the same seed (both take their
+// Philox offsets from the generator, call by call), so values and gradients agree.
+TEST(CudaAttention, TracedDropoutDrawsTheEagerMask) {
+  REQUIRE_CUDA();
+  jit::Function f = expect_traced_matches_eager({2, 2, 24, 16}, 0.3);
+  Tensor q = randn({2, 2, 24, 16}).to(kGpu), k = randn({2, 2, 24, 16}).to(kGpu), v = randn({2, 2, 24, 16}).to(kGpu);
   // Another seed, another mask: the trace does not replay the first draw.
   manual_seed(7);
   Tensor a = f(q, k, v);
