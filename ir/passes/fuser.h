@@ -9,6 +9,7 @@
 
 #include "ir/fusion.h"
 #include "ir/graph.h"
+#include "ir/passes.h"
 
 namespace kiln::ir::fuse_detail {
 

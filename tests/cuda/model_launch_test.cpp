@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+#include <iostream>
 #include <string>
 
 #include "examples/models/zoo.h"
@@ -55,6 +58,7 @@ TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
   jit::Function f = jit::trace_tensors(step, batch, "train_step");  // traces and fuses; runs nothing
   ir::Graph g = f.graph();
   int groups = 0, big = 0;
+  int64_t fewest = std::numeric_limits<int64_t>::max();  // blocks, among the kernels of a million elements or more
   for (const ir::Node& n : g.nodes) {
     if (n.kind != ir::NodeKind::Fused) continue;
     ++groups;
@@ -65,6 +69,7 @@ TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
       const codegen::CudaLaunch& l = launches[k];
       if (l.rows * l.cols < codegen::kFillWork) continue;
       ++big;
+      fewest = std::min(fewest, l.blocks);
       EXPECT_GE(l.blocks, 2 * kSms) << fmt::format(
           "group of {} ops -> {}, kernel {} of {}: {} rows x {} columns, {} parts, {} blocks of {}",
           n.body->nodes.size(), fmt::join(results, ", "), k + 1, launches.size(), l.rows, l.cols, l.parts, l.blocks,
@@ -72,6 +77,8 @@ TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
     }
   }
   EXPECT_GT(big, 0) << name << ": " << groups << " groups, none of a million elements";
+  std::cout << name << ": " << groups << " fused groups, " << big << " kernels of a million elements or more, the "
+            << "fewest blocks among them " << fewest << " (264 for 2 per multiprocessor)" << std::endl;
 }
 
 INSTANTIATE_TEST_SUITE_P(FullSize, ModelLaunch, ::testing::ValuesIn(examples::model_names()),
