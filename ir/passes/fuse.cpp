@@ -308,8 +308,11 @@ void Fuser::form() {
   for (Group& G : groups)
     if (G.compute < 2 && !(G.compute == 1 && small(G))) dissolve(G);
   recompute_small();
+  std::vector<char> taken(groups.size(), 0);  // some group recomputes a node of it
+  for (const std::vector<size_t>& r : recomputed)
+    for (size_t k : r) taken[static_cast<size_t>(group_of_node[k])] = 1;
   for (size_t gi = 0; gi < groups.size(); ++gi)
-    if (groups[gi].compute < 2 && !recomputed_anywhere(gi)) dissolve(groups[gi]);
+    if (groups[gi].compute < 2 && !taken[gi]) dissolve(groups[gi]);
   recompute_shared();
 }
 

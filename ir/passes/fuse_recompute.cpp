@@ -10,15 +10,6 @@
 
 namespace kiln::ir::fuse_detail {
 
-// Whether some group recomputes a node of group gi.
-bool Fuser::recomputed_anywhere(size_t gi) const {
-  for (const std::vector<size_t>& r : recomputed)
-    for (size_t k : r)
-      if (group_of_node[k] == static_cast<int>(gi)) return true;
-  return false;
-}
-
-// A pointwise group over a small domain, on a device that recomputes such groups.
 bool Fuser::small(const Group& S) const {
   return opt.recompute_small && !S.members.empty() && !S.has_reduction && S.domain.product() <= kSmallElements &&
          opt.recompute_small(g.type(g.nodes[S.members.front()].result).device);

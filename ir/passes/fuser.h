@@ -32,7 +32,7 @@ struct Fuser {
   std::vector<Space> space;            // per value
   std::vector<Group> groups;
   std::vector<int> producer;           // value -> node index, -1 for inputs and params
-  // Per group: the nodes of small groups it recomputes (sorted), and their results.
+  // Per group: the nodes of other groups it recomputes (sorted), and their results.
   std::vector<std::vector<size_t>> recomputed;
   std::vector<std::set<uint32_t>> recomputed_values;
 
@@ -83,9 +83,6 @@ struct Fuser {
   void form();
 
   void dissolve(Group& G);
-
-  // Whether some group recomputes a node of group gi.
-  bool recomputed_anywhere(size_t gi) const;
 
   // ---- small groups recomputed where they are read --------------------------------------
   // On a GPU, a pointwise group over a small domain (batch norm's per-channel statistics,

@@ -183,8 +183,8 @@ TEST(EagerComposites, LaunchAKernelPerPass) {
   // Where a pass takes more than one kernel: batch norm's and group norm's statistics must be
   // complete before any element is normalized (two launches, as PyTorch's); layer_norm's and
   // group_norm's weight and bias gradients reduce over the rows their input gradient keeps, and
-  // the group that reduces first also writes the centred input and dy's products, which the
-  // other reads back (recomputing them there instead is the next step); cross_entropy's target
+  // a small kernel of their per-row statistics is read after the input gradient's row sums
+  // (recomputation reaches full-size readers only); cross_entropy's target
   // logits are a gather, and its backward a scatter of the targets' weights, each beside small
   // index and scale kernels.
   std::vector<Row> rows = {
