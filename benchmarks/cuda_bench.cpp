@@ -50,7 +50,8 @@
 #include "autograd/autograd.h"
 #include "benchmarks/bench_cases.h"
 #include "runtime/backend.h"
-#include "runtime/cuda_kernels.h"
+#include "cuda/libraries.h"
+#include "runtime/cuda_internal.h"
 #include "runtime/files.h"
 #include "runtime/op.h"
 #include "runtime/ops/attention.h"
@@ -132,7 +133,7 @@ void layer_norm_rows(benchmark::State& s) {
 }
 
 // Sampling from a language model: the 40 largest logits of each row of a GPT-2 vocabulary,
-// and a whole row order (radix select and radix sort, jit/cuda_sort.cpp).
+// and a whole row order (radix select and radix sort, cuda/sort.cpp).
 void topk40_vocab(benchmark::State& s) {
   Tensor x = randn({4, 50257}, f32, kGpu);
   timed(s, [&] { benchmark::DoNotOptimize(topk(x, 40)); });

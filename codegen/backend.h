@@ -27,8 +27,8 @@ struct OperandLayout {
 };
 
 /// The loop nest a group's kernel runs: the group's domain, with dims merged where every
-/// operand allows it and size-1 dims dropped (jit::kernel_args in jit/executable.cpp decides this from the real
-/// strides).
+/// operand allows it and size-1 dims dropped (jit::kernel_args in jit/plan.cpp decides this
+/// from the real strides).
 struct KernelLayout {
   int rank = 1;                         // loop dims, outermost first
   uint32_t reduced = 0;                 // bit d: loop dim d is reduced

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <optional>
 
-#include "jit/cuda_graph.h"
+#include "jit/graph_replay.h"
 #include "jit/group_runner.h"
 #include "jit/run.h"
 #include "runtime/autograd_meta.h"
@@ -59,8 +59,8 @@ struct Executable::Impl : RunPlan {
   std::vector<std::unique_ptr<KernelStep>> steps;  // per node; set for fused nodes
   mutable std::mutex pool_mu;
   mutable std::vector<Ref<Storage>> pool;
-  // Set for a plan on CUDA that may replay as a CUDA graph (jit/cuda_graph.h).
-  std::unique_ptr<GraphReplay> replay;
+  // Set for a plan on a device that may replay as a device graph (jit/graph_replay.h).
+  std::unique_ptr<PlanReplay> replay;
   std::string replay_refusal;
 
   // Which nodes a run runs: all (a plain call), or for a CUDA graph the host part or the
@@ -172,9 +172,8 @@ Executable::Executable(ir::Graph g, bool kernels, bool graphs) : impl_(std::make
   }
   m.layout = replay_layout(m.g);
   m.replay_refusal = m.layout.refusal;
-  if (m.replay_refusal.empty()) {
-    m.replay = std::make_unique<GraphReplay>(m.g, m.layout);
-  } else if (uses_cuda(m.g)) {
+  if (m.replay_refusal.empty()) m.replay = make_replay(m.g, m.layout, &m.replay_refusal);
+  if (!m.replay && uses_cuda(m.g)) {
     log(LogTopic::Cache, fmt::format("jit @{}: no CUDA graph: {}", m.g.name, m.replay_refusal));
   }
 }
@@ -215,7 +214,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
              "jit: @{} takes {} inputs and {} params, got {} and {}", g.name, g.inputs.size(), g.params.size(),
              inputs.size(), params.size());
   if (m.replay) {
-    GraphReplay::Plan plan;
+    PlanReplay::Plan plan;
     plan.host = [&m](std::span<const Tensor> in, std::span<const Tensor> ps) {
       return m.run_plan(in, ps, nullptr, Impl::Part::Host);
     };

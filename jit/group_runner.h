@@ -2,7 +2,7 @@
 // GroupRunner once, for the operands' layout, and launches it at each call; a device with a
 // code generator adds a backend here instead of a branch there: the CPU's (LLVM kernels split
 // over the thread pool, jit/group_runner.cpp) and CUDA's (NVRTC kernels on the current stream,
-// jit/cuda_group.cpp) register themselves when the library loads.
+// cuda/group.cpp) register themselves when the library loads.
 #pragma once
 
 #include <memory>

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "ir/fusion.h"
+#include "ir/group_analysis.h"
 #include "runtime/check.h"
 #include "runtime/loop_layout.h"
 
@@ -40,20 +41,14 @@ Dims output_strides(const Dims& domain, uint64_t reduced) {
 }  // namespace
 
 std::vector<OpId> terminal_reductions(const ir::Graph& body) {
-  std::vector<int> made_by(body.types.size(), -1);  // value -> node index
-  for (size_t i = 0; i < body.nodes.size(); ++i)
-    if (body.nodes[i].result != ir::kNoValue) made_by[body.nodes[i].result] = static_cast<int>(i);
-  auto is_reduction = [&](uint32_t v) {
-    int i = made_by[v];
-    return i >= 0 && body.nodes[i].kind == ir::NodeKind::Op && ir::fusible_reduction(body.nodes[i].op);
-  };
+  ir::GroupAnalysis ga(body);
   for (const ir::Node& n : body.nodes)
     for (uint32_t v : n.inputs)
-      if (is_reduction(v)) return {};
+      if (ga.is_reduction(v)) return {};
   std::vector<OpId> ops;
   for (uint32_t v : body.outputs) {
-    if (!is_reduction(v)) return {};
-    ops.push_back(body.nodes[made_by[v]].op);
+    if (!ga.is_reduction(v)) return {};
+    ops.push_back(body.nodes[static_cast<size_t>(ga.producer[v])].op);
   }
   return ops;
 }

@@ -87,7 +87,7 @@ void set_fusion_enabled(bool on);
 /// calls run its CPU part (an optimizer's scalars, the generator's state), copy their inputs
 /// in, replay it with one launch and get copies of its outputs. Off (or KILN_CUDA_GRAPHS=0),
 /// every call launches its kernels one by one. KILN_LOG=cache says when a plan is captured,
-/// and why one is not (jit/cuda_graph.h).
+/// and why one is not (jit/graph_replay.h).
 bool cuda_graphs_enabled();
 void set_cuda_graphs_enabled(bool on);
 

@@ -1,4 +1,4 @@
-// nn/recurrent_cudnn.cpp -- an LSTM or GRU stack through cuDNN (runtime/cuda/rnn_cuda.cpp) as
+// nn/recurrent_cudnn.cpp -- an LSTM or GRU stack through cuDNN (cuda/rnn_cuda.cpp) as
 // one autograd node, PyTorch's _cudnn_rnn: the forward keeps cuDNN's reserve, the packed
 // weights and the output; the backward is cuDNN's data gradient, then (when a param needs one)
 // its weight gradient. Its inputs are the tensors as cuDNN takes them (contiguous, one dtype,
@@ -13,7 +13,8 @@
 #include "runtime/autocast.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/composite_fusion.h"
-#include "runtime/cuda_kernels.h"
+#include "cuda/libraries.h"
+#include "runtime/cuda.h"
 #include "runtime/log.h"
 
 namespace kiln::nn::detail {

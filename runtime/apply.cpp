@@ -1,4 +1,6 @@
 // runtime/apply.cpp -- the op table and apply(): the one place where any op runs.
+#include <fmt/format.h>
+
 #include <array>
 #include <ostream>
 
@@ -26,7 +28,9 @@ struct OpInfo {
   OpFamily family;
 };
 
-constexpr std::array<OpInfo, kNumOps> kOps = {{
+// Constant-initialized, so every op is known before any initializer runs; an op defined above
+// the runtime has its entry replaced once, while the library loads (register_op_def).
+constinit std::array<OpInfo, kNumOps> g_ops = {{
 #define OP(Name, name, arity, family) {&defs::Name, #name, arity, OpFamily::family},
 #include "runtime/ops.def"
 #undef OP
@@ -36,13 +40,24 @@ thread_local Recorder* t_recorder = nullptr;
 
 }  // namespace
 
+TensorType unregistered_op(OpId id, std::span<const Tensor>, const Attrs&) {
+  throw Error(fmt::format("{}: this op is defined above the runtime, and its layer has not registered it (kiln's "
+                          "library was linked without it)", op_name(id)));
+}
+
+void register_op_def(OpId id, const OpDef& def) {
+  OpInfo& op = g_ops[static_cast<size_t>(id)];
+  KILN_ASSERT(op.def->infer == unregistered_op && def.infer != unregistered_op);
+  op.def = &def;
+}
+
 uint8_t kind_bit(DType t) { return t == DType::Bool ? kBool : is_float(t) ? kFloat : kInt; }
 
-const OpDef& op_def(OpId id) { return *kOps[static_cast<size_t>(id)].def; }
-const char* op_name(OpId id) { return kOps[static_cast<size_t>(id)].name; }
+const OpDef& op_def(OpId id) { return *g_ops[static_cast<size_t>(id)].def; }
+const char* op_name(OpId id) { return g_ops[static_cast<size_t>(id)].name; }
 std::ostream& operator<<(std::ostream& os, OpId id) { return os << op_name(id); }
-int op_arity(OpId id) { return kOps[static_cast<size_t>(id)].arity; }
-OpFamily op_family(OpId id) { return kOps[static_cast<size_t>(id)].family; }
+int op_arity(OpId id) { return g_ops[static_cast<size_t>(id)].arity; }
+OpFamily op_family(OpId id) { return g_ops[static_cast<size_t>(id)].family; }
 
 namespace {
 constexpr std::array<AttrSchema, kNumAttrs> kAttrSchema = {{

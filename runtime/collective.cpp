@@ -1,13 +1,13 @@
 // runtime/collective.cpp -- the all_reduce op's OpDef: its type rule, its kernel (a copy of the
-// operand that the installed engine reduces in place; the same on the CPU and on CUDA, where
-// the engine is NCCL and the reduction is ordered on the current stream) and its derivative.
+// operand that the installed engine reduces in place; the same on the CPU and on CUDA, whose
+// op table runs it too: there the engine is NCCL and the reduction is ordered on the current
+// stream) and its derivative.
 #include "runtime/collective.h"
 
 #include <atomic>
 
 #include "runtime/api.h"
 #include "runtime/check.h"
-#include "runtime/cuda_kernels.h"
 #include "runtime/ops/defs.h"
 
 namespace kiln {
@@ -34,8 +34,6 @@ void all_reduce_kernel(OpId, std::span<const Tensor> in, const Attrs& a, const T
   result.copy_(in[0]);  // through the device's backend
   engine(a.group, a.reduce, out);
 }
-
-const bool g_on_cuda = (cuda::set_op_kernel(OpId::AllReduce, all_reduce_kernel), true);
 
 // Every rank's result is the reduction of every rank's operand, so each operand's gradient
 // gathers the gradients of every rank's result: for a sum, their sum; for max and min, that sum

@@ -1,4 +1,4 @@
-// runtime/composite_fusion.cpp -- when an eager composite runs compiled; jit/composite.cpp runs it.
+// runtime/composite_fusion.cpp -- when an eager composite runs compiled; jit/composite_runner.cpp runs it.
 #include "runtime/composite_fusion.h"
 
 #include "runtime/check.h"

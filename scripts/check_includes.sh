@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/check_includes.sh -- keeps the layers of DESIGN.md in order and heavy headers where it
 # puts them. A layer includes only itself and the layers above it (runtime, autograd, ir,
-# codegen, jit, distributed, nn, then tools); LLVM's headers only in codegen/llvm/*.cpp, CUDA's
-# only in files named *cuda*, Gloo's only in distributed/*.cpp, oneDNN's only in
+# codegen, jit, cuda, distributed, nn, then tools); LLVM's headers only in codegen/llvm/*.cpp,
+# CUDA's only in files named *cuda*, Gloo's only in distributed/*.cpp, oneDNN's only in
 # runtime/ops/conv_onednn.cpp (and its reference
 # benchmark), and none in a public header (the headers kiln/kiln.h reaches). Exits 1 listing
 # each offending line.
@@ -12,7 +12,7 @@ bad=0
 report() { echo "check_includes: $1"; bad=1; }
 
 # The layer order: each folder may include the folders listed before it, and itself.
-layers=(runtime autograd ir codegen jit distributed nn tools)
+layers=(runtime autograd ir codegen jit cuda distributed nn tools)
 for ((i = 0; i < ${#layers[@]}; ++i)); do
   layer="${layers[i]}"
   [[ -d "$layer" ]] || continue
@@ -29,26 +29,26 @@ while IFS= read -r hit; do
   file="${hit%%:*}"
   [[ "$file" == codegen/llvm/*.cpp ]] || report "LLVM header outside codegen/llvm/*.cpp: $hit"
 done < <(grep -rnE '#include\s*[<"](llvm|llvm-c)/' --include='*.h' --include='*.cpp' --include='*.def' \
-           runtime autograd ir codegen jit nn tools kiln benchmarks examples tests 2>/dev/null || true)
+           runtime autograd ir codegen jit cuda nn tools kiln benchmarks examples tests 2>/dev/null || true)
 
 while IFS= read -r hit; do
   file="${hit%%:*}"
   [[ "$(basename "$file")" == *cuda* ]] || report "CUDA header outside a *cuda* file: $hit"
-done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn|nccl)[^>"]*\.h' --include='*.h' --include='*.cpp' \
-           runtime autograd ir codegen jit distributed nn tools kiln 2>/dev/null || true)
+done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn|nccl)[^>"/]*\.h' --include='*.h' --include='*.cpp' \
+           runtime autograd ir codegen jit cuda distributed nn tools kiln 2>/dev/null || true)
 
 while IFS= read -r hit; do
   file="${hit%%:*}"
   [[ "$file" == runtime/ops/conv_onednn.cpp || "$file" == benchmarks/onednn_bench.cpp ]] ||
     report "oneDNN header outside runtime/ops/conv_onednn.cpp: $hit"
 done < <(grep -rnE '#include\s*[<"]oneapi/dnnl/' --include='*.h' --include='*.cpp' \
-           runtime autograd ir codegen jit nn tools kiln benchmarks examples tests 2>/dev/null || true)
+           runtime autograd ir codegen jit cuda nn tools kiln benchmarks examples tests 2>/dev/null || true)
 
 while IFS= read -r hit; do
   file="${hit%%:*}"
   [[ "$file" == distributed/*.cpp ]] || report "Gloo header outside distributed/*.cpp: $hit"
 done < <(grep -rnE '#include\s*[<"]gloo/' --include='*.h' --include='*.cpp' \
-           runtime autograd ir codegen jit distributed nn tools kiln benchmarks examples tests 2>/dev/null || true)
+           runtime autograd ir codegen jit cuda distributed nn tools kiln benchmarks examples tests 2>/dev/null || true)
 
 # Every header kiln/kiln.h reaches, followed through quoted includes.
 declare -A seen

@@ -3,9 +3,9 @@
 #   scripts/run.sh demo    Release build, then the main demo: train_digits trains and saves the
 #                          model, classify loads it in a fresh process and scores it, then
 #                          train_digits again on 2 processes (data-parallel)
-#   scripts/run.sh test    header check, each fuzz target for KILN_FUZZ_SECONDS (default 20;
-#                          0 skips fuzzing), Release build (-O3, line tables), then the whole
-#                          suite (ctest)
+#   scripts/run.sh test    the include and docs checks, each fuzz target for KILN_FUZZ_SECONDS
+#                          (default 20; 0 skips fuzzing), Release build (-O3, line tables),
+#                          the link check, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
 #                          (arguments go to kiln_bench, e.g. --benchmark_filter=conv)
 #   scripts/run.sh sanitize  the library and the whole suite under AddressSanitizer and
@@ -44,12 +44,14 @@ case "$what" in
   test)
     stage deps scripts/deps.sh
     stage "include check" scripts/check_includes.sh
+    stage "docs check" python3 scripts/check_docs.py
     # The fuzzers first (a brief run), so ctest's summary of the whole suite is the last line.
     fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
     if [[ "$fuzz_seconds" != 0 ]]; then scripts/fuzz.sh "$fuzz_seconds"; fi
     # Release (-O3, where optimization-only bugs show) with line tables, so a failure's
     # backtrace names lines: the one optimized build whose suite CI runs.
     stage "test build" configure_and_build build Release -DKILN_WERROR=ON -DCMAKE_CXX_FLAGS_RELEASE="-O3 -DNDEBUG -g1"
+    stage "link check" scripts/check_links.sh build
     # The tests' compiled kernels go to a cache of their own, emptied first, so the suite always
     # exercises the compiler as well as the disk cache (and never touches the user's cache).
     rm -rf build/kernel-cache

@@ -6,11 +6,12 @@
 #include <charconv>
 
 #include "codegen/cuda/emit.h"
-#include "codegen/cuda/nvrtc.h"
+#include "cuda/nvrtc.h"
 #include "ir/passes.h"
-#include "jit/cuda_group.h"
+#include "cuda/group.h"
+#include "cuda/kernel_cache.h"
 #include "jit/executable.h"
-#include "jit/kernels.h"
+#include "jit/kernel_cache.h"
 #include "runtime/check.h"
 #include "tools/kiln_ir.h"
 
@@ -67,17 +68,17 @@ std::string codegen_module(const Module& m, const CodegenOptions& o) {
     std::string launches;
     if (cuda) {
       // The launch a GPU of kLaunchSms multiprocessors (an H100's, an H200's) gets.
-      std::vector<codegen::CudaLaunch> plan = jit::plan_group_launches(n, kLaunchSms);
+      std::vector<codegen::CudaLaunch> plan = cuda::plan_group_launches(n, kLaunchSms);
       for (size_t k = 0; k < plan.size(); ++k)
         launches += fmt::format("// launch on {} multiprocessors{}: {}\n", kLaunchSms,
                                 plan.size() > 1 ? fmt::format(", stage {} of {}", k + 1, plan.size()) : "",
                                 describe_launch(plan[k]));
       // Every kernel the group runs, as the jit makes them (a last block that combines the
       // parts' results included).
-      std::vector<std::string> kernels = jit::group_kernel_sources(n, kLaunchSms);
+      std::vector<std::string> kernels = cuda::group_kernel_sources(n, kLaunchSms);
       for (size_t k = 0; k < kernels.size(); ++k) {
-        std::string name, text = jit::named_cuda_source(kernels[k], &name);
-        if (o.ptx) text = codegen::cuda::compile_ptx(text, arch, name);
+        std::string name, text = cuda::named_source(kernels[k], &name);
+        if (o.ptx) text = cuda::compile_ptx(text, arch, name);
         if (k > 0) src += fmt::format("{} ---- kernel {} of {}\n", comment, k + 1, kernels.size());
         src += text;
         symbol += (symbol.empty() ? "" : "+") + name;

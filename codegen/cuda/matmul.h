@@ -1,6 +1,6 @@
 // codegen/cuda/matmul.h -- matmul of integer dtypes on CUDA, which cuBLAS does not do: a thread
 // per output element, summing in 64-bit integers as the CPU's loop does (the result wraps into
-// the dtype), any strides. Float matmuls go to cuBLAS (runtime/cuda_kernels.h: gemm).
+// the dtype), any strides. Float matmuls go to cuBLAS (cuda/libraries.h: gemm).
 #pragma once
 
 #include <string>

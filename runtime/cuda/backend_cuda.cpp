@@ -1,5 +1,5 @@
 // runtime/cuda/backend_cuda.cpp -- the CUDA DeviceBackend: memory from each device's caching
-// allocator, op kernels from the table (runtime/cuda_kernels.h), copies between the host and
+// allocator, op kernels from the table (runtime/cuda_internal.h), copies between the host and
 // the devices queued on the current stream, and synchronization. Registered when the library
 // loads; without a driver, each use says why CUDA is unavailable.
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda/context_cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "runtime/check.h"
 #include "runtime/ops/loops.h"
 
@@ -40,7 +40,7 @@ class CudaBackend final : public DeviceBackend {
 
   void run(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) override {
     OpKernel k = g_kernels[static_cast<size_t>(id)].load(std::memory_order_acquire);
-    KILN_CHECK(k, "{}: no CUDA kernel for this op ({}); this kiln's CUDA kernels are installed by its jit library",
+    KILN_CHECK(k, "{}: no CUDA kernel for this op ({}); this kiln's CUDA kernels are installed by its CUDA layer (cuda/)",
                op_name(id), out.type().str());
     bind(out.device().index, op_name(id));
     k(id, in, attrs, out);
@@ -137,8 +137,8 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     CopyKernel k = g_copy.load(std::memory_order_acquire);
-    KILN_CHECK(k, "copy: no CUDA copy kernel to write {} into {}; this kiln's CUDA kernels are installed by its jit "
-               "library", src.type().str(), dst.type().str());
+    KILN_CHECK(k, "copy: no CUDA copy kernel to write {} into {}; this kiln's CUDA kernels are installed by its CUDA "
+               "layer (cuda/)", src.type().str(), dst.type().str());
     k(src, dst);
   }
 };
@@ -148,10 +148,11 @@ const bool g_registered = (register_backend(DeviceType::CUDA, &g_backend), true)
 
 }  // namespace
 
-void set_op_kernel(OpId id, OpKernel kernel) { g_kernels[static_cast<size_t>(id)].store(kernel, std::memory_order_release); }
+void install_kernels(std::span<const OpKernelEntry> table, CopyKernel copy) {
+  for (const OpKernelEntry& e : table) g_kernels[static_cast<size_t>(e.op)].store(e.kernel, std::memory_order_release);
+  g_copy.store(copy, std::memory_order_release);
+}
 
 OpKernel op_kernel(OpId id) { return g_kernels[static_cast<size_t>(id)].load(std::memory_order_acquire); }
-
-void set_copy_kernel(CopyKernel kernel) { g_copy.store(kernel, std::memory_order_release); }
 
 }  // namespace kiln::cuda

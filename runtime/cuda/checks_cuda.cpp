@@ -1,5 +1,5 @@
 // runtime/cuda/checks_cuda.cpp -- eager index checks deferred to the next call that waits for
-// the device (runtime/cuda_kernels.h): a gather or scatter writes its error flag into a slot of
+// the device (runtime/cuda_internal.h): a gather or scatter writes its error flag into a slot of
 // its device's flags and returns; the flags are read when the program next synchronizes
 // (to(cpu), item(), cuda::synchronize(), a stream's synchronize) or when the slots run out, as
 // CUDA reports its own kernels' errors. cuda::set_sync_index_checks(true), or
@@ -16,7 +16,7 @@
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 
 namespace kiln::cuda {
 namespace {

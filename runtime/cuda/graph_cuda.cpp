@@ -1,12 +1,12 @@
 // runtime/cuda/graph_cuda.cpp -- CUDA graphs: stream capture into a private memory pool, and
-// replay (runtime/cuda_kernels.h). jit/cuda_graph.cpp decides what to capture.
+// replay (runtime/cuda_internal.h). cuda/graph.cpp decides what to capture.
 #include <fmt/format.h>
 
 #include <map>
 #include <mutex>
 
 #include "runtime/cuda/context_cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "runtime/check.h"
 
 namespace kiln::cuda {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/cuda/context_cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "runtime/check.h"
 
 namespace kiln::cuda {

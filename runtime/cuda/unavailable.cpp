@@ -1,12 +1,12 @@
-// runtime/cuda/unavailable.cpp -- runtime/cuda.h and runtime/cuda_kernels.h in a kiln built without
-// the CUDA toolkit (KILN_CUDA=OFF, or no cuda.h at configure time): no device, and each use says
+// runtime/cuda/unavailable.cpp -- runtime/cuda.h and runtime/cuda_internal.h in a kiln built
+// without the CUDA toolkit (KILN_CUDA=OFF, or no cuda.h at configure time): no device, and each use says
 // why. CUDA tensors are then refused by the device registry (runtime/backend.cpp).
 #include <fmt/format.h>
 
 #include <atomic>
 
 #include "runtime/cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "runtime/error.h"
 
 namespace kiln::cuda {
@@ -54,36 +54,16 @@ bool is_pinned(const void*) { return false; }
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 
-void set_op_kernel(OpId, OpKernel) {}
+void install_kernels(std::span<const OpKernelEntry>, CopyKernel) {}
 OpKernel op_kernel(OpId) { return nullptr; }
-void set_copy_kernel(CopyKernel) {}
 DeviceFunction load_function(int, const std::string&, const std::string&) { unavailable("cuda kernel"); }
 void launch(const DeviceFunction&, const unsigned*, const unsigned*, size_t, void**) { unavailable("cuda kernel launch"); }
 int compute_capability(int) { unavailable("cuda device"); }
-void gemm(int, DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, int64_t, const void*, int64_t,
-          int64_t, void*, int64_t, int64_t, int64_t) {
-  unavailable("matmul");
-}
 int multiprocessor_count(int) { unavailable("cuda device"); }
-bool gemm_epilogue(int, DType, Epilogue, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, const void*,
-                   int64_t, const void*, void*, int64_t, std::string* why) {
-  *why = kReason;
-  return false;
-}
-EpilogueStats epilogue_stats() { return {}; }
 bool sync_index_checks() { return false; }
 void set_sync_index_checks(bool) {}
 Tensor deferred_check_flag(int, const char*, int64_t) { unavailable("index checks"); }
 void read_deferred_checks(int) {}
-std::optional<RnnForward> rnn_forward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&,
-                                      std::span<const Tensor>, bool, std::string* why) {
-  *why = kReason;
-  return std::nullopt;
-}
-RnnGrads rnn_backward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&, const RnnForward&, const Tensor&,
-                      const Tensor&, const Tensor&, bool) {
-  unavailable("rnn backward");
-}
 CapturedGraph::~CapturedGraph() { (void)device_, (void)exec_, (void)pool_, (void)stream_; }
 void CapturedGraph::launch() const { unavailable("cuda graph"); }
 Stream capture_stream(int) { unavailable("cuda graph capture"); }

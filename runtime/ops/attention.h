@@ -1,5 +1,5 @@
 // runtime/ops/attention.h -- what every kernel of the fused attention ops reads (the CPU's in
-// runtime/ops/attention.cpp, CUDA's in jit/cuda_attention.cpp): the operands by role, the sizes,
+// runtime/ops/attention.cpp, CUDA's in cuda/attention.cpp): the operands by role, the sizes,
 // the mask's layout, the dropout's draw, the packed gradients' layout, and the composite that
 // is the ops' meaning.
 //

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "codegen/cuda/attention.h"
-#include "codegen/cuda/nvrtc.h"
-#include "jit/cuda_eager.h"
+#include "cuda/nvrtc.h"
+#include "cuda/op_kernels.h"
 #include "jit/trace.h"
 #include "tests/jit/jit_test_util.h"
 #include "tests/cuda/cuda_test.h"
@@ -158,10 +158,10 @@ TEST(CudaAttention, HalfTypesTakeTheTensorCores) {
   k.e = 64, k.ev = 64;
   for (DType t : {DType::F16, DType::BF16, f32, f64}) {
     k.dtype = t;
-    EXPECT_EQ(jit::cuda_eager::attention_takes_mma(k, 0), t == DType::F16 || t == DType::BF16) << dtype_name(t);
+    EXPECT_EQ(cuda::attention_takes_mma(k, 0), t == DType::F16 || t == DType::BF16) << dtype_name(t);
   }
   k.dtype = DType::BF16, k.e = 160;
-  EXPECT_FALSE(jit::cuda_eager::attention_takes_mma(k, 0));
+  EXPECT_FALSE(cuda::attention_takes_mma(k, 0));
   for (DType t : {DType::F16, DType::BF16})
     for (int64_t e : {1, 40, 128})
       for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
@@ -180,7 +180,7 @@ TEST(CudaAttention, HalfTypesTakeTheTensorCores) {
 TEST(Nvrtc, CompilesTheAttentionKernels) {
   if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
-  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   using codegen::CudaAttentionMask;
   struct Variant {
     DType dtype;
@@ -201,7 +201,7 @@ TEST(Nvrtc, CompilesTheAttentionKernels) {
       k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 ? 64 : 128, k.ev = 40, k.mask = v.mask;
       k.causal = v.causal, k.dropout = v.dropout, k.mma = v.mma;
       std::string src = codegen::cuda_attention_kernel(k);
-      for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_kernel").empty());
+      for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_kernel").empty());
     }
 }
 

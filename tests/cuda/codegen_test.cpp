@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "codegen/cuda/emit.h"
-#include "codegen/cuda/nvrtc.h"
+#include "cuda/nvrtc.h"
 #include "ir/graph.h"
 #include "ir/passes.h"
-#include "jit/cuda_group.h"
+#include "cuda/group.h"
 #include "jit/executable.h"
 #include "jit/run.h"
 #include "tests/cuda/cuda_test.h"
@@ -128,7 +128,7 @@ std::vector<Tensor> run_on_cuda(const ir::Node& group, const std::vector<Tensor>
     t.device = cuda::device(0);
     outs.push_back(Tensor::empty(t));
   }
-  jit::run_group_cuda(group, dev, outs, eager);
+  cuda::run_group(group, dev, outs, eager);
   std::vector<Tensor> host;
   for (const Tensor& y : outs) host.push_back(y.to(cpu));
   return host;
@@ -181,7 +181,7 @@ TEST(CudaGroupLayout, ReadsTransposedAndBroadcastOperandsInPlace) {
   Tensor b = randn({5}).to(cuda::device(0));
   Tensor out = Tensor::empty({f32, {8, 5}, cuda::device(0)});
   std::vector<Tensor> ins = {a, b};
-  jit::run_group_cuda(group, ins, {&out, 1}, false);
+  cuda::run_group(group, ins, {&out, 1}, false);
   Tensor want = exp(base.to(cpu).t() * b.to(cpu));
   EXPECT_TRUE(test::all_close(out.to(cpu), want.to_vector<double>(), {8, 5}));
 }
@@ -190,7 +190,7 @@ TEST(CudaGroupLayout, ReadsTransposedAndBroadcastOperandsInPlace) {
 TEST(Nvrtc, CompilesTheGroupsKernels) {
   if (on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
-  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   for (const Group& c : kGroups) {
     SCOPED_TRACE(c.name);
     ir::Graph g = ir::parse(c.text);
@@ -208,7 +208,7 @@ TEST(Nvrtc, CompilesTheGroupsKernels) {
         o.immediates_as_args = o.generic_strides = args;
         o.rows_by = rows_by;
         std::string src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
-        for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_group").empty());
+        for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_group").empty());
         if (ka.layout.reduced == 0) continue;
         // The same kernel with a last block that runs combines (the group's own body stands
         // in for them: the text is what is compiled), one per way of mapping rows.
@@ -216,7 +216,7 @@ TEST(Nvrtc, CompilesTheGroupsKernels) {
                       {group.body.get(), ka.layout, codegen::CudaRows::Block}};
         src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
         EXPECT_NE(src.find("kiln_combine1(a.combine1, 0, 1);"), std::string::npos);
-        for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_group").empty());
+        for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_group").empty());
       }
   }
 }

@@ -12,7 +12,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/cuda_kernels.h"
+#include "cuda/libraries.h"
+#include "runtime/cuda_internal.h"
 #include "runtime/op.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"

@@ -99,7 +99,7 @@ void check_program(uint64_t seed) {
   std::vector<Tensor> traced = f.call(args);
   expect_close_to_cpu(traced, want, "traced on cuda:0");
   fused_kernels += static_cast<int>(f.stats().kernels);
-  // The second call is captured as a CUDA graph and the third replays it (jit/cuda_graph.h):
+  // The second call is captured as a CUDA graph and the third replays it (cuda/graph.h):
   // the same bits as the launches they replace.
   f.call(args);
   std::vector<Tensor> replayed = f.call(args);

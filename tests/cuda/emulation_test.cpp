@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda/nvrtc.h"
-#include "runtime/cuda_kernels.h"
+#include "cuda/nvrtc.h"
+#include "runtime/cuda_internal.h"
 
 namespace kiln {
 namespace {
@@ -65,7 +65,7 @@ std::string with_sync(const char* src, bool sync) {
 }
 
 cuda::DeviceFunction load(const std::string& src, const std::string& name) {
-  std::string cubin = codegen::cuda::compile_cubin(src, cuda::compute_capability(0), name);
+  std::string cubin = cuda::compile_cubin(src, cuda::compute_capability(0), name);
   return cuda::load_function(0, cubin, name);
 }
 
@@ -153,15 +153,15 @@ extern "C" __global__ void hidden(float* out) {
 // The toolkit's NVRTC compiles the same CUDA C for the architectures kiln supports.
 TEST(Nvrtc, CompilesTheEmulationKernelsForSm80AndSm90) {
   if (host_driver_and_nvrtc()) GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
-  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   for (int arch : {80, 90}) {
-    EXPECT_FALSE(codegen::cuda::compile_cubin(with_sync(kBlockSum, true), arch, "block_sum").empty());
-    EXPECT_FALSE(codegen::cuda::compile_cubin(with_sync(kWarpSum, true), arch, "warp_sum").empty());
-    std::string ptx = codegen::cuda::compile_ptx(with_sync(kWarpSum, true), arch, "warp_sum");
+    EXPECT_FALSE(cuda::compile_cubin(with_sync(kBlockSum, true), arch, "block_sum").empty());
+    EXPECT_FALSE(cuda::compile_cubin(with_sync(kWarpSum, true), arch, "warp_sum").empty());
+    std::string ptx = cuda::compile_ptx(with_sync(kWarpSum, true), arch, "warp_sum");
     EXPECT_NE(ptx.find(".entry warp_sum"), std::string::npos) << ptx.substr(0, 400);
   }
   try {
-    codegen::cuda::compile_cubin("extern \"C\" __global__ void broken( {", 90, "broken");
+    cuda::compile_cubin("extern \"C\" __global__ void broken( {", 90, "broken");
     ADD_FAILURE() << "a kernel with a syntax error compiled";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kernel broken does not compile for sm_90"), std::string::npos) << e.what();

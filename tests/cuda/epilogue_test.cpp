@@ -8,7 +8,8 @@
 
 #include <cstdlib>
 
-#include "runtime/cuda_kernels.h"
+#include "cuda/libraries.h"
+#include "runtime/cuda_internal.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/jit/jit_test_util.h"
 

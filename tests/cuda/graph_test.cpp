@@ -1,5 +1,5 @@
-// tests/cuda/graph_test.cpp -- CUDA graphs: stream capture and replay (runtime/cuda_kernels.h)
-// and compiled plans replayed as graphs (jit/cuda_graph.h): a replay gives the results of the
+// tests/cuda/graph_test.cpp -- CUDA graphs: stream capture and replay (runtime/cuda_internal.h)
+// and compiled plans replayed as graphs (cuda/graph.h): a replay gives the results of the
 // launches it replaces, bit for bit, forward, through the compiled backward and as a whole
 // training step. On the host CUDA, whose driver records a captured stream's work and queues it
 // again at each launch, and on a GPU. Which plans replay is decided without a device
@@ -14,7 +14,7 @@
 #include "ir/passes.h"
 #include "jit/executable.h"
 #include "jit/trace.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/jit/jit_test_util.h"
 

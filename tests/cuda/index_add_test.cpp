@@ -1,4 +1,4 @@
-// tests/cuda/index_add_test.cpp -- index_add on CUDA (jit/cuda_indexed.cpp's sorted path: the
+// tests/cuda/index_add_test.cpp -- index_add on CUDA (cuda/indexed.cpp's sorted path: the
 // index sorted once, then a thread per run of equal indices and column): the CPU's sums bit for
 // bit, with many repeats, negative indices, views, a length that is no power of two, f16 (in
 // f32, rounded once) and integers; an embedding's gradient; and the error for a bad index.
@@ -7,7 +7,7 @@
 #include <kiln/kiln.h>
 
 #include "codegen/cuda/indexed.h"
-#include "codegen/cuda/nvrtc.h"
+#include "cuda/nvrtc.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
 
@@ -103,11 +103,11 @@ TEST(CudaScatterAdd, SumsInTheCpusOrderSortedOrWalked) {
 TEST(Nvrtc, CompilesTheIndexAddKernels) {
   if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
-  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   for (const std::string& src : {codegen::cuda_index_keys_kernel(DType::I32), codegen::cuda_bitonic_kernel(),
                                  codegen::cuda_segment_add_kernel(f32, 3), codegen::cuda_scatter_keys_kernel(DType::I64, 2),
                                  codegen::cuda_scatter_segment_kernel(f32, 2)})
-    for (int arch : {80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(src, arch, "kiln_kernel").empty());
+    for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_kernel").empty());
 }
 
 }  // namespace

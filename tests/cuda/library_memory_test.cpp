@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "codegen/cuda/emit.h"
-#include "codegen/cuda/nvrtc.h"
+#include "cuda/nvrtc.h"
 #include "runtime/cuda/handles_cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/cuda/full_device.h"
 
@@ -85,7 +85,7 @@ TEST(CudaLibraryMemory, AModuleLoadsOnADeviceFullOfCachedBlocks) {
   const std::string source = codegen::cuda_prelude() + "// " +
                              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
                              "\nextern \"C\" __global__ void kiln_kernel(const long long* a) {}\n";
-  const std::string image = codegen::cuda::compile_cubin(source, cuda::compute_capability(0), "kiln_kernel");
+  const std::string image = cuda::compile_cubin(source, cuda::compute_capability(0), "kiln_kernel");
   NearlyFull full(int64_t{24} << 20, int64_t{512} << 10);  // a module takes 1 MiB
   const int64_t cached = cuda::memory_stats(0).cached;
   EXPECT_GE(cached, int64_t{24} << 20);

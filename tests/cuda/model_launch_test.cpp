@@ -13,7 +13,7 @@
 
 #include "examples/models/zoo.h"
 #include "ir/graph.h"
-#include "jit/cuda_group.h"
+#include "cuda/group.h"
 #include "jit/trace.h"
 #include "tests/cuda/cuda_test.h"
 
@@ -64,7 +64,7 @@ TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
     ++groups;
     std::vector<std::string> results;
     for (uint32_t v : n.results) results.push_back(g.type(v).str());
-    std::vector<codegen::CudaLaunch> launches = jit::plan_group_launches(n, kSms);
+    std::vector<codegen::CudaLaunch> launches = cuda::plan_group_launches(n, kSms);
     for (size_t k = 0; k < launches.size(); ++k) {
       const codegen::CudaLaunch& l = launches[k];
       if (l.rows * l.cols < codegen::kFillWork) continue;

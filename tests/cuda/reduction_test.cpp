@@ -124,7 +124,7 @@ TEST_P(CudaReduceLayout, TracedReductionsMatchTheCpu) {
   Dims axes = c.axes;
   // A terminal sum (its parts may be cut) beside a variance, which reads a mean, a
   // normalization reading both, and full outputs that read no reduction: where the rows are
-  // too few, the groups run as stages (jit/cuda_stages.h).
+  // too few, the groups run as stages (cuda/stages.h).
   auto fn = [axes](std::span<const Tensor> in) {
     Tensor x = in[0], mean = x.mean(axes, true), d = x - mean;
     Tensor var = (d * d).mean(axes, true), r = relu(x);

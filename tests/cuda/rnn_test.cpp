@@ -1,5 +1,5 @@
 // tests/cuda/rnn_test.cpp -- LSTM and GRU on CUDA through cuDNN's RNN API (nn/recurrent_cudnn.cpp,
-// runtime/cuda/rnn_cuda.cpp) against the CPU's unrolled composite: values and the gradients of
+// cuda/rnn_cuda.cpp) against the CPU's unrolled composite: values and the gradients of
 // the input, the initial states and every param, for layers, directions, bias or none,
 // batch_first, unbatched input, f32 and f64; kiln's dropout between layers; gradients of
 // gradients through the composite fallback; autocast; what keeps the composite (a cuDNN that

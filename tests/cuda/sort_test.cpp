@@ -1,4 +1,4 @@
-// tests/cuda/sort_test.cpp -- argsort, sort and topk on CUDA (jit/cuda_sort.cpp): the CPU's
+// tests/cuda/sort_test.cpp -- argsort, sort and topk on CUDA (cuda/sort.cpp): the CPU's
 // order, index for index, on every dtype, both directions, rows short enough to be ranked and
 // long enough to take several radix tiles, with ties, NaN, -0, infinities and integer extremes;
 // topk through radix select (ties at the k-th value, rows all equal) and through a whole sort;
@@ -11,7 +11,7 @@
 
 #include <limits>
 
-#include "codegen/cuda/nvrtc.h"
+#include "cuda/nvrtc.h"
 #include "codegen/cuda/sort.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
@@ -124,7 +124,7 @@ TEST(CudaSort, PathsArePureFunctionsOfTheShape) {
 TEST(Nvrtc, CompilesTheSortKernels) {
   if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
-  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   std::vector<std::string> sources = {codegen::cuda_radix_scan_kernel(), codegen::cuda_radix_select_kernel(),
                                       codegen::cuda_radix_finish_kernel()};
   for (DType t : {f32, f64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::Bool}) {
@@ -134,10 +134,10 @@ TEST(Nvrtc, CompilesTheSortKernels) {
     sources.push_back(codegen::cuda_radix_histogram_kernel(t));
   }
   // Every text for sm_90; the dtypes share all but the key's few lines, so sm_80 takes f32's.
-  for (const std::string& src : sources) EXPECT_FALSE(codegen::cuda::compile_cubin(src, 90, "kiln_kernel").empty());
+  for (const std::string& src : sources) EXPECT_FALSE(cuda::compile_cubin(src, 90, "kiln_kernel").empty());
   for (const std::string& src : {codegen::cuda_radix_count_kernel(f32), codegen::cuda_radix_scatter_kernel(f32),
                                  codegen::cuda_radix_histogram_kernel(f32), codegen::cuda_order_kernel(f32)})
-    EXPECT_FALSE(codegen::cuda::compile_cubin(src, 80, "kiln_kernel").empty());
+    EXPECT_FALSE(cuda::compile_cubin(src, 80, "kiln_kernel").empty());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// tests/cuda/target_test.cpp -- what kiln builds for a device (codegen/cuda/nvrtc.h): a cubin
+// tests/cuda/target_test.cpp -- what kiln builds for a device (cuda/nvrtc.h): a cubin
 // for an architecture NVRTC knows, PTX for the newest it knows below a newer device (which the
 // driver compiles), an error naming both when it knows nothing at or below it; on the host CUDA
 // a device made to say sm_120 runs a kernel through that PTX. bf16 stores compile for sm_75,
@@ -12,17 +12,17 @@
 #include <string>
 
 #include "codegen/cuda/emit.h"
-#include "codegen/cuda/nvrtc.h"
-#include "jit/kernels.h"
+#include "cuda/nvrtc.h"
+#include "cuda/kernel_cache.h"
 #include "runtime/cuda/library_cuda.h"
-#include "runtime/cuda_kernels.h"
+#include "runtime/cuda_internal.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
 
 namespace kiln {
 namespace {
 
-using codegen::cuda::cuda_target;
+using cuda::cuda_target;
 
 TEST(CudaTarget, ACubinWhereNvrtcKnowsTheDevicePtxBeyondIt) {
   const std::vector<int> cuda13 = {75, 80, 86, 89, 90, 100, 120};
@@ -48,7 +48,7 @@ extern "C" __global__ void kiln_kernel(long long* out) { *out = 42; }
   Tensor out = zeros({1}, DType::I64, test::kGpu);
   try {
     EXPECT_EQ(cuda::compute_capability(0), 120);
-    jit::CudaKernel k = jit::cuda_kernel_for(source, 0);
+    cuda::CompiledKernel k = cuda::kernel_for(source, 0);
     void* p = out.data_ptr();
     void* args[] = {&p};
     unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
@@ -90,11 +90,11 @@ TEST(CudaLibraries, ALibraryNewerThanTheDriverIsSkippedAndNamed) {
 TEST(Nvrtc, Bf16StoresCompileBeforeSm80) {
   if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
-  if (!codegen::cuda::nvrtc_available()) GTEST_SKIP() << codegen::cuda::nvrtc_unavailable_reason();
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   const std::string source = codegen::cuda_prelude() + R"(
 extern "C" __global__ void kiln_kernel(unsigned short* out, const float* x) { out[threadIdx.x] = kiln_f2bf(x[threadIdx.x]); }
 )";
-  for (int arch : {75, 80, 90}) EXPECT_FALSE(codegen::cuda::compile_cubin(source, arch, "kiln_kernel").empty()) << arch;
+  for (int arch : {75, 80, 90}) EXPECT_FALSE(cuda::compile_cubin(source, arch, "kiln_kernel").empty()) << arch;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // tests/jit/cuda_graph_decision_test.cpp -- which compiled plans replay as CUDA graphs
-// (jit/cuda_graph.h), decided from the plan alone: no device is needed, so these run on every
+// (jit/graph_replay.h), decided from the plan alone: no device is needed, so these run on every
 // build. Capture and replay themselves run on the host CUDA (tests/cuda/graph_test.cpp).
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "jit/cuda_graph.h"
+#include "jit/graph_replay.h"
 
 namespace kiln::jit {
 namespace {

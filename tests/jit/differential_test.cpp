@@ -8,7 +8,7 @@
 #include <random>
 
 #include "ir/passes.h"
-#include "jit/kernels.h"
+#include "jit/kernel_cache.h"
 #include "jit/run.h"
 #include "jit/tracer.h"
 #include "jit_test_util.h"

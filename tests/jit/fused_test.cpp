@@ -15,7 +15,7 @@
 #include "codegen/backend.h"
 #include "ir/passes.h"
 #include "jit/executable.h"
-#include "jit/kernels.h"
+#include "jit/kernel_cache.h"
 #include "jit/run.h"
 #include "runtime/log.h"
 #include "jit_test_util.h"

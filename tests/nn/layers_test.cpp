@@ -1,6 +1,6 @@
 // tests/nn/layers_test.cpp -- the standard layers against direct functional calls and loop
-// references computed here in double, their PyTorch-style initialization, dropout, and the
-// init functions' distributions.
+// references computed here in double, their PyTorch-style initialization, dropout, the init
+// functions' distributions, and Embedding's padding row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -291,4 +291,20 @@ TEST(Init, FillersWorkOnParametersThatRequireGrad) {
   expect_close(p, std::vector<double>(6, 5), 0);
   EXPECT_TRUE(p.is_leaf());
   EXPECT_TRUE(p.requires_grad());
+}
+
+TEST(Embedding, APaddingRowStartsAtZeroAndGetsNoGradient) {
+  nn::Embedding e(5, 3, 1);
+  expect_close(e.weight.select(0, 1).contiguous(), {0, 0, 0}, 0, 0);
+  nn::Embedding last(5, 3, -1);
+  expect_close(last.weight.select(0, 4).contiguous(), {0, 0, 0}, 0, 0);
+  Tensor ids = from_vector(std::vector<int64_t>{1, 2, 1, 0}, {2, 2});
+  Tensor out = e(ids);
+  EXPECT_EQ(out.shape(), (Dims{2, 2, 3}));
+  expect_close(out.select(0, 0).select(0, 1).contiguous(), e.weight.select(0, 2).contiguous().to_vector<double>(), 0, 0);
+  (out * 2.0).sum().backward();
+  std::vector<double> g = e.weight.grad().to_vector<double>();
+  std::vector<double> want{2, 2, 2, 0, 0, 0, 2, 2, 2, 0, 0, 0, 0, 0, 0};  // rows 0 and 2 read once; row 1 padding
+  EXPECT_EQ(g, want);
+  expect_error([] { nn::Embedding(5, 3, 5); }, {"Embedding", "padding_idx 5", "5 embeddings"});
 }

@@ -1,5 +1,6 @@
 // tests/nn/module_test.cpp -- Module: the parameter registry with dotted names, train/eval,
-// state_dict save and load with its errors, and dtype conversion that keeps handles valid.
+// state_dict save and load with its errors, and dtype conversion that keeps handles valid;
+// ModuleList, ModuleDict and Identity; tied weights listed once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/unit/test_util.h"
 
@@ -296,4 +298,58 @@ TEST(Module, SequentialRunsItsLayersInOrder) {
   EXPECT_TRUE(allclose(seq(x), matmul(tanh(matmul(x, l1.weight.t()) + l1.bias), l2.weight.t()),
                        1e-6, 1e-6));
   expect_error([&] { seq.push_back(nullptr); }, {"Sequential", "null"});
+}
+
+TEST(Containers, ModuleListAndModuleDictRegisterTheirItems) {
+  nn::ModuleList list;
+  list.add<nn::Linear>(3, 4);
+  list.add<nn::Linear>(4, 2, false);
+  list.push_back(std::make_shared<nn::Identity>());
+  std::vector<std::string> names;
+  for (auto& [n, t] : list.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "1.weight"}));
+  EXPECT_EQ(list.size(), 3u);
+  Tensor x = randn({5, 3});
+  Tensor h = x;
+  for (size_t i = 0; i < list.size(); ++i) h = dynamic_cast<nn::UnaryModule&>(list[i])(h);
+  expect_close(h, list.at<nn::Linear>(1)(list.at<nn::Linear>(0)(x)).to_vector<double>(), 0, 0);
+  expect_error([&] { list.at<nn::Conv2d>(0); }, {"ModuleList", "item 0"});
+
+  nn::ModuleDict dict;
+  dict.add<nn::Linear>("encoder", 2, 2);
+  dict.add<nn::BatchNorm1d>("norm", 2);
+  EXPECT_EQ(dict.keys(), (std::vector<std::string>{"encoder", "norm"}));
+  EXPECT_TRUE(dict.contains("norm"));
+  EXPECT_EQ(dict.state_dict().count("norm.running_mean"), 1u);
+  dict.eval();
+  EXPECT_FALSE(dict["norm"].is_training());
+  expect_error([&] { dict["decoder"]; }, {"ModuleDict", "decoder", "encoder, norm"});
+  expect_error([&] { dict.add<nn::Identity>("norm"); }, {"taken"});
+  Tensor y = randn({2, 2});
+  EXPECT_EQ(nn::Identity()(y).data_ptr(), y.data_ptr());
+}
+
+
+TEST(Containers, ATiedWeightIsOneParameter) {
+  struct Lm : nn::Module {
+    nn::Embedding embed{10, 4};
+    nn::Linear head{4, 10, false};
+    Lm() {
+      head.weight = embed.weight;  // tied: one tensor, two modules
+      register_module("embed", embed);
+      register_module("head", head);
+    }
+  };
+  Lm lm;
+  EXPECT_EQ(lm.parameters().size(), 1u);
+  EXPECT_EQ(lm.named_parameters()[0].first, "embed.weight");
+  EXPECT_EQ(lm.state_dict().size(), 2u);  // both names, as torch's state_dict
+  // One SGD step moves it once, by the gradient both uses gave it.
+  Tensor before = lm.embed.weight.detach().clone();
+  optim::SGD opt(lm.parameters(), 0.5);
+  Tensor ids = from_vector(std::vector<int64_t>{1, 3});
+  linear(embedding(ids, lm.embed.weight), lm.head.weight).sum().backward();
+  Tensor g = lm.embed.weight.grad().clone();
+  opt.step();
+  expect_close(lm.head.weight, (before - g * 0.5).to_vector<double>(), 1e-6, 1e-6);
 }

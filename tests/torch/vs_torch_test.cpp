@@ -92,7 +92,7 @@ TEST(VsTorch, GroupNormAndBatchNorm1d) {
 
 TEST(VsTorch, Activations) {
   // Random points, none at a kink (where torch's one-sided choices are tested in
-  // tests/nn/layers_more_test.cpp).
+  // tests/nn/activation_test.cpp).
   KTensor x = kiln::randn({64}) * 4.0;
   namespace F = torch::nn::functional;
   auto check = [&](std::function<KTensor(const KTensor&)> kf, std::function<TTensor(const TTensor&)> tf) {

@@ -8,7 +8,7 @@
 #include "ir/graph.h"
 #include "ir/passes.h"
 #include "jit/executable.h"
-#include "jit/kernels.h"
+#include "jit/kernel_cache.h"
 #include "runtime/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

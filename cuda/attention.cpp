@@ -1,0 +1,173 @@
+// cuda/attention.cpp -- attention and attention_backward on CUDA: codegen/cuda/attention.h's
+// kernels, launched on the current stream. Head dims beyond the kernels' shared memory (or of
+// size 0) run the composite instead: correct, with the L x S weights in memory.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "codegen/cuda/attention.h"
+#include "cuda/launch.h"
+#include "cuda/op_kernels.h"
+#include "runtime/api.h"
+#include "runtime/autograd_meta.h"
+#include "runtime/check.h"
+#include "runtime/cuda_internal.h"
+#include "runtime/ops/attention.h"
+
+namespace kiln::cuda {
+namespace {
+
+using codegen::CudaAttention;
+using codegen::CudaAttentionPass;
+
+uint64_t bits_of(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+bool attention_takes_mma(CudaAttention k, int device) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTENTION_MMA");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || (k.dtype != DType::F16 && k.dtype != DType::BF16) || compute_capability(device) < 80) return false;
+  k.mma = true;
+  for (CudaAttentionPass pass : {CudaAttentionPass::Forward, CudaAttentionPass::Queries, CudaAttentionPass::Keys}) {
+    k.pass = pass;
+    if (codegen::cuda_attention_tile_rows(k) == 0) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// What every pass's argument struct holds, up to the result and the stats.
+struct Launch {
+  CudaAttention kernel;
+  attention::Sizes z;
+  std::vector<uint64_t> words;
+  int device = 0;
+  std::vector<Tensor> keep;  // the converted operands, alive until the launches are queued
+};
+
+Launch prepare(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  attention::Operands o = attention::operands_of(id, in, a);
+  Launch l;
+  l.z = attention::sizes_of(o);
+  l.device = out.device().index;
+  DType t = o.q.dtype(), ct = t == DType::F64 ? DType::F64 : DType::F32;
+  l.kernel.dtype = t;
+  l.kernel.e = l.z.e, l.kernel.ev = l.z.ev;
+  l.kernel.causal = a.causal;
+  l.kernel.dropout = o.state.defined();
+  l.kernel.mma = attention_takes_mma(l.kernel, l.device);
+  Tensor mask;
+  attention::MaskLayout ml;
+  if (o.mask.defined()) {
+    bool is_bool = o.mask.dtype() == DType::Bool;
+    l.kernel.mask = is_bool ? codegen::CudaAttentionMask::Bool : codegen::CudaAttentionMask::Float;
+    mask = is_bool ? o.mask : o.mask.to(ct);  // converted before it is broadcast
+    ml = attention::mask_layout(mask, o);
+    if (ml.batch_sizes.size() > 4) {  // batch dims that do not merge: the mask in full
+      Dims shape = attention::leading(o.q.shape(), 1);
+      shape.push_back(l.z.s);
+      mask = mask.expand(shape).contiguous();
+      ml = attention::mask_layout(mask, o);
+    }
+  }
+  Tensor q = o.q.contiguous(), k = o.k.contiguous(), v = o.v.contiguous();
+  Tensor fwd_out = o.out.defined() ? o.out.contiguous() : Tensor(), grad = o.grad.defined() ? o.grad.contiguous() : Tensor();
+  auto& w = l.words;
+  for (int64_t n : {l.z.batch, l.z.l, l.z.s, l.z.e, l.z.ev}) put(w, n);
+  for (const Tensor* x : {&q, &k, &v, &fwd_out, &grad, &mask}) put(w, x->defined() ? x->data_ptr() : nullptr);
+  put(w, static_cast<int64_t>(ml.batch_sizes.size()));
+  for (size_t d = 0; d < 4; ++d) put(w, d < ml.batch_sizes.size() ? ml.batch_sizes[d] : 1);
+  for (size_t d = 0; d < 4; ++d) put(w, d < ml.batch_strides.size() ? ml.batch_strides[d] : 0);
+  put(w, ml.row_stride);
+  put(w, ml.col_stride);
+  Tensor state = o.state.defined() ? o.state.contiguous() : Tensor();
+  put(w, state.defined() ? state.data_ptr() : nullptr);
+  double p = a.dropout_p.to_double();
+  w.push_back(bits_of(a.scale.to_double()));
+  w.push_back(bits_of(p > 0 ? 1.0 / (1.0 - p) : 1.0));
+  w.push_back(bits_of(1.0 - p));
+  l.keep = {q, k, v, fwd_out, grad, mask, state};
+  return l;
+}
+
+void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void* stats, int64_t rows) {
+  l.kernel.pass = pass;
+  std::vector<uint64_t> w = l.words;
+  put(w, result);
+  put(w, stats);
+  int per_block = codegen::cuda_attention_block_rows(l.kernel);
+  int64_t blocks = l.z.batch * ((rows + per_block - 1) / per_block);
+  launch_source(codegen::cuda_attention_kernel(l.kernel), w, blocks, l.device,
+                codegen::cuda_attention_shared_bytes(l.kernel));
+}
+
+// The kernels' head dims, or the composite's (and attention_backward's through autograd).
+bool fits_kernels(const attention::Sizes& z, DType t) {
+  CudaAttention k;
+  k.dtype = t, k.e = z.e, k.ev = z.ev;
+  for (CudaAttentionPass pass : {CudaAttentionPass::Forward, CudaAttentionPass::Queries, CudaAttentionPass::Keys}) {
+    k.pass = pass;
+    if (codegen::cuda_attention_tile_rows(k) == 0) return false;
+  }
+  return z.e > 0 && z.ev > 0;
+}
+
+void by_composite(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  attention::Operands o = attention::operands_of(id, in, a);
+  std::vector<Tensor> fwd = {o.q, o.k, o.v};
+  if (o.mask.defined()) fwd.push_back(o.mask);
+  if (o.state.defined()) fwd.push_back(o.state);
+  Tensor result;
+  if (id == OpId::Attention) {
+    GradModeGuard no_grad(false);
+    result = attention::composite(fwd, a);
+  } else {
+    GradModeGuard grad(true);
+    std::vector<Tensor> leaves;
+    for (int t = 0; t < 3; ++t) fwd[t] = fwd[t].detach().requires_grad_(), leaves.push_back(fwd[t]);
+    Tensor y = attention::composite(fwd, a);
+    Tensor g = (y * o.grad).sum();
+    Tensor outs[] = {g};
+    std::vector<Tensor> grads = autograd::grad(outs, leaves);
+    std::vector<Tensor> flat;
+    Dims batch = attention::leading(o.q.shape(), 2);
+    for (Tensor& x : grads) {
+      Dims shape = batch;
+      shape.push_back(-1);
+      flat.push_back(x.reshape(shape));
+    }
+    GradModeGuard no_grad(false);
+    result = cat(flat, -1);
+  }
+  GradModeGuard no_grad(false);
+  copy_on_device(result, out);
+}
+
+}  // namespace
+
+void attention_op(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  if (out.numel() == 0) return;
+  attention::Operands o = attention::operands_of(id, in, a);
+  attention::Sizes z = attention::sizes_of(o);
+  if (z.s == 0) return copy_on_device(zeros({}, out.dtype(), out.device()), out);  // no keys: empty sums
+  if (!fits_kernels(z, o.q.dtype())) return by_composite(id, in, a, out);
+  Launch l = prepare(id, in, a, out);
+  if (id == OpId::Attention) return run_pass(l, CudaAttentionPass::Forward, out.data_ptr(), nullptr, z.l);
+  DType ct = o.q.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor stats = Tensor::empty({ct, {z.batch * z.l, 2}, out.device()});
+  run_pass(l, CudaAttentionPass::Queries, out.data_ptr(), stats.data_ptr(), z.l);
+  run_pass(l, CudaAttentionPass::Keys, out.data_ptr(), stats.data_ptr(), z.s);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,40 @@
+// cuda/launch.cpp -- launching the hand-written kernels (cuda/launch.h).
+#include "cuda/launch.h"
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "codegen/cuda/emit.h"
+#include "cuda/kernel_cache.h"
+#include "runtime/cuda_internal.h"
+
+namespace kiln::cuda {
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = counts.find(device);
+  if (it == counts.end()) it = counts.emplace(device, std::max(1, multiprocessor_count(device))).first;
+  return it->second;
+}
+
+void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
+                   int64_t shared_bytes) {
+  blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
+  CompiledKernel k = kernel_for(source, device);
+  unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+  void* param = const_cast<uint64_t*>(args.data());
+  size_t shared = static_cast<size_t>(shared_bytes < 0 ? codegen::kCudaSharedBytes : shared_bytes);
+  launch(k.fn, grid, block, shared, &param);
+}
+int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
+
+void put(std::vector<uint64_t>& w, int64_t v) { w.push_back(static_cast<uint64_t>(v)); }
+void put(std::vector<uint64_t>& w, const void* p) { w.push_back(reinterpret_cast<uint64_t>(p)); }
+void put(std::vector<uint64_t>& w, const Dims& d) {
+  for (int64_t v : d) put(w, v);
+}
+
+}  // namespace kiln::cuda

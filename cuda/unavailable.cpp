@@ -1,0 +1,50 @@
+// cuda/unavailable.cpp -- cuda/nvrtc.h and cuda/libraries.h in a kiln built without the CUDA
+// toolkit (its *_cuda.cpp files need the toolkit's headers): each use says why. Without a
+// device the rest of the layer is never reached: CUDA tensors are refused first.
+#include <fmt/format.h>
+
+#include "cuda/libraries.h"
+#include "cuda/nvrtc.h"
+#include "runtime/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+const char* kReason = "kiln was built without CUDA (no CUDA toolkit at configure time)";
+
+[[noreturn]] void unavailable(const char* what) { throw Error(fmt::format("{}: CUDA is not available: {}", what, kReason)); }
+
+}  // namespace
+
+bool nvrtc_available() { return false; }
+std::string nvrtc_unavailable_reason() { return kReason; }
+std::string nvrtc_version() { unavailable("nvrtc"); }
+std::string nvrtc_options() { unavailable("nvrtc"); }
+std::string compile_cubin(const std::string&, int, const std::string&) { unavailable("nvrtc"); }
+std::string compile_ptx(const std::string&, int, const std::string&) { unavailable("nvrtc"); }
+std::vector<int> nvrtc_supported_archs() { return {}; }
+
+void gemm(int, DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, int64_t, const void*, int64_t,
+          int64_t, void*, int64_t, int64_t, int64_t) {
+  unavailable("matmul");
+}
+bool gemm_epilogue(int, DType, Epilogue, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, const void*,
+                   int64_t, const void*, void*, int64_t, std::string* why) {
+  *why = kReason;
+  return false;
+}
+EpilogueStats epilogue_stats() { return {}; }
+std::optional<RnnForward> rnn_forward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&,
+                                      std::span<const Tensor>, bool, std::string* why) {
+  *why = kReason;
+  return std::nullopt;
+}
+RnnGrads rnn_backward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor&, const RnnForward&, const Tensor&,
+                      const Tensor&, const Tensor&, bool) {
+  unavailable("rnn backward");
+}
+int64_t dnn_element_limit() { return 0; }
+void set_dnn_element_limit(int64_t) {}
+int64_t dnn_batch_chunk(const std::vector<std::pair<Dims, Dims>>&, int64_t) { unavailable("conv2d"); }
+
+}  // namespace kiln::cuda
