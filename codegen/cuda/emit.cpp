@@ -72,22 +72,7 @@ KernelLayout text_layout(const KernelLayout& l, const CudaEmitOptions& o) {
 namespace cuda_emit {
 
 KernelEmitter::KernelEmitter(const ir::Graph& b, const KernelLayout& l, const CudaEmitOptions& o)
-    : body(b), L(text_layout(l, o)), options(o), n_in(b.inputs.size()), n_out(b.outputs.size()) {
-  KILN_CHECK(L.inputs.size() == n_in && L.outputs.size() == n_out && L.rank >= 1 && L.rank <= 16,
-             "codegen: layout does not fit the group ({} inputs, {} outputs)", n_in, n_out);
-  producer.assign(b.types.size(), -1);
-  input_index.assign(b.types.size(), -1);
-  level.assign(b.types.size(), 0);
-  for (size_t k = 0; k < n_in; ++k) input_index[b.inputs[k]] = static_cast<int>(k);
-  for (size_t i = 0; i < b.nodes.size(); ++i) {
-    const ir::Node& n = b.nodes[i];
-    KILN_CHECK(n.kind == ir::NodeKind::Op || n.kind == ir::NodeKind::Const,
-               "codegen: a fused body holds only op and const nodes");
-    producer[n.result] = static_cast<int>(i);
-    int lv = 0;
-    for (uint32_t v : n.inputs) lv = std::max(lv, level[v]);
-    level[n.result] = lv + (n.kind == ir::NodeKind::Op && ir::fusible_reduction(n.op) ? 1 : 0);
-  }
+    : GroupLowering(b, text_layout(l, o)), options(o) {
   if (options.immediates_as_args)
     for (const CudaImmediate& m : cuda_immediates(b)) imm_index[{m.node, m.slot}] = static_cast<int>(imm_index.size());
 }
@@ -161,23 +146,12 @@ void KernelEmitter::unrolled_loop(const std::string& start, const std::string& l
 
 // The kernel's loops (emit.h), over the block index `kiln_block` of `kiln_grid` blocks.
 std::string KernelEmitter::loops() {
-  std::vector<Reduction> reds;
-  int max_level = 0;
-  for (const ir::Node& n : body.nodes) {
-    if (n.kind != ir::NodeKind::Op || !ir::fusible_reduction(n.op)) continue;
-    reds.push_back({n.result, n.op, accumulator_dtype(body.type(n.inputs[0]).dtype)});
-    max_level = std::max(max_level, level[n.result]);
-  }
-  std::vector<int> kept, reduced, all;
-  for (int d = 0; d < L.rank; ++d) {
-    (L.reduced >> d & 1 ? reduced : kept).push_back(d);
-    all.push_back(d);
-  }
+  const std::vector<ir::GroupReduction>& reds = ga.reductions;
   std::vector<std::string> idx(L.rank, "0");
   // Full outputs that read no reduction are stored in the first pass, as its loads compute them.
   early.assign(n_out, 0);
-  for (size_t o = 0; o < n_out; ++o) early[o] = !reds.empty() && full_output(o) && level[body.outputs[o]] == 0;
-  if (!reds.empty()) plan_stash(reds, max_level);
+  for (size_t o = 0; o < n_out; ++o) early[o] = !reds.empty() && full[o] && ga.level[body.outputs[o]] == 0;
+  if (!reds.empty()) stash = ga.plan_stash(full, early);
 
   e.indent = 1;
   if (reds.empty()) {
@@ -202,9 +176,9 @@ std::string KernelEmitter::loops() {
     e.line("const long long end = cols - first < a.chunk ? cols : first + a.chunk;");
     partials = true;
     coords(kept, "row", idx);
-    for (int lv = 1; lv <= max_level; ++lv) {
-      for (const Reduction& r : reds) {
-        if (level[r.value] != lv) continue;
+    for (int lv = 1; lv <= ga.max_level; ++lv) {
+      for (const ir::GroupReduction& r : reds) {
+        if (ga.level[r.value] != lv) continue;
         std::string a = e.temp();
         e.line(fmt::format("{} {} = {};", cname(ct_of(r.acc)), a, identity(r.op, r.acc)));
         acc[r.value] = Val(&e, a, ct_of(r.acc));
@@ -213,7 +187,7 @@ std::string KernelEmitter::loops() {
       // and the combines, in index order (each thread's order, so the bits do not change).
       struct Inputs {
         std::vector<std::string> jx;
-        std::vector<std::pair<const Reduction*, Val>> in;  // per reduction of this level
+        std::vector<std::pair<const ir::GroupReduction*, Val>> in;  // per reduction of this level
         std::vector<std::pair<size_t, Val>> out;           // the first pass: its early outputs
       };
       unrolled_loop(
@@ -222,16 +196,16 @@ std::string KernelEmitter::loops() {
             Inputs t{idx, {}, {}};
             coords(reduced, j, t.jx);
             std::map<uint32_t, Val> memo;
-            for (const Reduction& r : reds)
-              if (level[r.value] == lv) t.in.emplace_back(&r, value(body.nodes[producer[r.value]].inputs[0], t.jx, memo));
+            for (const ir::GroupReduction& r : reds)
+              if (ga.level[r.value] == lv) t.in.emplace_back(&r, value(body.nodes[ga.producer[r.value]].inputs[0], t.jx, memo));
             for (size_t o = 0; o < n_out && lv == 1; ++o)
               if (early[o]) t.out.emplace_back(o, value(body.outputs[o], t.jx, memo));
             return t;
           },
           [&](const Inputs& t) {
             for (const auto& [r, in] : t.in) {
-              uint32_t u = body.nodes[producer[r->value]].inputs[0];
-              if (auto st = stash.find(u); st != stash.end() && lv == max_level) store(st->second, in, t.jx);
+              uint32_t u = body.nodes[ga.producer[r->value]].inputs[0];
+              if (auto st = stash.find(u); st != stash.end() && lv == ga.max_level) store(st->second, in, t.jx);
               Val x = e.cast(in, body.type(u).dtype, r->acc);
               const std::string& a = acc[r->value].x;
               e.line(fmt::format("{} = {};", a, combine(r->op, r->acc, a, x.as(ct_of(r->acc)))));
@@ -239,16 +213,16 @@ std::string KernelEmitter::loops() {
             for (const auto& [o, v] : t.out) store(o, v, t.jx);
           });
       if (by_block)
-        for (const Reduction& r : reds)
-          if (level[r.value] == lv) block_reduce(r, acc[r.value].x);
+        for (const ir::GroupReduction& r : reds)
+          if (ga.level[r.value] == lv) block_reduce(r, acc[r.value].x);
       std::map<uint32_t, Val> done;  // reduced outputs this level completed
       bool any = false;
-      for (size_t o = 0; o < n_out; ++o) any = any || (!full_output(o) && level[body.outputs[o]] == lv);
+      for (size_t o = 0; o < n_out; ++o) any = any || (!full_output(o) && ga.level[body.outputs[o]] == lv);
       if (any) {
         if (by_block) e.line("if (threadIdx.x == 0) {");
         e.indent += by_block;
         for (size_t o = 0; o < n_out; ++o)
-          if (!full_output(o) && level[body.outputs[o]] == lv) store(o, value(body.outputs[o], idx, done), idx);
+          if (!full_output(o) && ga.level[body.outputs[o]] == lv) store(o, value(body.outputs[o], idx, done), idx);
         e.indent -= by_block;
         if (by_block) e.line("}");
       }

@@ -15,8 +15,8 @@
 #include <limits>
 #include <utility>
 
+#include "codegen/lower.h"
 #include "runtime/check.h"
-#include "runtime/ops/formulas.h"
 
 namespace kiln::codegen::cuda_emit {
 
@@ -205,36 +205,6 @@ Val fabs(const Val& x) {
   return select(x < Val(0), -x, x);
 }
 
-// A formula's result as a value: comparisons give masks, held as bool (0 or 1).
-Val result(Emitter&, const Val& v) { return v; }
-Val result(Emitter& e, const Mask& m) { return e.bool_of(m); }
-
-template <class Fm, size_t... K>
-Val apply_formula(Emitter& e, const std::vector<Val>& a, std::index_sequence<K...>) {
-  return result(e, Fm::f(a[K]...));
-}
-
-Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a) {
-  switch (op) {
-#define KILN_CASE_Pointwise(Name, arity) \
-  case OpId::Name: return apply_formula<fm::Name>(e, a, std::make_index_sequence<arity>());
-#define KILN_CASE_Cast(Name, arity)
-#define KILN_CASE_Reduce(Name, arity)
-#define KILN_CASE_View(Name, arity)
-#define KILN_CASE_Copy(Name, arity)
-#define KILN_CASE_Other(Name, arity)
-#define OP(Name, name, arity, family) KILN_CASE_##family(Name, arity)
-#include "runtime/ops.def"
-#undef OP
-#undef KILN_CASE_Pointwise
-#undef KILN_CASE_Cast
-#undef KILN_CASE_Reduce
-#undef KILN_CASE_View
-#undef KILN_CASE_Copy
-#undef KILN_CASE_Other
-    default: break;
-  }
-  throw Error(fmt::format("codegen: {} is not a pointwise op", op_name(op)));
-}
+Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a) { return lower::apply_pointwise(e, op, a); }
 
 }  // namespace kiln::codegen::cuda_emit

@@ -30,35 +30,6 @@
 
 namespace kiln::codegen::llvm_ir {
 
-// Picks stash entries: the input of a last-level reduction that some full output's final value
-// is computed from (not through a reduction), kept in that output (same dtype) between passes.
-template <class Full>
-void KernelEmitter::plan_stash(const std::vector<Reduction>& reds, int max_level, const Full& full_output) {
-  std::vector<char> taken(n_out, 0);
-  for (const Reduction& r : reds) {
-    if (level[r.value] != max_level) continue;
-    uint32_t v = body.nodes[producer[r.value]].inputs[0];
-    if (producer[v] < 0 || body.nodes[producer[v]].kind != ir::NodeKind::Op || stash.count(v)) continue;
-    for (size_t o = 0; o < n_out; ++o) {
-      if (taken[o] || !full_output(o) || body.type(body.outputs[o]).dtype != body.type(v).dtype) continue;
-      if (!reads(body.outputs[o], v)) continue;
-      stash[v] = o;
-      taken[o] = 1;
-      break;
-    }
-  }
-}
-// Whether computing `from` per element reads `v` (reductions' results are loaded, not
-// computed, in the final pass).
-bool KernelEmitter::reads(uint32_t from, uint32_t v) const {
-  if (from == v) return true;
-  int p = producer[from];
-  if (p < 0 || is_reduction(from)) return false;
-  for (uint32_t u : body.nodes[static_cast<size_t>(p)].inputs)
-    if (reads(u, v)) return true;
-  return false;
-}
-
 // Emits nested loops over `dims` (in order) around body(idx).
 void KernelEmitter::loops(const std::vector<int>& dims, size_t at, std::vector<std::string>& idx,
                           const std::function<void(std::vector<std::string>&)>& fn) {
@@ -99,8 +70,7 @@ void KernelEmitter::loops(const std::vector<int>& dims, size_t at, std::vector<s
 // cache line at a time, while this row's passes compute from cache: else each row's loads wait
 // for memory after the last row's compute instead of beside it (softmax over [4096,1024] on 2
 // threads: 2.2 to 1.75 ms). For a single reduced dim, the innermost, read with unit stride.
-void KernelEmitter::prefetch_next_row(std::vector<std::string>& ix, const std::vector<int>& kept,
-                                      const std::vector<int>& reduced) {
+void KernelEmitter::prefetch_next_row(std::vector<std::string>& ix) {
   int inner = L.rank - 1;
   if (kept.empty() || reduced.size() != 1 || reduced[0] != inner) return;
   int row = kept.back();
@@ -159,25 +129,14 @@ Val KernelEmitter::combine(OpId op, DType t, const Val& a, const Val& x) {
 // The kernel's loops, as the top of this file lays out: called by run() (emit.cpp) once the
 // entry block has loaded the sizes, strides and pointers.
 void KernelEmitter::emit_loops() {
-  std::vector<Reduction> reds;
-  int max_level = 0;
-  for (const ir::Node& n : body.nodes) {
-    if (n.kind != ir::NodeKind::Op || !ir::fusible_reduction(n.op)) continue;
-    reds.push_back({n.result, n.op, accumulator_dtype(body.type(n.inputs[0]).dtype)});
-    max_level = std::max(max_level, level[n.result]);
-  }
-  std::vector<int> kept, reduced, all;
-  for (int d = 0; d < L.rank; ++d) {
-    (L.reduced >> d & 1 ? reduced : kept).push_back(d);
-    all.push_back(d);
-  }
+  const std::vector<ir::GroupReduction>& reds = ga.reductions;
+  const int max_level = ga.max_level;
   std::vector<std::string> idx(L.rank, "0");
   bool trailing = true;
   for (size_t k = 0; k + 1 < all.size(); ++k)
     if ((L.reduced >> k & 1) && !(L.reduced >> (k + 1) & 1)) trailing = false;
 
-  auto full_output = [&](size_t o) { return operand(n_in + o).broadcast == 0 || L.reduced == 0; };
-  if (trailing && !reds.empty()) plan_stash(reds, max_level, full_output);
+  if (trailing && !reds.empty()) stash = ga.plan_stash(full, std::vector<char>(n_out, 0));
   if (reds.empty()) {
     loops(all, 0, idx, [&](std::vector<std::string>& ix) {
       std::map<uint32_t, Val> memo;
@@ -188,19 +147,19 @@ void KernelEmitter::emit_loops() {
     // reductions over leading dims when the innermost dim is reduced too: combining each
     // element into its output in memory would chain every step of the innermost loop.
     loops(kept, 0, idx, [&](std::vector<std::string>& ix) {
-      prefetch_next_row(ix, kept, reduced);
+      prefetch_next_row(ix);
       for (int lv = 1; lv <= max_level; ++lv) {
-        for (const Reduction& r : reds) {
-          if (level[r.value] != lv) continue;
+        for (const ir::GroupReduction& r : reds) {
+          if (ga.level[r.value] != lv) continue;
           std::string a = acc[r.value] = e.alloca_of(ty_of(r.acc), "acc");
           e.line(fmt::format("store {} {}, ptr {}", ll(ty_of(r.acc)), identity(r.op, r.acc), a));
         }
         reducing = true;
         loops(reduced, 0, ix, [&](std::vector<std::string>& jx) {
           std::map<uint32_t, Val> memo;
-          for (const Reduction& r : reds) {
-            if (level[r.value] != lv) continue;
-            const ir::Node& n = body.nodes[producer[r.value]];
+          for (const ir::GroupReduction& r : reds) {
+            if (ga.level[r.value] != lv) continue;
+            const ir::Node& n = body.nodes[ga.producer[r.value]];
             Val in = value(n.inputs[0], jx, memo);
             if (auto st = stash.find(n.inputs[0]); st != stash.end() && lv == max_level) store(st->second, in, jx);
             Val x = e.cast(in, body.type(n.inputs[0]).dtype, r.acc);
@@ -212,7 +171,7 @@ void KernelEmitter::emit_loops() {
         reducing = false;
         std::map<uint32_t, Val> memo;  // reduced outputs this pass completed, at reduced index 0
         for (size_t o = 0; o < n_out; ++o)
-          if (!full_output(o) && level[body.outputs[o]] == lv) store(o, value(body.outputs[o], ix, memo), ix);
+          if (!full_output(o) && ga.level[body.outputs[o]] == lv) store(o, value(body.outputs[o], ix, memo), ix);
       }
       bool any_full = false;
       for (size_t o = 0; o < n_out; ++o) any_full = any_full || full_output(o);
@@ -232,7 +191,7 @@ void KernelEmitter::emit_loops() {
     loops(kept, 0, idx, [&](std::vector<std::string>& ix) {
       for (size_t o = 0; o < n_out; ++o) {
         if (full_output(o)) continue;
-        const ir::Node& n = body.nodes.at(producer.at(body.outputs[o]));
+        const ir::Node& n = body.nodes.at(ga.producer.at(body.outputs[o]));
         DType dt = body.type(body.outputs[o]).dtype;
         store(o, Val(&e, identity(n.op, dt), ty_of(dt)), ix);
       }
@@ -245,8 +204,8 @@ void KernelEmitter::emit_loops() {
           store(o, value(v, ix, memo), ix);
           continue;
         }
-        KILN_CHECK(is_reduction(v), "codegen: after a reduction over leading dims only its result can leave");
-        const ir::Node& n = body.nodes[producer[v]];
+        KILN_CHECK(ga.is_reduction(v), "codegen: after a reduction over leading dims only its result can leave");
+        const ir::Node& n = body.nodes[ga.producer[v]];
         DType dt = body.type(v).dtype, in_dt = body.type(n.inputs[0]).dtype, acc_dt = accumulator_dtype(in_dt);
         Ty t = ty_of(dt);
         Val x = e.cast(value(n.inputs[0], ix, memo), in_dt, acc_dt);

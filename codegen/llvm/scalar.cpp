@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "codegen/lower.h"
 #include "runtime/check.h"
 
 namespace kiln::codegen::llvm_ir {
@@ -247,5 +248,7 @@ Val select(const Mask& m, const Val& a, const Val& b) {
   auto [e, t] = meet(a, b);
   return e->inst(t, fmt::format("select i1 {}, {} {}, {} {}", m.r, ll(t), a.as(t), ll(t), b.as(t)));
 }
+
+Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a) { return lower::apply_pointwise(e, op, a); }
 
 }  // namespace kiln::codegen::llvm_ir

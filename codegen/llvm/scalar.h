@@ -17,6 +17,7 @@
 
 #include "codegen/llvm/emit.h"
 #include "runtime/dtype.h"
+#include "runtime/op.h"
 #include "runtime/scalar.h"
 
 namespace kiln::codegen::llvm_ir {
@@ -115,6 +116,10 @@ Mask operator>=(const Val& a, const Val& b);
 Mask operator&(const Mask& a, const Mask& b);
 Mask operator|(const Mask& a, const Mask& b);
 Val select(const Mask& m, const Val& a, const Val& b);
+
+// Pointwise op `op` of arguments `a` by its formula (codegen/lower.h's apply_pointwise on this
+// algebra, scalar.cpp).
+Val pointwise(Emitter& e, OpId op, const std::vector<Val>& a);
 
 // The math functions (math.cpp).
 Val exp(const Val& x);
