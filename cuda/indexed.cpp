@@ -212,20 +212,7 @@ void index_add(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& o
 // argmax/argmin: the rows the CPU's kernel scans (the reduced dim last, contiguous).
 void argmax(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   const Tensor& x = in[0];
-  KILN_CHECK(a.axes.size() <= 1, "{}: expected one dim or none, got {}", op_name(id), shape_str(a.axes));
-  Tensor rows;
-  if (a.axes.empty()) {
-    rows = x.reshape({1, x.numel()});
-  } else {
-    int64_t d = a.axes[0] < 0 ? a.axes[0] + x.dim() : a.axes[0];
-    Dims order;
-    for (int64_t i = 0; i < x.dim(); ++i)
-      if (i != d) order.push_back(i);
-    order.push_back(d);
-    rows = x.dim() == 0 ? x.reshape({1, 1}) : x.permute(order).contiguous();
-    rows = rows.reshape({-1, rows.dim() == 0 ? 1 : rows.shape().back()});
-  }
-  rows = rows.contiguous();
+  Tensor rows = arg_rows(x, a.axes, op_name(id));
   std::vector<uint64_t> w;
   put(w, rows.shape()[0]);
   put(w, rows.shape()[1]);

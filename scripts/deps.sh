@@ -22,6 +22,8 @@ packages=(
   libdlpack-dev          # to_dlpack / from_dlpack: tensors shared with other libraries
   libgloo-dev            # distributed/: collectives across processes (PyTorch's CPU engine)
   clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizers for scripts/fuzz.sh (tools/fuzz)
+  clang-format           # scripts/check_format.sh: changed lines as .clang-format says
+  python3 binutils       # scripts/check_docs.py; nm and c++filt for scripts/check_links.sh
   python3-sklearn        # ships digits.csv.gz, which examples/train_digits (the demo) and the
                          # two-host test (tests/distributed/two_hosts.sh) train on
   iproute2               # the two-host test's network namespaces (ip netns)

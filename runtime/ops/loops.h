@@ -51,6 +51,11 @@ void pad_into(const Tensor& x, const Dims& pads, Scalar value, const Tensor& out
 void along_dim_rows(const Tensor& x, int64_t dim, const Tensor& out,
                     const std::function<void(const Tensor&, const Tensor&)>& fill);
 
+/// argmax's and argmin's rows over `axes` (one dim, or none: the flattened tensor): x's
+/// elements as a contiguous [m, n] with the reduced dim last and the others in order, so the
+/// rows follow the output's layout; every device's kernel scans them (runtime/ops/reduce.cpp).
+Tensor arg_rows(const Tensor& x, const Dims& axes, const char* op);
+
 /// Whether a write into `t` would store several elements into one place: a dim of size > 1
 /// with stride 0, as expand() makes.
 bool has_internal_overlap(const Tensor& t);

@@ -16,6 +16,20 @@
 #include "runtime/type_rules.h"
 
 namespace kiln {
+
+Tensor arg_rows(const Tensor& x, const Dims& axes, const char* op) {
+  KILN_CHECK(axes.size() <= 1, "{}: expected one dim or none, got {}", op, shape_str(axes));
+  if (axes.empty()) return x.reshape({1, x.numel()}).contiguous();
+  if (x.dim() == 0) return x.reshape({1, 1}).contiguous();
+  int64_t d = wrap_dim(axes[0], x.dim(), op);
+  Dims order;  // d last, the other dims in order, so the rows follow the output's layout
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i != d) order.push_back(i);
+  order.push_back(d);
+  Tensor rows = x.permute(order).contiguous();
+  return rows.reshape({-1, rows.shape().back()}).contiguous();
+}
+
 namespace {
 
 using simd::ReduceKind;
@@ -195,20 +209,7 @@ void reduce_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tenso
 // largest (and the smallest) value, so its first index wins, as in PyTorch.
 template <bool kMax> void arg_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   const Tensor& x = in[0];
-  KILN_CHECK(a.axes.size() <= 1, "{}: expected one dim or none, got {}", op_name(id), shape_str(a.axes));
-  Tensor rows;
-  if (a.axes.empty()) {
-    rows = x.reshape({1, x.numel()});
-  } else {
-    int64_t d = wrap_dim(a.axes[0], x.dim(), op_name(id));
-    Dims order;  // d last, the other dims in order, so the rows follow the output's layout
-    for (int64_t i = 0; i < x.dim(); ++i)
-      if (i != d) order.push_back(i);
-    order.push_back(d);
-    rows = x.dim() == 0 ? x.reshape({1, 1}) : x.permute(order).contiguous();
-    rows = rows.reshape({-1, rows.dim() == 0 ? 1 : rows.shape().back()});
-  }
-  rows = rows.contiguous();
+  Tensor rows = arg_rows(x, a.axes, op_name(id));
   int64_t n = rows.shape()[1], m = rows.shape()[0];
   int64_t* o = out.data<int64_t>();
   visit_dtype(rows.dtype(), [&](auto v) {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
-#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "jit/trace.h"
@@ -18,7 +18,6 @@ using kiln::test::backward_of_loss;
 using kiln::test::expect_close;
 using kiln::test::expect_error;
 using kiln::test::kP0;
-using kiln::test::run_against;
 
 TEST(Schedules, LinearLambdaAndSequentialFollowTorch) {
   Tensor p = randn({2}).requires_grad_();

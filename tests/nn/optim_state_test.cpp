@@ -2,22 +2,18 @@
 // resumes bit for bit, and a mismatched one refused.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "jit/trace.h"
 #include "nn/optim.h"
 #include "tests/nn/optim_rule.h"
 
 using namespace kiln;
-using kiln::test::backward_of_loss;
-using kiln::test::expect_close;
 using kiln::test::expect_error;
-using kiln::test::kP0;
-using kiln::test::run_against;
 
 TEST(OptimizerState, ACheckpointResumesBitForBit) {
   struct Net : nn::Module {

@@ -3,9 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include "jit/trace.h"
@@ -15,7 +13,6 @@
 using namespace kiln;
 using kiln::test::backward_of_loss;
 using kiln::test::expect_close;
-using kiln::test::expect_error;
 using kiln::test::kP0;
 using kiln::test::run_against;
 
