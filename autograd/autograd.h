@@ -34,8 +34,8 @@ namespace autograd {
 /// backward pass itself, so its results can be differentiated again (it implies retain_graph).
 /// With create_graph, a leaf's grad() holds a graph that holds the leaf: a reference cycle (as
 /// in PyTorch) that frees nothing until the grad is reset (x.set_grad({}) or zero_grad()).
-void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {},
-              bool retain_graph = false, bool create_graph = false);
+void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs = {}, bool retain_graph = false,
+              bool create_graph = false);
 
 /// The gradients of the outputs with respect to `inputs` (leaves or not), returned instead of
 /// accumulated into grad(). An input the outputs do not depend on throws unless allow_unused,
@@ -73,17 +73,17 @@ void queue_callback(std::function<void()> callback);
 
 /// Options for gradcheck.
 struct GradcheckOptions {
-  double eps = 1e-6;   // finite-difference step
+  double eps = 1e-6;  // finite-difference step
   double atol = 1e-5;
   double rtol = 1e-3;
-  uint64_t seed = 0;   // for the random projection of the output
+  uint64_t seed = 0;  // for the random projection of the output
 };
 
 /// Compares the analytical gradient of fn at `inputs` (f64 tensors; those that require grad
 /// are checked) with central finite differences, through a random projection of fn's output.
 /// Returns "" when they agree, else a message naming the input, element and both values.
-std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
-                      std::span<const Tensor> inputs, const GradcheckOptions& options = {});
+std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn, std::span<const Tensor> inputs,
+                      const GradcheckOptions& options = {});
 
 }  // namespace autograd
 

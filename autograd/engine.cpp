@@ -8,8 +8,8 @@
 #include <unordered_set>
 
 #include "autograd/autograd.h"
-#include "runtime/autocast.h"
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/cuda.h"
@@ -49,7 +49,8 @@ Tensor fit(const Tensor& g, const TensorType& t) {
 void check_saved(const Node& n, bool create_graph) {
   KILN_CHECK(!n.released,
              "backward: trying to run {} backward a second time after its saved tensors were "
-             "freed; pass retain_graph=true to the first backward", node_name(n));
+             "freed; pass retain_graph=true to the first backward",
+             node_name(n));
   size_t k = 0;
   auto check = [&](const Tensor& t, const char* what) {
     if (!t.defined() || !t.has_storage()) return;
@@ -74,14 +75,16 @@ Grads run_node(Node& n, const Ref<Node>& self, std::vector<Tensor>& grads, bool 
     KILN_CHECK(!create_graph || n.custom->differentiable(),
                "backward: create_graph=true reached {}, a compiled function, whose "
                "backward graph is not itself differentiable; to differentiate twice, call the "
-               "function outside jit (eagerly)", node_name(n));
+               "function outside jit (eagerly)",
+               node_name(n));
     std::vector<char> needs;
     for (const Edge& e : n.next) needs.push_back(e.node || e.leaf);
     return n.custom->backward(n.saved_in, grads, needs, ready);
   }
   uint32_t needs = 0;
   for (size_t t = 0; t < n.next.size(); ++t)  // bits by operand slot (numbers take slots too)
-    if (n.next[t].node || n.next[t].leaf) needs |= VjpArgs::need_bit(slot_of_input(n.attrs.imm_mask, static_cast<int>(t)));
+    if (n.next[t].node || n.next[t].leaf)
+      needs |= VjpArgs::need_bit(slot_of_input(n.attrs.imm_mask, static_cast<int>(t)));
   if (!needs) return {};
   const OpDef& op = op_def(n.op);
   KILN_CHECK(op.vjp, "backward: {} has no derivative", op_name(n.op));
@@ -117,9 +120,7 @@ struct CallbackScope {
   }
 };
 
-bool has_hooks(const TensorImpl* leaf) {
-  return leaf->autograd && !leaf->autograd->post_accumulate_hooks.empty();
-}
+bool has_hooks(const TensorImpl* leaf) { return leaf->autograd && !leaf->autograd->post_accumulate_hooks.empty(); }
 
 void run_hooks(TensorImpl* leaf) {
   std::vector<AutogradMeta::Hook> hooks = leaf->autograd->post_accumulate_hooks;  // may change
@@ -131,8 +132,8 @@ void run_hooks(TensorImpl* leaf) {
 // into `captured` instead of accumulating into leaves.
 // The backward of a CUDA op runs on the stream its forward ran on, as in PyTorch's engine. The
 // engine runs nodes one at a time, so each switch of stream (the first node's from the
-// caller's) waits (an event, not the host) for everything queued on the stream before it; at the end, the caller's stream waits for the
-// last one, so the gradients are ready for whatever it queues next.
+// caller's) waits (an event, not the host) for everything queued on the stream before it; at the end, the caller's
+// stream waits for the last one, so the gradients are ready for whatever it queues next.
 class StreamOrder {
  public:
   // Makes n's stream current for the scope of the returned guard (none for a CPU node).
@@ -160,8 +161,8 @@ class StreamOrder {
   std::optional<cuda::Stream> first_, last_;  // the caller's stream; the last node's
 };
 
-void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph,
-         bool create_graph, std::span<const Tensor> inputs, std::vector<Tensor>* captured) {
+void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph, bool create_graph,
+         std::span<const Tensor> inputs, std::vector<Tensor>* captured) {
   KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
              "backward: {} gradients given for {} outputs", grad_outputs.size(), outputs.size());
   GradModeGuard mode(create_graph);
@@ -211,17 +212,21 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
     KILN_CHECK(out.defined(), "backward: output {} is undefined", i);
-    KILN_CHECK(out.requires_grad(), "backward: output {} ({}) does not require grad: no input "
-               "of the ops that made it requires grad", i, out.type().str());
+    KILN_CHECK(out.requires_grad(),
+               "backward: output {} ({}) does not require grad: no input "
+               "of the ops that made it requires grad",
+               i, out.type().str());
     Tensor g;
     if (grad_outputs.empty() || !grad_outputs[i].defined()) {
-      KILN_CHECK(out.numel() == 1, "backward: output {} has {} elements; pass a gradient for "
-                 "it (backward works implicitly only on one-element outputs)", out.type().str(), out.numel());
+      KILN_CHECK(out.numel() == 1,
+                 "backward: output {} has {} elements; pass a gradient for "
+                 "it (backward works implicitly only on one-element outputs)",
+                 out.type().str(), out.numel());
       g = ones(out.shape(), out.dtype(), out.device());
     } else {
       g = grad_outputs[i];
-      KILN_CHECK(g.shape() == out.shape(), "backward: gradient {} does not match output {}",
-                 g.type().str(), out.type().str());
+      KILN_CHECK(g.shape() == out.shape(), "backward: gradient {} does not match output {}", g.type().str(),
+                 out.type().str());
     }
     if (out.is_leaf()) {
       leaf_roots.emplace_back(out.impl(), g);
@@ -338,8 +343,8 @@ void run(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, 
 
 }  // namespace
 
-void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs,
-              bool retain_graph, bool create_graph) {
+void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs, bool retain_graph,
+              bool create_graph) {
   if (!retain_graph && !create_graph)
     if (Recorder* r = active_recorder()) r->on_backward();
   // A differentiable backward refers to the forward graph, so it must outlive this pass.
@@ -347,28 +352,27 @@ void backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outp
 }
 
 std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,
-                         std::span<const Tensor> grad_outputs, bool retain_graph,
-                         bool create_graph, bool allow_unused) {
+                         std::span<const Tensor> grad_outputs, bool retain_graph, bool create_graph,
+                         bool allow_unused) {
   for (size_t i = 0; i < inputs.size(); ++i)
-    KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(),
-               "grad: input {} ({}) does not require grad", i,
+    KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad: input {} ({}) does not require grad", i,
                inputs[i].defined() ? inputs[i].type().str() : "undefined");
   std::vector<Tensor> out(inputs.size());
   run(outputs, grad_outputs, retain_graph || create_graph, create_graph, inputs, &out);
   for (size_t i = 0; i < out.size(); ++i)
     KILN_CHECK(out[i].defined() || allow_unused,
                "grad: input {} ({}) was not used to compute the outputs; pass allow_unused=true "
-               "to get an undefined gradient for it", i, inputs[i].type().str());
+               "to get an undefined gradient for it",
+               i, inputs[i].type().str());
   return out;
 }
 
 std::vector<Tensor> grad(std::initializer_list<Tensor> outputs, std::initializer_list<Tensor> inputs,
-                         std::initializer_list<Tensor> grad_outputs, bool retain_graph,
-                         bool create_graph, bool allow_unused) {
-  return grad(std::span<const Tensor>(outputs.begin(), outputs.size()),
-              std::span<const Tensor>(inputs.begin(), inputs.size()),
-              std::span<const Tensor>(grad_outputs.begin(), grad_outputs.size()), retain_graph,
-              create_graph, allow_unused);
+                         std::initializer_list<Tensor> grad_outputs, bool retain_graph, bool create_graph,
+                         bool allow_unused) {
+  return grad(
+      std::span<const Tensor>(outputs.begin(), outputs.size()), std::span<const Tensor>(inputs.begin(), inputs.size()),
+      std::span<const Tensor>(grad_outputs.begin(), grad_outputs.size()), retain_graph, create_graph, allow_unused);
 }
 
 void HookHandle::remove() {
@@ -382,7 +386,10 @@ HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<
   KILN_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(),
              "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad, got {}{}",
              leaf.defined() ? leaf.type().str() : std::string("an undefined tensor"),
-             !leaf.defined() ? "" : !leaf.requires_grad() ? " that does not require grad" : !leaf.is_leaf() ? " made by an op" : "");
+             !leaf.defined()         ? ""
+             : !leaf.requires_grad() ? " that does not require grad"
+             : !leaf.is_leaf()       ? " made by an op"
+                                     : "");
   KILN_CHECK(hook, "register_post_accumulate_grad_hook: the hook is empty");
   static std::atomic<uint64_t> next_id{1};
   uint64_t id = next_id++;

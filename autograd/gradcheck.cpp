@@ -8,8 +8,8 @@
 
 namespace kiln::autograd {
 
-std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
-                      std::span<const Tensor> inputs, const GradcheckOptions& opt) {
+std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn, std::span<const Tensor> inputs,
+                      const GradcheckOptions& opt) {
   std::vector<Tensor> checked;
   for (const Tensor& x : inputs) {
     KILN_CHECK(x.defined() && x.dtype() == DType::F64,
@@ -54,8 +54,8 @@ std::string gradcheck(const std::function<Tensor(std::span<const Tensor>)>& fn,
       double fm = projected(xs);
       double numeric = (fp - fm) / (2 * opt.eps);
       if (!(std::abs(a[j] - numeric) <= opt.atol + opt.rtol * std::abs(numeric))) {
-        return fmt::format("gradcheck: input {} ({}), element {}: analytical {:.10g} vs numerical {:.10g}",
-                           which, inputs[which].type().str(), j, a[j], numeric);
+        return fmt::format("gradcheck: input {} ({}), element {}: analytical {:.10g} vs numerical {:.10g}", which,
+                           inputs[which].type().str(), j, a[j], numeric);
       }
     }
   }

@@ -102,8 +102,12 @@ inline double gemm_conv_flops(const ir::Graph& g) {
       case OpId::AddmmRelu:
       case OpId::AddmmGeluTanh: total += 2 * out * static_cast<double>(type(1).shape.back()); break;
       case OpId::Conv2d: total += 2 * out * window(type(1).shape); break;
-      case OpId::Conv2dInputGrad: total += 2 * static_cast<double>(type(0).shape.product()) * window(type(1).shape); break;
-      case OpId::Conv2dWeightGrad: total += 2 * static_cast<double>(type(1).shape.product()) * window(g.type(n.result).shape); break;
+      case OpId::Conv2dInputGrad:
+        total += 2 * static_cast<double>(type(0).shape.product()) * window(type(1).shape);
+        break;
+      case OpId::Conv2dWeightGrad:
+        total += 2 * static_cast<double>(type(1).shape.product()) * window(g.type(n.result).shape);
+        break;
       default: break;
     }
   }
@@ -137,8 +141,7 @@ struct ConvCase {
   }
 };
 inline std::vector<ConvCase> conv_cases() {
-  return {{1, 64, 56, false}, {32, 64, 56, false}, {1, 128, 28, false}, {32, 128, 28, false},
-          {32, 64, 56, true}};
+  return {{1, 64, 56, false}, {32, 64, 56, false}, {1, 128, 28, false}, {32, 128, 28, false}, {32, 64, 56, true}};
 }
 
 /// max_pool2d on [32,64,56,56]: 2x2 stride 2, and ResNet's stem pool 3x3 stride 2 padding 1
@@ -231,7 +234,9 @@ struct EncoderBlock : nn::Module {
   Tensor attention(const Tensor& x) {
     int64_t b = x.shape()[0], t = x.shape()[1], dh = kDim / kHeads;
     Tensor q = qkv(x);  // [b, t, 3d]
-    auto heads = [&](int64_t i) { return q.narrow(-1, i * kDim, kDim).reshape({b, t, kHeads, dh}).permute({0, 2, 1, 3}); };
+    auto heads = [&](int64_t i) {
+      return q.narrow(-1, i * kDim, kDim).reshape({b, t, kHeads, dh}).permute({0, 2, 1, 3});
+    };
     Tensor scores = matmul(heads(0), heads(1).transpose(-2, -1)) * (1.0 / std::sqrt(double(dh)));
     Tensor a = nn::dropout(softmax(scores, -1), kDropout, is_training());
     return proj(matmul(a, heads(2)).permute({0, 2, 1, 3}).reshape({b, t, kDim}));

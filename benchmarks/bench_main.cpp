@@ -61,19 +61,20 @@ class TableReporter : public benchmark::ConsoleReporter {
     static const char* kImpls[] = {"kiln", "kiln_op", "jit_bwd", "jit", "torch", "torch_op", "onednn"};
     double any_copy = 0;  // the slowest copy: the one memory (not a cache) bounds
     for (const auto& [c, impls] : rows_)
-      if (auto it = impls.find("copy"); it != impls.end() && it->second.bytes_per_s > 0 &&
-                                        !it->second.reads_only)
+      if (auto it = impls.find("copy"); it != impls.end() && it->second.bytes_per_s > 0 && !it->second.reads_only)
         any_copy = any_copy == 0 ? it->second.bytes_per_s : std::min(any_copy, it->second.bytes_per_s);
     auto time = [](double ns) {
-      return ns >= 1e6 ? fmt::format("{:.2f} ms", ns / 1e6) : ns >= 1e3 ? fmt::format("{:.2f} us", ns / 1e3) : fmt::format("{:.0f} ns", ns);
+      return ns >= 1e6   ? fmt::format("{:.2f} ms", ns / 1e6)
+             : ns >= 1e3 ? fmt::format("{:.2f} us", ns / 1e3)
+                         : fmt::format("{:.0f} ns", ns);
     };
     auto rate = [](double r) { return r > 0 ? fmt::format("{:.1f}", r / 1e9) : std::string("-"); };
     size_t width = 26;
     for (const std::string& c : order_) width = std::max(width, c.size());
     fmt::print("\n{:<{}}", "case", width);
     for (const char* i : kImpls) fmt::print(" {:>10}", i);
-    fmt::print(" {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}\n", "jit/kiln", "best/torch", "GB/s", "of copy",
-               "GFLOP/s", "torch GF/s");
+    fmt::print(" {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}\n", "jit/kiln", "best/torch", "GB/s", "of copy", "GFLOP/s",
+               "torch GF/s");
     for (const std::string& c : order_) {
       const auto& impls = rows_.at(c);
       double best = 0, best_bw = 0, best_flops = 0, torch_best = 0, torch_flops = 0;
@@ -97,18 +98,18 @@ class TableReporter : public benchmark::ConsoleReporter {
       fmt::print(" {:>10} {:>10} {:>7} {:>7} {:>10} {:>10}\n", jk, bt, rate(best_bw), frac, rate(best_flops),
                  rate(torch_flops));
     }
-    fmt::print("\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels; a\n"
-               "training step traced whole), jit_bwd = a traced loss and its compiled backward, then the\n"
-               "optimizer eagerly,\n"
-               "torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own op (TorchScript\n"
-               "for call_cached), onednn = Debian's oneDNN called directly on its own OpenMP threads,\n"
-               "NCHW in and out (for reference: kiln runs it inside, one single-threaded call per block).\n"
-               "best/torch: fastest kiln impl over fastest LibTorch impl (below 1: kiln is faster). GB/s:\n"
-               "fastest kiln impl; of copy: against the copy loop moving the same bytes (for sum_16M, the\n"
-               "bytes it reads: read bandwidth against read bandwidth). GFLOP/s: fastest kiln impl; torch\n"
-               "GF/s: fastest LibTorch impl (_bwd: both gradients, twice the forward's FLOPs).\n");
-    if (any_copy > 0)
-      fmt::print("copy loop from memory: {:.1f} GB/s (reads + writes)\n", any_copy / 1e9);
+    fmt::print(
+        "\nkiln = eager from primitive ops, kiln_op = kiln's own op, jit = traced (fused kernels; a\n"
+        "training step traced whole), jit_bwd = a traced loss and its compiled backward, then the\n"
+        "optimizer eagerly,\n"
+        "torch = LibTorch eager from the same primitive ops, torch_op = LibTorch's own op (TorchScript\n"
+        "for call_cached), onednn = Debian's oneDNN called directly on its own OpenMP threads,\n"
+        "NCHW in and out (for reference: kiln runs it inside, one single-threaded call per block).\n"
+        "best/torch: fastest kiln impl over fastest LibTorch impl (below 1: kiln is faster). GB/s:\n"
+        "fastest kiln impl; of copy: against the copy loop moving the same bytes (for sum_16M, the\n"
+        "bytes it reads: read bandwidth against read bandwidth). GFLOP/s: fastest kiln impl; torch\n"
+        "GF/s: fastest LibTorch impl (_bwd: both gradients, twice the forward's FLOPs).\n");
+    if (any_copy > 0) fmt::print("copy loop from memory: {:.1f} GB/s (reads + writes)\n", any_copy / 1e9);
     for (const std::string& c : order_)
       if (auto it = rows_.at(c).find("copy"); it != rows_.at(c).end() && it->second.reads_only)
         fmt::print("{}: the copy loop reads {:.1f} GB/s (and writes as much)\n", c, it->second.bytes_per_s / 1e9);
@@ -193,14 +194,15 @@ class TableReporter : public benchmark::ConsoleReporter {
         }
       if (line.empty()) continue;
       line.pop_back();
-      fmt::print("{}: times its FLOP limit ({:.2f} GFLOP of GEMMs and convolutions at matmul_1024's {:.1f} GFLOP/s):{}\n",
-                 c, step_flops / 1e9, gemm / 1e9, line);
+      fmt::print(
+          "{}: times its FLOP limit ({:.2f} GFLOP of GEMMs and convolutions at matmul_1024's {:.1f} GFLOP/s):{}\n", c,
+          step_flops / 1e9, gemm / 1e9, line);
     }
   }
 
   std::map<std::string, std::map<std::string, Row>> rows_;               // the median repetition
   std::map<std::string, std::map<std::string, std::vector<Row>>> runs_;  // every repetition
-  std::vector<std::string> order_;  // the cases in the order they ran
+  std::vector<std::string> order_;                                       // the cases in the order they ran
 };
 
 }  // namespace

@@ -49,8 +49,8 @@
 
 #include "autograd/autograd.h"
 #include "benchmarks/bench_cases.h"
-#include "runtime/backend.h"
 #include "cuda/libraries.h"
+#include "runtime/backend.h"
 #include "runtime/cuda_internal.h"
 #include "runtime/files.h"
 #include "runtime/op.h"
@@ -68,8 +68,7 @@ const Device kGpu = cuda::device(0);
 constexpr int64_t k64M = int64_t{64} << 20;
 
 // Runs `body` once untimed (first-use compiles and allocations), then times it.
-template <class F>
-void timed(benchmark::State& s, F body) {
+template <class F> void timed(benchmark::State& s, F body) {
   body();
   cuda::synchronize();
   for (auto _ : s) {
@@ -185,9 +184,8 @@ void matmul_cublas(benchmark::State& s, DType t) {
 enum class Mode { Eager, Traced, TracedNoGraphs };
 
 // One training step.
-template <class Loss>
-void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops, Mode mode,
-          std::vector<Tensor> inputs) {
+template <class Loss> void step(benchmark::State& s, optim::Optimizer& opt, Loss loss_of, double flops, Mode mode,
+                                std::vector<Tensor> inputs) {
   auto one = [&](std::span<const Tensor> in) {
     opt.zero_grad();
     Tensor loss = loss_of(in);
@@ -217,8 +215,8 @@ void mlp_step(benchmark::State& s, Mode mode) {
   fc2.to(kGpu);
   optim::SGD opt({fc1.weight, fc1.bias, fc2.weight, fc2.bias}, 0.01);
   Tensor x = randn({256, 784}, f32, kGpu), y = randint(0, 10, {256}, i64, kGpu);
-  step(s, opt, [&](auto in) { return cross_entropy(fc2(relu(fc1(in[0]))), in[1]); }, bench::mlp_step_flops(256),
-       mode, {x, y});
+  step(s, opt, [&](auto in) { return cross_entropy(fc2(relu(fc1(in[0]))), in[1]); }, bench::mlp_step_flops(256), mode,
+       {x, y});
 }
 
 void digits_step(benchmark::State& s) {
@@ -238,7 +236,8 @@ void block_step(benchmark::State& s) {
   optim::SGD opt(net.parameters(), 0.01);
   const bench::ConvCase& c = bench::kBlockConv;
   Tensor x = randn({c.n, c.c, c.hw, c.hw}, f32, kGpu), target = randn({c.n, c.c, c.hw, c.hw}, f32, kGpu);
-  step(s, opt, [&](auto in) { return mse_loss(net(in[0]), in[1]); }, bench::block_step_flops(), Mode::Eager, {x, target});
+  step(s, opt, [&](auto in) { return mse_loss(net(in[0]), in[1]); }, bench::block_step_flops(), Mode::Eager,
+       {x, target});
 }
 
 void encoder_step(benchmark::State& s, Mode mode) {
@@ -249,7 +248,10 @@ void encoder_step(benchmark::State& s, Mode mode) {
   optim::AdamW opt(net.parameters(), 1e-3);
   Tensor tokens = randint(0, E::kVocab, {E::kBatch, E::kSeq}, i64, kGpu);
   Tensor next = randint(0, E::kVocab, {E::kBatch * E::kSeq}, i64, kGpu);
-  step(s, opt, [&](auto in) { return cross_entropy(net(in[0]).reshape({E::kBatch * E::kSeq, E::kVocab}), in[1]); },
+  step(s, opt,
+       [&](auto in) {
+         return cross_entropy(net(in[0]).reshape({E::kBatch * E::kSeq, E::kVocab}), in[1]);
+       },
        bench::encoder_step_flops(), mode, {tokens, next});
 }
 
@@ -331,8 +333,9 @@ void register_all() {
   add("alloc_loop_1000/cached", [](benchmark::State& s) { alloc_loop(s, true); });
   add("alloc_loop_1000/uncached", [](benchmark::State& s) { alloc_loop(s, false); });
   for (bool warm : {false, true})
-    benchmark::RegisterBenchmark(warm ? "cuda/first_call_warm_disk_cache/traced" : "cuda/first_call_cold_cache/traced",
-                                 [warm](benchmark::State& s) { bench::first_call_in_child(s, warm, "--kiln-first-call"); })
+    benchmark::RegisterBenchmark(
+        warm ? "cuda/first_call_warm_disk_cache/traced" : "cuda/first_call_cold_cache/traced",
+        [warm](benchmark::State& s) { bench::first_call_in_child(s, warm, "--kiln-first-call"); })
         ->UseManualTime()
         ->Iterations(5);
 }

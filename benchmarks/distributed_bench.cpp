@@ -101,19 +101,32 @@ int main(int argc, char** argv) {
     for (int64_t mb : {1, 4, 16, 64}) {
       int iters = mb >= 16 ? 10 : 40;
       benchmark::RegisterBenchmark(fmt::format("all_reduce_{}MB/check", mb).c_str(), BM_AllReduce, true)
-          ->Arg(mb)->Iterations(iters)->UseManualTime()->Unit(benchmark::kMillisecond);
+          ->Arg(mb)
+          ->Iterations(iters)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(fmt::format("all_reduce_{}MB/no_check", mb).c_str(), BM_AllReduce, false)
-          ->Arg(mb)->Iterations(iters)->UseManualTime()->Unit(benchmark::kMillisecond);
+          ->Arg(mb)
+          ->Iterations(iters)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
     }
     for (bool check : {true, false}) {
       const char* c = check ? "check" : "no_check";
       benchmark::RegisterBenchmark(fmt::format("train_step_mlp/ddp/{}", c).c_str(), BM_TrainStep, Step::Ddp, check)
-          ->Iterations(40)->UseManualTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(fmt::format("train_step_mlp/ddp_traced/{}", c).c_str(), BM_TrainStep, Step::DdpTraced, check)
-          ->Iterations(40)->UseManualTime()->Unit(benchmark::kMillisecond);
+          ->Iterations(40)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(fmt::format("train_step_mlp/ddp_traced/{}", c).c_str(), BM_TrainStep,
+                                   Step::DdpTraced, check)
+          ->Iterations(40)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
     }
     benchmark::RegisterBenchmark("train_step_mlp/single", BM_TrainStep, Step::Single, true)
-        ->Iterations(40)->UseManualTime()->Unit(benchmark::kMillisecond);
+        ->Iterations(40)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
     benchmark::Initialize(&argc, argv);
     if (checked->rank() != 0) {  // rank 0 reports
       std::freopen("/dev/null", "w", stdout);

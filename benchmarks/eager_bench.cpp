@@ -4,7 +4,6 @@
 
 #include <kiln/kiln.h>
 
-
 #include "benchmarks/bench_cases.h"
 #include "benchmarks/copy_limit.h"
 

@@ -41,18 +41,21 @@ void BM_GeluCopy(benchmark::State& s) { copy_bytes(s, s.range(0) * 4); }
 void BM_GeluEager(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({s.range(0)});
-  run_loop(s, [&] { return bench::gelu_9ops(x); }, s.range(0) * 8);
+  run_loop(
+      s, [&] { return bench::gelu_9ops(x); }, s.range(0) * 8);
 }
 void BM_GeluOp(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({s.range(0)});
-  run_loop(s, [&] { return gelu(x, "tanh"); }, s.range(0) * 8);
+  run_loop(
+      s, [&] { return gelu(x, "tanh"); }, s.range(0) * 8);
 }
 void BM_GeluJit(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({s.range(0)});
   jit::Function f = jit::trace(bench::gelu_9ops, {x});
-  run_loop(s, [&] { return f(x); }, s.range(0) * 8);
+  run_loop(
+      s, [&] { return f(x); }, s.range(0) * 8);
 }
 BENCHMARK(BM_GeluCopy)->Name("gelu_9ops_1M/copy")->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_GeluEager)->Name("gelu_9ops_1M/kiln")->Arg(1 << 20)->UseRealTime();
@@ -71,18 +74,21 @@ void BM_SoftmaxCopy(benchmark::State& s) { copy_bytes(s, kRows * kCols * 4); }
 void BM_SoftmaxEager(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({kRows, kCols});
-  run_loop(s, [&] { return bench::softmax_prims(x); }, kRowBytes);
+  run_loop(
+      s, [&] { return bench::softmax_prims(x); }, kRowBytes);
 }
 void BM_SoftmaxOp(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({kRows, kCols});
-  run_loop(s, [&] { return softmax(x, -1); }, kRowBytes);
+  run_loop(
+      s, [&] { return softmax(x, -1); }, kRowBytes);
 }
 void BM_SoftmaxJit(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({kRows, kCols});
   jit::Function f = jit::trace(bench::softmax_prims, {x});
-  run_loop(s, [&] { return f(x); }, kRowBytes);
+  run_loop(
+      s, [&] { return f(x); }, kRowBytes);
 }
 BENCHMARK(BM_SoftmaxCopy)->Name("softmax_4096x1024/copy")->UseRealTime();
 BENCHMARK(BM_SoftmaxEager)->Name("softmax_4096x1024/kiln")->UseRealTime();
@@ -93,18 +99,21 @@ void BM_LayerNormCopy(benchmark::State& s) { copy_bytes(s, kRows * kCols * 4); }
 void BM_LayerNormEager(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({kRows, kCols}), w = randn({kCols}), b = randn({kCols});
-  run_loop(s, [&] { return bench::layer_norm_prims(x, w, b); }, kRowBytes);
+  run_loop(
+      s, [&] { return bench::layer_norm_prims(x, w, b); }, kRowBytes);
 }
 void BM_LayerNormOp(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({kRows, kCols}), w = randn({kCols}), b = randn({kCols});
-  run_loop(s, [&] { return layer_norm(x, {kCols}, w, b); }, kRowBytes);
+  run_loop(
+      s, [&] { return layer_norm(x, {kCols}, w, b); }, kRowBytes);
 }
 void BM_LayerNormJit(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({kRows, kCols}), w = randn({kCols}), b = randn({kCols});
   jit::Function f = jit::trace(bench::layer_norm_prims, {x, w, b});
-  run_loop(s, [&] { return f(x, w, b); }, kRowBytes);
+  run_loop(
+      s, [&] { return f(x, w, b); }, kRowBytes);
 }
 BENCHMARK(BM_LayerNormCopy)->Name("layer_norm_4096x1024/copy")->UseRealTime();
 BENCHMARK(BM_LayerNormEager)->Name("layer_norm_4096x1024/kiln")->UseRealTime();
@@ -120,11 +129,13 @@ void BM_MlpForward(benchmark::State& s, bool traced) {
   Tensor x = randn({s.range(0), 784});
   auto forward = [&m](Tensor in) { return m.forward(in); };
   if (!traced) {
-    run_loop(s, [&] { return forward(x); }, 0);
+    run_loop(
+        s, [&] { return forward(x); }, 0);
     return;
   }
   jit::Function f = jit::trace(forward, {x});
-  run_loop(s, [&] { return f(x); }, 0);
+  run_loop(
+      s, [&] { return f(x); }, 0);
 }
 BENCHMARK_CAPTURE(BM_MlpForward, eager, false)->Name("mlp_forward[256]/kiln")->Arg(256)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MlpForward, traced, true)->Name("mlp_forward[256]/jit")->Arg(256)->UseRealTime();
@@ -136,12 +147,14 @@ void BM_CacheHit(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({1});
   jit::Function f = jit::trace(bench::two_ops, {x});
-  run_loop(s, [&] { return f(x); }, 0);
+  run_loop(
+      s, [&] { return f(x); }, 0);
 }
 void BM_CacheHitEager(benchmark::State& s) {
   NoGradGuard g;
   Tensor x = randn({1});
-  run_loop(s, [&] { return bench::two_ops(x); }, 0);
+  run_loop(
+      s, [&] { return bench::two_ops(x); }, 0);
 }
 BENCHMARK(BM_CacheHit)->Name("call_cached[1]/jit");
 BENCHMARK(BM_CacheHitEager)->Name("call_cached[1]/kiln");

@@ -47,7 +47,8 @@ void BM_LoadFirstCall(benchmark::State& s, bool warm) {
   std::string dir = (fs::temp_directory_path() / fmt::format("kiln-bench-load-cache-{}", ::getpid())).string();
   fs::remove_all(dir);
   // The probe is built beside this binary.
-  std::string probe = (fs::read_symlink(fmt::format("/proc/{}/exe", ::getpid())).parent_path() / "kiln_load_probe").string();
+  std::string probe =
+      (fs::read_symlink(fmt::format("/proc/{}/exe", ::getpid())).parent_path() / "kiln_load_probe").string();
   std::vector<std::string> argv = {probe, digits_module()};
   if (warm) files::run_program(argv, {"KILN_CACHE_DIR=" + dir});  // fills the disk cache
   double process = 0;
@@ -63,8 +64,14 @@ void BM_LoadFirstCall(benchmark::State& s, bool warm) {
   s.counters["process_ms"] = process / static_cast<double>(s.iterations());
   fs::remove_all(dir);
 }
-BENCHMARK_CAPTURE(BM_LoadFirstCall, cold, false)->Name("load_first_call_cold_cache/jit")->UseManualTime()->Iterations(5);
-BENCHMARK_CAPTURE(BM_LoadFirstCall, warm, true)->Name("load_first_call_warm_disk_cache/jit")->UseManualTime()->Iterations(5);
+BENCHMARK_CAPTURE(BM_LoadFirstCall, cold, false)
+    ->Name("load_first_call_cold_cache/jit")
+    ->UseManualTime()
+    ->Iterations(5);
+BENCHMARK_CAPTURE(BM_LoadFirstCall, warm, true)
+    ->Name("load_first_call_warm_disk_cache/jit")
+    ->UseManualTime()
+    ->Iterations(5);
 
 // A call that finds its plan: the loaded digits forward beside the same forward traced, at
 // batch 1 (the fixed cost shows).
@@ -89,4 +96,3 @@ BENCHMARK(BM_TracedCall)->Name("digits_forward_call[1]/jit");
 BENCHMARK(BM_LoadedCall)->Name("digits_forward_call_loaded[1]/jit");  // its own row in the table
 
 }  // namespace
-

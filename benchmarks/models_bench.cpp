@@ -20,8 +20,8 @@ void model_step(benchmark::State& s, const std::string& name, bool traced) {
   std::unique_ptr<examples::Task> task = examples::make_task(name, examples::Size::Bench);
   std::unique_ptr<optim::Optimizer> opt = examples::make_optimizer(name, *task);
   std::vector<Tensor> batch = task->batch(0);
-  jit::Function step = jit::trace_tensors([&](std::span<const Tensor> b) { return examples::train_step(*task, *opt, b); }, batch,
-                                          name + "_step");
+  jit::Function step = jit::trace_tensors(
+      [&](std::span<const Tensor> b) { return examples::train_step(*task, *opt, b); }, batch, name + "_step");
   step.call(batch);  // compiled and run once, untimed; its graph gives the FLOPs
   double flops = bench::gemm_conv_flops(step.graph());
   auto run = [&] { return traced ? step.call(batch)[0] : examples::train_step(*task, *opt, batch)[0]; };

@@ -73,8 +73,8 @@ void conv_backward(benchmark::State& s, bench::ConvCase c) {
       {dnnl::prop_kind::forward_training, alg, any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1}}, eng);
   dnnl::convolution_backward_data::primitive_desc data_pd({alg, any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1}},
                                                           eng, hint);
-  dnnl::convolution_backward_weights::primitive_desc wei_pd(
-      {alg, any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1}}, eng, hint);
+  dnnl::convolution_backward_weights::primitive_desc wei_pd({alg, any(src), any(wei), any(dst), {1, 1}, {1, 1}, {1, 1}},
+                                                            eng, hint);
   auto nchw = memory::format_tag::nchw, oihw = c.depthwise ? memory::format_tag::goihw : memory::format_tag::oihw;
   std::vector<float> x(static_cast<size_t>(c.n * c.c * c.hw * c.hw), 0.5f), g(x.size(), 0.25f), dx(x.size());
   std::vector<float> w(static_cast<size_t>(c.c * (c.c / c.groups()) * 9), 0.01f), dw(w.size());

@@ -21,8 +21,7 @@ enum class Mode { Eager, Compiled, Traced };
 // Times opt's training step on loss_of(x, y) the way `mode` runs it (after one untimed step,
 // which also traces).
 template <class Loss>
-void step_case(benchmark::State& s, Mode mode, optim::Optimizer& opt, Loss loss_of, const Tensor& x,
-               const Tensor& y) {
+void step_case(benchmark::State& s, Mode mode, optim::Optimizer& opt, Loss loss_of, const Tensor& x, const Tensor& y) {
   auto eager_step = [&opt, &loss_of](const Tensor& a, const Tensor& b) {
     opt.zero_grad();
     Tensor loss = loss_of(a, b);
@@ -66,7 +65,8 @@ void mlp_step(benchmark::State& s, Mode mode, int64_t batch) {
   nn::Linear fc1(784, 256), fc2(256, 10);
   optim::SGD opt({fc1.weight, fc1.bias, fc2.weight, fc2.bias}, 0.01);
   Tensor x = randn({batch, 784}), y = randint(0, 10, {batch});
-  step_case(s, mode, opt, [&](const Tensor& a, const Tensor& b) { return cross_entropy(fc2(relu(fc1(a))), b); }, x, y);
+  step_case(
+      s, mode, opt, [&](const Tensor& a, const Tensor& b) { return cross_entropy(fc2(relu(fc1(a))), b); }, x, y);
   bench::count_flops(s, bench::mlp_step_flops(batch));
 }
 
@@ -75,7 +75,8 @@ void compiled_digits_step(benchmark::State& s, Mode mode) {
   bench::DigitsNet net;
   optim::Adam opt(net.parameters(), 3e-3);
   Tensor x = rand({bench::kDigitsBatch, 1, 8, 8}), y = randint(0, 10, {bench::kDigitsBatch});
-  step_case(s, mode, opt, [&](const Tensor& a, const Tensor& b) { return cross_entropy(net(a), b); }, x, y);
+  step_case(
+      s, mode, opt, [&](const Tensor& a, const Tensor& b) { return cross_entropy(net(a), b); }, x, y);
   bench::count_flops(s, bench::digits_step_flops(bench::kDigitsBatch));
 }
 
@@ -85,9 +86,12 @@ void encoder_step(benchmark::State& s, Mode mode) {
   E net;
   optim::AdamW opt(net.parameters(), 1e-3);
   Tensor tokens = randint(0, E::kVocab, {E::kBatch, E::kSeq}), next = randint(0, E::kVocab, {E::kBatch * E::kSeq});
-  step_case(s, mode, opt,
-            [&](const Tensor& a, const Tensor& b) { return cross_entropy(net(a).reshape({E::kBatch * E::kSeq, E::kVocab}), b); },
-            tokens, next);
+  step_case(
+      s, mode, opt,
+      [&](const Tensor& a, const Tensor& b) {
+        return cross_entropy(net(a).reshape({E::kBatch * E::kSeq, E::kVocab}), b);
+      },
+      tokens, next);
 }
 
 bool register_steps() {
@@ -97,7 +101,8 @@ bool register_steps() {
   };
   const Mode all[] = {Mode::Eager, Mode::Compiled, Mode::Traced};
   for (int64_t batch : {64, 256})
-    for (Mode m : all) add(bench::mlp_step_name(batch), m, [batch](benchmark::State& s, Mode m) { mlp_step(s, m, batch); });
+    for (Mode m : all)
+      add(bench::mlp_step_name(batch), m, [batch](benchmark::State& s, Mode m) { mlp_step(s, m, batch); });
   // eager: train_bench.cpp
   for (Mode m : {Mode::Compiled, Mode::Traced}) add(bench::kDigitsName, m, compiled_digits_step);
   for (Mode m : all) add(bench::kEncoderName, m, encoder_step)->MinTime(1.0);

@@ -84,11 +84,13 @@ template <class F> void torch_loop(benchmark::State& s, F fn, int64_t bytes) {
 
 void BM_TorchGelu9(benchmark::State& s) {
   auto x = torch::randn({s.range(0)});
-  torch_loop(s, [&] { return torch_gelu_9ops(x); }, s.range(0) * 8);
+  torch_loop(
+      s, [&] { return torch_gelu_9ops(x); }, s.range(0) * 8);
 }
 void BM_TorchGeluKernel(benchmark::State& s) {  // LibTorch's own single kernel
   auto x = torch::randn({s.range(0)});
-  torch_loop(s, [&] { return torch::gelu(x, "tanh"); }, s.range(0) * 8);
+  torch_loop(
+      s, [&] { return torch::gelu(x, "tanh"); }, s.range(0) * 8);
 }
 BENCHMARK(BM_TorchGelu9)->Name("gelu_9ops_1M/torch")->Arg(1 << 20)->UseRealTime();
 BENCHMARK(BM_TorchGeluKernel)->Name("gelu_9ops_1M/torch_op")->Arg(1 << 20)->UseRealTime();
@@ -107,15 +109,16 @@ BENCHMARK(BM_TorchMatmul)->Name("matmul_1024/torch")->UseRealTime();
 constexpr int64_t kRowBytes = 4096 * 1024 * 4 * 2;
 void BM_TorchSoftmax(benchmark::State& s, bool own_kernel) {
   auto a = torch::randn({4096, 1024});
-  torch_loop(s, [&] { return own_kernel ? torch::softmax(a, -1) : torch_softmax_prims(a); }, kRowBytes);
+  torch_loop(
+      s, [&] { return own_kernel ? torch::softmax(a, -1) : torch_softmax_prims(a); }, kRowBytes);
 }
 BENCHMARK_CAPTURE(BM_TorchSoftmax, prims, false)->Name("softmax_4096x1024/torch")->UseRealTime();
 BENCHMARK_CAPTURE(BM_TorchSoftmax, op, true)->Name("softmax_4096x1024/torch_op")->UseRealTime();
 
 void BM_TorchLayerNorm(benchmark::State& s, bool own_kernel) {
   auto a = torch::randn({4096, 1024}), w = torch::randn({1024}), b = torch::randn({1024});
-  torch_loop(s, [&] { return own_kernel ? torch::layer_norm(a, {1024}, w, b) : torch_layer_norm_prims(a, w, b); },
-             kRowBytes);
+  torch_loop(
+      s, [&] { return own_kernel ? torch::layer_norm(a, {1024}, w, b) : torch_layer_norm_prims(a, w, b); }, kRowBytes);
 }
 BENCHMARK_CAPTURE(BM_TorchLayerNorm, prims, false)->Name("layer_norm_4096x1024/torch")->UseRealTime();
 BENCHMARK_CAPTURE(BM_TorchLayerNorm, op, true)->Name("layer_norm_4096x1024/torch_op")->UseRealTime();
@@ -123,7 +126,8 @@ BENCHMARK_CAPTURE(BM_TorchLayerNorm, op, true)->Name("layer_norm_4096x1024/torch
 void BM_TorchMlpForward(benchmark::State& s) {
   torch::nn::Linear fc1(784, 512), fc2(512, 10);
   auto x = torch::randn({s.range(0), 784});
-  torch_loop(s, [&] { return torch_softmax_prims(fc2(torch_gelu_9ops(fc1(x)))); }, 0);
+  torch_loop(
+      s, [&] { return torch_softmax_prims(fc2(torch_gelu_9ops(fc1(x)))); }, 0);
 }
 BENCHMARK(BM_TorchMlpForward)->Name("mlp_forward[256]/torch")->Arg(256)->UseRealTime();
 
@@ -131,13 +135,15 @@ BENCHMARK(BM_TorchMlpForward)->Name("mlp_forward[256]/torch")->Arg(256)->UseReal
 // compiled call; tracing itself is Python-only).
 void BM_TorchTwoOps(benchmark::State& s) {
   auto x = torch::randn({1});
-  torch_loop(s, [&] { return x * 2.0f + 1.0f; }, 0);
+  torch_loop(
+      s, [&] { return x * 2.0f + 1.0f; }, 0);
 }
 void BM_TorchScriptCall(benchmark::State& s) {
   auto cu = torch::jit::compile("def f(x):\n    return x * 2.0 + 1.0\n");
   auto x = torch::randn({1});
   std::vector<c10::IValue> args{x};
-  torch_loop(s, [&] { return cu->run_method("f", x); }, 0);
+  torch_loop(
+      s, [&] { return cu->run_method("f", x); }, 0);
 }
 BENCHMARK(BM_TorchTwoOps)->Name("call_cached[1]/torch");
 BENCHMARK(BM_TorchScriptCall)->Name("call_cached[1]/torch_op");

@@ -51,7 +51,9 @@ TorchModel torch_model(const std::string& name, ex::Task& task) {
   if (name == "unet") return classify(std::make_shared<tmod::TUNet>(2, 16, 3));
   if (name == "ncf") {
     auto m = std::make_shared<tmod::TNCF>(6040, 3706);
-    return {m, [m](const std::vector<torch::Tensor>& b) { return F::binary_cross_entropy_with_logits(m->forward(b[0], b[1]), b[2]); }};
+    return {m, [m](const std::vector<torch::Tensor>& b) {
+              return F::binary_cross_entropy_with_logits(m->forward(b[0], b[1]), b[2]);
+            }};
   }
   if (name == "gnmt") {
     auto m = std::make_shared<tmod::TGNMT>(1000, 256, 2);
@@ -68,11 +70,12 @@ TorchModel torch_model(const std::string& name, ex::Task& task) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> torch_optimizer(const std::string& name, torch::nn::Module& m) {
-  if (name == "ncf" || name == "gnmt") return std::make_unique<torch::optim::Adam>(m.parameters(), torch::optim::AdamOptions(1e-3));
+  if (name == "ncf" || name == "gnmt")
+    return std::make_unique<torch::optim::Adam>(m.parameters(), torch::optim::AdamOptions(1e-3));
   if (name == "gpt")
     return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(3e-3).weight_decay(0.1));
   return std::make_unique<torch::optim::SGD>(m.parameters(),
-                                              torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
+                                             torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
 }
 
 void model_step(benchmark::State& s, const std::string& name) {

@@ -40,7 +40,9 @@ struct EncoderBlock : torch::nn::Module {
   torch::Tensor attention(const torch::Tensor& x) {
     int64_t b = x.size(0), t = x.size(1), dh = E::kDim / E::kHeads;
     auto q = qkv(x);
-    auto heads = [&](int64_t i) { return q.narrow(-1, i * E::kDim, E::kDim).reshape({b, t, E::kHeads, dh}).permute({0, 2, 1, 3}); };
+    auto heads = [&](int64_t i) {
+      return q.narrow(-1, i * E::kDim, E::kDim).reshape({b, t, E::kHeads, dh}).permute({0, 2, 1, 3});
+    };
     auto scores = torch::matmul(heads(0), heads(1).transpose(-2, -1)) * (1.0 / std::sqrt(double(dh)));
     auto a = dropout(torch::softmax(scores, -1));
     return proj(torch::matmul(a, heads(2)).permute({0, 2, 1, 3}).reshape({b, t, E::kDim}));
@@ -63,7 +65,8 @@ void encoder_step(benchmark::State& s) {
   auto next = torch::randint(0, E::kVocab, {E::kBatch * E::kSeq}, torch::kLong);
   auto step = [&] {
     opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(net.forward(tokens).reshape({E::kBatch * E::kSeq, E::kVocab}), next);
+    auto loss =
+        torch::nn::functional::cross_entropy(net.forward(tokens).reshape({E::kBatch * E::kSeq, E::kVocab}), next);
     loss.backward();
     opt.step();
     return loss;

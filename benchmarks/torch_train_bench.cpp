@@ -155,8 +155,8 @@ void torch_block_step(benchmark::State& s) {
   bench::count_flops(s, bench::block_step_flops());
 }
 
-[[maybe_unused]] const bool torch_train_registered = bench::register_train_cases(
-    "torch", {torch_matmul_case, torch_conv_case, torch_pool_case, torch_embedding_backward, torch_sum_16m,
-              torch_digits_step, torch_block_step});
+[[maybe_unused]] const bool torch_train_registered =
+    bench::register_train_cases("torch", {torch_matmul_case, torch_conv_case, torch_pool_case, torch_embedding_backward,
+                                          torch_sum_16m, torch_digits_step, torch_block_step});
 
 }  // namespace

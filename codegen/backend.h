@@ -30,19 +30,18 @@ struct OperandLayout {
 /// operand allows it and size-1 dims dropped (jit::kernel_args in jit/plan.cpp decides this
 /// from the real strides).
 struct KernelLayout {
-  int rank = 1;                         // loop dims, outermost first
-  uint32_t reduced = 0;                 // bit d: loop dim d is reduced
-  int parallel_dim = -1;                // the dim whose range [begin, end) a call runs; -1: all
-  std::vector<OperandLayout> inputs;    // one per body input
-  std::vector<OperandLayout> outputs;   // one per body output (reduced ones broadcast along the
-                                        // reduced dims)
+  int rank = 1;                        // loop dims, outermost first
+  uint32_t reduced = 0;                // bit d: loop dim d is reduced
+  int parallel_dim = -1;               // the dim whose range [begin, end) a call runs; -1: all
+  std::vector<OperandLayout> inputs;   // one per body input
+  std::vector<OperandLayout> outputs;  // one per body output (reduced ones broadcast along the
+                                       // reduced dims)
 };
 
 /// Every kernel's entry point:
 ///   sizes[rank]: loop sizes; strides[(inputs + outputs) * rank]: element strides, inputs
 ///   first; data[inputs + outputs]: base pointers; [begin, end): the range of parallel_dim.
-using KernelFn = void (*)(const int64_t* sizes, const int64_t* strides, void* const* data,
-                          int64_t begin, int64_t end);
+using KernelFn = void (*)(const int64_t* sizes, const int64_t* strides, void* const* data, int64_t begin, int64_t end);
 
 /// One code generator. Thread-safe.
 class Backend {

@@ -33,11 +33,11 @@ V apply_formula(E& e, const std::vector<V>& a, std::index_sequence<K...>) {
 /// Pointwise op `op` of arguments `a` (in its compute dtype's register type), by its formula,
 /// on the scalar algebra V (whose operators and math functions are found by ADL). Each target
 /// instantiates it once, in its algebra's file, as its `pointwise(Emitter&, OpId, args)`.
-template <class V, class E>
-V apply_pointwise(E& e, OpId op, const std::vector<V>& a) {
+template <class V, class E> V apply_pointwise(E& e, OpId op, const std::vector<V>& a) {
   switch (op) {
 #define KILN_CASE_Pointwise(Name, arity) \
-  case OpId::Name: return apply_formula<V, E, fm::Name>(e, a, std::make_index_sequence<arity>());
+  case OpId::Name:                       \
+    return apply_formula<V, E, fm::Name>(e, a, std::make_index_sequence<arity>());
 #define KILN_CASE_Cast(Name, arity)
 #define KILN_CASE_Reduce(Name, arity)
 #define KILN_CASE_View(Name, arity)
@@ -70,8 +70,7 @@ KernelLayout checked_layout(const ir::Graph& body, KernelLayout l);
 ///   std::optional<V> accumulator(uint32_t v)  a reduction's accumulator (nullopt: no pass yet)
 ///   e                                         its Emitter: cast(v, from, to), round_to(v, t)
 /// and a free function pointwise(Emitter&, OpId, const std::vector<V>&) (apply_pointwise).
-template <class Derived, class V>
-struct GroupLowering {
+template <class Derived, class V> struct GroupLowering {
   GroupLowering(const ir::Graph& b, const KernelLayout& l)
       : body(b), L(checked_layout(b, l)), n_in(b.inputs.size()), n_out(b.outputs.size()), ga(b) {
     for (int d = 0; d < L.rank; ++d) {

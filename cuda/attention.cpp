@@ -82,7 +82,8 @@ Launch prepare(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor
     }
   }
   Tensor q = o.q.contiguous(), k = o.k.contiguous(), v = o.v.contiguous();
-  Tensor fwd_out = o.out.defined() ? o.out.contiguous() : Tensor(), grad = o.grad.defined() ? o.grad.contiguous() : Tensor();
+  Tensor fwd_out = o.out.defined() ? o.out.contiguous() : Tensor(),
+         grad = o.grad.defined() ? o.grad.contiguous() : Tensor();
   auto& w = l.words;
   for (int64_t n : {l.z.batch, l.z.l, l.z.s, l.z.e, l.z.ev}) put(w, n);
   for (const Tensor* x : {&q, &k, &v, &fwd_out, &grad, &mask}) put(w, x->defined() ? x->data_ptr() : nullptr);

@@ -14,13 +14,13 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/check.h"
-#include "runtime/cuda/library_cuda.h"
-#include "runtime/cuda/context_cuda.h"
 #include "cuda/gemm_types_cuda.h"
 #include "cuda/libraries.h"
-#include "runtime/cuda_internal.h"
+#include "runtime/check.h"
+#include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda/handles_cuda.h"
+#include "runtime/cuda/library_cuda.h"
+#include "runtime/cuda_internal.h"
 
 namespace kiln::cuda {
 namespace {
@@ -43,8 +43,10 @@ struct Cublas {
 
 Cublas load_cublas() {
   Cublas c;
-  void* lib = open_library("KILN_CUDA_CUBLAS", {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
-                          "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so.12"}, "cuBLAS", &c.reason);
+  void* lib = open_library("KILN_CUDA_CUBLAS",
+                           {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13", "libcublas.so.12",
+                            "/usr/local/cuda/lib64/libcublas.so.12"},
+                           "cuBLAS", &c.reason);
   if (!lib) return c;
   c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
   c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
@@ -68,9 +70,10 @@ void check_blas(cublasStatus_t s, const char* call) {
 cublasHandle_t cublas_handle(int device) {
   static auto* pool = new HandlePool<cublasHandle_t>([](int d) {
     cublasHandle_t h = nullptr;
-    check_blas(retry_out_of_memory(d, [&] { return cublas().create(&h); },
-                                   [](cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }),
-               "cublasCreate");
+    check_blas(
+        retry_out_of_memory(
+            d, [&] { return cublas().create(&h); }, [](cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }),
+        "cublasCreate");
     return h;
   });
   return pool->get(device);
@@ -110,9 +113,9 @@ int fits_cublas(int64_t v, const char* what) {
 
 }  // namespace
 
-void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-          const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c,
-          int64_t ldc, int64_t stride_c, int64_t batch) {
+void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const void* a,
+          int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c, int64_t ldc,
+          int64_t stride_c, int64_t batch) {
   const Cublas& blas = cublas();
   KILN_CHECK(blas.ok, "matmul: cuBLAS is not available: {}", blas.reason);
   bind(device, "matmul");
@@ -121,12 +124,12 @@ void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m
   cublasHandle_t h = cublas_handle(device);
   Tensor captured_workspace;
   use_stream(h, device, current(device), &captured_workspace);
-  check_blas(blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       fits_cublas(m, "m"), fits_cublas(n, "n"), fits_cublas(k, "k"), t.alpha(), a, t.type,
-                       fits_cublas(lda, "lda"), stride_a, b, t.type, fits_cublas(ldb, "ldb"), stride_b, t.beta(), c,
-                       t.type, fits_cublas(ldc, "ldc"), stride_c, fits_cublas(batch, "batch"), t.compute,
-                       CUBLAS_GEMM_DEFAULT),
-             "cublasGemmStridedBatchedEx");
+  check_blas(
+      blas.gemm(h, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                fits_cublas(m, "m"), fits_cublas(n, "n"), fits_cublas(k, "k"), t.alpha(), a, t.type,
+                fits_cublas(lda, "lda"), stride_a, b, t.type, fits_cublas(ldb, "ldb"), stride_b, t.beta(), c, t.type,
+                fits_cublas(ldc, "ldc"), stride_c, fits_cublas(batch, "batch"), t.compute, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
 }
 
 }  // namespace kiln::cuda

@@ -14,11 +14,11 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/gemm_types_cuda.h"
+#include "cuda/libraries.h"
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
-#include "cuda/gemm_types_cuda.h"
 #include "runtime/cuda/library_cuda.h"
-#include "cuda/libraries.h"
 #include "runtime/cuda_internal.h"
 
 namespace kiln::cuda {
@@ -27,11 +27,12 @@ namespace {
 // Workspace a call may ask for (cuBLAS's default for Hopper), from the caching allocator.
 constexpr size_t kMaxWorkspace = 32 << 20;
 
-#define KILN_CUBLASLT_FUNCTIONS(X)                                                                             \
-  X(cublasLtCreate) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute) \
-  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate)               \
-  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) \
-  X(cublasLtMatmul)
+#define KILN_CUBLASLT_FUNCTIONS(X)                                                                                     \
+  X(cublasLtCreate)                                                                                                    \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                           \
+      X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate)                   \
+          X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) \
+              X(cublasLtMatmul)
 
 struct CublasLt {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -43,12 +44,14 @@ struct CublasLt {
 
 CublasLt load_cublaslt() {
   CublasLt c;
-  void* lib = open_library("KILN_CUDA_CUBLASLT", {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13",
-                          "libcublasLt.so.12", "/usr/local/cuda/lib64/libcublasLt.so.12"}, "cuBLASLt", &c.reason);
+  void* lib = open_library("KILN_CUDA_CUBLASLT",
+                           {"libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13", "libcublasLt.so.12",
+                            "/usr/local/cuda/lib64/libcublasLt.so.12"},
+                           "cuBLASLt", &c.reason);
   if (!lib) return c;
   std::string missing;
-#define KILN_LOAD(fn)                                              \
-  c.fn = reinterpret_cast<decltype(c.fn)>(dlsym(lib, #fn));        \
+#define KILN_LOAD(fn)                                       \
+  c.fn = reinterpret_cast<decltype(c.fn)>(dlsym(lib, #fn)); \
   if (!c.fn) missing += std::string(missing.empty() ? "" : ", ") + #fn;
   KILN_CUBLASLT_FUNCTIONS(KILN_LOAD)
 #undef KILN_LOAD
@@ -71,8 +74,9 @@ void check_lt(cublasStatus_t s, const char* call) {
 cublasLtHandle_t cublaslt_handle(int device) {
   static auto* pool = new HandlePool<cublasLtHandle_t>([](int d) {
     cublasLtHandle_t h = nullptr;
-    check_lt(retry_out_of_memory(d, [&] { return lt().cublasLtCreate(&h); },
-                                 [](cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }),
+    check_lt(retry_out_of_memory(
+                 d, [&] { return lt().cublasLtCreate(&h); },
+                 [](cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED; }),
              "cublasLtCreate");
     return h;
   });
@@ -112,9 +116,9 @@ struct GemmDescriptors {
 
 }  // namespace
 
-bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a, bool transpose_b, int64_t m,
-                   int64_t n, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* bias,
-                   void* c, int64_t ldc, std::string* why) {
+bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                   int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* bias, void* c,
+                   int64_t ldc, std::string* why) {
   const CublasLt& l = lt();
   auto decline = [&](std::string reason) {
     *why = std::move(reason);
@@ -133,9 +137,12 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
   cublasOperation_t ta = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtEpilogue_t e = epilogue_of(epilogue);
   check_lt(l.cublasLtMatmulDescCreate(&d.op, t.compute, t.scale), "cublasLtMatmulDescCreate");
-  check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "cublasLtMatmulDescSetAttribute");
-  check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "cublasLtMatmulDescSetAttribute");
-  check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "cublasLtMatmulDescSetAttribute");
+  check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+           "cublasLtMatmulDescSetAttribute");
+  check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+           "cublasLtMatmulDescSetAttribute");
+  check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e),
+           "cublasLtMatmulDescSetAttribute");
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
            "cublasLtMatmulDescSetAttribute");
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
@@ -150,8 +157,10 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
                                                   sizeof max_workspace),
            "cublasLtMatmulPreferenceSetAttribute");
   const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligned[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
   for (const auto& [attr, p] : aligned) {
     uint32_t bytes = alignment(p);
     check_lt(l.cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &bytes, sizeof bytes),

@@ -16,12 +16,12 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/api.h"
-#include "runtime/check.h"
-#include "runtime/cuda/context_cuda.h"
 #include "cuda/cudnn_cuda.h"
 #include "cuda/libraries.h"
 #include "cuda/op_kernels.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
+#include "runtime/cuda/context_cuda.h"
 #include "runtime/log.h"
 
 // cuDNN 9 marks the legacy convolution API deprecated; kiln calls it on purpose (see above).
@@ -48,17 +48,16 @@ struct Conv {
     check_dnn(d.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor", op);
     for (auto [desc, t4] : {std::pair{x, &xt}, std::pair{y, &yt}}) {
       const Dims &s = t4->shape(), &st = t4->strides();
-      check_dnn(d.cudnnSetTensor4dDescriptorEx(desc, t, fits_dnn(s[0], name), fits_dnn(s[1], name),
-                                               fits_dnn(s[2], name), fits_dnn(s[3], name), fits_dnn(std::max<int64_t>(st[0], 1), name),
-                                               fits_dnn(std::max<int64_t>(st[1], 1), name),
-                                               fits_dnn(std::max<int64_t>(st[2], 1), name),
-                                               fits_dnn(std::max<int64_t>(st[3], 1), name)),
+      check_dnn(d.cudnnSetTensor4dDescriptorEx(
+                    desc, t, fits_dnn(s[0], name), fits_dnn(s[1], name), fits_dnn(s[2], name), fits_dnn(s[3], name),
+                    fits_dnn(std::max<int64_t>(st[0], 1), name), fits_dnn(std::max<int64_t>(st[1], 1), name),
+                    fits_dnn(std::max<int64_t>(st[2], 1), name), fits_dnn(std::max<int64_t>(st[3], 1), name)),
                 "cudnnSetTensor4dDescriptorEx", op);
     }
-    check_dnn(d.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, fits_dnn(w_shape[0], name),
-                                           fits_dnn(w_shape[1], name), fits_dnn(w_shape[2], name),
-                                           fits_dnn(w_shape[3], name)),
-              "cudnnSetFilter4dDescriptor", op);
+    check_dnn(
+        d.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, fits_dnn(w_shape[0], name), fits_dnn(w_shape[1], name),
+                                     fits_dnn(w_shape[2], name), fits_dnn(w_shape[3], name)),
+        "cudnnSetFilter4dDescriptor", op);
     cudnnDataType_t compute = xt.dtype() == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     check_dnn(d.cudnnSetConvolution2dDescriptor(conv, fits_dnn(a.padding[0], name), fits_dnn(a.padding[1], name),
                                                 fits_dnn(a.stride[0], name), fits_dnn(a.stride[1], name),
@@ -66,8 +65,8 @@ struct Conv {
                                                 CUDNN_CROSS_CORRELATION, compute),
               "cudnnSetConvolution2dDescriptor", op);
     check_dnn(d.cudnnSetConvolutionGroupCount(conv, fits_dnn(a.groups, name)), "cudnnSetConvolutionGroupCount", op);
-    cudnnMathType_t math = xt.dtype() == DType::F32 ? (allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH)
-                                                    : CUDNN_TENSOR_OP_MATH;
+    cudnnMathType_t math =
+        xt.dtype() == DType::F32 ? (allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
     if (xt.dtype() == DType::F64) math = CUDNN_DEFAULT_MATH;
     check_dnn(d.cudnnSetConvolutionMathType(conv, math), "cudnnSetConvolutionMathType", op);
   }
@@ -90,9 +89,9 @@ size_t written(Pass p) { return p == Pass::Forward ? 2 : p == Pass::InputGrad ? 
 // workspace fits in memory (an algorithm may ask for gigabytes: the next one is tried, as the
 // next is when cuDNN says one does not support the configuration). False when none ran; an
 // out-of-memory error when only memory stopped them.
-template <class Perf, class Get, class Call>
-bool rank_and_run(int algo_count, Get get, Call call, const std::string& op, const char* get_name,
-                  const char* call_name, Device device) {
+template <class Perf, class Get, class Call> bool rank_and_run(int algo_count, Get get, Call call,
+                                                               const std::string& op, const char* get_name,
+                                                               const char* call_name, Device device) {
   std::vector<Perf> perf(static_cast<size_t>(algo_count));
   int n = 0;
   cudnnStatus_t s = get(algo_count, &n, perf.data());
@@ -114,8 +113,8 @@ bool rank_and_run(int algo_count, Get get, Call call, const std::string& op, con
     s = call(algo.algo, ws->ptr, algo.memory);
     if (s == CUDNN_STATUS_NOT_SUPPORTED) continue;
     check_dnn(s, call_name, op);
-    log(LogTopic::Cuda, fmt::format("{}: cuDNN algorithm {}, {} B of workspace", op, static_cast<int>(algo.algo),
-                                    algo.memory));
+    log(LogTopic::Cuda,
+        fmt::format("{}: cuDNN algorithm {}, {} B of workspace", op, static_cast<int>(algo.algo), algo.memory));
     return true;
   }
   if (no_room) throw *no_room;
@@ -153,8 +152,8 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
             return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, n, perf);
           },
           [&](cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t bytes) {
-            return d.cudnnConvolutionBackwardData(h, one, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws,
-                                                  bytes, zero, c.x, x.data_ptr());
+            return d.cudnnConvolutionBackwardData(h, one, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws, bytes,
+                                                  zero, c.x, x.data_ptr());
           },
           op, "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData", device);
     case Pass::WeightGrad:
@@ -223,8 +222,8 @@ void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
     for (size_t i = 0; i < 3; ++i)
       packed[i] = i == out ? Tensor::empty({wide, result.shape(), result.device()}) : t[i].to(wide).contiguous();
     if (!tried.empty())
-      log(LogTopic::Cuda, fmt::format("{}: no cuDNN algorithm for {}; trying contiguous {}", op, tried,
-                                      dtype_name(wide)));
+      log(LogTopic::Cuda,
+          fmt::format("{}: no cuDNN algorithm for {}; trying contiguous {}", op, tried, dtype_name(wide)));
     tried = fmt::format("contiguous {}", dtype_name(wide));
     if (attempt(p, op, packed, a)) {
       result.copy_(packed[out]);
@@ -233,10 +232,11 @@ void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
     if (wide == DType::F64) break;
     wide = wide == DType::F32 ? DType::F64 : DType::F32;
   }
-  throw Error(fmt::format("{}: cuDNN has no algorithm for {} x {} -> {} in {} (stride {}, padding {}, dilation {}, "
-                          "groups {}), not even contiguous in f64",
-                          op, shape_str(t[0].shape()), shape_str(t[1].shape()), shape_str(t[2].shape()),
-                          dtype_name(result.dtype()), shape_str(a.stride), shape_str(a.padding), shape_str(a.dilation), a.groups));
+  throw Error(fmt::format(
+      "{}: cuDNN has no algorithm for {} x {} -> {} in {} (stride {}, padding {}, dilation {}, "
+      "groups {}), not even contiguous in f64",
+      op, shape_str(t[0].shape()), shape_str(t[1].shape()), shape_str(t[2].shape()), dtype_name(result.dtype()),
+      shape_str(a.stride), shape_str(a.padding), shape_str(a.dilation), a.groups));
 }
 
 std::atomic<int64_t> g_dnn_limit{0};

@@ -17,8 +17,7 @@ namespace kiln::cuda {
 namespace {
 
 // Loads one group of symbols; "" when all were there, else their names.
-template <class Load>
-std::string load_group(Load load) {
+template <class Load> std::string load_group(Load load) {
   std::string missing;
   load([&](const char* name, bool found) {
     if (!found) missing += std::string(missing.empty() ? "" : ", ") + name;
@@ -28,8 +27,8 @@ std::string load_group(Load load) {
 
 Cudnn load_cudnn() {
   Cudnn c;
-  void* lib = open_library("KILN_CUDA_CUDNN", {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, "cuDNN 9",
-                           &c.reason);
+  void* lib =
+      open_library("KILN_CUDA_CUDNN", {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9"}, "cuDNN 9", &c.reason);
   if (!lib) {
     c.rnn_reason = c.reason;
     return c;
@@ -66,8 +65,9 @@ cudnnHandle_t dnn_handle(int device, const std::string& op) {
   // Pooled (handles_cuda.h); cudnnCreate's device memory is taken outside the cache.
   static auto* pool = new HandlePool<cudnnHandle_t>([](int d) {
     cudnnHandle_t h = nullptr;
-    check_dnn(retry_out_of_memory(d, [&] { return cudnn().cudnnCreate(&h); },
-                                  [](cudnnStatus_t s) { return s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED; }),
+    check_dnn(retry_out_of_memory(
+                  d, [&] { return cudnn().cudnnCreate(&h); },
+                  [](cudnnStatus_t s) { return s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED; }),
               "cudnnCreate", "cudnn");
     return h;
   });

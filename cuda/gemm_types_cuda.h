@@ -23,9 +23,7 @@ struct GemmTypes {
 /// The types of a GEMM in `dtype`; false for a dtype cuBLAS does not multiply (not a float).
 inline bool gemm_types(DType dtype, GemmTypes* t) {
   switch (dtype) {
-    case DType::F32:
-      t->compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      return true;
+    case DType::F32: t->compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; return true;
     case DType::F64:
       t->type = t->scale = CUDA_R_64F;
       t->compute = CUBLAS_COMPUTE_64F;

@@ -7,11 +7,11 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "runtime/api.h"
 #include "runtime/autograd_meta.h"
+#include "runtime/check.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_internal.h"
-#include "runtime/api.h"
-#include "runtime/check.h"
 #include "runtime/log.h"
 
 namespace kiln::cuda {
@@ -43,10 +43,11 @@ void CapturedChecks::check(const std::string& plan) const {
   if (ops_.empty()) return;
   std::vector<int64_t> f = flags_.to(cpu).to_vector<int64_t>();
   for (size_t k = 0; k < ops_.size(); ++k)
-    KILN_CHECK(f[2 * k] == 0, "{}: index {} is out of range for a dim of size {} (found by the CUDA graph replay of "
-               "@{}'s previous call)", ops_[k].first, f[2 * k + 1], ops_[k].second, plan);
+    KILN_CHECK(f[2 * k] == 0,
+               "{}: index {} is out of range for a dim of size {} (found by the CUDA graph replay of "
+               "@{}'s previous call)",
+               ops_[k].first, f[2 * k + 1], ops_[k].second, plan);
 }
-
 
 GraphReplay::GraphReplay(const ir::Graph& g, jit::ReplayLayout layout)
     : name_(g.name), layout_(std::move(layout)), graph_inputs_(g.inputs), graph_outputs_(g.outputs) {
@@ -149,8 +150,8 @@ bool GraphReplay::capture(std::span<const Tensor> params, const Plan& plan, std:
   }
   params_.clear();
   for (const Tensor& p : params) params_.push_back(p.data_ptr());
-  log(LogTopic::Cache, fmt::format("jit @{}: captured as a CUDA graph on cuda:{} (capture {})", name_, device,
-                                   captures_));
+  log(LogTopic::Cache,
+      fmt::format("jit @{}: captured as a CUDA graph on cuda:{} (capture {})", name_, device, captures_));
   return true;
 }
 

@@ -78,7 +78,7 @@ class GraphReplay final : public jit::PlanReplay {
   jit::ReplayLayout layout_;
   std::vector<uint32_t> graph_inputs_, graph_outputs_;
   std::vector<char> cpu_input_, cpu_output_;  // per input, per output: a host value
-  std::vector<size_t> assigned_;  // the params the device part assigns
+  std::vector<size_t> assigned_;              // the params the device part assigns
   mutable std::mutex mu_;
   size_t calls_ = 0, captures_ = 0, replays_ = 0;
   std::string refusal_;

@@ -13,13 +13,13 @@
 #include <optional>
 
 #include "codegen/cuda/emit.h"
-#include "ir/fusion.h"
-#include "ir/group_analysis.h"
-#include "ir/graph.h"
 #include "cuda/group.h"
 #include "cuda/kernel_cache.h"
 #include "cuda/launch.h"
 #include "cuda/stages.h"
+#include "ir/fusion.h"
+#include "ir/graph.h"
+#include "ir/group_analysis.h"
 #include "jit/group_runner.h"
 #include "jit/plan.h"
 #include "runtime/api.h"
@@ -103,11 +103,11 @@ ir::Node combine_group(const ir::Graph& body, const std::vector<std::optional<Op
 enum class Prepare { Plan, Emit, Compile };
 
 struct PrepareOptions {
-  int sms = 1;                      // the device's multiprocessors
+  int sms = 1;  // the device's multiprocessors
   Prepare mode = Prepare::Compile;
-  bool eager = false;      // numbers and strides as kernel arguments (cuda/group.h)
-  bool may_split = true;   // columns may be cut into parts (not a combine of parts)
-  bool may_stage = true;   // may run as stages (not a stage itself)
+  bool eager = false;     // numbers and strides as kernel arguments (cuda/group.h)
+  bool may_split = true;  // columns may be cut into parts (not a combine of parts)
+  bool may_stage = true;  // may run as stages (not a stage itself)
 };
 
 // Prepares `fused` for operands of `shapes` and `strides`, as `o` says.
@@ -129,7 +129,9 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
   std::vector<std::optional<OpId>> cut;
   if (may_split) cut = stages::cut_outputs(body);
   using codegen::CudaWork;
-  CudaWork work = ir::GroupAnalysis(body).reductions.empty() ? CudaWork::Elements : cut.empty() ? CudaWork::Rows : CudaWork::Partials;
+  CudaWork work = ir::GroupAnalysis(body).reductions.empty() ? CudaWork::Elements
+                  : cut.empty()                              ? CudaWork::Rows
+                                                             : CudaWork::Partials;
   g.launch = codegen::plan_cuda_launch(g.layout, g.sizes, sms, work);
   // Too few rows to fill the device, columns that could be cut, outputs that read the
   // reductions: the group runs as stages, each cut into parts.
@@ -159,8 +161,8 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
     if (!g.stages.empty()) {
       if (compile && log_enabled(LogTopic::Cuda))
         log(LogTopic::Cuda, fmt::format("a fused group of {} ops: {} rows x {} columns leave {} multiprocessors idle "
-                                        "in one kernel; it runs as {} stages", body.nodes.size(), g.launch.rows,
-                                        g.launch.cols, sms, g.stages.size()));
+                                        "in one kernel; it runs as {} stages",
+                                        body.nodes.size(), g.launch.rows, g.launch.cols, sms, g.stages.size()));
       return g;
     }
   }
@@ -187,12 +189,14 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
       PrepareOptions plan_only = co;
       plan_only.mode = Prepare::Plan;
       PreparedGroup planned = prepare(group, part_shapes, part_strides, plan_only);
-      size_t more = words_of(planned, std::vector<void*>(group.body->inputs.size() + group.body->outputs.size())).size();
+      size_t more =
+          words_of(planned, std::vector<void*>(group.body->inputs.size() + group.body->outputs.size())).size();
       c.in_last_block = planned.launch.blocks == 1 && (words + more + 1) * 8 <= kMaxArgBytes;
       if (c.in_last_block) words += more;
       c.body = group.body;
-      c.group = std::make_shared<const PreparedGroup>(
-          c.in_last_block || mode == Prepare::Plan ? std::move(planned) : prepare(group, part_shapes, part_strides, co));
+      c.group = std::make_shared<const PreparedGroup>(c.in_last_block || mode == Prepare::Plan
+                                                          ? std::move(planned)
+                                                          : prepare(group, part_shapes, part_strides, co));
       for (size_t k : c.outputs) g.partial[k] = 1;
       g.combines.push_back(std::move(c));
     }
@@ -273,8 +277,9 @@ void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::s
     std::vector<Tensor> temps;
     for (const TensorType& t : g.temps) temps.push_back(Tensor::empty(t));
     auto at = [&](const stages::Place& p) -> const Tensor& {
-      return p.kind == stages::Place::Input ? inputs[p.index]
-             : p.kind == stages::Place::Output ? outputs[p.index] : temps[p.index];
+      return p.kind == stages::Place::Input    ? inputs[p.index]
+             : p.kind == stages::Place::Output ? outputs[p.index]
+                                               : temps[p.index];
     };
     for (const PreparedGroup::Stage& st : g.stages) {
       std::vector<Tensor> ins, outs;

@@ -109,8 +109,8 @@ void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Te
 // once, as the CPU's scatter does (runtime/ops/index.cpp). A thread per line walks its entries
 // along dim, or, for few long lines, every entry is sorted by its element of out
 // (scatter_sorted): the same sums either way.
-void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src,
-             const Tensor& out, const char* op) {
+void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src, const Tensor& out,
+             const char* op) {
   if (is_float(out.dtype()) && dtype_size(out.dtype()) == 2) {
     Tensor acc = Tensor::empty({DType::F32, out.shape(), out.device()});
     Tensor wide = src.to(DType::F32);
@@ -181,8 +181,8 @@ void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Ten
   put(a, n);
   put(a, dim);
   put(a, out.strides()[dim]);
-  launch_source(codegen::cuda_segment_add_kernel(out.dtype(), static_cast<int>(src.dim())), a,
-                blocks_for(n * columns), d.index);
+  launch_source(codegen::cuda_segment_add_kernel(out.dtype(), static_cast<int>(src.dim())), a, blocks_for(n * columns),
+                d.index);
   check_flag(flag, "index_add", out.shape()[dim]);
 }
 

@@ -47,10 +47,11 @@ CompiledKernel kernel_for(const std::string& source, int device) {
       jit::disk_cache_put(identity, *cubin);
       fn = load_function(device, *cubin, k.symbol);
     }
-    log(LogTopic::Cache, fmt::format("kernel {} for sm_{}{}: {} in {:.2f} ms", k.symbol, arch,
-                                     target.ptx ? fmt::format(" (as PTX for compute_{}, NVRTC's newest)", target.arch) : "",
-                                     *from_disk ? "loaded from the disk cache" : "compiled",
-                                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
+    log(LogTopic::Cache,
+        fmt::format("kernel {} for sm_{}{}: {} in {:.2f} ms", k.symbol, arch,
+                    target.ptx ? fmt::format(" (as PTX for compute_{}, NVRTC's newest)", target.arch) : "",
+                    *from_disk ? "loaded from the disk cache" : "compiled",
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
     return fn;
   });
   return k;

@@ -22,9 +22,9 @@ namespace kiln::cuda {
 /// column-major terms: C = op(A) op(B), m x n, over `batch` matrices `stride_*` elements apart,
 /// queued on the current stream of `device`. f32 (with TF32 when cuda::allow_tf32()), f64,
 /// and f16 and bf16 computing in f32. Throws kiln::Error when cuBLAS is unavailable.
-void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-          const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c,
-          int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm(int device, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const void* a,
+          int64_t lda, int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c, int64_t ldc,
+          int64_t stride_c, int64_t batch);
 
 /// What cuBLASLt adds to a GEMM before its one rounding: a bias per row of the (column-major)
 /// result, then a relu or the tanh approximation of gelu.
@@ -34,9 +34,9 @@ enum class Epilogue { Bias, ReluBias, GeluBias };
 /// queued on the current stream of `device`. Returns false with `*why`, having queued nothing,
 /// when cuBLASLt is unavailable or has no algorithm for the case: the caller computes it
 /// another way. Dtypes as gemm().
-bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a, bool transpose_b, int64_t m,
-                   int64_t n, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* bias,
-                   void* c, int64_t ldc, std::string* why);
+bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+                   int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* bias, void* c,
+                   int64_t ldc, std::string* why);
 /// Calls of gemm_epilogue that cuBLASLt ran, and that it declined.
 struct EpilogueStats {
   int64_t fused = 0, declined = 0;

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "codegen/cuda/matmul.h"
-#include "ir/builder.h"
-#include "ir/graph.h"
 #include "cuda/group.h"
 #include "cuda/launch.h"
 #include "cuda/libraries.h"
 #include "cuda/op_kernels.h"
+#include "ir/builder.h"
+#include "ir/graph.h"
 #include "runtime/api.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_internal.h"
@@ -81,8 +81,8 @@ void matmul(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) {
   int device = out.device().index;
   if (is_float(out.dtype())) {
     // Row-major C = A B is column-major C^T = B^T A^T: B's stack first.
-    gemm(device, out.dtype(), B.transposed, A.transposed, n, m, k, B.t.data_ptr(), B.ld, B.batch_stride,
-               A.t.data_ptr(), A.ld, A.batch_stride, out.data_ptr(), n, m * n, count);
+    gemm(device, out.dtype(), B.transposed, A.transposed, n, m, k, B.t.data_ptr(), B.ld, B.batch_stride, A.t.data_ptr(),
+         A.ld, A.batch_stride, out.data_ptr(), n, m * n, count);
     return;
   }
   std::vector<uint64_t> w;
@@ -121,8 +121,7 @@ void addmm(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor
     Tensor bias_values = bias.contiguous();
     std::string why;
     if (gemm_epilogue(out.device().index, out.dtype(), epilogue_of(id), B.transposed, A.transposed, n, m, k,
-                            B.t.data_ptr(), B.ld, A.t.data_ptr(), A.ld, bias_values.data_ptr(), out.data_ptr(), n,
-                            &why))
+                      B.t.data_ptr(), B.ld, A.t.data_ptr(), A.ld, bias_values.data_ptr(), out.data_ptr(), n, &why))
       return;
     if (log_enabled(LogTopic::Cuda))
       log(LogTopic::Cuda, fmt::format("{}: {}; the GEMM, then a kernel for the bias and activation", op_name(id), why));

@@ -17,10 +17,10 @@
 namespace kiln::cuda {
 namespace {
 
-#define KILN_NVRTC_FUNCTIONS(X)                                                                      \
-  X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)                 \
-  X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize)         \
-  X(nvrtcGetCUBIN) X(nvrtcGetPTXSize) X(nvrtcGetPTX)
+#define KILN_NVRTC_FUNCTIONS(X)                                                                                        \
+  X(nvrtcVersion)                                                                                                      \
+  X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) \
+      X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetPTXSize) X(nvrtcGetPTX)
 
 struct Nvrtc {
 #define KILN_NVRTC_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -103,7 +103,8 @@ const char* const kOptions[] = {"--std=c++17", "--fmad=false"};
 nvrtcProgram compile(const Nvrtc& n, const std::string& source, int arch, bool cubin, const std::string& name) {
   nvrtcProgram prog = nullptr;
   nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
-  if (r != NVRTC_SUCCESS) throw Error(fmt::format("nvrtc: cannot create a program for {}: {}", name, n.nvrtcGetErrorString(r)));
+  if (r != NVRTC_SUCCESS)
+    throw Error(fmt::format("nvrtc: cannot create a program for {}: {}", name, n.nvrtcGetErrorString(r)));
   std::string gpu = fmt::format("--gpu-architecture={}_{}", cubin ? "sm" : "compute", arch);
   const char* options[] = {gpu.c_str(), kOptions[0], kOptions[1]};
   r = n.nvrtcCompileProgram(prog, 3, options);
@@ -113,8 +114,8 @@ nvrtcProgram compile(const Nvrtc& n, const std::string& source, int arch, bool c
     std::string log(size, '\0');
     if (size) n.nvrtcGetProgramLog(prog, log.data());
     n.nvrtcDestroyProgram(&prog);
-    throw Error(fmt::format("nvrtc: kernel {} does not compile for sm_{} ({}):\n{}", name, arch, n.nvrtcGetErrorString(r),
-                            log.c_str()));
+    throw Error(fmt::format("nvrtc: kernel {} does not compile for sm_{} ({}):\n{}", name, arch,
+                            n.nvrtcGetErrorString(r), log.c_str()));
   }
   return prog;
 }

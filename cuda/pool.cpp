@@ -33,8 +33,9 @@ void put_planes(std::vector<uint64_t>& w, const Tensor& t) {
 void pool(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   if (out.numel() == 0) return;
   const Tensor& x = in[0];
-  codegen::CudaPool kind = id == OpId::AvgPool2d ? codegen::CudaPool::Avg
-                           : id == OpId::MaxPool2d ? codegen::CudaPool::Max : codegen::CudaPool::Indices;
+  codegen::CudaPool kind = id == OpId::AvgPool2d   ? codegen::CudaPool::Avg
+                           : id == OpId::MaxPool2d ? codegen::CudaPool::Max
+                                                   : codegen::CudaPool::Indices;
   std::vector<uint64_t> w;
   put_geometry(w, x.shape(), out.shape(), a);
   put_planes(w, x);
@@ -53,8 +54,7 @@ void pool_backward(OpId id, std::span<const Tensor> in, const Attrs& a, const Te
   put_planes(w, grad);
   put_planes(w, max ? x : grad);
   for (const void* p : {grad.data_ptr(), max ? x.data_ptr() : grad.data_ptr(), out.data_ptr()}) put(w, p);
-  launch_source(codegen::cuda_pool_backward_kernel(max ? codegen::CudaPool::Max : codegen::CudaPool::Avg,
-                                                   out.dtype()),
+  launch_source(codegen::cuda_pool_backward_kernel(max ? codegen::CudaPool::Max : codegen::CudaPool::Avg, out.dtype()),
                 w, blocks_for(out.numel()), out.device().index);
 }
 

@@ -12,10 +12,10 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/api.h"
-#include "runtime/check.h"
 #include "cuda/cudnn_cuda.h"
 #include "cuda/libraries.h"
+#include "runtime/api.h"
+#include "runtime/check.h"
 #include "runtime/cuda_internal.h"
 #include "runtime/log.h"
 
@@ -39,8 +39,7 @@ struct RnnDescriptors {
   const char* failed = "";
   size_t weight_bytes = 0, work_bytes = 0, reserve_bytes = 0;
 
-  RnnDescriptors(const RnnSpec& s, int device, int64_t t_len, int64_t n, bool training)
-      : op(s.lstm ? "LSTM" : "GRU") {
+  RnnDescriptors(const RnnSpec& s, int device, int64_t t_len, int64_t n, bool training) : op(s.lstm ? "LSTM" : "GRU") {
     handle = dnn_handle(device, op);
     cudnnDataType_t type = dnn_data_type(s.dtype, op);
     // f16 and bf16 compute in f32 (tensor cores); f32 in exact f32 unless TF32 is allowed.
@@ -165,7 +164,9 @@ std::vector<Placement> placements(const RnnDescriptors& dd, const RnnSpec& s, co
 
 // The view of `space` that holds param-shaped data at `pl` (or, with its gates apart, a copy).
 Tensor gathered(const Tensor& space, const Placement& pl, const Dims& shape) {
-  if (pl.together()) return space.narrow(0, pl.gate_offsets[0], pl.gate_numel * static_cast<int64_t>(pl.gate_offsets.size())).view(shape);
+  if (pl.together())
+    return space.narrow(0, pl.gate_offsets[0], pl.gate_numel * static_cast<int64_t>(pl.gate_offsets.size()))
+        .view(shape);
   std::vector<Tensor> blocks;
   for (int64_t off : pl.gate_offsets) blocks.push_back(space.narrow(0, off, pl.gate_numel));
   return cat(blocks, 0).view(shape);
@@ -241,12 +242,12 @@ RnnGrads rnn_backward(const RnnSpec& s, const Tensor& x, const Tensor& hx, const
   Tensor gcy = dcy.defined() ? dcy.to(s.dtype).contiguous() : Tensor();
   Workspace work(dd.work_bytes, device);
   const auto* lengths = static_cast<const int32_t*>(f.lengths.data_ptr());
-  dd.check(d.cudnnRNNBackwardData_v8(dd.handle, dd.rnn, lengths, dd.y, f.y.data_ptr(), gy.data_ptr(), dd.x,
-                                     g.dx.data_ptr(), dd.h, ptr_or_null(hx), ptr_or_null(ghy), mut_or_null(g.dhx),
-                                     dd.h, ptr_or_null(cx), ptr_or_null(gcy), mut_or_null(g.dcx), dd.weight_bytes,
-                                     f.weights.data_ptr(), dd.work_bytes, work.ptr, dd.reserve_bytes,
-                                     mut_or_null(f.reserve)),
-           "cudnnRNNBackwardData_v8");
+  dd.check(
+      d.cudnnRNNBackwardData_v8(dd.handle, dd.rnn, lengths, dd.y, f.y.data_ptr(), gy.data_ptr(), dd.x, g.dx.data_ptr(),
+                                dd.h, ptr_or_null(hx), ptr_or_null(ghy), mut_or_null(g.dhx), dd.h, ptr_or_null(cx),
+                                ptr_or_null(gcy), mut_or_null(g.dcx), dd.weight_bytes, f.weights.data_ptr(),
+                                dd.work_bytes, work.ptr, dd.reserve_bytes, mut_or_null(f.reserve)),
+      "cudnnRNNBackwardData_v8");
   if (!weights) return g;
   // cuDNN adds into the gradient's space (the one mode it supports): it starts at zero.
   Tensor dspace = zeros(f.weights.shape(), s.dtype, device);

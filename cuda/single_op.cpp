@@ -81,8 +81,8 @@ void copy_on_device(const Tensor& src, const Tensor& dst) {
   codegen::CudaLaunch grid = codegen::plan_cuda_launch(L, sizes, sm_count(device), codegen::CudaWork::Elements);
   if (grid.blocks == 0) return;
   std::string source = codegen::emit_cuda(body, L, "kiln_kernel");
-  launch_source(source, codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}, grid),
-                grid.blocks, device);
+  launch_source(source, codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}, grid), grid.blocks,
+                device);
 }
 
 void copy(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_on_device(in[0], out); }
@@ -97,7 +97,8 @@ void draw(OpId id, std::span<const Tensor> in, const Attrs&, const Tensor& out) 
   put(w, out.numel());
   put(w, state.contiguous().data_ptr());
   put(w, out.data_ptr());
-  std::string source = id == OpId::Rand ? codegen::cuda_rand_kernel(out.dtype()) : codegen::cuda_randn_kernel(out.dtype());
+  std::string source =
+      id == OpId::Rand ? codegen::cuda_rand_kernel(out.dtype()) : codegen::cuda_randn_kernel(out.dtype());
   launch_source(source, w, blocks_for(out.numel()), out.device().index);
 }
 

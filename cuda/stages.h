@@ -32,7 +32,7 @@ struct Place {
 };
 
 struct Stage {
-  ir::Node group;                  // a fused node whose body is the stage
+  ir::Node group;                    // a fused node whose body is the stage
   std::vector<Place> reads, writes;  // per input and output of its body
 };
 

@@ -16,9 +16,10 @@ CudaTarget cuda_target(int device_arch, const std::vector<int>& supported) {
   for (int a : supported)
     if (a <= device_arch) best = std::max(best, a);
   if (best == 0)
-    throw Error(fmt::format("nvrtc: this NVRTC compiles for sm_{} to sm_{}, none at or below the device's sm_{}; kiln "
-                            "needs an NVRTC that knows the device (or older devices)",
-                            supported.front(), supported.back(), device_arch));
+    throw Error(
+        fmt::format("nvrtc: this NVRTC compiles for sm_{} to sm_{}, none at or below the device's sm_{}; kiln "
+                    "needs an NVRTC that knows the device (or older devices)",
+                    supported.front(), supported.back(), device_arch));
   return {best, true};
 }
 

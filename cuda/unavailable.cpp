@@ -12,7 +12,9 @@ namespace {
 
 const char* kReason = "kiln was built without CUDA (no CUDA toolkit at configure time)";
 
-[[noreturn]] void unavailable(const char* what) { throw Error(fmt::format("{}: CUDA is not available: {}", what, kReason)); }
+[[noreturn]] void unavailable(const char* what) {
+  throw Error(fmt::format("{}: CUDA is not available: {}", what, kReason));
+}
 
 }  // namespace
 

@@ -57,12 +57,14 @@ void GlooBackend::check(const Op& op, uint64_t seq) {
     const int64_t* theirs = all.data() + r * kRecord;
     if (std::equal(mine, mine + kRecord, theirs)) continue;
     if (theirs[0] != mine[0])
-      throw Error(fmt::format("distributed: {} (collective #{}) on rank {}: rank {} called another collective at "
-                              "this point; every rank must issue the same collectives in the same order",
-                              op.name, seq, o_.rank, r));
-    throw Error(fmt::format("distributed: {} (collective #{}): rank {} gives {} but rank {} gives {}; every rank "
-                            "must pass the same dtype and shape (Options::check)",
-                            op.name, seq, o_.rank, describe(mine), r, describe(theirs)));
+      throw Error(
+          fmt::format("distributed: {} (collective #{}) on rank {}: rank {} called another collective at "
+                      "this point; every rank must issue the same collectives in the same order",
+                      op.name, seq, o_.rank, r));
+    throw Error(
+        fmt::format("distributed: {} (collective #{}): rank {} gives {} but rank {} gives {}; every rank "
+                    "must pass the same dtype and shape (Options::check)",
+                    op.name, seq, o_.rank, describe(mine), r, describe(theirs)));
   }
 }
 
@@ -76,7 +78,8 @@ std::string GlooBackend::failure(const char* name, uint64_t seq, const std::stri
       for (int r = 0; r < o_.world_size; ++r) {
         std::vector<char> v;
         uint64_t s = 0;
-        if (store_->try_get(fmt::format("arrived/{}", r), &v) && v.size() == sizeof s) std::memcpy(&s, v.data(), sizeof s);
+        if (store_->try_get(fmt::format("arrived/{}", r), &v) && v.size() == sizeof s)
+          std::memcpy(&s, v.data(), sizeof s);
         if (s < seq) missing.push_back(r);
       }
       std::vector<int> gone = missing.empty() ? gone_ranks() : std::vector<int>{};
@@ -85,8 +88,7 @@ std::string GlooBackend::failure(const char* name, uint64_t seq, const std::stri
       else if (!gone.empty())
         ranks = fmt::format(": rank {} arrived at it, then left the job (it died, or its host became unreachable)",
                             fmt::join(gone, ", "));
-      else
-        ranks = " (every rank arrived at it, and none has left the job)";
+      else ranks = " (every rank arrived at it, and none has left the job)";
     } catch (const Error&) {
       ranks = ": rank 0 (which serves the rendezvous store) is unreachable: it died, or its host became unreachable";
     }
@@ -99,7 +101,8 @@ std::string GlooBackend::failure(const char* name, uint64_t seq, const std::stri
 // is seen at once; a host that vanished, when keepalive gives up on it (about 4 s after that
 // rank's last request): so this waits up to 5 s (or the timeout, if shorter) for one.
 std::vector<int> GlooBackend::gone_ranks() {
-  auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(o_.timeout, std::chrono::seconds(5));
+  auto deadline =
+      std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(o_.timeout, std::chrono::seconds(5));
   for (;;) {
     std::vector<int> gone;
     std::vector<char> v;

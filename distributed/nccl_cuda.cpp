@@ -30,17 +30,18 @@
 
 #include "distributed/nccl.h"
 #include "distributed/work.h"
-#include "runtime/log.h"
 #include "runtime/check.h"
-#include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda/library_cuda.h"
+#include "runtime/log.h"
 
 namespace kiln::distributed {
 namespace {
 
-#define KILN_NCCL_FUNCTIONS(X)                                                                               \
-  X(ncclGetErrorString) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError) X(ncclCommAbort)  \
-  X(ncclCommDestroy) X(ncclAllReduce) X(ncclBroadcast) X(ncclAllGather) X(ncclReduceScatter)
+#define KILN_NCCL_FUNCTIONS(X)                                                                              \
+  X(ncclGetErrorString)                                                                                     \
+  X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError) X(ncclCommAbort) X(ncclCommDestroy) \
+      X(ncclAllReduce) X(ncclBroadcast) X(ncclAllGather) X(ncclReduceScatter)
 
 struct Nccl {
 #define KILN_NCCL_DECLARE(fn) decltype(&::fn) fn = nullptr;
@@ -52,12 +53,12 @@ struct Nccl {
 
 Nccl load() {
   Nccl n;
-  void* lib = cuda::open_library("KILN_CUDA_NCCL", {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"}, "NCCL",
-                                 &n.reason);
+  void* lib =
+      cuda::open_library("KILN_CUDA_NCCL", {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"}, "NCCL", &n.reason);
   if (!lib) return n;
   std::string missing;
-#define KILN_NCCL_LOAD(fn)                                   \
-  n.fn = reinterpret_cast<decltype(n.fn)>(dlsym(lib, #fn));  \
+#define KILN_NCCL_LOAD(fn)                                  \
+  n.fn = reinterpret_cast<decltype(n.fn)>(dlsym(lib, #fn)); \
   if (!n.fn) missing += std::string(missing.empty() ? "" : ", ") + #fn;
   KILN_NCCL_FUNCTIONS(KILN_NCCL_LOAD)
 #undef KILN_NCCL_LOAD
@@ -72,7 +73,8 @@ const Nccl& nccl() {
 }
 
 void check_nccl(ncclResult_t r, const char* call, const char* what) {
-  KILN_CHECK(r == ncclSuccess, "distributed: {} on CUDA: NCCL's {} failed: {}", what, call, nccl().ncclGetErrorString(r));
+  KILN_CHECK(r == ncclSuccess, "distributed: {} on CUDA: NCCL's {} failed: {}", what, call,
+             nccl().ncclGetErrorString(r));
 }
 
 ncclDataType_t nccl_type(DType t, const char* what) {
@@ -86,9 +88,10 @@ ncclDataType_t nccl_type(DType t, const char* what) {
     case DType::U8: return ncclUint8;
     default: break;
   }
-  throw Error(fmt::format("distributed: {} of {} is not supported on CUDA (NCCL takes f32, f64, f16, bf16, i32, i64 "
-                          "and u8)",
-                          what, dtype_name(t)));
+  throw Error(
+      fmt::format("distributed: {} of {} is not supported on CUDA (NCCL takes f32, f64, f16, bf16, i32, i64 "
+                  "and u8)",
+                  what, dtype_name(t)));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -127,7 +130,8 @@ class NcclBackend final : public Backend {
   Work all_reduce(Tensor t, ReduceOp op) override {
     ncclDataType_t type = nccl_type(t.dtype(), "all_reduce");
     return run("all_reduce", {t}, [&](cudaStream_t s) {
-      return nccl().ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, nccl_op(op), comm_, s);
+      return nccl().ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, nccl_op(op), comm_,
+                                  s);
     });
   }
   Work broadcast(Tensor t, int root) override {
@@ -189,8 +193,8 @@ class NcclBackend final : public Backend {
       store_.set(key_, std::vector<char>(id.internal, id.internal + NCCL_UNIQUE_ID_BYTES));
     } else {
       std::vector<char> v = store_.get(key_, o_.timeout);
-      KILN_CHECK(v.size() == NCCL_UNIQUE_ID_BYTES, "distributed: the NCCL id in the store has {} bytes, not {}", v.size(),
-                 NCCL_UNIQUE_ID_BYTES);
+      KILN_CHECK(v.size() == NCCL_UNIQUE_ID_BYTES, "distributed: the NCCL id in the store has {} bytes, not {}",
+                 v.size(), NCCL_UNIQUE_ID_BYTES);
       std::memcpy(id.internal, v.data(), NCCL_UNIQUE_ID_BYTES);
     }
     cuda::StreamGuard on(stream_);  // the communicator is made on its device
@@ -202,10 +206,11 @@ class NcclBackend final : public Backend {
     if (r == ncclInProgress) {
       n.ncclCommAbort(comm_);
       comm_ = nullptr;
-      throw Error(fmt::format("distributed: rank {} of {}: NCCL's communicator on cuda:{} was not made within the {} ms "
-                              "timeout: a rank did not join (it died, or is at another collective; Options::check "
-                              "names which)",
-                              o_.rank, o_.world_size, device_, o_.timeout.count()));
+      throw Error(
+          fmt::format("distributed: rank {} of {}: NCCL's communicator on cuda:{} was not made within the {} ms "
+                      "timeout: a rank did not join (it died, or is at another collective; Options::check "
+                      "names which)",
+                      o_.rank, o_.world_size, device_, o_.timeout.count()));
     }
     check_nccl(r, "ncclCommInitRankConfig", "joining the group");
     watchdog_ = std::thread([this] { watch(); });
@@ -213,11 +218,12 @@ class NcclBackend final : public Backend {
 
   // Queues a collective on the NCCL stream after the caller's work on `tensors` (the first is
   // the operand the ranks compare).
-  template <class F>
-  Work run(const char* name, std::initializer_list<Tensor> tensors, F call) {
+  template <class F> Work run(const char* name, std::initializer_list<Tensor> tensors, F call) {
     for (const Tensor& t : tensors)
-      KILN_CHECK(t.device() == cuda::device(device_), "distributed: {}: {} is on {}, not on cuda:{} with the other "
-                 "operands", name, t.type().str(), t.device().str(), device_);
+      KILN_CHECK(t.device() == cuda::device(device_),
+                 "distributed: {}: {} is on {}, not on cuda:{} with the other "
+                 "operands",
+                 name, t.type().str(), t.device().str(), device_);
     throw_if_failed();
     if (check_) check_(name, *tensors.begin());
     if (!comm_) join();
@@ -257,10 +263,11 @@ class NcclBackend final : public Backend {
         why = fmt::format("it did not complete within the {} ms timeout", o_.timeout.count());
       if (why.empty()) continue;
       const InFlight& first = in_flight_.front();
-      failure_ = fmt::format("distributed: {} (NCCL collective #{}) on cuda:{} failed on rank {} of {}: {}; the "
-                             "communicator was aborted (a rank died or hung in NCCL, or, with Options::check off, the "
-                             "ranks issued different collectives)",
-                             first.name, first.seq, device_, o_.rank, o_.world_size, why);
+      failure_ = fmt::format(
+          "distributed: {} (NCCL collective #{}) on cuda:{} failed on rank {} of {}: {}; the "
+          "communicator was aborted (a rank died or hung in NCCL, or, with Options::check off, the "
+          "ranks issued different collectives)",
+          first.name, first.seq, device_, o_.rank, o_.world_size, why);
       if (log_enabled(LogTopic::Cuda)) log(LogTopic::Cuda, failure_);
       aborted_ = true;
       std::vector<InFlight> failed = std::move(in_flight_);

@@ -114,8 +114,10 @@ void run_all_reduce_op(int64_t group, Combine reduce, const Tensor& data) {
   {
     std::lock_guard<std::mutex> lock(g_groups_mu);
     auto it = g_groups.find(group);
-    KILN_CHECK(it != g_groups.end(), "all_reduce: process group {} does not exist in this process (it was "
-               "destroyed, or the graph was traced in another process)", group);
+    KILN_CHECK(it != g_groups.end(),
+               "all_reduce: process group {} does not exist in this process (it was "
+               "destroyed, or the graph was traced in another process)",
+               group);
     g = it->second;
   }
   g->of(data.device()).all_reduce(data, reduce_op_of(reduce)).wait();
@@ -159,8 +161,10 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& o) noexcept {
 
 Tensor all_reduced(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
   KILN_CHECK(t.defined(), "distributed: all_reduced: the tensor is undefined");
-  KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()), "distributed: all_reduced: mean of {} (an integer "
-             "dtype); use sum", t.type().str());
+  KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()),
+             "distributed: all_reduced: mean of {} (an integer "
+             "dtype); use sum",
+             t.type().str());
   Combine c = op == ReduceOp::Max ? Combine::Max : op == ReduceOp::Min ? Combine::Min : Combine::Sum;
   Tensor r = all_reduce_op(t, pg.id(), c);
   return op == ReduceOp::Mean ? r * (1.0 / pg.world_size()) : r;
@@ -172,8 +176,10 @@ Backend& ProcessGroup::backend(Device device) { return engines_->of(device); }
 
 Work all_reduce_async(ProcessGroup& pg, Tensor& t, ReduceOp op) {
   Tensor c = contiguous_operand(t, "all_reduce");
-  KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()), "distributed: all_reduce: mean of {} (an integer dtype); use "
-             "sum", t.type().str());
+  KILN_CHECK(op != ReduceOp::Mean || is_float(t.dtype()),
+             "distributed: all_reduce: mean of {} (an integer dtype); use "
+             "sum",
+             t.type().str());
   Work w = pg.backend(c.device()).all_reduce(c, op);
   if (c.impl() == t.impl()) return w;
   w.wait();  // reduced through a copy: written back before the caller sees it
@@ -210,8 +216,10 @@ Tensor reduce_scatter(ProcessGroup& pg, const Tensor& t, ReduceOp op) {
   KILN_CHECK(in.dim() >= 1 && in.shape()[0] % pg.world_size() == 0,
              "distributed: reduce_scatter: dim 0 of {} must divide into {} blocks (one per rank)", in.type().str(),
              pg.world_size());
-  KILN_CHECK(op != ReduceOp::Mean || is_float(in.dtype()), "distributed: reduce_scatter: mean of {} (an integer "
-             "dtype); use sum", in.type().str());
+  KILN_CHECK(op != ReduceOp::Mean || is_float(in.dtype()),
+             "distributed: reduce_scatter: mean of {} (an integer "
+             "dtype); use sum",
+             in.type().str());
   Dims shape = in.shape().vec();
   shape[0] /= pg.world_size();
   Tensor out = empty(shape, in.dtype(), in.device());

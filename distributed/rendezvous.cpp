@@ -35,8 +35,10 @@ namespace {
 int env_int(const char* name, int fallback, bool required) {
   const char* v = std::getenv(name);
   if (!v || !*v) {
-    KILN_CHECK(!required, "distributed: {} is not set (launch with kiln-run or set RANK, WORLD_SIZE, MASTER_ADDR "
-               "and MASTER_PORT)", name);
+    KILN_CHECK(!required,
+               "distributed: {} is not set (launch with kiln-run or set RANK, WORLD_SIZE, MASTER_ADDR "
+               "and MASTER_PORT)",
+               name);
     return fallback;
   }
   char* end = nullptr;
@@ -61,7 +63,8 @@ std::string address_for_peers(const std::string& master, int port) {
     char buf[INET_ADDRSTRLEN] = {};
     // A datagram socket's connect only picks the route; nothing is sent.
     if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf))
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+        ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf))
       found = buf;
     if (fd >= 0) ::close(fd);
     ::freeaddrinfo(res);
@@ -70,15 +73,18 @@ std::string address_for_peers(const std::string& master, int port) {
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) == 0) {
     for (ifaddrs* i = ifs; i && (found.empty() || is_loopback(found)); i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+          (i->ifa_flags & IFF_LOOPBACK))
         continue;
       char buf[INET_ADDRSTRLEN] = {};
       if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf)) found = buf;
     }
     ::freeifaddrs(ifs);
   }
-  KILN_CHECK(!found.empty() && !is_loopback(found), "distributed: this machine has no network address the other "
-             "ranks could reach it at (MASTER_ADDR {} is not a loopback address); set KILN_DIST_HOSTNAME", master);
+  KILN_CHECK(!found.empty() && !is_loopback(found),
+             "distributed: this machine has no network address the other "
+             "ranks could reach it at (MASTER_ADDR {} is not a loopback address); set KILN_DIST_HOSTNAME",
+             master);
   return found;
 }
 
@@ -126,7 +132,7 @@ GlooBackend::GlooBackend(const Options& o) : o_(o) {
   store_ = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
   store_->identify(o.rank);
   gloo::transport::tcp::attr attr;
-  attr.hostname = !o.hostname.empty()             ? o.hostname
+  attr.hostname = !o.hostname.empty()          ? o.hostname
                   : is_loopback(o.master_addr) ? "127.0.0.1"
                                                : address_for_peers(o.master_addr, o.master_port);
   try {

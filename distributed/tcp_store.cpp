@@ -209,8 +209,10 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::m
       fd = -1;
     }
     ::freeaddrinfo(res);
-    KILN_CHECK(fd >= 0, "distributed: rank 0 cannot serve the rendezvous on {}: {} (is another job using "
-               "MASTER_PORT {}?)", where_, why, port);
+    KILN_CHECK(fd >= 0,
+               "distributed: rank 0 cannot serve the rendezvous on {}: {} (is another job using "
+               "MASTER_PORT {}?)",
+               where_, why, port);
     server_ = std::make_unique<Server>();
     server_->listen_fd = fd;
     server_->acceptor = std::thread([s = server_.get()] { s->run(); });
@@ -265,7 +267,8 @@ void TcpStore::set(const std::string& key, const std::vector<char>& value) {
 bool TcpStore::try_get(const std::string& key, std::vector<char>* value) {
   char op = 'G', found = 0;
   uint32_t k = static_cast<uint32_t>(key.size()), n = 0;
-  bool ok = write_all(fd_, &op, 1) && write_all(fd_, &k, 4) && write_all(fd_, key.data(), k) && read_all(fd_, &found, 1);
+  bool ok =
+      write_all(fd_, &op, 1) && write_all(fd_, &k, 4) && write_all(fd_, key.data(), k) && read_all(fd_, &found, 1);
   if (ok && found) {
     ok = read_all(fd_, &n, 4) && n <= kMaxValue;
     if (ok) {
@@ -291,8 +294,8 @@ std::vector<char> TcpStore::get(const std::string& key, std::chrono::millisecond
   for (auto pause = std::chrono::microseconds(100);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
     if (try_get(key, &v)) return v;
     KILN_CHECK(std::chrono::steady_clock::now() < deadline,
-               "distributed: timed out after {} ms waiting for '{}' in the rendezvous store at {}", timeout.count(), key,
-               where_);
+               "distributed: timed out after {} ms waiting for '{}' in the rendezvous store at {}", timeout.count(),
+               key, where_);
     std::this_thread::sleep_for(pause);
   }
 }

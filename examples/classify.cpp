@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
     jit::LoadedFunction f = jit::load(model);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const jit::ModuleInfo& info = f.info();
-    fmt::print("classify: {} (format {}, kiln {}), loaded in {:.2f} ms\n", model, info.format, info.kiln_version, load_ms);
+    fmt::print("classify: {} (format {}, kiln {}), loaded in {:.2f} ms\n", model, info.format, info.kiln_version,
+               load_ms);
     for (const jit::ValueInfo& v : f.inputs()) fmt::print("  input  {}: {}\n", v.name, v.type);
     for (const jit::ValueInfo& v : f.outputs()) fmt::print("  output {}: {}\n", v.name, v.type);
     Tensor images = load_npy(images_path), labels = load_npy(labels_path);
@@ -68,9 +69,10 @@ int main(int argc, char** argv) {
       do {
         for (int64_t i = 0; i < n; i += batch, ++calls) score(i, std::min(batch, n - i));
       } while (ms_since(start) < 200);
-      fmt::print("batches of {:>2}: test accuracy {:.2f}% ({} images); first call {:.2f} ms ({}), then {:.3f} ms per call\n",
-                 batch, 100.0 * double(correct) / double(n), n, first_ms, kernels_found(k0, k1),
-                 ms_since(start) / double(calls));
+      fmt::print(
+          "batches of {:>2}: test accuracy {:.2f}% ({} images); first call {:.2f} ms ({}), then {:.3f} ms per call\n",
+          batch, 100.0 * double(correct) / double(n), n, first_ms, kernels_found(k0, k1),
+          ms_since(start) / double(calls));
     }
     jit::Stats st = f.stats();
     fmt::print("{} signatures compiled ({} kernels in the last), {} cache hits\n", st.traces, st.kernels, st.hits);

@@ -16,7 +16,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Squared distances [n, k] between rows of x [n, d] and centers [k, d].
 Tensor squared_distances(const Tensor& x, const Tensor& centers) {
-  Tensor x2 = sum(x * x, {1}, true);              // [n, 1]
+  Tensor x2 = sum(x * x, {1}, true);                     // [n, 1]
   Tensor c2 = sum(centers * centers, {1}).unsqueeze(0);  // [1, k]
   return x2 - 2.0 * matmul(x, centers.t()) + c2;
 }
@@ -29,8 +29,8 @@ int main() {
   Tensor true_centers = randn({k, d}) * 4.0;
   Tensor labels = randint(0, k, {n});
   Tensor x = index_select(true_centers, 0, labels) + randn({n, d});
-  std::printf("kiln k-means: %lld points, %lld dims, %lld clusters, %d threads\n", (long long)n,
-              (long long)d, (long long)k, num_threads());
+  std::printf("kiln k-means: %lld points, %lld dims, %lld clusters, %d threads\n", (long long)n, (long long)d,
+              (long long)k, num_threads());
 
   // k-means++-style start: first center at random, the rest far from the chosen ones.
   Tensor centers = x.narrow(0, randint(0, n, {1}).item<int64_t>(), 1);
@@ -44,8 +44,8 @@ int main() {
   for (int64_t it = 0; it < iters; ++it) {
     Tensor dist = squared_distances(x, centers);
     assign = argmin(dist, 1);
-    Tensor onehot = one_hot(assign, k).to(f32);      // [n, k]
-    Tensor counts = sum(onehot, {0}).unsqueeze(1);   // [k, 1]
+    Tensor onehot = one_hot(assign, k).to(f32);     // [n, k]
+    Tensor counts = sum(onehot, {0}).unsqueeze(1);  // [k, 1]
     centers = matmul(onehot.t(), x) / maximum(counts, 1.0);
     double inertia = sum(amin(dist, {1})).item<double>() / double(n);
     std::printf("iter %2lld  mean squared distance %.4f\n", (long long)it, inertia);

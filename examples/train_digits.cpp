@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <optional>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -89,7 +89,8 @@ int train(int argc, char** argv) {
   const int64_t global_batch = 32, batch = global_batch / world;
   optim::Adam opt(net.parameters(), 3e-3);
   data::DistributedSampler sampler(train.size(), world, rank, /*shuffle=*/true);
-  data::DataLoader loader = group ? data::DataLoader(train, batch, sampler) : data::DataLoader(train, batch, /*shuffle=*/true);
+  data::DataLoader loader =
+      group ? data::DataLoader(train, batch, sampler) : data::DataLoader(train, batch, /*shuffle=*/true);
   optim::CosineAnnealingLR schedule(opt, epochs * loader.num_batches());
 
   auto train_step = [&](Tensor x, Tensor y) {
@@ -116,7 +117,8 @@ int train(int argc, char** argv) {
       loss_sum += loss.item<double>();
       seen += b[0].shape()[0];
       double secs = std::chrono::duration<double>(clock::now() - e0).count();
-      if (lead) progress(epoch, epochs, step, loader.num_batches(), loss_sum / double(step + 1), double(seen * world) / secs);
+      if (lead)
+        progress(epoch, epochs, step, loader.num_batches(), loss_sum / double(step + 1), double(seen * world) / secs);
       ++step;
       ++steps;
     }
@@ -151,8 +153,9 @@ int train(int argc, char** argv) {
     save_npy(test_t[1], "digits_test_labels.npy");
     net.train();
   }
-  std::printf("forward saved to digits_cnn.kiln (any batch size), held-out set to digits_test_images.npy and "
-              "digits_test_labels.npy\n");
+  std::printf(
+      "forward saved to digits_cnn.kiln (any batch size), held-out set to digits_test_images.npy and "
+      "digits_test_labels.npy\n");
   if (use_jit) {
     jit::Stats st = traced.stats();
     std::printf("jit: %lld traces, %lld cache hits\n", (long long)st.traces, (long long)st.hits);

@@ -25,7 +25,8 @@ int64_t Graph::dim(std::string_view name) {
 namespace {
 bool is_name(std::string_view part) {
   if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
-  return std::all_of(part.begin(), part.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(part.begin(), part.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 // A factor from 2 to 2^31 written in decimal digits, or 0 when `part` is none.
 int64_t factor_of(std::string_view part) {

@@ -21,8 +21,8 @@ bool fusible_dtype(DType t);
 bool fusible_reduction(OpId op);
 
 struct GroupShape {
-  Dims domain;        // the iteration space
-  Dims reduce_axes;   // sorted, non-negative; empty: no reduction
+  Dims domain;           // the iteration space
+  Dims reduce_axes;      // sorted, non-negative; empty: no reduction
   bool trailing = true;  // the reduce axes are the domain's last ones
 };
 /// The domain and reduce axes of a fused group's body; throws kiln::Error when the body is not

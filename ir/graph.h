@@ -46,10 +46,10 @@ struct Node {
   NodeKind kind = NodeKind::Op;
   OpId op{};
   Attrs attrs;
-  std::vector<uint32_t> inputs;  // tensor operands (Assign: the parameter, then the value)
-  uint32_t result = kNoValue;    // the value it defines (Op, Const; Fused: its first)
-  std::vector<uint32_t> results; // Fused: every value it defines, in yield order
-  Tensor constant;               // Const: the data (contiguous, on the CPU)
+  std::vector<uint32_t> inputs;   // tensor operands (Assign: the parameter, then the value)
+  uint32_t result = kNoValue;     // the value it defines (Op, Const; Fused: its first)
+  std::vector<uint32_t> results;  // Fused: every value it defines, in yield order
+  Tensor constant;                // Const: the data (contiguous, on the CPU)
   /// Fused: the group's own graph. Its inputs are the node's operands (printed $0, $1, ...),
   /// its outputs are the node's results; it holds only op and const nodes (no nesting).
   std::shared_ptr<const Graph> body;
@@ -68,11 +68,11 @@ inline std::span<const uint32_t> defined_values(const Node& n) {
 /// into `types`; the printer renumbers them, so printed text is stable.
 struct Graph {
   std::string name = "main";
-  std::vector<TensorType> types;          // type of each value id
-  std::vector<uint32_t> inputs;           // arguments, bound at each call
-  std::vector<uint32_t> params;           // tensors the function captured (live state)
-  std::vector<std::string> param_names;   // one per param; "" when unnamed
-  std::vector<Node> nodes;                // topological order
+  std::vector<TensorType> types;         // type of each value id
+  std::vector<uint32_t> inputs;          // arguments, bound at each call
+  std::vector<uint32_t> params;          // tensors the function captured (live state)
+  std::vector<std::string> param_names;  // one per param; "" when unnamed
+  std::vector<Node> nodes;               // topological order
   std::vector<uint32_t> outputs;
   /// Names of the symbolic dims its types use: symbol_dim(k) is named dim_names[k].
   std::vector<std::string> dim_names;

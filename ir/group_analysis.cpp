@@ -14,7 +14,8 @@ GroupAnalysis::GroupAnalysis(const Graph& b)
   for (size_t k = 0; k < b.inputs.size(); ++k) input_index[b.inputs[k]] = static_cast<int>(k);
   for (size_t i = 0; i < b.nodes.size(); ++i) {
     const Node& n = b.nodes[i];
-    KILN_CHECK(n.kind == NodeKind::Op || n.kind == NodeKind::Const, "codegen: a fused body holds only op and const nodes");
+    KILN_CHECK(n.kind == NodeKind::Op || n.kind == NodeKind::Const,
+               "codegen: a fused body holds only op and const nodes");
     producer[n.result] = static_cast<int>(i);
     int lv = 0;
     for (uint32_t v : n.inputs) lv = std::max(lv, level[v]);

@@ -30,9 +30,9 @@ struct GroupAnalysis {
   explicit GroupAnalysis(const Graph& body);
 
   const Graph& body;
-  std::vector<int> producer;     // per value: the node that makes it, -1 for an input
-  std::vector<int> input_index;  // per value: its input slot, -1 for a node's result
-  std::vector<int> level;        // per value: the reductions on its longest path
+  std::vector<int> producer;               // per value: the node that makes it, -1 for an input
+  std::vector<int> input_index;            // per value: its input slot, -1 for a node's result
+  std::vector<int> level;                  // per value: the reductions on its longest path
   std::vector<GroupReduction> reductions;  // in node order
   int max_level = 0;
 

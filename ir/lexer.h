@@ -57,10 +57,10 @@ class Lexer {
       return t;
     }
     if (c == '"') return string(t);
-    if (std::isdigit(static_cast<unsigned char>(c)) || ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
-                                                        (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) ||
-                                                         src_.substr(pos_ + 1, 3) == "inf" ||
-                                                         src_.substr(pos_ + 1, 3) == "nan"))) {
+    if (std::isdigit(static_cast<unsigned char>(c)) ||
+        ((c == '-' || c == '+') && pos_ + 1 < src_.size() &&
+         (std::isdigit(static_cast<unsigned char>(src_[pos_ + 1])) || src_.substr(pos_ + 1, 3) == "inf" ||
+          src_.substr(pos_ + 1, 3) == "nan"))) {
       return number(t);
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
@@ -80,8 +80,8 @@ class Lexer {
       return t;
     }
     unsigned char u = static_cast<unsigned char>(c);  // bytes that don't print are shown as hex
-    fail(t.line, t.col, std::isprint(u) ? fmt::format("unexpected character '{}'", c)
-                                        : fmt::format("unexpected byte 0x{:02x}", u));
+    fail(t.line, t.col,
+         std::isprint(u) ? fmt::format("unexpected character '{}'", c) : fmt::format("unexpected byte 0x{:02x}", u));
   }
 
  private:
@@ -137,8 +137,8 @@ class Lexer {
   }
   std::string word() {
     std::string w;
-    while (pos_ < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_' ||
-                                  src_[pos_] == '.')) {
+    while (pos_ < src_.size() &&
+           (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_' || src_[pos_] == '.')) {
       w += get();
     }
     return w;

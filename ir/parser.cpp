@@ -36,8 +36,7 @@ bool fits(const Scalar& s, DType d) {
     return d == DType::I64 || (v >= static_cast<int64_t>(lo) && v <= static_cast<int64_t>(hi));
   }
   double v = s.to_double();
-  return std::isfinite(v) && std::trunc(v) == v && v >= lo &&
-         (d == DType::I64 ? v < hi : v <= hi);
+  return std::isfinite(v) && std::trunc(v) == v && v >= lo && (d == DType::I64 ? v < hi : v <= hi);
 }
 
 class Parser {
@@ -97,11 +96,14 @@ class Parser {
     expect("}");
     if (tok_.kind != Tok::End) fail("unexpected text after the graph");
     if (out_types.size() != g_.outputs.size())
-      fail_at(ret_line_, ret_col_, fmt::format("the signature declares {} results but return gives {}", out_types.size(), g_.outputs.size()));
+      fail_at(
+          ret_line_, ret_col_,
+          fmt::format("the signature declares {} results but return gives {}", out_types.size(), g_.outputs.size()));
     for (size_t i = 0; i < out_types.size(); ++i)
       if (!(out_types[i] == g_.type(g_.outputs[i])))
-        fail_at(ret_line_, ret_col_, fmt::format("result {} is declared {} but returns {}", i, out_types[i].str(),
-                                                 g_.type(g_.outputs[i]).str()));
+        fail_at(ret_line_, ret_col_,
+                fmt::format("result {} is declared {} but returns {}", i, out_types[i].str(),
+                            g_.type(g_.outputs[i]).str()));
     g_.dim_names = dim_names_;
     return std::move(g_);
   }
@@ -167,7 +169,8 @@ class Parser {
     if (tok_.kind != Tok::Int) fail(fmt::format("expected an integer, found {}", describe()));
     int64_t v = 0;
     auto [p, ec] = std::from_chars(tok_.text.data() + (tok_.text[0] == '+'), tok_.text.data() + tok_.text.size(), v);
-    if (ec != std::errc() || p != tok_.text.data() + tok_.text.size()) fail(fmt::format("integer {} is out of range", tok_.text));
+    if (ec != std::errc() || p != tok_.text.data() + tok_.text.size())
+      fail(fmt::format("integer {} is out of range", tok_.text));
     advance();
     return v;
   }
@@ -276,7 +279,8 @@ class Parser {
       } else {
         const char* b = tok_.text.data() + (tok_.text[0] == '+');
         auto [p, ec] = std::from_chars(b, tok_.text.data() + tok_.text.size(), v);
-        if (ec != std::errc() || p != tok_.text.data() + tok_.text.size()) fail(fmt::format("bad number {}", tok_.text));
+        if (ec != std::errc() || p != tok_.text.data() + tok_.text.size())
+          fail(fmt::format("bad number {}", tok_.text));
       }
       advance();
       return Scalar(v);
@@ -330,7 +334,8 @@ class Parser {
     } else if constexpr (std::is_same_v<T, Scalar>) {
       v = literal();
     } else if constexpr (std::is_same_v<T, DType>) {
-      if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &v)) fail(fmt::format("expected a dtype, found {}", describe()));
+      if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &v))
+        fail(fmt::format("expected a dtype, found {}", describe()));
       advance();
     } else if constexpr (std::is_same_v<T, Device>) {
       if (tok_.kind != Tok::Ident) fail(fmt::format("expected a device, found {}", describe()));
@@ -408,13 +413,14 @@ class Parser {
       expect(":");
       TensorType t = type();
       if (static_cast<int64_t>(vals.size()) != check_shape(t.shape, "const"))
-        fail_at(cl, cc, fmt::format("constant has {} values but its type {} holds {}", vals.size(), t.str(), t.shape.product()));
+        fail_at(
+            cl, cc,
+            fmt::format("constant has {} values but its type {} holds {}", vals.size(), t.str(), t.shape.product()));
       for (int64_t d : t.shape)
         if (is_symbol(d)) fail_at(cl, cc, "a constant cannot have a symbolic shape");
       for (const Scalar& v : vals)
         if (!fits(v, t.dtype))
-          fail_at(cl, cc, fmt::format("constant value {} does not fit {}", v.to_double(),
-                                      dtype_name(t.dtype)));
+          fail_at(cl, cc, fmt::format("constant value {} does not fit {}", v.to_double(), dtype_name(t.dtype)));
       n.constant = constant_tensor(vals, t);
       n.result = define(name, t);
       location(n);
@@ -442,8 +448,7 @@ class Parser {
       } while (accept(","));
     }
     int arity = op_arity(n.op);
-    if (arity >= 0 && slot != arity)
-      fail_at(ol, oc, fmt::format("{} takes {} operands, got {}", op, arity, slot));
+    if (arity >= 0 && slot != arity) fail_at(ol, oc, fmt::format("{} takes {} operands, got {}", op, arity, slot));
     attrs(n);
     expect(":");
     TensorType t = type();

@@ -110,8 +110,8 @@ bool recomputable(const Node& n) {
 
 Partition partition(const Graph& joint, size_t num_args, size_t num_results, bool args_kept) {
   KILN_CHECK(num_args <= joint.inputs.size() && num_results <= joint.outputs.size(),
-             "partition: @{} has {} inputs and {} outputs, fewer than {} arguments and {} results",
-             joint.name, joint.inputs.size(), joint.outputs.size(), num_args, num_results);
+             "partition: @{} has {} inputs and {} outputs, fewer than {} arguments and {} results", joint.name,
+             joint.inputs.size(), joint.outputs.size(), num_args, num_results);
   const size_t V = joint.types.size();
   std::vector<int> def(V, -1);  // value -> index of the node defining it
   for (size_t i = 0; i < joint.nodes.size(); ++i) {
@@ -147,7 +147,9 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results, boo
     bool bound = is_arg[v] || is_param[v];
     if (!bound && def[v] < 0) continue;  // an unused value id
     const Node* n = bound ? nullptr : &joint.nodes[static_cast<size_t>(def[v])];
-    int64_t cost = is_param[v] || (args_kept && is_arg[v]) ? 0 : n && n->kind == NodeKind::Const ? kInf : bytes_of(joint.type(v));
+    int64_t cost = is_param[v] || (args_kept && is_arg[v]) ? 0
+                   : n && n->kind == NodeKind::Const       ? kInf
+                                                           : bytes_of(joint.type(v));
     flow.add(2 * v, 2 * v + 1, cost);
     if (bound || !recomputable(*n)) flow.add(S, 2 * v, kInf);
     if (n)
@@ -186,7 +188,8 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results, boo
   f.param_names = joint.param_names;
   f.outputs.assign(joint.outputs.begin(), joint.outputs.begin() + static_cast<ptrdiff_t>(num_results));
   std::vector<uint32_t> saved_values;
-  for (const SavedValue& s : p.saved) saved_values.push_back(s.kind == SavedValue::Arg ? f.inputs[s.index] : f.params[s.index]);
+  for (const SavedValue& s : p.saved)
+    saved_values.push_back(s.kind == SavedValue::Arg ? f.inputs[s.index] : f.params[s.index]);
   for (const Node& n : joint.nodes) {
     if (!saved[n.result] || is_arg[n.result] || is_param[n.result]) continue;
     p.saved.push_back({SavedValue::Computed, f.outputs.size()});
@@ -214,8 +217,7 @@ Partition partition(const Graph& joint, size_t num_args, size_t num_results, boo
     }
     b.nodes.push_back(n);
   }
-  for (uint32_t v = 0; v < V; ++v)
-    KILN_ASSERT(!needed[v] || tangent[v] || saved[v] || def[v] >= 0);
+  for (uint32_t v = 0; v < V; ++v) KILN_ASSERT(!needed[v] || tangent[v] || saved[v] || def[v] >= 0);
   return p;
 }
 

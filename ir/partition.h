@@ -22,7 +22,7 @@ struct Partition {
   /// inputs: one per saved value, then the joint's inputs after num_args (the results'
   /// gradients); no params; outputs: the joint's outputs after num_results.
   Graph backward;
-  std::vector<SavedValue> saved;  // in backward.inputs order
+  std::vector<SavedValue> saved;     // in backward.inputs order
   std::vector<uint32_t> recomputed;  // joint values the backward computes again (not saved)
 };
 

@@ -69,8 +69,9 @@ Graph run_passes(Graph g, std::span<const std::string> names, const PipelineOpti
       if (opt.verify) verify(next);
     } catch (const std::exception& e) {
       std::string file = write_reproducer(g);
-      throw Error(fmt::format("pass {} failed on @{}: {}\n  the input graph is in {}; replay with: kiln-ir opt {} --passes={}",
-                              name, g.name, e.what(), file, file, name));
+      throw Error(
+          fmt::format("pass {} failed on @{}: {}\n  the input graph is in {}; replay with: kiln-ir opt {} --passes={}",
+                      name, g.name, e.what(), file, file, name));
     }
     g = std::move(next);
     if (opt.after_pass) opt.after_pass(name, g);

@@ -102,9 +102,9 @@ struct Printer {
     std::vector<std::string> parts;
     for (int i = 0; i < kNumAttrs; ++i) {
       const AttrSchema& s = attr_schema(i);
-      if (mask & s.field) parts.push_back(fmt::format("{}={}", s.name, visit_attr(n.attrs, i, [&](const auto& v) {
-        return attr_literal(v, s.kind);
-      })));
+      if (mask & s.field)
+        parts.push_back(fmt::format("{}={}", s.name,
+                                    visit_attr(n.attrs, i, [&](const auto& v) { return attr_literal(v, s.kind); })));
     }
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
   }
@@ -147,7 +147,8 @@ struct Printer {
       case NodeKind::Assign:
         return fmt::format("assign {}, {}{}", name(n.inputs.at(0)), name(n.inputs.at(1)), location(n));
       case NodeKind::Const:
-        return fmt::format("{} = const {} : {}{}", name(n.result), constant(n.constant), g.type(n.result).str(), location(n));
+        return fmt::format("{} = const {} : {}{}", name(n.result), constant(n.constant), g.type(n.result).str(),
+                           location(n));
       case NodeKind::Op:
         return fmt::format("{} = {} : {}{}", name(n.result), op_text(n), g.type(n.result).str(), location(n));
       case NodeKind::Fused: {
@@ -193,8 +194,7 @@ struct Printer {
     }
     for (size_t i = 0; i < g.params.size(); ++i) {
       define(g.params[i]);
-      std::string label = i < g.param_names.size() && !g.param_names[i].empty()
-                              ? " " + quoted(g.param_names[i]) : "";
+      std::string label = i < g.param_names.size() && !g.param_names[i].empty() ? " " + quoted(g.param_names[i]) : "";
       params.push_back(fmt::format("{}: {}{}", name(g.params[i]), g.type(g.params[i]).str(), label));
     }
     for (uint32_t v : g.outputs) outs.push_back(g.type(v).str());

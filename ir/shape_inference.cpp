@@ -5,7 +5,6 @@
 
 #include "runtime/check.h"
 
-
 namespace kiln::ir {
 
 int64_t ShapeInference::stand_in(const Graph& g, int64_t symbol) {

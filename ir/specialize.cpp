@@ -84,8 +84,9 @@ DimSizes bind_dims(const Graph& g, std::span<const TensorType> types, std::span<
     KILN_CHECK(got.device == want.device, "{}: {} is on {}, expected {}", what, input(i), got.device.str(),
                want.device.str());
     for (size_t d = 0; d < want.shape.size(); ++d)
-      KILN_CHECK(is_symbol(want.shape[d]) || got.shape[d] == want.shape[d], "{}: {} is {}: dim {} is {}, expected {} ({})",
-                 what, input(i), got.str(), d, got.shape[d], want.shape[d], want.str());
+      KILN_CHECK(is_symbol(want.shape[d]) || got.shape[d] == want.shape[d],
+                 "{}: {} is {}: dim {} is {}, expected {} ({})", what, input(i), got.str(), d, got.shape[d],
+                 want.shape[d], want.str());
   }
   // Names standing alone first, then products with one name left unbound (B*T once B is
   // known), until nothing new is bound; then every dim must fit.
@@ -136,10 +137,10 @@ DimSizes bind_dims(const Graph& g, std::span<const TensorType> types, std::span<
       throw Error(fmt::format("{}: {} is {}: dim {} ({}) is {}, which is no {} times a size {}{}", what, input(i),
                               got.str(), d, name, n, expected, missing,
                               bound.empty() ? "" : fmt::format(" (as {})", fmt::join(bound, " and "))));
-    throw Error(fmt::format("{}: {} is {}: dim {} is {}, expected {}{} ({})", what, input(i), got.str(), d, n, name,
-                            t.alone() ? fmt::format(" = {}", expected)
-                                      : fmt::format(" = {} as {}", expected, fmt::join(bound, " and ")),
-                            g.type(g.inputs[i]).str()));
+    throw Error(fmt::format(
+        "{}: {} is {}: dim {} is {}, expected {}{} ({})", what, input(i), got.str(), d, n, name,
+        t.alone() ? fmt::format(" = {}", expected) : fmt::format(" = {} as {}", expected, fmt::join(bound, " and ")),
+        g.type(g.inputs[i]).str()));
   });
   return sizes;
 }

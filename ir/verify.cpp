@@ -47,15 +47,16 @@ void verify(const Graph& g) {
         for (uint32_t p : g.params) is_param = is_param || p == n.inputs[0];
         if (!is_param) fail_node(i, "assign writes only to parameters");
         if (!(g.type(n.inputs[0]) == g.type(n.inputs[1])))
-          fail_node(i, fmt::format("assigns {} to a parameter of type {}", g.type(n.inputs[1]).str(), g.type(n.inputs[0]).str()));
+          fail_node(i, fmt::format("assigns {} to a parameter of type {}", g.type(n.inputs[1]).str(),
+                                   g.type(n.inputs[0]).str()));
         continue;
       }
       case NodeKind::Const: {
         bind(n.result, "a constant");
         const Tensor& c = n.constant;
         if (!c.defined() || !c.has_storage() || !(c.type() == g.type(n.result)) || !c.is_contiguous())
-          fail_node(i, fmt::format("constant data {} does not match its type {}", c.defined() ? c.type().str() : "missing",
-                                   g.type(n.result).str()));
+          fail_node(i, fmt::format("constant data {} does not match its type {}",
+                                   c.defined() ? c.type().str() : "missing", g.type(n.result).str()));
         continue;
       }
       case NodeKind::Fused: {
@@ -91,7 +92,8 @@ void verify(const Graph& g) {
     }
     int arity = op_arity(n.op);
     int imms = __builtin_popcount(n.attrs.imm_mask);
-    if (op_family(n.op) != OpFamily::Pointwise && n.attrs.imm_mask) fail_node(i, "only pointwise ops take numbers as operands");
+    if (op_family(n.op) != OpFamily::Pointwise && n.attrs.imm_mask)
+      fail_node(i, "only pointwise ops take numbers as operands");
     if (arity >= 0 && static_cast<int>(n.inputs.size()) + imms != arity)
       fail_node(i, fmt::format("{} takes {} operands, has {}", op_name(n.op), arity, n.inputs.size() + imms));
     if (arity < 0 && n.inputs.empty()) fail_node(i, fmt::format("{} needs at least one operand", op_name(n.op)));

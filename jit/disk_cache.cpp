@@ -74,8 +74,8 @@ bool dir_usable(const std::string& dir, bool create) {
   static std::set<std::string> warned;
   std::lock_guard<std::mutex> lock(mu);
   if (warned.insert(dir).second)
-    warn(fmt::format("disk cache disabled: {}: {}. Use a folder of your own (KILN_CACHE_DIR), or KILN_CACHE_DIR=off", dir,
-                     problem));
+    warn(fmt::format("disk cache disabled: {}: {}. Use a folder of your own (KILN_CACHE_DIR), or KILN_CACHE_DIR=off",
+                     dir, problem));
   return false;
 }
 
@@ -178,7 +178,8 @@ std::optional<std::string> disk_cache_get(const std::string& identity) {
   };
   std::string bytes;
   try {
-    if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return std::nullopt;  // the usual miss: the caller says it
+    if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT)
+      return std::nullopt;  // the usual miss: the caller says it
     bytes = files::read_bounded(path, kMaxEntry, "disk cache", /*no_follow=*/true);
   } catch (const Error& e) {
     return reject(e.what());

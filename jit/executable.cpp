@@ -29,7 +29,7 @@ namespace {
 
 struct KernelStep {
   std::once_flag once;
-  std::string refused;  // why codegen could not take the group: it runs op by op
+  std::string refused;                  // why codegen could not take the group: it runs op by op
   std::unique_ptr<GroupRunner> runner;  // its kernel on the group's device (jit/group_runner.h)
   std::vector<Dims> input_strides;      // as prepared
   std::string label;                    // for the profiler: "fused amax+sub+exp+sum+div"
@@ -50,12 +50,11 @@ std::string group_label(const ir::Graph& body) {
   return "fused " + ops;
 }
 
-
 // The plan (jit/plan.h) and the state of running it: each group's kernel, the workspace pool,
 // the CUDA graph.
 struct Executable::Impl : RunPlan {
   ir::Graph g;
-  bool compiled = true;  // false: fused groups run their bodies op by op (jit::run_graph)
+  bool compiled = true;                            // false: fused groups run their bodies op by op (jit::run_graph)
   std::vector<std::unique_ptr<KernelStep>> steps;  // per node; set for fused nodes
   mutable std::mutex pool_mu;
   mutable std::vector<Ref<Storage>> pool;
@@ -68,10 +67,8 @@ struct Executable::Impl : RunPlan {
   // starts from `preset` values (by id) and leaves host outputs and assigns alone.
   enum class Part { All, Host, Device };
   ReplayLayout layout;
-  std::vector<Tensor> run_plan(std::span<const Tensor> inputs, std::span<const Tensor> params,
-                               const OutputReady* ready, Part part = Part::All,
-                               std::vector<Tensor> preset = {}) const;
-
+  std::vector<Tensor> run_plan(std::span<const Tensor> inputs, std::span<const Tensor> params, const OutputReady* ready,
+                               Part part = Part::All, std::vector<Tensor> preset = {}) const;
 
   Ref<Storage> acquire() const {
     {
@@ -132,7 +129,7 @@ struct Executable::Impl : RunPlan {
     for (uint32_t v : n.results) {
       int p = in_place[v];
       Tensor out = p >= 0 && params[static_cast<size_t>(p)].is_contiguous() ? params[static_cast<size_t>(p)]
-                                                                           : output_tensor(v, ws);
+                                                                            : output_tensor(v, ws);
       vals[v] = out;
       outs.push_back(std::move(out));
     }
@@ -231,8 +228,7 @@ std::vector<Tensor> Executable::run(std::span<const Tensor> inputs, std::span<co
 }
 
 std::vector<Tensor> Executable::Impl::run_plan(std::span<const Tensor> inputs, std::span<const Tensor> params,
-                                               const OutputReady* ready, Part part,
-                                               std::vector<Tensor> preset) const {
+                                               const OutputReady* ready, Part part, std::vector<Tensor> preset) const {
   const Impl& m = *this;
   std::vector<Tensor> vals(g.types.size());
   for (size_t i = 0; i < inputs.size(); ++i) vals[g.inputs[i]] = inputs[i];

@@ -15,13 +15,13 @@
 namespace kiln::jit {
 
 struct ExecutableStats {
-  size_t kernels = 0;          // fused groups compiled to kernels
-  size_t ops = 0;              // ops run eagerly (matmul, conv, data movement, taped ops)
-  size_t planned_bytes = 0;    // workspace for intermediates, reused across calls
-  size_t in_place = 0;         // assigns whose kernel writes into the param itself
-  size_t graph_captures = 0;   // device graphs captured (jit/graph_replay.h)
-  size_t graph_replays = 0;    // calls that replayed one
-  std::string graph_refusal;   // why calls do not replay one ("" while they may; CPU plans say so)
+  size_t kernels = 0;         // fused groups compiled to kernels
+  size_t ops = 0;             // ops run eagerly (matmul, conv, data movement, taped ops)
+  size_t planned_bytes = 0;   // workspace for intermediates, reused across calls
+  size_t in_place = 0;        // assigns whose kernel writes into the param itself
+  size_t graph_captures = 0;  // device graphs captured (jit/graph_replay.h)
+  size_t graph_replays = 0;   // calls that replayed one
+  std::string graph_refusal;  // why calls do not replay one ("" while they may; CPU plans say so)
 };
 
 /// A fused group named for people by its ops ("fused amax+sub+exp+sum+div"): its kernel's

@@ -59,8 +59,8 @@ void signature(std::span<const Tensor> inputs, Signature& s) {
 
 // The signature in words a person reads: "grad; f32[8,16]+g; f32[8]".
 std::vector<std::string> describe(std::span<const Tensor> inputs) {
-  std::vector<std::string> d{fmt::format("{}{}", grad_enabled() ? "grad mode" : "no grad mode",
-                                         fusion_enabled() ? "" : ", fusion off")};
+  std::vector<std::string> d{
+      fmt::format("{}{}", grad_enabled() ? "grad mode" : "no grad mode", fusion_enabled() ? "" : ", fusion off")};
   for (const Tensor& x : inputs)
     d.push_back(fmt::format("{}{}{}", x.type().str(), x.requires_grad() ? " requiring grad" : "",
                             x.is_contiguous() ? "" : fmt::format(" with strides {}", shape_str(x.strides()))));
@@ -85,9 +85,9 @@ std::string miss_reason(const std::vector<std::string>& before, const std::vecto
 // the plan's saved values), and differentiated with autograd::grad, recorded.
 struct Fallback {
   TensorFn fn;
-  size_t kept_from = 0;                // where the arguments start among the node's saved
-  std::vector<size_t> diff_results;    // the function's results that take a gradient
-  std::vector<size_t> wrt_args;        // per Trace::wrt: its argument
+  size_t kept_from = 0;              // where the arguments start among the node's saved
+  std::vector<size_t> diff_results;  // the function's results that take a gradient
+  std::vector<size_t> wrt_args;      // per Trace::wrt: its argument
 };
 
 // A differentiable plan's backward: the backward graph, compiled, behind one autograd node.
@@ -95,8 +95,11 @@ class CompiledBackward final : public NodeBackward {
  public:
   CompiledBackward(std::string name, std::unique_ptr<Executable> exec, std::vector<TensorType> result_types,
                    std::vector<int> wrt_output, std::optional<Fallback> fallback)
-      : name_(std::move(name)), exec_(std::move(exec)), result_types_(std::move(result_types)),
-        wrt_output_(std::move(wrt_output)), fallback_(std::move(fallback)) {}
+      : name_(std::move(name)),
+        exec_(std::move(exec)),
+        result_types_(std::move(result_types)),
+        wrt_output_(std::move(wrt_output)),
+        fallback_(std::move(fallback)) {}
 
   const std::string& name() const override { return name_; }
   // Differentiable: an eager composite's, whose node keeps its arguments for that.
@@ -106,8 +109,8 @@ class CompiledBackward final : public NodeBackward {
   std::vector<Tensor> backward(std::span<const Tensor> saved, std::span<const Tensor> grads,
                                std::span<const char> needs, const GradReady* ready) const override {
     if (fallback_ && grad_enabled()) return recorded_backward(saved, grads, needs);
-    std::vector<Tensor> in(saved.begin(), saved.begin() + static_cast<ptrdiff_t>(
-                                                             fallback_ ? fallback_->kept_from : saved.size()));
+    std::vector<Tensor> in(saved.begin(),
+                           saved.begin() + static_cast<ptrdiff_t>(fallback_ ? fallback_->kept_from : saved.size()));
     NoGradGuard no_grad;
     for (size_t k = 0; k < result_types_.size(); ++k) {
       const TensorType& type = result_types_[k];
@@ -335,10 +338,11 @@ ir::Graph make_differentiable(Plan& plan, ir::Graph joint, const TensorFn* compo
   std::vector<TensorType> result_types;
   for (size_t k = 0; k < t.diff_results.size(); ++k) result_types.push_back(joint.type(joint.inputs[leading + k]));
   std::vector<int> wrt_output;
-  for (const Trace::Wrt& w : t.wrt) wrt_output.push_back(w.output < 0 ? -1 : w.output - static_cast<int>(t.num_results));
+  for (const Trace::Wrt& w : t.wrt)
+    wrt_output.push_back(w.output < 0 ? -1 : w.output - static_cast<int>(t.num_results));
   if (log_enabled(LogTopic::Jit))
-    log(LogTopic::Jit, fmt::format("@{} partitioned: {} values saved ({} bytes), {} recomputed in backward",
-                                   joint.name, part.saved.size(), plan.saved_bytes, part.recomputed.size()));
+    log(LogTopic::Jit, fmt::format("@{} partitioned: {} values saved ({} bytes), {} recomputed in backward", joint.name,
+                                   part.saved.size(), plan.saved_bytes, part.recomputed.size()));
   ir::verify(part.forward);
   ir::verify(part.backward);
   std::optional<Fallback> fallback;

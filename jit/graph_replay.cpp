@@ -70,8 +70,8 @@ ReplayLayout replay_layout(const ir::Graph& g) {
   for (uint32_t v = 0; v < g.types.size(); ++v) {
     const TensorType& t = g.type(v);
     if (t.device == device || t.device.is_cpu()) continue;
-    return refuse(fmt::format("value {} is not on {}: a graph replays the work of one device", value_str(g, v),
-                              device.str()));
+    return refuse(
+        fmt::format("value {} is not on {}: a graph replays the work of one device", value_str(g, v), device.str()));
   }
   l.host.assign(g.nodes.size(), 0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {

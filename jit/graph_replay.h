@@ -32,11 +32,11 @@ struct ReplayLayout {
   /// be a view of an argument (replays return copies).
   std::string refusal;
   enum Part : char { kDevice, kHost, kBoth };
-  std::vector<char> host;          // per node: its part (constants are in both)
-  std::vector<uint32_t> crossing;  // CPU values that device nodes read: copied at every call
-  std::vector<uint32_t> uploads;   // CPU constants copied to the device: copied once
+  std::vector<char> host;                                 // per node: its part (constants are in both)
+  std::vector<uint32_t> crossing;                         // CPU values that device nodes read: copied at every call
+  std::vector<uint32_t> uploads;                          // CPU constants copied to the device: copied once
   std::vector<std::pair<size_t, uint32_t>> host_assigns;  // (param index, value) of CPU params
-  Device device = cpu;             // the device of the device part
+  Device device = cpu;                                    // the device of the device part
 };
 ReplayLayout replay_layout(const ir::Graph& g);
 /// replay_layout(g).refusal.

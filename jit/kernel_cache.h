@@ -43,8 +43,7 @@ void count_made(bool from_disk);
 /// Compiled kernels of type T by key, each made at most once per process: the first caller
 /// runs `make` (which says whether the disk cache served it), concurrent callers wait for it,
 /// later ones find it. A failure reaches every waiting caller, and the key is forgotten.
-template <class T>
-class KernelMemo {
+template <class T> class KernelMemo {
  public:
   T get(const std::string& key, const std::function<T(bool* from_disk)>& make) {
     std::promise<T> promise;

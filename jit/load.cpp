@@ -15,10 +15,10 @@
 #include "jit/module_file.h"
 #include "jit/run.h"
 #include "jit/save.h"
-#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/files.h"
+#include "runtime/safetensors.h"
 
 namespace kiln::jit {
 
@@ -126,7 +126,8 @@ struct Meta {
   int64_t integer(const json& o, const std::string& field, int64_t lo, int64_t hi) const {
     const json& v = at(o, field);
     if (!v.is_number_integer()) fail(field, "must be an integer");
-    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) fail(field, fmt::format("is {}, too large", v.dump()));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      fail(field, fmt::format("is {}, too large", v.dump()));
     int64_t x = v.get<int64_t>();
     if (x < lo || x > hi) fail(field, fmt::format("is {}, outside {}..{}", v.dump(), lo, hi));
     return x;
@@ -169,7 +170,8 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
   info.name = m.str(j, "name");
   info.training_step = m.boolean(j, "training_step");
   KILN_CHECK(m.integer(j, "format", 1, UINT32_MAX) == sec.version,
-             "jit::load: {}: the metadata says format {} but the header says {}", file, j["format"].dump(), sec.version);
+             "jit::load: {}: the metadata says format {} but the header says {}", file, j["format"].dump(),
+             sec.version);
 
   // The graph: parsed and verified as any IR text is.
   try {
@@ -179,7 +181,8 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
     throw Error(fmt::format("jit::load: {}: {}", file, e.what()));
   }
   const ir::Graph& g = st->graph;
-  KILN_CHECK(g.name == info.name, "jit::load: {}: the metadata names @{} but the graph is @{}", file, info.name, g.name);
+  KILN_CHECK(g.name == info.name, "jit::load: {}: the metadata names @{} but the graph is @{}", file, info.name,
+             g.name);
   auto disagree = [&](const std::string& what) {
     return Error(fmt::format("jit::load: {}: the IR disagrees with the metadata: {}", file, what));
   };
@@ -199,14 +202,17 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
     ParameterInfo p;
     p.name = m.str(params[i], "name");
     std::string kind = m.str(params[i], "kind");
-    if (kind != "parameter" && kind != "constant") m.fail("kind", fmt::format("is '{}', not parameter or constant", kind));
+    if (kind != "parameter" && kind != "constant")
+      m.fail("kind", fmt::format("is '{}', not parameter or constant", kind));
     p.constant = kind == "constant";
     p.type = g.type(g.params[i]);
     if (i < g.param_names.size() && g.param_names[i] != p.name)
-      throw disagree(fmt::format("parameter {} is '{}' in the metadata, '{}' in the graph", i, p.name, g.param_names[i]));
+      throw disagree(
+          fmt::format("parameter {} is '{}' in the metadata, '{}' in the graph", i, p.name, g.param_names[i]));
     KILN_CHECK(names.insert(p.name).second, "jit::load: {}: two parameters are named '{}'", file, p.name);
     for (int64_t d : p.type.shape)
-      if (is_symbol(d)) throw disagree(fmt::format("parameter '{}' has a symbolic shape {}", p.name, type_text(g, g.params[i])));
+      if (is_symbol(d))
+        throw disagree(fmt::format("parameter '{}' has a symbolic shape {}", p.name, type_text(g, g.params[i])));
     auto it = tensors.find(p.name);
     KILN_CHECK(it != tensors.end(), "jit::load: {}: the tensors section has no '{}' ({})", file, p.name, p.type.str());
     KILN_CHECK(it->second.type() == p.type, "jit::load: {}: tensor '{}' is {} but the graph's parameter is {}", file,
@@ -215,7 +221,8 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
     info.parameters.push_back(p);
   }
   for (const auto& [name, t] : tensors)
-    KILN_CHECK(names.count(name), "jit::load: {}: tensor '{}' ({}) is no parameter of the graph", file, name, t.type().str());
+    KILN_CHECK(names.count(name), "jit::load: {}: tensor '{}' ({}) is no parameter of the graph", file, name,
+               t.type().str());
   auto param_index = [&](const json& o) {
     std::string name = m.str(o, "param");
     for (size_t i = 0; i < info.parameters.size(); ++i)
@@ -228,7 +235,8 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
   const json& gin = m.array(j, "graph_inputs");
   if (gin.size() != g.inputs.size())
     throw disagree(fmt::format("{} graph inputs listed, the graph has {}", gin.size(), g.inputs.size()));
-  if (inputs.size() > gin.size()) throw disagree(fmt::format("{} arguments but {} graph inputs", inputs.size(), gin.size()));
+  if (inputs.size() > gin.size())
+    throw disagree(fmt::format("{} arguments but {} graph inputs", inputs.size(), gin.size()));
   bool draws = false;
   for (size_t i = 0; i < gin.size(); ++i) {
     std::string kind = m.str(gin[i], "kind");
@@ -255,7 +263,8 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     ValueInfo v{m.str(inputs[i], "name"), m.str(inputs[i], "type")};
     if (v.type != type_text(g, g.inputs[i]))
-      throw disagree(fmt::format("input '{}' is {} in the metadata, {} in the graph", v.name, v.type, type_text(g, g.inputs[i])));
+      throw disagree(
+          fmt::format("input '{}' is {} in the metadata, {} in the graph", v.name, v.type, type_text(g, g.inputs[i])));
     st->input_names.push_back(v.name);
     info.inputs.push_back(v);
   }
@@ -268,22 +277,26 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
   for (size_t i = 0; i < gout.size(); ++i) {
     std::string kind = m.str(gout[i], "kind");
     if (kind == "result") {
-      if (i != info.outputs.size() || i >= outputs.size()) throw disagree(fmt::format("graph output {} is a result out of order", i));
+      if (i != info.outputs.size() || i >= outputs.size())
+        throw disagree(fmt::format("graph output {} is a result out of order", i));
       ValueInfo v{m.str(outputs[i], "name"), m.str(outputs[i], "type")};
       if (v.type != type_text(g, g.outputs[i]))
-        throw disagree(fmt::format("output '{}' is {} in the metadata, {} in the graph", v.name, v.type, type_text(g, g.outputs[i])));
+        throw disagree(fmt::format("output '{}' is {} in the metadata, {} in the graph", v.name, v.type,
+                                   type_text(g, g.outputs[i])));
       info.outputs.push_back(v);
       st->graph_outputs.push_back({Binding::Result, i});
     } else if (kind == "grad") {
       size_t p = param_index(gout[i]);
       if (!(g.type(g.outputs[i]) == info.parameters[p].type))
-        throw disagree(fmt::format("graph output {} (the gradient of '{}') is {}", i, info.parameters[p].name, type_text(g, g.outputs[i])));
+        throw disagree(fmt::format("graph output {} (the gradient of '{}') is {}", i, info.parameters[p].name,
+                                   type_text(g, g.outputs[i])));
       st->graph_outputs.push_back({Binding::Grad, p});
     } else {
       m.fail("kind", fmt::format("is '{}', not result or grad", kind));
     }
   }
-  if (outputs.size() != info.outputs.size()) throw disagree(fmt::format("{} outputs listed, {} results", outputs.size(), info.outputs.size()));
+  if (outputs.size() != info.outputs.size())
+    throw disagree(fmt::format("{} outputs listed, {} results", outputs.size(), info.outputs.size()));
   for (const json& c : m.array(j, "grads_cleared")) {
     if (!c.is_string()) m.fail("grads_cleared", "must hold parameter names");
     st->grads_cleared.push_back(param_index(json{{"param", c}}));
@@ -301,7 +314,8 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
   if (draws) {
     const json& r = m.at(j, "random");
     info.random_draws = m.integer(r, "draws", 0, INT64_MAX / 2);
-    st->random_state = from_vector<int64_t>({m.integer(r, "seed", INT64_MIN, INT64_MAX), m.integer(r, "offset", 0, INT64_MAX)});
+    st->random_state =
+        from_vector<int64_t>({m.integer(r, "seed", INT64_MIN, INT64_MAX), m.integer(r, "offset", 0, INT64_MAX)});
   }
 
   st->make_function();

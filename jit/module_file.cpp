@@ -56,8 +56,8 @@ ModuleSections split_module(std::string_view bytes, const std::string& name) {
                kWhat[k], kTags[k], at, printable(tag));
     uint64_t n = read_le(bytes, at + 4, 8);
     at += 12;
-    KILN_CHECK(n <= bytes.size() - at, "jit::load: {}: the {} section claims {} bytes but {} remain", name, kWhat[k],
-               n, bytes.size() - at);
+    KILN_CHECK(n <= bytes.size() - at, "jit::load: {}: the {} section claims {} bytes but {} remain", name, kWhat[k], n,
+               bytes.size() - at);
     *out[k] = bytes.substr(at, static_cast<size_t>(n));
     at += static_cast<size_t>(n);
   }

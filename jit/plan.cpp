@@ -65,8 +65,7 @@ KernelArgs kernel_args(const ir::Node& n, std::span<const Dims> shapes, std::spa
   size_t n_in = shapes.size(), n_ops = n_in + body.outputs.size();
   std::vector<Dims> st;
   for (size_t k = 0; k < n_in; ++k) st.push_back(broadcast_strides(shapes[k], operand_strides[k], S, "fused group"));
-  for (uint32_t o : body.outputs)
-    st.push_back(body.type(o).shape == S ? output_strides(S, 0) : output_strides(S, red));
+  for (uint32_t o : body.outputs) st.push_back(body.type(o).shape == S ? output_strides(S, 0) : output_strides(S, red));
 
   // Dims merged where every operand steps through two as one, never a reduced with a kept one.
   Dims sizes = S;
@@ -149,7 +148,7 @@ void plan_memory(const ir::Graph& g, RunPlan& p) {
     if (n.kind == ir::NodeKind::Assign) pinned[base[n.inputs[1]]] = 1;
   }
   for (uint32_t v : g.outputs) pinned[base[v]] = 1;
-  std::multimap<size_t, size_t> free_blocks;  // size -> p.offset
+  std::multimap<size_t, size_t> free_blocks;                        // size -> p.offset
   std::vector<std::pair<int64_t, std::pair<size_t, size_t>>> live;  // (last use, (size, p.offset))
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     // Blocks whose last reader ran before this node are free again.

@@ -5,8 +5,7 @@
 
 namespace kiln::jit {
 
-std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs,
-                              std::span<const Tensor> params) {
+std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs, std::span<const Tensor> params) {
   return Executable(g, /*kernels=*/false).run(inputs, params);
 }
 

@@ -19,7 +19,6 @@ namespace kiln::jit {
 /// g.outputs (a constant's data is copied, so callers may write into what they get). Expects a
 /// verified graph; throws kiln::Error when the counts differ (and, from the ops' shape rules,
 /// when a tensor's type does not fit).
-std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs,
-                              std::span<const Tensor> params);
+std::vector<Tensor> run_graph(const ir::Graph& g, std::span<const Tensor> inputs, std::span<const Tensor> params);
 
 }  // namespace kiln::jit

@@ -15,10 +15,10 @@
 #include "jit/module_file.h"
 #include "jit/save.h"
 #include "jit/tracer.h"
-#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/files.h"
+#include "runtime/safetensors.h"
 
 #ifndef KILN_VERSION_STRING
 #define KILN_VERSION_STRING "unknown"
@@ -42,7 +42,8 @@ std::vector<DynamicDim> dynamic_dims(const SavedPlan& sp, const SaveOptions& o) 
   std::vector<DynamicDim> dims;
   for (const SaveOptions::Dynamic& d : o.dynamic_dims) {
     KILN_CHECK(!d.name.empty() &&
-                   std::all_of(d.name.begin(), d.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
+                   std::all_of(d.name.begin(), d.name.end(),
+                               [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
                    !std::isdigit(static_cast<unsigned char>(d.name[0])),
                "jit::save: dynamic dim name '{}' must be an identifier (letters, digits, _)", d.name);
     KILN_CHECK(d.input < sp.example_inputs.size(), "jit::save: dynamic dim {}: @{} has {} inputs, not {}", d.name,
@@ -96,7 +97,8 @@ struct Symbolizer {
   [[noreturn]] void fail(const std::string& what) const {
     std::vector<std::string> names;
     for (const DynamicDim& d : dims) names.push_back(d.name);
-    throw Error(fmt::format("jit::save: @{}: dims {} cannot stay dynamic: {}", base.name, fmt::join(names, ", "), what));
+    throw Error(
+        fmt::format("jit::save: @{}: dims {} cannot stay dynamic: {}", base.name, fmt::join(names, ", "), what));
   }
 
   // The symbol for one size: `v` in the base graph, `w[j]` in variant j (dim j at its other
@@ -125,7 +127,8 @@ struct Symbolizer {
       for (int i = 0; i < power; ++i) term.symbols.push_back(d.name);
     }
     if (term.symbols.empty()) return v;
-    if (rest > (int64_t{1} << 31)) fail(fmt::format("{} is {} times the dynamic dims: a factor past 2^31", where, rest));
+    if (rest > (int64_t{1} << 31))
+      fail(fmt::format("{} is {} times the dynamic dims: a factor past 2^31", where, rest));
     std::sort(term.symbols.begin(), term.symbols.end());
     term.factor = rest;
     return out.dim(ir::dim_term_name(term));
@@ -144,8 +147,8 @@ struct Symbolizer {
   ir::Graph run() {
     out = base;
     for (const ir::Graph& v : variants)
-      if (v.types.size() != base.types.size() || v.nodes.size() != base.nodes.size() ||
-          v.inputs != base.inputs || v.params != base.params || v.outputs != base.outputs)
+      if (v.types.size() != base.types.size() || v.nodes.size() != base.nodes.size() || v.inputs != base.inputs ||
+          v.params != base.params || v.outputs != base.outputs)
         fail("the traced graph's structure changes with the size (a branch or a loop on it)");
     std::set<uint32_t> in_params(base.params.begin(), base.params.end());
     for (uint32_t v = 0; v < base.types.size(); ++v) {
@@ -201,9 +204,10 @@ struct Symbolizer {
           continue;
         auto whole = [](double x) { return x >= 1 && x < 9.0e15 && x == std::floor(x); };
         if (!whole(v) || !std::all_of(w.begin(), w.end(), whole))
-          fail(fmt::format("{}: its number {} depends on the size, and is no size (only a number that is a product "
-                           "of the dynamic dims, as a mean's count, can stay dynamic)",
-                           where, v));
+          fail(
+              fmt::format("{}: its number {} depends on the size, and is no size (only a number that is a product "
+                          "of the dynamic dims, as a mean's count, can stay dynamic)",
+                          where, v));
         std::vector<int64_t> sizes;
         for (double x : w) sizes.push_back(static_cast<int64_t>(x));
         numbers.push_back({i, k, symbol(static_cast<int64_t>(v), sizes, fmt::format("{} (number {})", where, k))});

@@ -86,10 +86,10 @@ struct ParameterInfo {
 
 /// What a saved module says about itself (kiln-ir inspect prints it).
 struct ModuleInfo {
-  uint32_t format = 0;        // the file's format version
-  std::string kiln_version;   // the kiln that wrote it
-  std::string name;           // the traced function's
-  bool training_step = false; // a whole step: it updates its parameters on every call
+  uint32_t format = 0;         // the file's format version
+  std::string kiln_version;    // the kiln that wrote it
+  std::string name;            // the traced function's
+  bool training_step = false;  // a whole step: it updates its parameters on every call
   std::vector<ValueInfo> inputs, outputs;
   std::vector<std::string> dynamic_dims;
   std::vector<ParameterInfo> parameters;  // in the graph's order, constants included

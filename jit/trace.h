@@ -69,10 +69,10 @@ struct Stats {
 
 /// The process's kernel cache: every traced or loaded function's fused kernels.
 struct KernelCacheStats {
-  int64_t hits = 0;        // found in memory
-  int64_t misses = 0;      // not in memory
-  int64_t disk_hits = 0;   // misses served from the disk cache
-  int64_t compiles = 0;    // misses compiled (by LLVM, or NVRTC for CUDA)
+  int64_t hits = 0;       // found in memory
+  int64_t misses = 0;     // not in memory
+  int64_t disk_hits = 0;  // misses served from the disk cache
+  int64_t compiles = 0;   // misses compiled (by LLVM, or NVRTC for CUDA)
 };
 KernelCacheStats kernel_cache_stats();
 

@@ -23,7 +23,8 @@ namespace {
 ir::SourceLoc call_site() {
   static const std::string self = [] {
     Dl_info info;
-    return dladdr(reinterpret_cast<void*>(&trace_function), &info) && info.dli_fname ? std::string(info.dli_fname) : std::string();
+    return dladdr(reinterpret_cast<void*>(&trace_function), &info) && info.dli_fname ? std::string(info.dli_fname)
+                                                                                     : std::string();
   }();
   void* frames[24];
   int n = backtrace(frames, 24);
@@ -32,7 +33,8 @@ ir::SourceLoc call_site() {
     Dl_info info;
     if (!dladdr(frames[i], &info) || !info.dli_fname) continue;
     std::string_view mod = info.dli_fname;
-    if (mod == self || mod.find("libstdc++") != std::string_view::npos || mod.find("libc.so") != std::string_view::npos) continue;
+    if (mod == self || mod.find("libstdc++") != std::string_view::npos || mod.find("libc.so") != std::string_view::npos)
+      continue;
     loc.module = info.dli_fname;
     // A return address points after the call; step back into it for the line.
     loc.offset = reinterpret_cast<uintptr_t>(frames[i]) - reinterpret_cast<uintptr_t>(info.dli_fbase) - 1;
@@ -130,7 +132,9 @@ class Tracer final : public Recorder {
     for (uint32_t v : g.inputs)
       if (!grads.count(v)) kept.push_back(v);
     g.inputs = std::move(kept);
-    if (rng_.defined()) t_.rng_input = static_cast<int>(std::find(g.inputs.begin(), g.inputs.end(), value_[rng_.impl()]) - g.inputs.begin());
+    if (rng_.defined())
+      t_.rng_input =
+          static_cast<int>(std::find(g.inputs.begin(), g.inputs.end(), value_[rng_.impl()]) - g.inputs.begin());
     t_.grad_inputs.clear();
     std::fill(t_.grad_guard.begin(), t_.grad_guard.end(), int8_t{-1});
     t_.joint = true;
@@ -170,14 +174,17 @@ class Tracer final : public Recorder {
       t_.graph.nodes.push_back(std::move(n));
     } else if (!self.has_storage()) {
       bool argument = std::any_of(args_.begin(), args_.end(), [&](const Tensor& a) { return a.impl() == s; });
-      KILN_CHECK(!argument, "jit::trace: an in-place write into an argument ({}) of the traced "
-                 "function is not supported; return the new value instead", self.type().str());
+      KILN_CHECK(!argument,
+                 "jit::trace: an in-place write into an argument ({}) of the traced "
+                 "function is not supported; return the new value instead",
+                 self.type().str());
       auto it = value_.find(s);
       KILN_CHECK(it != value_.end(), "jit::trace: in-place write into a tensor from another trace");
       const ir::Node* def = producer(it->second);
       KILN_CHECK(!def || def->kind != ir::NodeKind::Op || op_family(def->op) != OpFamily::View,
                  "jit::trace: in-place write through a view {} inside a traced function is not "
-                 "supported; compute the new value out of place", describe(s));
+                 "supported; compute the new value out of place",
+                 describe(s));
     }
     if (auto it = value_.find(s); it != value_.end()) mark_stale(it->second);
     stale_.erase(v);
@@ -215,7 +222,8 @@ class Tracer final : public Recorder {
       ir::Graph one;
       one.nodes.push_back(*n);
       resolve_locations(one);
-      std::string where = one.nodes[0].loc.known() ? fmt::format(" at {}:{}", one.nodes[0].loc.file, one.nodes[0].loc.line) : "";
+      std::string where =
+          one.nodes[0].loc.known() ? fmt::format(" at {}:{}", one.nodes[0].loc.file, one.nodes[0].loc.line) : "";
       return fmt::format("(the result of {}{})", n->kind == ir::NodeKind::Op ? op_name(n->op) : "const", where);
     }
     return "(a captured tensor)";
@@ -275,9 +283,11 @@ class Tracer final : public Recorder {
   // tensor (parameter, live).
   uint32_t value_for(const Tensor& t) {
     if (auto it = value_.find(t.impl()); it != value_.end()) {
-      KILN_CHECK(!stale_.count(it->second), "jit::trace: {} {} is read after an in-place write to "
+      KILN_CHECK(!stale_.count(it->second),
+                 "jit::trace: {} {} is read after an in-place write to "
                  "the tensor it views or aliases; in a trace it would not see the write: take the "
-                 "view (or detach) again after the write", t.type().str(), describe(t.impl()));
+                 "view (or detach) again after the write",
+                 t.type().str(), describe(t.impl()));
       return it->second;
     }
     KILN_CHECK(t.has_storage(), "jit::trace: a traced tensor {} from outside this trace was used", t.type().str());
@@ -333,12 +343,12 @@ class Tracer final : public Recorder {
   std::vector<Tensor> grad_before_;                              // per param
   // Tensors whose grad() the function replaced before it used them, with their gradient then.
   std::vector<std::pair<Tensor, Tensor>> grad_at_start_;
-  std::unordered_set<const TensorImpl*> grad_written_;  // tensors whose grad() the function set
-  std::vector<Tensor> args_;                                     // the arguments' placeholders
-  std::vector<Tensor> joint_grads_;  // differentiate(): per Trace::wrt, its traced gradient
-  Tensor rng_;                       // the generator's state, once the function draws
-  std::unordered_set<uint32_t> stale_;  // views and aliases of values since written in place
-  std::unordered_map<const TensorImpl*, std::string> names_;     // names for captured tensors
+  std::unordered_set<const TensorImpl*> grad_written_;        // tensors whose grad() the function set
+  std::vector<Tensor> args_;                                  // the arguments' placeholders
+  std::vector<Tensor> joint_grads_;                           // differentiate(): per Trace::wrt, its traced gradient
+  Tensor rng_;                                                // the generator's state, once the function draws
+  std::unordered_set<uint32_t> stale_;                        // views and aliases of values since written in place
+  std::unordered_map<const TensorImpl*, std::string> names_;  // names for captured tensors
   std::vector<Tensor> keep_;  // every handle seen, so no TensorImpl address is reused meanwhile
 };
 
@@ -349,8 +359,7 @@ std::string detail::fmt_arity_error(size_t arity) {
 }
 
 void detail::check_call_arity(size_t arity, size_t given) {
-  KILN_CHECK(arity == given, "jit::Function: the function takes {} arguments, got {}", arity,
-             given);
+  KILN_CHECK(arity == given, "jit::Function: the function takes {} arguments, got {}", arity, given);
 }
 
 Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const std::string& name,

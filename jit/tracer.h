@@ -12,8 +12,8 @@ namespace kiln::jit {
 /// What one trace produced: the graph and how to bind it when it runs.
 struct Trace {
   ir::Graph graph;
-  size_t num_args = 0;                  // graph.inputs[0..num_args) are the function's arguments
-  std::vector<Tensor> params;           // live tensors bound to graph.params, in order
+  size_t num_args = 0;         // graph.inputs[0..num_args) are the function's arguments
+  std::vector<Tensor> params;  // live tensors bound to graph.params, in order
   /// (param index, position in graph.inputs): a gradient read by the function, bound from
   /// params[i].grad() at each call.
   std::vector<std::pair<size_t, size_t>> grad_inputs;
@@ -22,7 +22,7 @@ struct Trace {
   std::vector<std::pair<size_t, size_t>> grad_outputs;
   /// Param indices whose grad() the function dropped (zero_grad): cleared after each call.
   std::vector<size_t> grad_cleared;
-  size_t num_results = 0;               // graph.outputs[0..num_results) are the function's
+  size_t num_results = 0;  // graph.outputs[0..num_results) are the function's
   /// Per param, a guard on grad() when a call starts: 1 defined, 0 undefined (as traced), -1
   /// either (the function replaced the gradient before reading it).
   std::vector<int8_t> grad_guard;
@@ -42,9 +42,9 @@ struct Trace {
   bool joint = false;
   std::vector<size_t> diff_results;
   struct Wrt {
-    bool param;     // params[index], else argument index
+    bool param;  // params[index], else argument index
     size_t index;
-    int output;     // position in graph.outputs; -1: the results do not depend on it
+    int output;  // position in graph.outputs; -1: the results do not depend on it
   };
   std::vector<Wrt> wrt;
 };
@@ -59,11 +59,11 @@ Trace trace_function(const TensorFn& fn, std::span<const Tensor> inputs, const s
 
 /// What jit::save reads from a Function's most recently used plan.
 struct SavedPlan {
-  ir::Graph graph;                    // after the optimization passes, before taping and fusion
-  Trace trace;                        // its bindings (trace.graph is empty)
-  std::vector<Tensor> example_inputs; // placeholders of the signature it was traced for
+  ir::Graph graph;                     // after the optimization passes, before taping and fusion
+  Trace trace;                         // its bindings (trace.graph is empty)
+  std::vector<Tensor> example_inputs;  // placeholders of the signature it was traced for
   bool grad_mode = false;
-  TensorFn fn;                        // to trace it again for other sizes
+  TensorFn fn;  // to trace it again for other sizes
   ParamNames names;
   std::string name;
 };

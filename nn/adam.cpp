@@ -22,15 +22,14 @@ template <class N> std::pair<N, N> bias_corrections(const N& t, const N& beta1, 
 
 // Adam's numbers for one step, in the parameters' dtype.
 template <class K> struct AdamStep {
-  K decay;      // AdamW with weight decay: p *= 1 - lr weight_decay
-  K c2;         // the second moment's bias correction
-  K step_size;  // lr / c1
+  K decay;                   // AdamW with weight decay: p *= 1 - lr weight_decay
+  K c2;                      // the second moment's bias correction
+  K step_size;               // lr / c1
   K beta1, one_minus_beta1;  // the current beta1 (a schedule may change it)
 };
 
-template <class K>
-AdamStep<K> adam_step(const K& lr, const K& c1, const K& c2, const K& beta1, const K& one_minus_beta1,
-                      const AdamOptions& o, bool decoupled) {
+template <class K> AdamStep<K> adam_step(const K& lr, const K& c1, const K& c2, const K& beta1,
+                                         const K& one_minus_beta1, const AdamOptions& o, bool decoupled) {
   using N = typename Traits<K>::Number;
   AdamStep<K> k{.decay = {}, .c2 = c2, .step_size = lr / c1, .beta1 = beta1, .one_minus_beta1 = one_minus_beta1};
   if (decoupled && o.weight_decay != 0) k.decay = N(1.0) - lr * N(o.weight_decay);
@@ -39,8 +38,7 @@ AdamStep<K> adam_step(const K& lr, const K& c1, const K& c2, const K& beta1, con
 
 // torch.optim.Adam (decoupled: AdamW).
 template <class S, class K>
-void adam_update(S& p, S g, S& m, S& v, const AdamStep<K>& k, const AdamOptions& o,
-                 bool decoupled) {
+void adam_update(S& p, S g, S& m, S& v, const AdamStep<K>& k, const AdamOptions& o, bool decoupled) {
   using N = typename Traits<S>::Number;
   if (o.weight_decay != 0) {
     if (decoupled) p = p * k.decay;
@@ -69,7 +67,9 @@ Adam::Adam(std::vector<Tensor> params, double lr, AdamOptions o) : Optimizer(std
   }
 }
 
-void Adam::step() { run_step([this] { update(false); }); }
+void Adam::step() {
+  run_step([this] { update(false); });
+}
 
 void Adam::set_momentum(double beta1) {
   KILN_CHECK(beta1 >= 0 && beta1 < 1, "Adam: beta1 must be in [0, 1), got {}", beta1);
@@ -110,7 +110,6 @@ void Adam::update(bool decoupled) {
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, AdamWOptions o)
-    : Adam(std::move(params), lr,
-           {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay}) {}
+    : Adam(std::move(params), lr, {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay}) {}
 
 }  // namespace kiln::optim

@@ -12,9 +12,9 @@
 namespace kiln::amp {
 
 GradScaler::GradScaler(GradScalerOptions o) : options_(o), scale_(o.init_scale) {
-  KILN_CHECK(o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 &&
-                 o.growth_interval > 0,
-             "GradScaler: expected init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and growth_interval > 0");
+  KILN_CHECK(
+      o.init_scale > 0 && o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 && o.growth_interval > 0,
+      "GradScaler: expected init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and growth_interval > 0");
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
@@ -24,7 +24,8 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 
 void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!options_.enabled || unscaled_) return;
-  KILN_CHECK(active_recorder() == nullptr, "GradScaler: unscale_ and step read on the host whether the gradients are "
+  KILN_CHECK(active_recorder() == nullptr,
+             "GradScaler: unscale_ and step read on the host whether the gradients are "
              "finite, so they cannot run inside jit::trace; trace the forward and backward, and step eagerly");
   NoGradGuard no_grad;
   const double inf = std::numeric_limits<double>::infinity();

@@ -46,15 +46,18 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KILN_CHECK(k.shape().back() == e && v.shape()[v.shape().size() - 2] == s,
              "scaled_dot_product_attention: q {} and k {} must share their last dim, and k and v {} their length",
              q.type().str(), k.type().str(), v.type().str());
-  KILN_CHECK(!(is_causal && attn_mask.defined()), "scaled_dot_product_attention: give attn_mask or is_causal, not both");
-  KILN_CHECK(dropout_p >= 0 && dropout_p < 1, "scaled_dot_product_attention: dropout_p must be in [0, 1), got {}", dropout_p);
+  KILN_CHECK(!(is_causal && attn_mask.defined()),
+             "scaled_dot_product_attention: give attn_mask or is_causal, not both");
+  KILN_CHECK(dropout_p >= 0 && dropout_p < 1, "scaled_dot_product_attention: dropout_p must be in [0, 1), got {}",
+             dropout_p);
   // The fused op (runtime/ops/attention.h) takes operands of one float dtype and batch: under
   // autocast they compute in its dtype, as matmul does; batch dims broadcast as views.
   Tensor qa = autocast_low(q), ka = autocast_low(k), va = autocast_low(v);
   DType t = promote(promote(qa.dtype(), ka.dtype()), va.dtype());
   if (!is_float(t)) t = DType::F32;
   using attention::leading;
-  Dims batch = broadcast_shapes(leading(qa.shape(), 2), broadcast_shapes(leading(ka.shape(), 2), leading(va.shape(), 2)));
+  Dims batch =
+      broadcast_shapes(leading(qa.shape(), 2), broadcast_shapes(leading(ka.shape(), 2), leading(va.shape(), 2)));
   auto fit = [&](const Tensor& x) {
     Dims shape = batch;
     shape.push_back(x.shape()[x.dim() - 2]);
@@ -123,8 +126,8 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
                "MultiheadAttention: attn_mask must be [{},{}] or [{},{},{}], got {}", l, s, n * h, l, s,
                attn_mask.type().str());
   if (key_padding_mask.defined())
-    KILN_CHECK(key_padding_mask.shape() == (Dims{n, s}), "MultiheadAttention: key_padding_mask must be [{},{}], got {}", n,
-               s, key_padding_mask.type().str());
+    KILN_CHECK(key_padding_mask.shape() == (Dims{n, s}), "MultiheadAttention: key_padding_mask must be [{},{}], got {}",
+               n, s, key_padding_mask.type().str());
   if (!need_weights) {  // torch's fast path: the fused op, with the masks made one
     Tensor keep_or_bias;
     bool causal = false;

@@ -14,8 +14,7 @@ TensorDataset::TensorDataset(std::vector<Tensor> tensors) : tensors_(std::move(t
   auto type_of = [](const Tensor& t) { return t.defined() ? t.type().str() : "undefined"; };
   for (const Tensor& t : tensors_)
     KILN_CHECK(t.defined() && t.dim() >= 1 && t.shape()[0] == tensors_[0].shape()[0],
-               "TensorDataset: every tensor needs the same first dim; got {} and {}",
-               type_of(tensors_[0]), type_of(t));
+               "TensorDataset: every tensor needs the same first dim; got {} and {}", type_of(tensors_[0]), type_of(t));
   size_ = tensors_[0].shape()[0];
 }
 
@@ -53,7 +52,8 @@ Tensor DistributedSampler::indices() const {
     std::mt19937_64 gen(seed_ + static_cast<uint64_t>(epoch_));
     for (int64_t i = size_ - 1; i > 0; --i) {
       uint64_t bound = static_cast<uint64_t>(i) + 1, limit = UINT64_MAX - UINT64_MAX % bound, x;
-      do x = gen(); while (x >= limit);  // unbiased
+      do x = gen();
+      while (x >= limit);  // unbiased
       std::swap(order[static_cast<size_t>(i)], order[x % bound]);
     }
   }

@@ -49,7 +49,8 @@ DistributedDataParallel::DistributedDataParallel(Module& module, distributed::Pr
   }
   ready_.assign(params_.size(), 0);
   for (size_t k = 0; k < params_.size(); ++k)
-    hooks_.push_back(autograd::register_post_accumulate_grad_hook(params_[k], [this, k](const Tensor&) { on_grad_ready(k); }));
+    hooks_.push_back(
+        autograd::register_post_accumulate_grad_hook(params_[k], [this, k](const Tensor&) { on_grad_ready(k); }));
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -88,9 +89,11 @@ void DistributedDataParallel::on_grad_ready(size_t k) {
     // The backward that armed us never ended: an error cut it short (its reductions may be
     // half issued, so the ranks may disagree). Start clean, but say so.
     armed_ = false;
-    throw Error(fmt::format("DistributedDataParallel: parameter {} ({}) got a gradient again before the last "
-                            "backward's reductions finished: that backward was cut short by an error; restart "
-                            "the step on every rank", k, params_[k].type().str()));
+    throw Error(
+        fmt::format("DistributedDataParallel: parameter {} ({}) got a gradient again before the last "
+                    "backward's reductions finished: that backward was cut short by an error; restart "
+                    "the step on every rank",
+                    k, params_[k].type().str()));
   }
   ready_[k] = 1;
   events_.push_back({DdpEvent::GradReady, k});

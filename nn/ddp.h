@@ -39,7 +39,7 @@
 namespace kiln::nn {
 
 struct DdpOptions {
-  size_t bucket_bytes = 25u << 20;      // a bucket's size cap (PyTorch's bucket_cap_mb = 25)
+  size_t bucket_bytes = 25u << 20;       // a bucket's size cap (PyTorch's bucket_cap_mb = 25)
   size_t first_bucket_bytes = 1u << 20;  // the first bucket's: its reduction starts earliest
   bool broadcast_buffers = true;         // at construction, with the parameters
 };
@@ -91,8 +91,8 @@ class DistributedDataParallel {
     Device device = cpu;  // where its parameters live: a bucket is one dtype on one device
     int64_t numel = 0;
     size_t pending = 0;
-    Tensor flat;                             // the gradients, flattened; reduced in place
-    std::optional<distributed::Work> work;   // eager: the reduction in flight
+    Tensor flat;                            // the gradients, flattened; reduced in place
+    std::optional<distributed::Work> work;  // eager: the reduction in flight
   };
 
   void on_grad_ready(size_t param);
@@ -103,10 +103,10 @@ class DistributedDataParallel {
   Module& module_;
   distributed::ProcessGroup& pg_;
   std::vector<Tensor> params_;
-  std::vector<size_t> bucket_of_;        // per parameter
-  std::vector<size_t> offset_;           // per parameter: its first element in its bucket
+  std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<size_t> offset_;     // per parameter: its first element in its bucket
   std::vector<Bucket> buckets_;
-  std::vector<char> ready_;              // per parameter, this backward
+  std::vector<char> ready_;  // per parameter, this backward
   std::vector<autograd::HookHandle> hooks_;
   std::vector<DdpEvent> events_;
   size_t next_bucket_ = 0;

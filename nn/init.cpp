@@ -29,12 +29,8 @@ double fan_for(const Tensor& t, const std::string& mode) {
 }
 }  // namespace
 
-Tensor& uniform_(Tensor& t, double lo, double hi) {
-  return fill_with(t, rand(t.shape(), DType::F64) * (hi - lo) + lo);
-}
-Tensor& normal_(Tensor& t, double mean, double std) {
-  return fill_with(t, randn(t.shape(), DType::F64) * std + mean);
-}
+Tensor& uniform_(Tensor& t, double lo, double hi) { return fill_with(t, rand(t.shape(), DType::F64) * (hi - lo) + lo); }
+Tensor& normal_(Tensor& t, double mean, double std) { return fill_with(t, randn(t.shape(), DType::F64) * std + mean); }
 Tensor& constant_(Tensor& t, double value) {
   NoGradGuard no_grad;
   t.fill_(value);

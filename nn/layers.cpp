@@ -57,7 +57,8 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   Tensor out = kiln::embedding(indices, weight);
   if (!padding_idx) return out;
   int64_t num = weight.shape()[0], pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
-  KILN_CHECK(pad >= 0 && pad < num, "embedding: padding_idx {} is out of range for {}", *padding_idx, weight.type().str());
+  KILN_CHECK(pad >= 0 && pad < num, "embedding: padding_idx {} is out of range for {}", *padding_idx,
+             weight.type().str());
   // The rows read at padding_idx, detached: their gradient does not reach the table. (Masking
   // the output costs its size; masking the table would cost the whole table every call.)
   Tensor at_pad = eq(indices, Scalar(pad)).unsqueeze(-1).to(out.device());
@@ -73,9 +74,7 @@ LayerNorm::LayerNorm(Dims shape, double eps, bool affine) : shape_(shape), eps_(
   }
 }
 
-Dropout::Dropout(double p) : p_(p) {
-  KILN_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got {}", p);
-}
+Dropout::Dropout(double p) : p_(p) { KILN_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got {}", p); }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training()); }
 
 Tensor dropout(const Tensor& x, double p, bool training) {

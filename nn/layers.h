@@ -232,10 +232,10 @@ class RMSNorm : public UnaryModule {
 };
 
 struct InterpolateOptions {
-  Dims size{};                        // the output's H, W; or
+  Dims size{};                         // the output's H, W; or
   std::vector<double> scale_factor{};  // H and W multiplied by these (floored)
-  std::string mode = "nearest";       // or "bilinear"
-  bool align_corners = false;         // bilinear: corners' centers map onto each other
+  std::string mode = "nearest";        // or "bilinear"
+  bool align_corners = false;          // bilinear: corners' centers map onto each other
 };
 /// Resizes the H, W of x [N, C, H, W] (torch.nn.functional.interpolate, nearest and bilinear,
 /// with torch's source indices).
@@ -352,8 +352,10 @@ class LSTM : public RNNBase {
   LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
       : RNNBase("LSTM", 4, input_size, hidden_size, options) {}
   /// (output [T, N, D * hidden], (h_n, c_n)).
-  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input, const std::tuple<Tensor, Tensor>& hc = {});
-  std::tuple<Tensor, std::tuple<Tensor, Tensor>> operator()(const Tensor& input, const std::tuple<Tensor, Tensor>& hc = {}) {
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
+                                                         const std::tuple<Tensor, Tensor>& hc = {});
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> operator()(const Tensor& input,
+                                                            const std::tuple<Tensor, Tensor>& hc = {}) {
     return forward(input, hc);
   }
 };
@@ -387,7 +389,9 @@ class LSTMCell : public RNNCellBase {
       : RNNCellBase("LSTMCell", 4, input_size, hidden_size, bias) {}
   /// (h', c').
   std::tuple<Tensor, Tensor> forward(const Tensor& x, const std::tuple<Tensor, Tensor>& hc = {});
-  std::tuple<Tensor, Tensor> operator()(const Tensor& x, const std::tuple<Tensor, Tensor>& hc = {}) { return forward(x, hc); }
+  std::tuple<Tensor, Tensor> operator()(const Tensor& x, const std::tuple<Tensor, Tensor>& hc = {}) {
+    return forward(x, hc);
+  }
 };
 class GRUCell : public RNNCellBase {
  public:

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "runtime/autocast.h"
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/check.h"
 #include "runtime/composite_fusion.h"
 
@@ -38,8 +38,8 @@ void check_targets(const char* op, const Tensor& input, const Tensor& target) {
              target.type().str());
   Dims expect = input.shape();
   expect.erase(1);
-  KILN_CHECK(target.shape() == expect, "{}: target {} does not match input {} (expected {})", op,
-             target.type().str(), input.type().str(), shape_str(expect));
+  KILN_CHECK(target.shape() == expect, "{}: target {} does not match input {} (expected {})", op, target.type().str(),
+             input.type().str(), shape_str(expect));
 }
 
 }  // namespace
@@ -47,8 +47,7 @@ void check_targets(const char* op, const Tensor& input, const Tensor& target) {
 Tensor mse_loss(const Tensor& pred_in, const Tensor& target_in, Reduction reduction) {
   Tensor pred = autocast_wide(pred_in), target = autocast_wide(target_in);  // losses in f32 under autocast
   KILN_CHECK(pred.defined() && target.defined() && pred.shape() == target.shape(),
-             "mse_loss: prediction {} and target {} must have one shape", pred.type().str(),
-             target.type().str());
+             "mse_loss: prediction {} and target {} must have one shape", pred.type().str(), target.type().str());
   auto f = [reduction](const Tensor& p, const Tensor& t) {
     Tensor d = p - t;
     return reduce(d * d, reduction);
@@ -93,18 +92,17 @@ Tensor cross_entropy_ops(const Tensor& logits, const Tensor& target, Reduction r
   if (reduction == Reduction::Mean) {
     Tensor total = sum(smooth);
     s = total / sum(keep);
-  }
-  else if (reduction == Reduction::Sum) s = sum(smooth);
+  } else if (reduction == Reduction::Sum) s = sum(smooth);
   else s = smooth.reshape(target.shape());
   return nll * (1.0 - label_smoothing) + s * label_smoothing;
 }
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction reduction,
-                     double label_smoothing, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, Reduction reduction, double label_smoothing,
+                     int64_t ignore_index) {
   check_targets("cross_entropy", logits_in, target);
-  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
-             "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
+  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got {}",
+             label_smoothing);
   Tensor logits = autocast_wide(logits_in);
   Tensor args[] = {logits, target};
   if (!composite_fuses(args)) return cross_entropy_ops(logits, target, reduction, label_smoothing, ignore_index);
@@ -119,8 +117,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x_in, const Tensor& y_in, 
                                         const Tensor& pos_weight) {
   Tensor x = autocast_wide(x_in), y = autocast_wide(y_in);
   KILN_CHECK(x.defined() && y.defined() && x.shape() == y.shape(),
-             "binary_cross_entropy_with_logits: logits {} and target {} must have one shape",
-             x.type().str(), y.type().str());
+             "binary_cross_entropy_with_logits: logits {} and target {} must have one shape", x.type().str(),
+             y.type().str());
   auto f = [reduction](const Tensor& x, const Tensor& y, const Tensor& pos_weight) {
     Tensor softplus_neg = log1p(exp(-abs(x))) + maximum(-x, 0.0);  // log(1 + exp(-x)), stable
     Tensor loss;

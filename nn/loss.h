@@ -24,7 +24,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 /// Binary cross-entropy on logits, computed stably: max(x, 0) - x y + log(1 + exp(-|x|)).
 /// pos_weight (optional, broadcast over the last dim) scales the positive term.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        Reduction reduction = Reduction::Mean,
-                                        const Tensor& pos_weight = {});
+                                        Reduction reduction = Reduction::Mean, const Tensor& pos_weight = {});
 
 }  // namespace kiln

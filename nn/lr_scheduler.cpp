@@ -38,10 +38,10 @@ OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, OneCy
   double up = options_.pct_start * double(total_steps) - 1, last = double(total_steps) - 1;
   double lo = options_.base_momentum, hi = options_.max_momentum;
   if (options_.three_phase)
-    phases_ = {{up, initial, max_lr, hi, lo}, {2 * options_.pct_start * double(total_steps) - 2, max_lr, initial, lo, hi},
+    phases_ = {{up, initial, max_lr, hi, lo},
+               {2 * options_.pct_start * double(total_steps) - 2, max_lr, initial, lo, hi},
                {last, initial, min_lr, hi, hi}};
-  else
-    phases_ = {{up, initial, max_lr, hi, lo}, {last, max_lr, min_lr, lo, hi}};
+  else phases_ = {{up, initial, max_lr, hi, lo}, {last, max_lr, min_lr, lo, hi}};
   start();
 }
 
@@ -100,7 +100,8 @@ double LinearLR::lr_at(int64_t t) const {
   return base_ * (start_ + (end_ - start_) * static_cast<double>(t) / static_cast<double>(total_));
 }
 
-LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda) : LRScheduler(opt), lambda_(std::move(lambda)) {
+LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda)
+    : LRScheduler(opt), lambda_(std::move(lambda)) {
   KILN_CHECK(lambda_ != nullptr, "LambdaLR: the lambda is empty");
   start();
 }
@@ -113,7 +114,8 @@ SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRSchedul
              "SequentialLR: expected one milestone fewer than schedulers, got {} schedulers and {} milestones",
              schedulers_.size(), milestones_.size());
   for (size_t i = 0; i < schedulers_.size(); ++i)
-    KILN_CHECK(schedulers_[i] && &schedulers_[i]->opt_ == &opt, "SequentialLR: scheduler {} is not of this optimizer", i);
+    KILN_CHECK(schedulers_[i] && &schedulers_[i]->opt_ == &opt, "SequentialLR: scheduler {} is not of this optimizer",
+               i);
   for (size_t i = 1; i < milestones_.size(); ++i)
     KILN_CHECK(milestones_[i] > milestones_[i - 1], "SequentialLR: milestones must increase");
   start();

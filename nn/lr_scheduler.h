@@ -89,13 +89,13 @@ class LambdaLR : public LRScheduler {
 };
 
 struct OneCycleOptions {
-  double pct_start = 0.3;            // the share of steps spent rising to max_lr
+  double pct_start = 0.3;               // the share of steps spent rising to max_lr
   std::string anneal_strategy = "cos";  // or "linear"
-  bool cycle_momentum = true;        // momentum (Adam: beta1) falls as the rate rises, and back
+  bool cycle_momentum = true;           // momentum (Adam: beta1) falls as the rate rises, and back
   double base_momentum = 0.85, max_momentum = 0.95;
-  double div_factor = 25;            // the first rate is max_lr / div_factor
-  double final_div_factor = 1e4;     // the last is that / final_div_factor
-  bool three_phase = false;          // rise, fall back to the first rate, then anneal to the last
+  double div_factor = 25;         // the first rate is max_lr / div_factor
+  double final_div_factor = 1e4;  // the last is that / final_div_factor
+  bool three_phase = false;       // rise, fall back to the first rate, then anneal to the last
 };
 /// torch.optim.lr_scheduler.OneCycleLR: the rate rises from max_lr / div_factor to max_lr over
 /// pct_start of total_steps, then anneals to its lowest at step total_steps - 1, while the

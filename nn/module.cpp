@@ -4,9 +4,9 @@
 #include <set>
 
 #include "autograd/autograd.h"
-#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/safetensors.h"
 
 namespace kiln::nn {
 
@@ -138,15 +138,14 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
       if (!state.count(n)) missing.push_back(n);
     for (auto& [n, t] : state)
       if (!mine.count(n)) unexpected.push_back(n);
-    KILN_CHECK(missing.empty() && unexpected.empty(),
-               "load_state_dict: missing keys [{}], unexpected keys [{}]", fmt::join(missing, ", "),
-               fmt::join(unexpected, ", "));
+    KILN_CHECK(missing.empty() && unexpected.empty(), "load_state_dict: missing keys [{}], unexpected keys [{}]",
+               fmt::join(missing, ", "), fmt::join(unexpected, ", "));
   }
   for (auto& [n, t] : mine) {
     auto it = state.find(n);
     if (it == state.end()) continue;
-    KILN_CHECK(it->second.shape() == t.shape(), "load_state_dict: \"{}\" is {} in the state but {} in the module",
-               n, it->second.type().str(), t.type().str());
+    KILN_CHECK(it->second.shape() == t.shape(), "load_state_dict: \"{}\" is {} in the state but {} in the module", n,
+               it->second.type().str(), t.type().str());
     Tensor dst = t;
     dst.copy_(it->second);
   }

@@ -105,8 +105,8 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
   if (training && running) args.push_back(factor);
   std::vector<Tensor> out;
   if (composite_fuses(args)) {
-    std::string key = fmt::format("batch_norm training={} eps={} weight={} bias={} running={}", training, eps, w, b,
-                                  running);
+    std::string key =
+        fmt::format("batch_norm training={} eps={} weight={} bias={} running={}", training, eps, w, b, running);
     out = run_composite(key, args, [=](std::span<const Tensor> in) {
       size_t k = 1;
       auto next = [&](bool present) { return present ? in[k++] : Tensor(); };
@@ -129,7 +129,8 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  return batch_norm_with(x, running_mean, running_var, weight, bias, training, scalar_tensor(momentum, DType::F64), eps);
+  return batch_norm_with(x, running_mean, running_var, weight, bias, training, scalar_tensor(momentum, DType::F64),
+                         eps);
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
@@ -234,8 +235,9 @@ Tensor BatchNorm::forward(const Tensor& x) {
     if (!options.momentum) factor = 1.0 / num_batches_tracked.to(DType::F64);
   }
   bool update = is_training() && options.track_running_stats;
-  return batch_norm_with(x, update || !batch_stats ? running_mean : Tensor(), update || !batch_stats ? running_var : Tensor(),
-                         weight, bias, batch_stats, factor, options.eps);
+  return batch_norm_with(x, update || !batch_stats ? running_mean : Tensor(),
+                         update || !batch_stats ? running_var : Tensor(), weight, bias, batch_stats, factor,
+                         options.eps);
 }
 
 GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine)

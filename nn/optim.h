@@ -63,7 +63,9 @@ struct AdamWOptions {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, double lr = 1e-3, AdamWOptions options = {});
-  void step() override { run_step([this] { update(true); }); }
+  void step() override {
+    run_step([this] { update(true); });
+  }
 };
 
 struct RmspropOptions {

@@ -17,8 +17,8 @@ bool fusable(const Tensor& t, DType dtype) {
 
 }  // namespace
 
-Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& state0,
-               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2) {
+Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& state0, const std::vector<Tensor>& state1,
+               const std::vector<Tensor>& state2) {
   Plan plan;
   bool traced = active_recorder() != nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -26,15 +26,18 @@ Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& sta
     Tensor g = p.grad();
     if (!g.defined()) continue;
     DType t = p.dtype();
-    bool fuse = !traced && (t == DType::F32 || t == DType::F64) && fusable(p, t) &&
-                g.has_storage() && g.device().is_cpu() && g.dtype() == t && g.shape() == p.shape();
+    bool fuse = !traced && (t == DType::F32 || t == DType::F64) && fusable(p, t) && g.has_storage() &&
+                g.device().is_cpu() && g.dtype() == t && g.shape() == p.shape();
     for (const auto* s : {&state0, &state1, &state2}) fuse = fuse && (s->empty() || fusable((*s)[i], t));
     if (!fuse) {
       plan.tensor_path.push_back(i);
       continue;
     }
     if (!g.is_contiguous()) plan.keep.push_back(g = g.contiguous());
-    Slot s{t, p.numel(), static_cast<char*>(p.data_ptr()), static_cast<const char*>(g.data_ptr()),
+    Slot s{t,
+           p.numel(),
+           static_cast<char*>(p.data_ptr()),
+           static_cast<const char*>(g.data_ptr()),
            {nullptr, nullptr, nullptr}};
     plan.written.push_back(p);
     int k = 0;

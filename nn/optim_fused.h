@@ -34,11 +34,26 @@ typedef double D2 __attribute__((vector_size(16)));
 // Number: how a constant enters a value's arithmetic (rounded to the element type first, as a
 // pointwise op's immediate is). Flag: a per-step condition (a bool, or a bool tensor traced).
 template <class S> struct Traits;
-template <> struct Traits<float> { using Number = float; using Flag = bool; };
-template <> struct Traits<double> { using Number = double; using Flag = bool; };
-template <> struct Traits<F4> { using Number = float; using Flag = bool; };
-template <> struct Traits<D2> { using Number = double; using Flag = bool; };
-template <> struct Traits<Tensor> { using Number = Scalar; using Flag = Tensor; };
+template <> struct Traits<float> {
+  using Number = float;
+  using Flag = bool;
+};
+template <> struct Traits<double> {
+  using Number = double;
+  using Flag = bool;
+};
+template <> struct Traits<F4> {
+  using Number = float;
+  using Flag = bool;
+};
+template <> struct Traits<D2> {
+  using Number = double;
+  using Flag = bool;
+};
+template <> struct Traits<Tensor> {
+  using Number = Scalar;
+  using Flag = Tensor;
+};
 
 // sqrt and pow of plain values; Tensors find kiln::sqrt and kiln::pow by argument lookup.
 inline float sqrt(float x) { return std::sqrt(x); }
@@ -87,8 +102,8 @@ struct Plan {
 };
 
 // state0..2: the optimizer's per-parameter state (each may be empty).
-Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& state0,
-               const std::vector<Tensor>& state1, const std::vector<Tensor>& state2 = {});
+Plan make_plan(const std::vector<Tensor>& params, const std::vector<Tensor>& state0, const std::vector<Tensor>& state1,
+               const std::vector<Tensor>& state2 = {});
 
 // Whether two slots' parameters share memory (one tensor listed twice): those are updated one
 // after the other, as the Tensor ops would.
@@ -117,8 +132,7 @@ template <class V, class E> void store(E* x, const V& v) { std::memcpy(x, &v, si
 
 // Applies rule(p, g, s0, s1, s2) to elements [b, e) of a slot: blocks of lanes V, then the
 // tail one element at a time (the same IEEE operations, so the same bits either way).
-template <class E, class V, class Rule>
-void run_slot(const Slot& s, int64_t b, int64_t e, const Rule& rule) {
+template <class E, class V, class Rule> void run_slot(const Slot& s, int64_t b, int64_t e, const Rule& rule) {
   constexpr int64_t W = sizeof(V) / sizeof(E);
   E* p = reinterpret_cast<E*>(s.p);
   const E* g = reinterpret_cast<const E*>(s.g);

@@ -10,9 +10,9 @@
 
 #include "autograd/autograd.h"
 #include "jit/trace.h"
-#include "runtime/recorder.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/recorder.h"
 
 namespace kiln::optim {
 
@@ -43,8 +43,9 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
              fmt::join(missing, ", "), fmt::join(unexpected, ", "));
   for (auto& [n, t] : mine) {
     const Tensor& src = state.at(n);
-    KILN_CHECK(src.defined() && src.shape() == t.shape(), "optimizer load_state_dict: \"{}\" is {} here but {} in the state", n,
-               t.type().str(), src.defined() ? src.type().str() : "undefined");
+    KILN_CHECK(src.defined() && src.shape() == t.shape(),
+               "optimizer load_state_dict: \"{}\" is {} here but {} in the state", n, t.type().str(),
+               src.defined() ? src.type().str() : "undefined");
     t.copy_(src);
   }
   lr_ = lr_tensor_.item<double>();

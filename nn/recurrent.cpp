@@ -46,9 +46,10 @@ Tensor gru_step(const Tensor& xw, const Tensor& h, const Tensor& w_hh, const Ten
 RNNBase::RNNBase(const char* name, int64_t gates, int64_t input_size, int64_t hidden_size, RNNOptions options)
     : options(options), name_(name), gates_(gates), input_size_(input_size), hidden_size_(hidden_size) {
   KILN_CHECK(input_size > 0 && hidden_size > 0 && options.num_layers > 0,
-             "{}: input_size, hidden_size and num_layers must be positive, got {}, {}, {}", name, input_size, hidden_size,
-             options.num_layers);
-  KILN_CHECK(options.dropout >= 0 && options.dropout < 1, "{}: dropout must be in [0, 1), got {}", name, options.dropout);
+             "{}: input_size, hidden_size and num_layers must be positive, got {}, {}, {}", name, input_size,
+             hidden_size, options.num_layers);
+  KILN_CHECK(options.dropout >= 0 && options.dropout < 1, "{}: dropout must be in [0, 1), got {}", name,
+             options.dropout);
   int64_t dirs = options.bidirectional ? 2 : 1;
   double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   weights_.resize(static_cast<size_t>(options.num_layers * dirs));
@@ -125,8 +126,8 @@ detail::RnnStack layers_of(detail::RnnStack st, int64_t first, int64_t count) {
 
 std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>& state_in) {
   KILN_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3) && input.shape().back() == input_size_,
-             "{}: expected an input [T, N, {}] ([N, T, {}] batch_first, or [T, {}] unbatched), got {}", name_, input_size_,
-             input_size_, input_size_, type_of(input));
+             "{}: expected an input [T, N, {}] ([N, T, {}] batch_first, or [T, {}] unbatched), got {}", name_,
+             input_size_, input_size_, input_size_, type_of(input));
   bool unbatched = input.dim() == 2;
   Tensor x = unbatched ? input.unsqueeze(1) : options.batch_first ? input.transpose(0, 1) : input;  // [T, N, in]
   int64_t n = x.shape()[1], dirs = options.bidirectional ? 2 : 1, h = hidden_size_;
@@ -159,11 +160,12 @@ std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>&
       for (const Tensor& s0 : states) s.push_back(s0.narrow(0, l * dirs, block * dirs));
       std::span<const Tensor> w = std::span<const Tensor>(params).subspan(static_cast<size_t>(l * dirs) * per,
                                                                           static_cast<size_t>(block * dirs) * per);
-      detail::RnnComposite composite = [part](const Tensor& xi, std::span<const Tensor> si, std::span<const Tensor> wi) {
+      detail::RnnComposite composite = [part](const Tensor& xi, std::span<const Tensor> si,
+                                              std::span<const Tensor> wi) {
         return detail::unrolled(part, xi, si, wi, 0, false);
       };
-      std::vector<Tensor> r = traced ? detail::rnn_op_stack(part, layer_in, s, w)
-                                     : detail::cudnn_stack(part, layer_in, s, w, composite);
+      std::vector<Tensor> r =
+          traced ? detail::rnn_op_stack(part, layer_in, s, w) : detail::cudnn_stack(part, layer_in, s, w, composite);
       layer_in = r[0];
       if (l + block < options.num_layers && p > 0) layer_in = dropout(layer_in, p, training);
       for (size_t k = 0; k < finals.size(); ++k) finals[k].push_back(r[k + 1]);
@@ -179,7 +181,8 @@ std::vector<Tensor> RNNBase::run(const Tensor& input, const std::vector<Tensor>&
   return result;
 }
 
-std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input, const std::tuple<Tensor, Tensor>& hc) {
+std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input,
+                                                             const std::tuple<Tensor, Tensor>& hc) {
   auto [h0, c0] = hc;
   KILN_CHECK(h0.defined() == c0.defined(), "LSTM: give both h0 and c0, or neither");
   std::vector<Tensor> r = run(input, h0.defined() ? std::vector<Tensor>{h0, c0} : std::vector<Tensor>{});
@@ -195,7 +198,8 @@ std::tuple<Tensor, Tensor> GRU::forward(const Tensor& input, const Tensor& h0) {
 
 RNNCellBase::RNNCellBase(const char* name, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias)
     : name_(name), input_size_(input_size), hidden_size_(hidden_size) {
-  KILN_CHECK(input_size > 0 && hidden_size > 0, "{}: sizes must be positive, got {} and {}", name, input_size, hidden_size);
+  KILN_CHECK(input_size > 0 && hidden_size > 0, "{}: sizes must be positive, got {} and {}", name, input_size,
+             hidden_size);
   double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   weight_ih = empty({gates * hidden_size, input_size});
   weight_hh = empty({gates * hidden_size, hidden_size});

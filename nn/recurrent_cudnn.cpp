@@ -10,10 +10,10 @@
 #include <string>
 
 #include "autograd/autograd.h"
+#include "cuda/libraries.h"
 #include "runtime/autocast.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/composite_fusion.h"
-#include "cuda/libraries.h"
 #include "runtime/cuda.h"
 #include "runtime/log.h"
 
@@ -27,7 +27,9 @@ constexpr size_t kSaved = 7;
 class CudnnRnnBackward final : public NodeBackward {
  public:
   CudnnRnnBackward(cuda::RnnSpec spec, size_t num_states, RnnComposite composite)
-      : name_(spec.lstm ? "LSTM (cuDNN)" : "GRU (cuDNN)"), spec_(spec), num_states_(num_states),
+      : name_(spec.lstm ? "LSTM (cuDNN)" : "GRU (cuDNN)"),
+        spec_(spec),
+        num_states_(num_states),
         composite_(std::move(composite)) {}
 
   const std::string& name() const override { return name_; }

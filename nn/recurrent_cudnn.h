@@ -21,7 +21,8 @@ struct RnnStack {
 
 /// The stack run op by op: (x [T, N, in], states [L * D, N, H] per kind or none, params per
 /// layer and direction: w_ih, w_hh (, b_ih, b_hh)) -> {y, h, (c)}.
-using RnnComposite = std::function<std::vector<Tensor>(const Tensor&, std::span<const Tensor>, std::span<const Tensor>)>;
+using RnnComposite =
+    std::function<std::vector<Tensor>(const Tensor&, std::span<const Tensor>, std::span<const Tensor>)>;
 
 /// The stack op by op from x [T, N, in]: {y [T, N, D * H], h_n [L * D, N, H] (, c_n)}. `states`
 /// per kind [L * D, N, H] (none: zeros); dropout p between layers (nn/recurrent.cpp). The

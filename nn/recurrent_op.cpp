@@ -60,7 +60,8 @@ Grads composite_vjp(const VjpArgs& v, const Operands& o) {
     if (v.needs_grad(static_cast<int>(i)) && v.in[i].requires_grad()) xs.push_back(v.in[i]), which.push_back(i);
   Grads g(v.in.size());
   if (xs.empty()) return g;
-  std::vector<Tensor> r = autograd::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
+  std::vector<Tensor> r =
+      autograd::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
   for (size_t j = 0; j < which.size(); ++j) g[which[j]] = r[j];
   return g;
 }
@@ -89,11 +90,17 @@ namespace {
 
 constexpr uint64_t kRnnAttrs = kAttrLstm | kAttrHiddenSize | kAttrNumLayers | kAttrBidirectional;
 // rnn(x, [h0 [, c0]], params...): y, h_n (, c_n) packed.
-const OpDef kRnn{.infer = rnn_op::rnn_rule, .cpu = rnn_op::by_composite, .vjp = rnn_op::rnn_vjp, .saves = kSaveBoth,
+const OpDef kRnn{.infer = rnn_op::rnn_rule,
+                 .cpu = rnn_op::by_composite,
+                 .vjp = rnn_op::rnn_vjp,
+                 .saves = kSaveBoth,
                  .attrs = kRnnAttrs};
 // rnn_backward(x, [h0 [, c0]], params..., out, grad): the inputs' gradients packed.
-const OpDef kRnnBackward{.infer = rnn_op::rnn_rule, .cpu = rnn_op::by_composite, .differentiable = false,
-                         .saves = kSaveNothing, .attrs = kRnnAttrs};
+const OpDef kRnnBackward{.infer = rnn_op::rnn_rule,
+                         .cpu = rnn_op::by_composite,
+                         .differentiable = false,
+                         .saves = kSaveNothing,
+                         .attrs = kRnnAttrs};
 const bool g_registered = (register_op_def(OpId::Rnn, kRnn), register_op_def(OpId::RnnBackward, kRnnBackward), true);
 
 }  // namespace

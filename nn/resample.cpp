@@ -31,9 +31,7 @@ template <class Row> Tensor matrix(int64_t out, int64_t in, const Tensor& like, 
 }
 
 // x [N, C, H, W] with each spatial dim mapped by its matrix: [N, C, mh rows, mw rows].
-Tensor apply_spatial(const Tensor& x, const Tensor& mh, const Tensor& mw) {
-  return matmul(matmul(mh, x), mw.t());
-}
+Tensor apply_spatial(const Tensor& x, const Tensor& mh, const Tensor& mw) { return matmul(matmul(mh, x), mw.t()); }
 
 // Adaptive pooling's window along a dim: [floor(i n / o), ceil((i + 1) n / o)).
 std::vector<std::pair<int64_t, double>> adaptive_row(int64_t i, int64_t n, int64_t o) {
@@ -74,8 +72,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const Dims& output_size) {
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   check_image(x, "interpolate");
   KILN_CHECK(o.size.empty() != o.scale_factor.empty(), "interpolate: give size or scale_factor, not both or neither");
-  KILN_CHECK(o.mode == "nearest" || o.mode == "bilinear", "interpolate: mode must be \"nearest\" or \"bilinear\", got \"{}\"",
-             o.mode);
+  KILN_CHECK(o.mode == "nearest" || o.mode == "bilinear",
+             "interpolate: mode must be \"nearest\" or \"bilinear\", got \"{}\"", o.mode);
   KILN_CHECK(!o.align_corners || o.mode == "bilinear", "interpolate: align_corners is for bilinear mode only");
   int64_t h = x.shape()[2], w = x.shape()[3];
   Dims out(2);
@@ -83,8 +81,8 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   for (int d = 0; d < 2; ++d) {
     int64_t n = d == 0 ? h : w;
     if (!o.size.empty()) {
-      KILN_CHECK(o.size.size() == 2 && o.size[0] > 0 && o.size[1] > 0, "interpolate: size must be two positive sizes, got {}",
-                 shape_str(o.size));
+      KILN_CHECK(o.size.size() == 2 && o.size[0] > 0 && o.size[1] > 0,
+                 "interpolate: size must be two positive sizes, got {}", shape_str(o.size));
       out[d] = o.size[d];
       scale[d] = static_cast<double>(n) / static_cast<double>(out[d]);
     } else {
@@ -106,12 +104,13 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
     };
     return index_select(index_select(x, 2, index(h, out[0], scale[0])), 3, index(w, out[1], scale[1]));
   }
-  return apply_spatial(x, matrix(out[0], h, x, [&](int64_t i) { return bilinear_row(i, h, out[0], o.align_corners, scale[0]); }),
-                       matrix(out[1], w, x, [&](int64_t i) { return bilinear_row(i, w, out[1], o.align_corners, scale[1]); }));
+  return apply_spatial(
+      x, matrix(out[0], h, x, [&](int64_t i) { return bilinear_row(i, h, out[0], o.align_corners, scale[0]); }),
+      matrix(out[1], w, x, [&](int64_t i) { return bilinear_row(i, w, out[1], o.align_corners, scale[1]); }));
 }
 
-Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride, const Dims& padding,
-                        const Dims& output_padding, int64_t groups, const Dims& dilation) {
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride,
+                        const Dims& padding, const Dims& output_padding, int64_t groups, const Dims& dilation) {
   check_image(x, "conv_transpose2d");
   KILN_CHECK(weight.defined() && weight.dim() == 4 && weight.shape()[0] == x.shape()[1] && groups > 0,
              "conv_transpose2d: weight must be [{}, out/groups, kh, kw] for input {}, got {}", x.shape()[1],

@@ -58,7 +58,9 @@ RMSprop::RMSprop(std::vector<Tensor> params, double lr, RmspropOptions o) : Opti
   }
 }
 
-void RMSprop::step() { run_step([this] { update(); }); }
+void RMSprop::step() {
+  run_step([this] { update(); });
+}
 
 void RMSprop::update() {
   NoGradGuard no_grad;
@@ -95,7 +97,9 @@ Adagrad::Adagrad(std::vector<Tensor> params, double lr, AdagradOptions o) : Opti
   for (size_t i = 0; i < params_.size(); ++i) register_state(fmt::format("state.{}.sum", i), sum_[i]);
 }
 
-void Adagrad::step() { run_step([this] { update(); }); }
+void Adagrad::step() {
+  run_step([this] { update(); });
+}
 
 void Adagrad::update() {
   NoGradGuard no_grad;

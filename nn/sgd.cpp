@@ -23,8 +23,7 @@ template <class K> struct SgdStep {
 
 // torch.optim.SGD: v = momentum v + (1 - dampening) g; p -= lr (nesterov ? g + momentum v : v).
 // Whether there is momentum at all is the options' (it decides the state); its value is k's.
-template <class S, class K>
-void sgd_update(S& p, S g, S& v, const SgdStep<K>& k, const SgdOptions& o) {
+template <class S, class K> void sgd_update(S& p, S g, S& v, const SgdStep<K>& k, const SgdOptions& o) {
   using N = typename Traits<S>::Number;
   if (o.weight_decay != 0) g = g + p * N(o.weight_decay);
   if (o.momentum != 0) {
@@ -39,26 +38,29 @@ void sgd_update(S& p, S g, S& v, const SgdStep<K>& k, const SgdOptions& o) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, double lr, SgdOptions o) : Optimizer(std::move(params), lr), opt_(o) {
-  KILN_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
-             "SGD: nesterov needs momentum > 0 and dampening 0");
+  KILN_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: nesterov needs momentum > 0 and dampening 0");
   if (o.momentum != 0)
     for (const Tensor& p : params_) velocity_.push_back(zeros_like(p));
   steps_ = zeros({}, DType::F64);
   momentum_ = full({}, o.momentum, DType::F64);
   register_state("step", steps_);
-  for (size_t i = 0; i < velocity_.size(); ++i) register_state(fmt::format("state.{}.momentum_buffer", i), velocity_[i]);
+  for (size_t i = 0; i < velocity_.size(); ++i)
+    register_state(fmt::format("state.{}.momentum_buffer", i), velocity_[i]);
 }
 
 void SGD::set_momentum(double momentum) {
-  KILN_CHECK(opt_.momentum != 0, "SGD: made without momentum, it has no momentum buffers to cycle (give it "
-                                 "SgdOptions{{.momentum = ...}})");
+  KILN_CHECK(opt_.momentum != 0,
+             "SGD: made without momentum, it has no momentum buffers to cycle (give it "
+             "SgdOptions{{.momentum = ...}})");
   KILN_CHECK(momentum >= 0, "SGD: momentum must be non-negative, got {}", momentum);
   opt_.momentum = momentum;
   NoGradGuard no_grad;
   momentum_.fill_(momentum);
 }
 
-void SGD::step() { run_step([this] { update(); }); }
+void SGD::step() {
+  run_step([this] { update(); });
+}
 
 void SGD::update() {
   NoGradGuard no_grad;

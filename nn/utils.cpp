@@ -31,8 +31,10 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   Tensor total = inf ? amax(all) : pow(sum(pow(all, norm_type)), 1.0 / norm_type);
   if (error_if_nonfinite) {
     double t = total.item<double>();
-    KILN_CHECK(std::isfinite(t), "clip_grad_norm_: the total norm of order {} of the gradients is {}, so they "
-               "cannot be clipped (error_if_nonfinite = true)", norm_type, t);
+    KILN_CHECK(std::isfinite(t),
+               "clip_grad_norm_: the total norm of order {} of the gradients is {}, so they "
+               "cannot be clipped (error_if_nonfinite = true)",
+               norm_type, t);
   }
   // Scale by min(1, max_norm / (total + 1e-6)), as torch, without reading the norm on the host.
   // New tensors rather than mul_: a gradient may be an expanded view (sum's is).

@@ -20,7 +20,8 @@ constexpr int kSubClasses = 4;  // 2^k, 1.25*2^k, 1.5*2^k, 1.75*2^k: at most 25%
 constexpr int kNumClasses = 64 * kSubClasses;
 constexpr size_t kMaxBytes = size_t{1} << 62;  // beyond this the size classes overflow
 
-std::atomic<void* (*)(size_t, size_t)> g_get{[](size_t align, size_t bytes) { return std::aligned_alloc(align, bytes); }};
+std::atomic<void* (*)(size_t, size_t)> g_get{
+    [](size_t align, size_t bytes) { return std::aligned_alloc(align, bytes); }};
 std::atomic<void (*)(void*)> g_put{[](void* p) { std::free(p); }};
 
 // Size class of a request and the block size that class hands out.
@@ -45,7 +46,8 @@ class CachingCpuAllocator final : public Allocator {
   ~CachingCpuAllocator() override { empty_cache(); }
 
   void* allocate(size_t nbytes) override {
-    if (nbytes > kMaxBytes) throw OutOfMemory(fmt::format("out of memory: {} bytes is more than any allocation can be", nbytes));
+    if (nbytes > kMaxBytes)
+      throw OutOfMemory(fmt::format("out of memory: {} bytes is more than any allocation can be", nbytes));
     size_t block;
     int c = size_class(nbytes == 0 ? 1 : nbytes, &block);
     void* cached_hit = nullptr;
@@ -80,8 +82,10 @@ class CachingCpuAllocator final : public Allocator {
           stats_.in_use -= static_cast<int64_t>(block);
           in_use = stats_.in_use;
         }
-        throw OutOfMemory(fmt::format("out of memory: cannot allocate {} bytes ({} bytes in use; the allocator "
-                                      "returned its cached blocks and tried again)", nbytes, in_use));
+        throw OutOfMemory(
+            fmt::format("out of memory: cannot allocate {} bytes ({} bytes in use; the allocator "
+                        "returned its cached blocks and tried again)",
+                        nbytes, in_use));
       }
     }
     sample();

@@ -38,8 +38,8 @@ Tensor eye(int64_t n, int64_t m = -1, DType dtype = f32);
 template <class T> Tensor from_vector(const std::vector<T>& values, const Dims& shape = {});
 Tensor tensor(std::initializer_list<float> values);
 /// Wraps memory owned by the caller without copying; `deleter` runs when the last view goes.
-Tensor from_blob(void* data, const Dims& shape, DType dtype,
-                 std::function<void(void*)> deleter = {}, const Dims& strides = {});
+Tensor from_blob(void* data, const Dims& shape, DType dtype, std::function<void(void*)> deleter = {},
+                 const Dims& strides = {});
 
 // ---- random (Philox 4x32-10: the same stream on every device for the same seed) --------------
 void manual_seed(uint64_t seed);
@@ -56,7 +56,7 @@ void set_random_state(const Tensor& state);
 Tensor rand(const Dims& shape, DType dtype = f32, Device device = cpu);   // uniform [0, 1)
 Tensor randn(const Dims& shape, DType dtype = f32, Device device = cpu);  // standard normal
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = i64, Device device = cpu);  // [low, high)
-Tensor bernoulli(const Tensor& p);                 // 1 with probability p, same dtype as p
+Tensor bernoulli(const Tensor& p);  // 1 with probability p, same dtype as p
 Tensor bernoulli(const Dims& shape, double p, DType dtype = f32, Device device = cpu);
 Tensor randperm(int64_t n);
 /// num_samples category indices (i64) per row of the weights `probs` (1-d or 2-d; they need
@@ -81,7 +81,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = 
 #define KILN_IF_POINTWISE_Copy(...)
 #define KILN_IF_POINTWISE_Other(...)
 #define KILN_POINTWISE_API_1(name) Tensor name(const Tensor& x);
-#define KILN_POINTWISE_API_2(name)                \
+#define KILN_POINTWISE_API_2(name)               \
   Tensor name(const Tensor& a, const Tensor& b); \
   Tensor name(const Tensor& a, Scalar b);        \
   Tensor name(Scalar a, const Tensor& b);
@@ -102,7 +102,7 @@ Tensor cast(const Tensor& x, DType dtype);
 
 // Operators (NumPy broadcasting and promotion). Numbers are not boxed into tensors.
 Tensor operator-(const Tensor& x);
-#define KILN_BINARY_OPERATOR(op)                       \
+#define KILN_BINARY_OPERATOR(op)                        \
   Tensor operator op(const Tensor& a, const Tensor& b); \
   Tensor operator op(const Tensor& a, Scalar b);        \
   Tensor operator op(Scalar a, const Tensor& b);
@@ -160,8 +160,8 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 /// Normalizes over the trailing dims `normalized_shape`; weight and bias may be undefined.
-Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight = {},
-                  const Tensor& bias = {}, double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
 
 // ---- linear algebra and neural-network ops -----------------------------------------------
 /// NumPy matmul: 1-d operands are promoted and squeezed; batch dims broadcast.
@@ -169,13 +169,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// x @ weight^T + bias, with weight [out, in] as in torch.nn.functional.linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 /// x [N, C, H, W], weight [O, C/groups, kH, kW].
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
-              const Dims& stride = {1, 1}, const Dims& padding = {0, 0},
-              const Dims& dilation = {1, 1}, int64_t groups = 1);
-Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
-                  const Dims& padding = {0, 0}, bool ceil_mode = false);
-Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
-                  const Dims& padding = {0, 0}, bool count_include_pad = true);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Dims& stride = {1, 1},
+              const Dims& padding = {0, 0}, const Dims& dilation = {1, 1}, int64_t groups = 1);
+Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {}, const Dims& padding = {0, 0},
+                  bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {}, const Dims& padding = {0, 0},
+                  bool count_include_pad = true);
 /// Rows of `weight` [num, dim] picked by integer `indices` of any shape.
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 /// [..., num_classes] of i64 zeros with a one at each index.
@@ -206,8 +205,7 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op = "broadcast"
 
 // ---- checks and files -------------------------------------------------------------------
 /// True when shapes match and |a - b| <= atol + rtol * |b| everywhere (NaNs equal if equal_nan).
-bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
-              bool equal_nan = false);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
 /// NumPy .npy files (format 1.0-3.0; little-endian; C or Fortran order). The reader treats the
 /// file as hostile (every length checked against its real size; a clear kiln::Error naming
 /// `path` otherwise); the writer replaces `path` atomically (a temporary file, then rename).

@@ -16,8 +16,8 @@ namespace kiln {
 
 static_assert(int(Promote::Float) == int(fm::P::Float) && int(Promote::Logical) == int(fm::P::Logical));
 static_assert(kBool == fm::B && kInt == fm::I && kFloat == fm::F);
-static_assert(int(kSaveNothing) == fm::Nothing && int(kSaveInputs) == fm::Inputs &&
-              int(kSaveOutput) == fm::Output && int(kSaveBoth) == fm::Both);
+static_assert(int(kSaveNothing) == fm::Nothing && int(kSaveInputs) == fm::Inputs && int(kSaveOutput) == fm::Output &&
+              int(kSaveBoth) == fm::Both);
 
 namespace {
 
@@ -41,8 +41,10 @@ thread_local Recorder* t_recorder = nullptr;
 }  // namespace
 
 TensorType unregistered_op(OpId id, std::span<const Tensor>, const Attrs&) {
-  throw Error(fmt::format("{}: this op is defined above the runtime, and its layer has not registered it (kiln's "
-                          "library was linked without it)", op_name(id)));
+  throw Error(
+      fmt::format("{}: this op is defined above the runtime, and its layer has not registered it (kiln's "
+                  "library was linked without it)",
+                  op_name(id)));
 }
 
 void register_op_def(OpId id, const OpDef& def) {

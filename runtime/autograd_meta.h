@@ -52,18 +52,18 @@ class NodeBackward {
 struct Node final : RefCounted {
   OpId op{};
   Attrs attrs;
-  std::vector<Tensor> saved_in;        // the tensor inputs (empty when the rule needs none)
-  Tensor saved_out;                    // the output without its history (when the rule needs it)
-  std::vector<uint32_t> versions;      // storage versions when saved: inputs..., then output
-  std::vector<TensorType> in_types;    // each tensor input's type, to fit its gradient
-  std::vector<Edge> next;              // per tensor input; empty edge: needs no gradient
+  std::vector<Tensor> saved_in;      // the tensor inputs (empty when the rule needs none)
+  Tensor saved_out;                  // the output without its history (when the rule needs it)
+  std::vector<uint32_t> versions;    // storage versions when saved: inputs..., then output
+  std::vector<TensorType> in_types;  // each tensor input's type, to fit its gradient
+  std::vector<Edge> next;            // per tensor input; empty edge: needs no gradient
   TensorType out_type;
-  uint32_t num_outputs = 1;            // more than one only for a node with `custom`
+  uint32_t num_outputs = 1;                    // more than one only for a node with `custom`
   std::shared_ptr<const NodeBackward> custom;  // set: runs this instead of op's vjp
-  uint64_t sequence = 0;               // creation order; the engine runs later nodes first
-  bool released = false;               // saved tensors freed by a backward without retain_graph
-  Device device;                       // where the op ran: its backward runs there too,
-  uintptr_t stream = 0;                // on this stream (CUDA: the forward's; 0: the default)
+  uint64_t sequence = 0;                       // creation order; the engine runs later nodes first
+  bool released = false;                       // saved tensors freed by a backward without retain_graph
+  Device device;                               // where the op ran: its backward runs there too,
+  uintptr_t stream = 0;                        // on this stream (CUDA: the forward's; 0: the default)
 
   ~Node();  // frees a long chain of nodes in a loop, not by recursion (runtime/tape.cpp)
   void release() {

@@ -33,7 +33,7 @@ struct Block {
   StreamHandle stream = 0;
   size_t size = 0;
   char* ptr = nullptr;
-  bool small = false;      // which pool
+  bool small = false;  // which pool
   bool allocated = false;
   int pending_events = 0;  // events that must complete before it is free again
   Block* prev = nullptr;
@@ -50,9 +50,9 @@ struct ByStreamSize {
 using Pool = std::set<Block*, ByStreamSize>;
 
 size_t round_size(size_t n) {
-  return n < CachingAllocator::kMinBlock ? CachingAllocator::kMinBlock
-                                         : (n + CachingAllocator::kMinBlock - 1) / CachingAllocator::kMinBlock *
-                                               CachingAllocator::kMinBlock;
+  return n < CachingAllocator::kMinBlock
+             ? CachingAllocator::kMinBlock
+             : (n + CachingAllocator::kMinBlock - 1) / CachingAllocator::kMinBlock * CachingAllocator::kMinBlock;
 }
 
 size_t segment_size(size_t size) {
@@ -72,12 +72,12 @@ struct CachingAllocator::State {
   std::unique_ptr<DeviceMemory> memory;
   mutable std::mutex mu;
   Pool small, large;
-  std::unordered_map<void*, Block*> live;                 // allocated blocks by address
-  std::deque<std::pair<EventHandle, Block*>> pending;     // frees waiting for other streams
+  std::unordered_map<void*, Block*> live;              // allocated blocks by address
+  std::deque<std::pair<EventHandle, Block*>> pending;  // frees waiting for other streams
   AllocatorStats stats;
-  int64_t cap = -1;                                       // most bytes held free; -1: no cap
-  std::map<StreamHandle, StreamHandle> capturing;         // stream -> its private pool's key
-  std::set<StreamHandle> private_pools;                   // keys of the pools graphs still use
+  int64_t cap = -1;                                // most bytes held free; -1: no cap
+  std::map<StreamHandle, StreamHandle> capturing;  // stream -> its private pool's key
+  std::set<StreamHandle> private_pools;            // keys of the pools graphs still use
   StreamHandle next_pool = 1;
 
   // The pool key of work on `stream`: its own, or its private pool's while captured.
@@ -171,13 +171,13 @@ struct CachingAllocator::State {
     if (!p) {
       size_t free = 0, total = 0;
       memory->mem_info(&free, &total);
-      throw OutOfMemory(fmt::format("{}: out of memory: cannot allocate {} ({} requested; kiln has {} in use and "
-                                    "{} reserved; the device has {} free of {}); the allocator returned its cached "
-                                    "blocks and tried again",
-                                    memory->name(), format_bytes(static_cast<int64_t>(bytes)),
-                                    format_bytes(static_cast<int64_t>(requested)), format_bytes(stats.in_use),
-                                    format_bytes(stats.reserved), format_bytes(static_cast<int64_t>(free)),
-                                    format_bytes(static_cast<int64_t>(total))));
+      throw OutOfMemory(fmt::format(
+          "{}: out of memory: cannot allocate {} ({} requested; kiln has {} in use and "
+          "{} reserved; the device has {} free of {}); the allocator returned its cached "
+          "blocks and tried again",
+          memory->name(), format_bytes(static_cast<int64_t>(bytes)), format_bytes(static_cast<int64_t>(requested)),
+          format_bytes(stats.in_use), format_bytes(stats.reserved), format_bytes(static_cast<int64_t>(free)),
+          format_bytes(static_cast<int64_t>(total))));
     }
     ++stats.system_allocs;
     stats.reserved += static_cast<int64_t>(bytes);

@@ -90,12 +90,12 @@ class CachingAllocator final : public Allocator {
   /// ordinary blocks of `stream`, free ones back in its pool.
   void release_private_pool(StreamHandle key, StreamHandle stream);
 
-  static constexpr size_t kMinBlock = 512;             // sizes round up to this
-  static constexpr size_t kSmallSize = 1 << 20;        // largest request of the small pool
-  static constexpr size_t kSmallSegment = 2 << 20;     // the small pool's segments
-  static constexpr size_t kMinLargeAlloc = 10 << 20;   // below this, large requests share
-  static constexpr size_t kLargeSegment = 20 << 20;    // ... segments of this size
-  static constexpr size_t kRoundLarge = 2 << 20;       // larger ones round up to this
+  static constexpr size_t kMinBlock = 512;            // sizes round up to this
+  static constexpr size_t kSmallSize = 1 << 20;       // largest request of the small pool
+  static constexpr size_t kSmallSegment = 2 << 20;    // the small pool's segments
+  static constexpr size_t kMinLargeAlloc = 10 << 20;  // below this, large requests share
+  static constexpr size_t kLargeSegment = 20 << 20;   // ... segments of this size
+  static constexpr size_t kRoundLarge = 2 << 20;      // larger ones round up to this
 
  private:
   struct State;

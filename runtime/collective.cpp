@@ -28,8 +28,10 @@ TensorType all_reduce_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 
 void all_reduce_kernel(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   AllReduceEngine engine = g_engine.load();
-  KILN_CHECK(engine, "all_reduce: no process group exists in this process (group {}); make a "
-             "distributed::ProcessGroup first", a.group);
+  KILN_CHECK(engine,
+             "all_reduce: no process group exists in this process (group {}); make a "
+             "distributed::ProcessGroup first",
+             a.group);
   Tensor result = out;
   result.copy_(in[0]);  // through the device's backend
   engine(a.group, a.reduce, out);
@@ -47,8 +49,12 @@ Grads all_reduce_vjp(const VjpArgs& a) {
 
 }  // namespace
 
-const OpDef defs::AllReduce{.infer = all_reduce_rule, .cpu = all_reduce_kernel, .vjp = all_reduce_vjp,
-                            .saves = kSaveBoth, .attrs = kAttrGroup | kAttrReduce, .effect = true};
+const OpDef defs::AllReduce{.infer = all_reduce_rule,
+                            .cpu = all_reduce_kernel,
+                            .vjp = all_reduce_vjp,
+                            .saves = kSaveBoth,
+                            .attrs = kAttrGroup | kAttrReduce,
+                            .effect = true};
 
 void set_all_reduce_engine(AllReduceEngine engine) { g_engine.store(engine); }
 

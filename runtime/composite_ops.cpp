@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "runtime/autocast.h"
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
 #include "runtime/composite_fusion.h"
@@ -63,8 +63,8 @@ Tensor by_row_blocks(const Tensor& x, int64_t trailing, F fn, std::initializer_l
   int64_t rows = 1;
   for (int64_t i = 0; i < x.dim() - trailing; ++i) rows *= x.shape()[i];
   int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
-  if (taped || active_recorder() || in_parallel_region() || !x.device().is_cpu() || x.numel() < 4 * kBlockElems || rows < 2 ||
-      row_elems > kBlockElems)
+  if (taped || active_recorder() || in_parallel_region() || !x.device().is_cpu() || x.numel() < 4 * kBlockElems ||
+      rows < 2 || row_elems > kBlockElems)
     return fn(x);
   int64_t block = std::max<int64_t>(1, kBlockElems / row_elems);
   Dims shape2{rows};
@@ -118,8 +118,7 @@ Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
 
 // A composite over rows of `dim` (make(d) is it for the dim wrapped, d): compiled on CUDA
 // (runtime/composite_fusion.h), else by row blocks where dim is the last, else op by op.
-template <class Make>
-Tensor along_dim(const char* op, const Tensor& x, int64_t dim, Make make) {
+template <class Make> Tensor along_dim(const char* op, const Tensor& x, int64_t dim, Make make) {
   bool last = is_last_dim(x, dim, op);
   int64_t d = x.dim() == 0 ? dim : wrap_dim(dim, x.dim(), op);
   auto f = make(d);
@@ -150,8 +149,8 @@ Tensor log_softmax(const Tensor& x_in, int64_t dim) {
   });
 }
 
-Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
   Tensor x = autocast_wide(x_in);
   KILN_CHECK(x.defined(), "layer_norm: the tensor is undefined");
   int64_t k = static_cast<int64_t>(normalized_shape.size());
@@ -160,14 +159,13 @@ Tensor layer_norm(const Tensor& x_in, const Dims& normalized_shape, const Tensor
   Dims dims;
   for (int64_t i = 0; i < k; ++i) {
     KILN_CHECK(x.shape()[x.dim() - k + i] == normalized_shape[i],
-               "layer_norm: normalized_shape {} does not match the trailing dims of {}",
-               shape_str(normalized_shape), x.type().str());
+               "layer_norm: normalized_shape {} does not match the trailing dims of {}", shape_str(normalized_shape),
+               x.type().str());
     dims.push_back(x.dim() - k + i);
   }
   for (const Tensor* p : {&weight, &bias}) {
     KILN_CHECK(!p->defined() || p->shape() == normalized_shape,
-               "layer_norm: weight and bias must have shape {}, got {}", shape_str(normalized_shape),
-               p->type().str());
+               "layer_norm: weight and bias must have shape {}, got {}", shape_str(normalized_shape), p->type().str());
   }
   auto normalize = [k, eps](const Tensor& in, const Tensor& w, const Tensor& b) {
     Dims d;
@@ -221,8 +219,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
-  KILN_CHECK(indices.defined() && is_integral(indices.dtype()),
-             "one_hot: indices must be an integer tensor, got {}",
+  KILN_CHECK(indices.defined() && is_integral(indices.dtype()), "one_hot: indices must be an integer tensor, got {}",
              indices.defined() ? indices.type().str() : "undefined");
   if (num_classes < 0) num_classes = indices.numel() == 0 ? 0 : max(indices).item<int64_t>() + 1;
   // A tracer has no values to check (and with num_classes given needs none): there, an index

@@ -13,9 +13,7 @@
 
 namespace kiln {
 
-Tensor empty(const Dims& shape, DType dtype, Device device) {
-  return Tensor::empty({dtype, shape, device});
-}
+Tensor empty(const Dims& shape, DType dtype, Device device) { return Tensor::empty({dtype, shape, device}); }
 
 Tensor full(const Dims& shape, Scalar value, DType dtype, Device device) {
   // Another device's memory is written through its backend. On CUDA, one value broadcast there
@@ -65,8 +63,7 @@ Tensor linspace(double start, double stop, int64_t steps, DType dtype) {
   // Fill from both ends, as PyTorch does, so the last value is exactly `stop`; a single step
   // is `start`.
   int64_t half = std::max<int64_t>(steps / 2, 1);
-  for (int64_t i = 0; i < steps; ++i)
-    p[i] = i < half ? start + step * double(i) : stop - step * double(steps - 1 - i);
+  for (int64_t i = 0; i < steps; ++i) p[i] = i < half ? start + step * double(i) : stop - step * double(steps - 1 - i);
   return t.to(dtype);
 }
 
@@ -85,8 +82,8 @@ Tensor eye(int64_t n, int64_t m, DType dtype) {
 
 template <class T> Tensor from_vector(const std::vector<T>& values, const Dims& shape) {
   Dims s = shape.empty() ? Dims{static_cast<int64_t>(values.size())} : shape;
-  KILN_CHECK(s.product() == static_cast<int64_t>(values.size()),
-             "from_vector: {} values do not fill shape {}", values.size(), shape_str(s));
+  KILN_CHECK(s.product() == static_cast<int64_t>(values.size()), "from_vector: {} values do not fill shape {}",
+             values.size(), shape_str(s));
   Tensor t = empty(s, dtype_of<T>());
   if constexpr (std::is_same_v<T, bool>) {
     auto* p = t.data<bool>();
@@ -107,11 +104,10 @@ template Tensor from_vector(const std::vector<BFloat16>&, const Dims&);
 
 Tensor tensor(std::initializer_list<float> values) { return from_vector(std::vector<float>(values)); }
 
-Tensor from_blob(void* data, const Dims& shape, DType dtype, std::function<void(void*)> deleter,
-                 const Dims& strides) {
+Tensor from_blob(void* data, const Dims& shape, DType dtype, std::function<void(void*)> deleter, const Dims& strides) {
   KILN_CHECK(data != nullptr || shape.product() == 0, "from_blob: data is null");
-  KILN_CHECK(strides.empty() || strides.size() == shape.size(),
-             "from_blob: {} strides for a shape of rank {}", strides.size(), shape.size());
+  KILN_CHECK(strides.empty() || strides.size() == shape.size(), "from_blob: {} strides for a shape of rank {}",
+             strides.size(), shape.size());
   auto impl = make_ref<TensorImpl>();
   Dims st = strides.empty() ? contiguous_strides(shape) : strides;
   int64_t extent = 1;  // elements spanned, to size the storage
@@ -120,8 +116,7 @@ Tensor from_blob(void* data, const Dims& shape, DType dtype, std::function<void(
     if (shape[i] > 0) extent += (shape[i] - 1) * st[i];
   }
   if (shape.product() == 0) extent = 0;
-  impl->storage = make_ref<Storage>(data, static_cast<size_t>(extent * dtype_size(dtype)), cpu,
-                                    std::move(deleter));
+  impl->storage = make_ref<Storage>(data, static_cast<size_t>(extent * dtype_size(dtype)), cpu, std::move(deleter));
   impl->shape = shape;
   impl->strides = st;
   impl->dtype = dtype;

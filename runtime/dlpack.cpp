@@ -26,9 +26,8 @@ struct DTypeCode {
   uint8_t code, bits;
 };
 constexpr DTypeCode kCodes[] = {
-    {DType::F32, kDLFloat, 32}, {DType::F64, kDLFloat, 64}, {DType::F16, kDLFloat, 16},
-    {DType::BF16, kDLBfloat, 16}, {DType::I32, kDLInt, 32}, {DType::I64, kDLInt, 64},
-    {DType::U8, kDLUInt, 8},
+    {DType::F32, kDLFloat, 32}, {DType::F64, kDLFloat, 64}, {DType::F16, kDLFloat, 16}, {DType::BF16, kDLBfloat, 16},
+    {DType::I32, kDLInt, 32},   {DType::I64, kDLInt, 64},   {DType::U8, kDLUInt, 8},
 };
 
 std::string code_name(uint8_t code) {

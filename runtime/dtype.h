@@ -30,16 +30,18 @@ std::ostream& operator<<(std::ostream& os, DType t);
 
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
-    case DType::F64: case DType::I64: return 8;
-    case DType::F32: case DType::I32: return 4;
-    case DType::F16: case DType::BF16: return 2;
-    case DType::U8: case DType::Bool: return 1;
+    case DType::F64:
+    case DType::I64: return 8;
+    case DType::F32:
+    case DType::I32: return 4;
+    case DType::F16:
+    case DType::BF16: return 2;
+    case DType::U8:
+    case DType::Bool: return 1;
   }
   return 1;
 }
-constexpr bool is_float(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
-}
+constexpr bool is_float(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16; }
 constexpr bool is_integral(DType t) { return t == DType::I32 || t == DType::I64 || t == DType::U8; }
 
 /// How a value of one dtype becomes another: the one rule that eager copies and casts

@@ -44,7 +44,8 @@ std::string private_dir_problem(const std::string& dir) {
   if (::lstat(dir.c_str(), &st) != 0) return fmt::format("cannot stat it: {}", errno_text());
   if (S_ISLNK(st.st_mode)) return "it is a symlink";
   if (!S_ISDIR(st.st_mode)) return "it is not a directory";
-  if (st.st_uid != ::geteuid()) return fmt::format("it is owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
+  if (st.st_uid != ::geteuid())
+    return fmt::format("it is owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
   if (st.st_mode & (S_IWGRP | S_IWOTH)) return fmt::format("others can write to it (mode {:o})", st.st_mode & 07777);
   return "";
 }
@@ -55,7 +56,8 @@ std::string ensure_private_dir(const std::string& dir) {
   if (::lstat(dir.c_str(), &st) != 0) {
     fs::path parent = fs::path(dir).parent_path();
     std::error_code ec;
-    if (!parent.empty() && parent != fs::path(dir)) fs::create_directories(parent, ec);  // shared parents: their own modes
+    if (!parent.empty() && parent != fs::path(dir))
+      fs::create_directories(parent, ec);  // shared parents: their own modes
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fmt::format("cannot create it: {}", errno_text());
   }
   return private_dir_problem(dir);
@@ -66,14 +68,16 @@ std::string user_temp_dir() {
   std::string dir = fmt::format("{}/kiln-{}", base && *base ? base : "/tmp", ::geteuid());
   std::string problem = ensure_private_dir(dir);
   if (!problem.empty())
-    throw Error(fmt::format("kiln: refusing the scratch folder {}: {} (remove it, or set TMPDIR elsewhere)", dir, problem));
+    throw Error(
+        fmt::format("kiln: refusing the scratch folder {}: {} (remove it, or set TMPDIR elsewhere)", dir, problem));
   return dir;
 }
 
 std::string read_bounded(const std::string& path, int64_t max_bytes, const char* what, bool no_follow) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (no_follow ? O_NOFOLLOW : 0));
   if (fd < 0) {
-    if (no_follow && errno == ELOOP) throw Error(fmt::format("{}: {} is a symlink, which this reader refuses", what, path));
+    if (no_follow && errno == ELOOP)
+      throw Error(fmt::format("{}: {} is a symlink, which this reader refuses", what, path));
     throw Error(fmt::format("{}: cannot open {}: {}", what, path, errno_text()));
   }
   struct Closer {
@@ -84,7 +88,8 @@ std::string read_bounded(const std::string& path, int64_t max_bytes, const char*
   if (::fstat(fd, &st) != 0) throw Error(fmt::format("{}: cannot stat {}: {}", what, path, errno_text()));
   if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: {} is not a regular file", what, path));
   if (st.st_size > max_bytes)
-    throw Error(fmt::format("{}: {} is {} bytes, more than the {} this reader accepts", what, path, st.st_size, max_bytes));
+    throw Error(
+        fmt::format("{}: {} is {} bytes, more than the {} this reader accepts", what, path, st.st_size, max_bytes));
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
@@ -107,7 +112,8 @@ std::string write_new(const std::string& dir, const std::string& prefix, const s
     fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0) throw Error(fmt::format("{}: cannot write a new file in {}: {}", what, dir.empty() ? "." : dir, errno_text()));
+  if (fd < 0)
+    throw Error(fmt::format("{}: cannot write a new file in {}: {}", what, dir.empty() ? "." : dir, errno_text()));
   bool ok = write_all(fd, pieces);
   int saved = errno;
   ::close(fd);

@@ -30,7 +30,8 @@ void merge_dims(Dims& shape, std::span<Dims> strides, uint64_t* groups) {
     bool group = groups && (*groups >> d & 1);
     if (w > 0 && group == prev_group) {
       bool mergeable = true;
-      for (size_t k = 0; k < strides.size() && mergeable; ++k) mergeable = strides[k][w - 1] == strides[k][d] * shape[d];
+      for (size_t k = 0; k < strides.size() && mergeable; ++k)
+        mergeable = strides[k][w - 1] == strides[k][d] * shape[d];
       if (mergeable) {
         shape[w - 1] *= shape[d];
         for (Dims& s : strides) s[w - 1] = s[d];

@@ -34,8 +34,8 @@ void check_weights(const Tensor& rows, int64_t num_samples, bool replacement) {
     }
     KILN_CHECK(total > 0, "multinomial: row {} of the weights sums to 0", r);
     KILN_CHECK(replacement || nonzero >= num_samples,
-               "multinomial: row {} has {} non-zero weights, too few for {} samples without replacement", r,
-               nonzero, num_samples);
+               "multinomial: row {} has {} non-zero weights, too few for {} samples without replacement", r, nonzero,
+               num_samples);
   }
 }
 
@@ -43,7 +43,8 @@ void check_weights(const Tensor& rows, int64_t num_samples, bool replacement) {
 
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   KILN_CHECK(probs.defined() && is_float(probs.dtype()) && (probs.dim() == 1 || probs.dim() == 2),
-             "multinomial: expected 1-d or 2-d float weights, got {}", probs.defined() ? probs.type().str() : "undefined");
+             "multinomial: expected 1-d or 2-d float weights, got {}",
+             probs.defined() ? probs.type().str() : "undefined");
   int64_t n = probs.shape().back();
   KILN_CHECK(n > 0, "multinomial: no categories in {}", probs.type().str());
   KILN_CHECK(num_samples > 0, "multinomial: num_samples must be positive, got {}", num_samples);
@@ -55,11 +56,11 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   if (probs.device().is_cpu() && !active_recorder()) check_weights(p, num_samples, replacement);
   Tensor idx;
   if (replacement) {
-    Tensor cdf = cumsum(p, 1);                                           // [rows, n]
+    Tensor cdf = cumsum(p, 1);  // [rows, n]
     Tensor u = rand({rows, num_samples}, DType::F64, probs.device()) * cdf.slice(1, n - 1, n);
     // The number of cumulative weights at or below u is the first category above it.
-    idx = sum(le(cdf.unsqueeze(1), u.unsqueeze(2)), {2});                 // [rows, num_samples]
-    idx = minimum(idx, n - 1);  // u * total can round up to the total
+    idx = sum(le(cdf.unsqueeze(1), u.unsqueeze(2)), {2});  // [rows, num_samples]
+    idx = minimum(idx, n - 1);                             // u * total can round up to the total
   } else {
     Tensor gumbel = neg(log(neg(log(rand({rows, n}, DType::F64, probs.device())))));
     idx = std::get<1>(topk(log(p) + gumbel, num_samples, 1));

@@ -16,9 +16,8 @@ struct Descr {
   const char* code;
   DType dtype;
 };
-constexpr Descr kDescrs[] = {{"f4", DType::F32}, {"f8", DType::F64}, {"f2", DType::F16},
-                             {"i4", DType::I32}, {"i8", DType::I64}, {"u1", DType::U8},
-                             {"b1", DType::Bool}};
+constexpr Descr kDescrs[] = {{"f4", DType::F32}, {"f8", DType::F64}, {"f2", DType::F16}, {"i4", DType::I32},
+                             {"i8", DType::I64}, {"u1", DType::U8},  {"b1", DType::Bool}};
 
 // The value text after 'key': in the header dict, up to the next top-level comma.
 std::string dict_value(const std::string& h, const std::string& key, const std::string& path) {
@@ -103,16 +102,16 @@ Tensor npy_from_bytes(std::string_view bytes, const std::string& path) {
   for (const Descr& d : kDescrs)
     if (code == d.code) found = &d;
   KILN_CHECK(found, "load_npy: {}: unsupported dtype '{}' (supported: f2 f4 f8 i4 i8 u1 b1)", path, descr);
-  KILN_CHECK(order == '<' || order == '|' || order == '=',
-             "load_npy: {}: big-endian data ({}) is not supported", path, descr);
+  KILN_CHECK(order == '<' || order == '|' || order == '=', "load_npy: {}: big-endian data ({}) is not supported", path,
+             descr);
   std::string fortran = dict_value(h, "fortran_order", path);
   KILN_CHECK(fortran == "False" || fortran == "True", "load_npy: {}: bad fortran_order {}", path, fortran);
   Dims shape = parse_shape(dict_value(h, "shape", path), path);
 
   int64_t nbytes = shape.product() * dtype_size(found->dtype);
   KILN_CHECK(file_size - header_start - header_len >= nbytes,
-             "load_npy: {}: data is truncated: shape {} needs {} bytes, file has {}", path,
-             shape_str(shape), nbytes, file_size - header_start - header_len);
+             "load_npy: {}: data is truncated: shape {} needs {} bytes, file has {}", path, shape_str(shape), nbytes,
+             file_size - header_start - header_len);
   Dims stored = shape;
   if (fortran == "True") std::reverse(stored.begin(), stored.end());
   Tensor t = empty(stored, found->dtype);
@@ -129,7 +128,6 @@ Tensor npy_from_bytes(std::string_view bytes, const std::string& path) {
   return t;
 }
 
-
 Tensor load_npy(const std::string& path) {
   return npy_from_bytes(files::read_bounded(path, std::numeric_limits<int64_t>::max(), "load_npy"), path);
 }
@@ -142,20 +140,28 @@ void save_npy(const Tensor& t, const std::string& path) {
   KILN_CHECK(found, "save_npy: {} has no NumPy dtype; cast it (e.g. to f32) first", t.type().str());
   std::string shape;
   for (int64_t d : t.shape()) shape += fmt::format("{}, ", d);
-  if (t.dim() == 1) shape.pop_back();  // (3,) for 1-d
+  if (t.dim() == 1) shape.pop_back();                    // (3,) for 1-d
   else if (t.dim() > 1) shape.resize(shape.size() - 2);  // (3, 4)
   char order = (t.dtype() == DType::U8 || t.dtype() == DType::Bool) ? '|' : '<';
-  std::string h = fmt::format("{{'descr': '{}{}', 'fortran_order': False, 'shape': ({}), }}", order,
-                              found->code, shape);
+  std::string h =
+      fmt::format("{{'descr': '{}{}', 'fortran_order': False, 'shape': ({}), }}", order, found->code, shape);
   size_t total = 10 + h.size() + 1;
   h.append((64 - total % 64) % 64, ' ');
   h.push_back('\n');
   uint16_t len = static_cast<uint16_t>(h.size());
-  char head[10] = {kMagic[0], kMagic[1], kMagic[2], kMagic[3], kMagic[4], kMagic[5], 1, 0,
-                   static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  char head[10] = {kMagic[0],
+                   kMagic[1],
+                   kMagic[2],
+                   kMagic[3],
+                   kMagic[4],
+                   kMagic[5],
+                   1,
+                   0,
+                   static_cast<char>(len & 0xff),
+                   static_cast<char>(len >> 8)};
   Tensor c = t.contiguous();
-  std::string_view pieces[] = {{head, 10}, h,
-                               {static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * dtype_size(c.dtype()))}};
+  std::string_view pieces[] = {
+      {head, 10}, h, {static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel() * dtype_size(c.dtype()))}};
   files::write_atomic(path, pieces, "save_npy");
 }
 

@@ -92,7 +92,8 @@ const AttrSchema* find_attr(std::string_view name);
 template <class A, class F> decltype(auto) visit_attr(A& a, int index, F&& f) {
   switch (index) {
 #define ATTR(Field, name, Type, Kind, init) \
-  case kAttrIndex##Field: return f(a.name);
+  case kAttrIndex##Field:                   \
+    return f(a.name);
 #include "runtime/attrs.def"
 #undef ATTR
   }
@@ -119,10 +120,10 @@ struct VjpArgs {
   /// Tensor means none. The engine sums each back to its input's shape and dtype.
   using Grads = std::vector<Tensor>;
   OpId op;
-  std::span<const Tensor> in;  // the tensor inputs, as given to apply() (when the op saves them)
+  std::span<const Tensor> in;            // the tensor inputs, as given to apply() (when the op saves them)
   std::span<const TensorType> in_types;  // their types (always)
-  const Tensor& out;           // the output (defined when the op's OpDef saves it)
-  const Tensor& grad;          // gradient of the loss with respect to out
+  const Tensor& out;                     // the output (defined when the op's OpDef saves it)
+  const Tensor& grad;                    // gradient of the loss with respect to out
   const Attrs& attrs;
   /// Bit k < 31: operand k needs a gradient (others may be skipped); bit 31: operand 31 or a
   /// later one does (cat's operands past the 31st all ask for theirs).
@@ -183,10 +184,10 @@ struct OpDef {
 };
 
 const OpDef& op_def(OpId id);
-const char* op_name(OpId id);    // "add"
+const char* op_name(OpId id);  // "add"
 /// Writes the op's name (gtest prints parameters with it).
 std::ostream& operator<<(std::ostream& os, OpId id);
-int op_arity(OpId id);           // operands, tensors and immediates; -1: any number
+int op_arity(OpId id);  // operands, tensors and immediates; -1: any number
 OpFamily op_family(OpId id);
 
 /// The type op `id` gives for `in`: its OpDef's shape/dtype rule, on the device apply() runs it

@@ -66,9 +66,7 @@ struct CallerState {
 };
 
 struct InstallState {
-  explicit InstallState(const CallerState& s) : grad(s.grad), recorder(s.recorder) {
-    t_in_region = true;
-  }
+  explicit InstallState(const CallerState& s) : grad(s.grad), recorder(s.recorder) { t_in_region = true; }
   ~InstallState() { t_in_region = false; }
   GradModeGuard grad;
   RecorderGuard recorder;
@@ -82,10 +80,10 @@ struct Job {
   void* ctx;
   int64_t begin, end, chunks;
   CallerState state;
-  int64_t claimed = 0;               // chunks handed out (guarded by Pool::mu_)
-  std::atomic<int64_t> unfinished;   // written under Pool::mu_; the caller's spin reads it unlocked
-  std::exception_ptr error;          // the first one (guarded by Pool::mu_)
-  std::condition_variable done;      // unfinished reached 0
+  int64_t claimed = 0;              // chunks handed out (guarded by Pool::mu_)
+  std::atomic<int64_t> unfinished;  // written under Pool::mu_; the caller's spin reads it unlocked
+  std::exception_ptr error;         // the first one (guarded by Pool::mu_)
+  std::condition_variable done;     // unfinished reached 0
 };
 
 class Pool {
@@ -170,10 +168,10 @@ class Pool {
   int size_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::vector<Job*> queue_;             // jobs with chunks left to claim, oldest first
-  std::atomic<int64_t> pending_{0};     // chunks left to claim in queue_, for the idle spin
+  std::vector<Job*> queue_;          // jobs with chunks left to claim, oldest first
+  std::atomic<int64_t> pending_{0};  // chunks left to claim in queue_, for the idle spin
   bool stop_ = false;
-  std::vector<std::thread> workers_;    // last: they start after the members above exist
+  std::vector<std::thread> workers_;  // last: they start after the members above exist
 };
 
 int default_threads() {
@@ -194,8 +192,8 @@ std::shared_ptr<Pool> pool() {
 }
 
 std::mutex g_blas_mu;
-int g_blas_scopes = 0;     // open BlasThreadsScopes, all threads (guarded by g_blas_mu)
-int g_blas_saved = 1;      // OpenBLAS's count when the first one opened
+int g_blas_scopes = 0;  // open BlasThreadsScopes, all threads (guarded by g_blas_mu)
+int g_blas_saved = 1;   // OpenBLAS's count when the first one opened
 
 }  // namespace
 

@@ -41,8 +41,8 @@ std::vector<int64_t> shown(int64_t n, bool summarize) {
   return idx;
 }
 
-void print_dim(std::ostream& os, const std::vector<double>& v, const Dims& shape, size_t d,
-               int64_t offset, const Style& s, DType t, bool summarize, size_t indent) {
+void print_dim(std::ostream& os, const std::vector<double>& v, const Dims& shape, size_t d, int64_t offset,
+               const Style& s, DType t, bool summarize, size_t indent) {
   if (d == shape.size()) {
     std::string txt = format_value(v[static_cast<size_t>(offset)], s, t);
     os << std::string(s.width > txt.size() ? s.width - txt.size() : 0, ' ') << txt;
@@ -69,8 +69,8 @@ void print_dim(std::ostream& os, const std::vector<double>& v, const Dims& shape
 }
 
 // Appends the values the printout shows (all of them unless summarizing) to `out`.
-void collect_shown(const std::vector<double>& v, const Dims& shape, size_t d, int64_t offset,
-                   bool summarize, std::vector<double>* out) {
+void collect_shown(const std::vector<double>& v, const Dims& shape, size_t d, int64_t offset, bool summarize,
+                   std::vector<double>* out) {
   if (d == shape.size()) {
     out->push_back(v[static_cast<size_t>(offset)]);
     return;
@@ -105,8 +105,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (s.is_float && s.sci) s.all_whole = false;
   // Float columns are as wide as the finite nonzero values; "nan", "inf" or "-0." may stick out.
   for (double x : seen)
-    if (!s.is_float || (std::isfinite(x) && x != 0))
-      s.width = std::max(s.width, format_value(x, s, t.dtype()).size());
+    if (!s.is_float || (std::isfinite(x) && x != 0)) s.width = std::max(s.width, format_value(x, s, t.dtype()).size());
   os << "tensor(";
   if (t.dim() == 0) os << format_value(v[0], s, t.dtype());
   else if (t.numel() == 0) os << "[]";

@@ -59,7 +59,7 @@ struct Registry {
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;  // kept after their threads end
   std::atomic<uint64_t> generation{0};
   std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
-  int64_t start_ns = 0, stop_ns = -1;  // of the last recording (-1: still running)
+  int64_t start_ns = 0, stop_ns = -1;       // of the last recording (-1: still running)
   std::vector<std::pair<int, Event>> last;  // the stopped recording: (tid, event)
 };
 Registry& registry() {
@@ -140,7 +140,8 @@ std::string trace_json(const std::vector<std::pair<int, Event>>& events) {
     std::lock_guard<std::mutex> lock(r.mu);
     for (const auto& b : r.buffers) {
       std::lock_guard<std::mutex> block(b->mu);
-      out += fmt::format(",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":", b->tid);
+      out +=
+          fmt::format(",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":", b->tid);
       append_json_string(out, b->name);
       out += "}}";
     }
@@ -294,10 +295,12 @@ std::string summary(size_t max_rows) {
     row.total_ns += e.dur_ns;
   }
   std::vector<std::pair<std::pair<std::string, Kind>, Row>> sorted(rows.begin(), rows.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
   std::string out = fmt::format("kiln profile: {} events over {:.3f} ms (spans nest, so levels overlap)\n",
                                 events.size(), static_cast<double>(std::max<int64_t>(wall, 0)) / 1e6);
-  out += fmt::format("{:<44} {:<9} {:>8} {:>11} {:>10} {:>7}\n", "event", "kind", "calls", "total ms", "mean us", "share");
+  out +=
+      fmt::format("{:<44} {:<9} {:>8} {:>11} {:>10} {:>7}\n", "event", "kind", "calls", "total ms", "mean us", "share");
   size_t shown = 0;
   for (const auto& [key, row] : sorted) {
     if (shown++ == max_rows) {
@@ -306,7 +309,8 @@ std::string summary(size_t max_rows) {
     }
     std::string name = key.first.size() > 44 ? key.first.substr(0, 41) + "..." : key.first;
     out += fmt::format("{:<44} {:<9} {:>8} {:>11.3f} {:>10.2f} {:>6.1f}%\n", name, kind_name(key.second), row.calls,
-                       static_cast<double>(row.total_ns) / 1e6, static_cast<double>(row.total_ns) / 1e3 / static_cast<double>(row.calls),
+                       static_cast<double>(row.total_ns) / 1e6,
+                       static_cast<double>(row.total_ns) / 1e3 / static_cast<double>(row.calls),
                        wall > 0 ? 100.0 * static_cast<double>(row.total_ns) / static_cast<double>(wall) : 0.0);
   }
   return out;

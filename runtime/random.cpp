@@ -65,7 +65,8 @@ std::pair<uint64_t, uint64_t> reserve_eagerly(int64_t n, const char* op) {
   KILN_CHECK(!active_recorder(),
              "{}: drawing inside a traced function is not supported (the trace would replay one "
              "draw on every call); draw outside and pass the tensor in (rand, randn, bernoulli "
-             "and dropout do work inside a trace)", op);
+             "and dropout do work inside a trace)",
+             op);
   return reserve(n);
 }
 
@@ -130,8 +131,7 @@ TensorType draw_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
              "{}: the operand must be the generator state, i64[2] (seed, offset), got {}", op_name(id),
              in.empty() ? std::string("nothing") : in[0].type().str());
   KILN_CHECK(is_float(a.dtype), "{}: dtype must be a float type, got {}", op_name(id), dtype_name(a.dtype));
-  for (int64_t d : a.shape)
-    KILN_CHECK(d >= 0, "{}: shape {} has a negative size", op_name(id), shape_str(a.shape));
+  for (int64_t d : a.shape) KILN_CHECK(d >= 0, "{}: shape {} has a negative size", op_name(id), shape_str(a.shape));
   return {a.dtype, a.shape, in[0].device()};
 }
 
@@ -147,7 +147,8 @@ void rand_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& ou
   }
   int drop = a.dtype == DType::F32 ? 8 : a.dtype == DType::F16 ? 21 : 24;
   float unit = std::ldexp(1.0f, drop - 32);
-  draw_into<float>(in[0], out, 4, [drop, unit](const Philox& r, int j) { return static_cast<float>(r[j] >> drop) * unit; });
+  draw_into<float>(in[0], out, 4,
+                   [drop, unit](const Philox& r, int j) { return static_cast<float>(r[j] >> drop) * unit; });
 }
 
 void randn_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) {
@@ -165,14 +166,12 @@ Tensor draw(OpId id, const Dims& shape, DType dtype, Device device) {
 
 }  // namespace
 
-const OpDef defs::Rand{.infer = draw_rule, .cpu = rand_cpu, .differentiable = false, .saves = 0,
-                       .attrs = kAttrShape | kAttrDType};
-const OpDef defs::Randn{.infer = draw_rule, .cpu = randn_cpu, .differentiable = false, .saves = 0,
-                        .attrs = kAttrShape | kAttrDType};
+const OpDef defs::Rand{
+    .infer = draw_rule, .cpu = rand_cpu, .differentiable = false, .saves = 0, .attrs = kAttrShape | kAttrDType};
+const OpDef defs::Randn{
+    .infer = draw_rule, .cpu = randn_cpu, .differentiable = false, .saves = 0, .attrs = kAttrShape | kAttrDType};
 
-Tensor Recorder::random_state(int64_t) {
-  throw Error("random: this recorder does not trace random draws");
-}
+Tensor Recorder::random_state(int64_t) { throw Error("random: this recorder does not trace random draws"); }
 
 Tensor random_state(int64_t n) {
   KILN_CHECK(n >= 0, "random_state: negative draw size {}", n);
@@ -249,8 +248,7 @@ Tensor randperm(int64_t n) {
   for (int64_t hi = n; hi > 1; hi -= kBlock) {
     int64_t lo = std::max<int64_t>(1, hi - kBlock);
     for_each_bits(seed, base + static_cast<uint64_t>(lo), hi - lo, [&](int64_t k, uint64_t b) { bits[k] = b; });
-    for (int64_t i = hi - 1; i >= lo; --i)
-      std::swap(v[i], v[bits[i - lo] % static_cast<uint64_t>(i + 1)]);
+    for (int64_t i = hi - 1; i >= lo; --i) std::swap(v[i], v[bits[i - lo] % static_cast<uint64_t>(i + 1)]);
   }
   return from_vector(v);
 }

@@ -88,8 +88,8 @@ Tensor roll(const Tensor& x, const Dims& shifts, const Dims& dims) {
 
 Tensor repeat(const Tensor& x, const Dims& repeats) {
   KILN_CHECK(x.defined(), "repeat: undefined tensor");
-  KILN_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(),
-             "repeat: {} repeats for {}: give at least one per dim", shape_str(repeats), x.type().str());
+  KILN_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), "repeat: {} repeats for {}: give at least one per dim",
+             shape_str(repeats), x.type().str());
   for (int64_t r : repeats) KILN_CHECK(r >= 0, "repeat: negative repeat in {}", shape_str(repeats));
   // [d0, d1] with repeats [r0, r1] is [r0, d0, r1, d1] expanded from [1, d0, 1, d1], then merged.
   size_t lead = repeats.size() - static_cast<size_t>(x.dim());

@@ -13,8 +13,7 @@ namespace kiln {
 class Recorder {
  public:
   virtual ~Recorder() = default;
-  virtual Tensor record(OpId id, std::span<const Tensor> in, const Attrs& attrs,
-                        const TensorType& type) = 0;
+  virtual Tensor record(OpId id, std::span<const Tensor> in, const Attrs& attrs, const TensorType& type) = 0;
   /// An in-place write of `value` (already of self's type) into `self`.
   virtual void record_assign(const Tensor& self, const Tensor& value) = 0;
   /// `to` is a new handle on the data of `from` (detach): the same value in the trace.

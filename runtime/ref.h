@@ -57,8 +57,6 @@ template <class T> class Ref {
   T* p_ = nullptr;
 };
 
-template <class T, class... Args> Ref<T> make_ref(Args&&... args) {
-  return Ref<T>(new T(std::forward<Args>(args)...));
-}
+template <class T, class... Args> Ref<T> make_ref(Args&&... args) { return Ref<T>(new T(std::forward<Args>(args)...)); }
 
 }  // namespace kiln

@@ -20,9 +20,8 @@ struct Code {
   const char* name;
   DType dtype;
 };
-constexpr Code kCodes[] = {{"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16},
-                           {"BF16", DType::BF16}, {"I64", DType::I64}, {"I32", DType::I32},
-                           {"U8", DType::U8},   {"BOOL", DType::Bool}};
+constexpr Code kCodes[] = {{"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
+                           {"I64", DType::I64}, {"I32", DType::I32}, {"U8", DType::U8},   {"BOOL", DType::Bool}};
 
 const char* code_of(DType t) {
   for (const Code& c : kCodes)
@@ -108,7 +107,8 @@ std::map<std::string, Tensor> safetensors_from_bytes(std::string_view bytes, con
     if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned())
       throw bad("data_offsets must be two non-negative integers");
     uint64_t b = jo[0].get<uint64_t>(), e = jo[1].get<uint64_t>();
-    if (b > e || e > p.data.size()) throw bad(fmt::format("data_offsets [{}, {}] lie outside the {} data bytes", b, e, p.data.size()));
+    if (b > e || e > p.data.size())
+      throw bad(fmt::format("data_offsets [{}, {}] lie outside the {} data bytes", b, e, p.data.size()));
     if (e - b != numel * static_cast<uint64_t>(dtype_size(code->dtype)))
       throw bad(fmt::format("data_offsets span {} bytes but shape {} of {} needs {}", e - b, shape_str(shape),
                             dtype_name(code->dtype), numel * static_cast<uint64_t>(dtype_size(code->dtype))));

@@ -17,11 +17,10 @@ class Scalar {
   Scalar() = default;
   Scalar(bool v) : kind_(Kind::Bool), i_(v) {}
   template <class T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)) {}
+  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>) Scalar(T v)
+      : kind_(Kind::Int), i_(static_cast<int64_t>(v)) {}
   template <class T>
-    requires std::is_floating_point_v<T>
-  Scalar(T v) : kind_(Kind::Float), d_(static_cast<double>(v)) {}
+  requires std::is_floating_point_v<T> Scalar(T v) : kind_(Kind::Float), d_(static_cast<double>(v)) {}
   Scalar(Half v) : kind_(Kind::Float), d_(static_cast<float>(v)) {}
   Scalar(BFloat16 v) : kind_(Kind::Float), d_(static_cast<float>(v)) {}
 

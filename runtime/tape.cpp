@@ -132,10 +132,14 @@ bool Tensor::requires_grad() const { return defined() && kiln::requires_grad(imp
 
 Tensor& Tensor::requires_grad_(bool on) {
   KILN_CHECK(defined(), "requires_grad_: the tensor is undefined");
-  KILN_CHECK(is_leaf() || on, "requires_grad_: {} is the result of {}; only leaves can stop "
-             "requiring grad (use detach())", type().str(), grad_fn_name());
-  KILN_CHECK(!on || is_float(dtype()), "requires_grad_: only float tensors can require "
-             "gradients, got {}", type().str());
+  KILN_CHECK(is_leaf() || on,
+             "requires_grad_: {} is the result of {}; only leaves can stop "
+             "requiring grad (use detach())",
+             type().str(), grad_fn_name());
+  KILN_CHECK(!on || is_float(dtype()),
+             "requires_grad_: only float tensors can require "
+             "gradients, got {}",
+             type().str());
   meta(impl()).requires_grad = on;
   return *this;
 }
@@ -157,9 +161,7 @@ void Tensor::zero_grad() {
 
 bool Tensor::is_leaf() const { return !defined() || !impl()->autograd || !impl()->autograd->grad_fn; }
 
-std::string Tensor::grad_fn_name() const {
-  return is_leaf() ? std::string() : node_name(*impl()->autograd->grad_fn);
-}
+std::string Tensor::grad_fn_name() const { return is_leaf() ? std::string() : node_name(*impl()->autograd->grad_fn); }
 
 Tensor Tensor::detach() const {
   KILN_CHECK(defined(), "detach: the tensor is undefined");
@@ -186,12 +188,11 @@ namespace {
 // non-bool -> bool).
 void check_assignable(const Tensor& self, const TensorType& value, const char* op) {
   KILN_CHECK(broadcast_shapes(value.shape, self.shape(), op) == self.shape(),
-             "{}: result {} cannot be written into {} in place", op, value.str(),
-             self.type().str());
+             "{}: result {} cannot be written into {} in place", op, value.str(), self.type().str());
   bool castable = !(is_float(value.dtype) && !is_float(self.dtype())) &&
                   !(value.dtype != DType::Bool && self.dtype() == DType::Bool);
-  KILN_CHECK(castable, "{}: result dtype {} cannot be written into {} in place", op,
-             dtype_name(value.dtype), self.type().str());
+  KILN_CHECK(castable, "{}: result dtype {} cannot be written into {} in place", op, dtype_name(value.dtype),
+             self.type().str());
 }
 
 // Writes `value` into `self`, broadcasting it: the path of copy_ and fill_, and of every
@@ -205,11 +206,13 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
   if (record) {
     KILN_CHECK(!(s->autograd && s->autograd->requires_grad),
                "{}: {} is a leaf that requires grad; in-place changes to it would be lost to "
-               "autograd (update it under NoGradGuard, as optimizers do)", op, self.type().str());
+               "autograd (update it under NoGradGuard, as optimizers do)",
+               op, self.type().str());
     TensorImpl* base = s->view_base.get();
     KILN_CHECK(!base || !requires_grad(base),
                "{}: {} is a view of a tensor that requires grad; in-place changes through a view "
-               "are not supported under autograd (write the result out of place)", op, self.type().str());
+               "are not supported under autograd (write the result out of place)",
+               op, self.type().str());
   }
   Recorder* rec = active_recorder();
   // The value as self's type, for the recorder and the tape (eagerly, copy_into converts).
@@ -243,8 +246,7 @@ Tensor& assign(Tensor& self, const Tensor& value, const char* op) {
 // Whether the in-place op runs its kernel straight into self: eagerly on the CPU, with no
 // tracer and no gradient to record (else it computes out of place and goes through assign).
 bool writes_directly(const Tensor& self, std::initializer_list<Operand> operands) {
-  if (active_recorder() || !self.defined() || !self.has_storage() || !self.device().is_cpu())
-    return false;
+  if (active_recorder() || !self.defined() || !self.has_storage() || !self.device().is_cpu()) return false;
   bool grad = grad_enabled();
   if (grad && requires_grad(self.impl())) return false;
   for (const Operand& o : operands) {

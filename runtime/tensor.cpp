@@ -10,8 +10,8 @@
 #include "runtime/backend.h"
 #include "runtime/check.h"
 #include "runtime/cuda.h"
-#include "runtime/ops/loops.h"
 #include "runtime/op.h"
+#include "runtime/ops/loops.h"
 #include "runtime/recorder.h"
 
 namespace kiln {
@@ -110,15 +110,13 @@ Tensor Tensor::placeholder(const TensorType& type) {
 
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
   int64_t r = std::max<int64_t>(rank, 1);  // a 0-d tensor accepts dim 0 and -1, like PyTorch
-  KILN_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for a tensor of rank {}", op, dim,
-             rank);
+  KILN_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for a tensor of rank {}", op, dim, rank);
   return dim < 0 ? dim + r : dim;
 }
 
 int64_t wrap_dim(int64_t dim, const Tensor& t, const char* op) {
   int64_t r = std::max<int64_t>(t.dim(), 1);
-  KILN_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for {} (rank {})", op, dim, t.type().str(),
-             t.dim());
+  KILN_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for {} (rank {})", op, dim, t.type().str(), t.dim());
   return dim < 0 ? dim + r : dim;
 }
 
@@ -140,11 +138,11 @@ void* Tensor::data_ptr() const {
   KILN_CHECK(defined(), "data_ptr: the tensor is undefined");
   if (!has_storage()) {
     Recorder* r = active_recorder();
-    throw Error(fmt::format(
-        "reading values: tensor {} {} has no data while it is traced; its values exist only when "
-        "the compiled function runs. Return it as an output instead, and branch with where() "
-        "rather than on a value read with item()", type().str(),
-        r ? r->describe(impl()) : std::string("(a placeholder)")));
+    throw Error(
+        fmt::format("reading values: tensor {} {} has no data while it is traced; its values exist only when "
+                    "the compiled function runs. Return it as an output instead, and branch with where() "
+                    "rather than on a value read with item()",
+                    type().str(), r ? r->describe(impl()) : std::string("(a placeholder)")));
   }
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);
 }
@@ -157,8 +155,7 @@ template <class T> T* Tensor::data() const {
 
 template <class T> T Tensor::item() const {
   KILN_CHECK(defined(), "item: the tensor is undefined");
-  KILN_CHECK(numel() == 1, "item: tensor {} has {} elements, expected exactly one", type().str(),
-             numel());
+  KILN_CHECK(numel() == 1, "item: tensor {} has {} elements, expected exactly one", type().str(), numel());
   if (!device().is_cpu() && has_storage()) return to(cpu).item<T>();  // the value, read on the host
   return visit_dtype(dtype(), [&](auto v) -> T {
     using S = decltype(v);
@@ -184,9 +181,9 @@ template <class T> std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define KILN_INSTANTIATE(T)                        \
-  template T* Tensor::data<T>() const;             \
-  template T Tensor::item<T>() const;              \
+#define KILN_INSTANTIATE(T)            \
+  template T* Tensor::data<T>() const; \
+  template T Tensor::item<T>() const;  \
   template std::vector<T> Tensor::to_vector<T>() const;
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
@@ -218,16 +215,14 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int64_t n = shape()[dd];
   if (start < 0) start += n;
   KILN_CHECK(start >= 0 && start <= n && length <= n - start,
-             "narrow: start {} and length {} are out of bounds for dim {} of {}", start, length, d,
-             type().str());
+             "narrow: start {} and length {} are out of bounds for dim {} of {}", start, length, d, type().str());
   return slice(dd, start, start + length);
 }
 Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t dd = wrap_dim(d, *this, "select");
   KILN_CHECK(dim() > 0, "select: cannot index a 0-d tensor");
   int64_t n = shape()[dd];
-  KILN_CHECK(index >= -n && index < n, "select: index {} is out of range for dim {} of {}", index,
-             d, type().str());
+  KILN_CHECK(index >= -n && index < n, "select: index {} is out of range for dim {} of {}", index, d, type().str());
   if (index < 0) index += n;
   return slice(dd, index, index + 1).squeeze(dd);
 }
@@ -274,7 +269,8 @@ Tensor Tensor::to(Device d) const {
 }
 
 Tensor Tensor::pin_memory() const {
-  KILN_CHECK(defined() && device().is_cpu(), "pin_memory: {} is not a CPU tensor", defined() ? type().str() : "undefined");
+  KILN_CHECK(defined() && device().is_cpu(), "pin_memory: {} is not a CPU tensor",
+             defined() ? type().str() : "undefined");
   if (is_pinned()) return *this;
   Allocator& pinned = cuda::pinned_memory_allocator();
   Tensor out(make_ref<TensorImpl>());

@@ -91,7 +91,7 @@ struct TensorImpl final : RefCounted {
   Ref<Storage> storage;  // null for a tensor without data (a tracer's tensor)
   int64_t offset = 0;    // in elements
   Dims shape;
-  Dims strides;          // in elements
+  Dims strides;  // in elements
   DType dtype = DType::F32;
   Device device = cpu;
   std::unique_ptr<AutogradMeta> autograd;
@@ -169,8 +169,7 @@ class Tensor {
   /// Name of the op that made this tensor ("mul"), or "" for a leaf.
   std::string grad_fn_name() const;
   /// Reverse mode from this tensor; `gradient` may be omitted for a single-element tensor.
-  void backward(const Tensor& gradient = {}, bool retain_graph = false,
-                bool create_graph = false) const;
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
   /// The same data without autograd history (shares storage).
   Tensor detach() const;
 

@@ -12,9 +12,8 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
   for (size_t i = 0; i < r; ++i) {
     int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    KILN_CHECK(da == db || da == 1 || db == 1,
-               "{}: shapes {} and {} cannot be broadcast together (dim {}: {} vs {})", op,
-               shape_str(a), shape_str(b), i, da, db);
+    KILN_CHECK(da == db || da == 1 || db == 1, "{}: shapes {} and {} cannot be broadcast together (dim {}: {} vs {})",
+               op, shape_str(a), shape_str(b), i, da, db);
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -25,19 +24,17 @@ TensorType pointwise_rule(OpId id, std::span<const Tensor> in, const Attrs& attr
   int arity = op_arity(id);
   int imms = __builtin_popcount(attrs.imm_mask);
   KILN_CHECK(static_cast<int>(in.size()) + imms == arity && attrs.imm_mask < (1u << arity),
-             "{}: expected {} operands, got {} tensors and {} numbers", op_name(id), arity,
-             in.size(), imms);
+             "{}: expected {} operands, got {} tensors and {} numbers", op_name(id), arity, in.size(), imms);
   DType ct = attrs.dtype;
-  KILN_CHECK(op.kinds & kind_bit(ct), "{}: does not support dtype {}", op_name(id),
-             dtype_name(ct));
+  KILN_CHECK(op.kinds & kind_bit(ct), "{}: does not support dtype {}", op_name(id), dtype_name(ct));
   Dims shape;
   for (int k = 0; k < arity; ++k) {
     int t = input_of_slot(attrs.imm_mask, k);
     if (t < 0) continue;
     const Tensor& x = in[t];
     DType want = (id == OpId::Where && k == 0) ? DType::Bool : ct;
-    KILN_CHECK(x.dtype() == want, "{}: operand {} is {}, expected dtype {}", op_name(id), k,
-               x.type().str(), dtype_name(want));
+    KILN_CHECK(x.dtype() == want, "{}: operand {} is {}, expected dtype {}", op_name(id), k, x.type().str(),
+               dtype_name(want));
     shape = t == 0 ? x.shape() : broadcast_shapes(shape, x.shape(), op_name(id));
   }
   bool to_bool = op.promote == Promote::Compare || op.promote == Promote::Logical;

@@ -90,7 +90,8 @@ int dispatch(const CLI::App& app, const Args& a) {
     write_text("-", inspect_module(load_verified(a.file), a.dims));
   } else if (app.got_subcommand("extract")) {
     Module m = load_module(a.file);
-    KILN_CHECK(m.format == "module", "extract: {} is IR text, which holds no tensors (extract reads saved modules)", a.file);
+    KILN_CHECK(m.format == "module", "extract: {} is IR text, which holds no tensors (extract reads saved modules)",
+               a.file);
     KILN_CHECK(a.output != "-", "extract: give the .safetensors file to write with -o");
     write_text(a.output, m.tensors);
     fmt::print("wrote {} ({} tensors, {} bytes)\n", a.output, m.params.size(), m.tensors.size());
@@ -110,18 +111,15 @@ int main(int argc, char** argv) {
   using namespace kiln::tools;
   CLI::App app("kiln-ir: print, check, optimize, draw and run kiln IR files", "kiln-ir");
   app.require_subcommand(1, 1);
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return fmt::format("kiln-ir: {} (see kiln-ir --help)\n", e.what());
-  });
+  app.failure_message(
+      [](const CLI::App*, const CLI::Error& e) { return fmt::format("kiln-ir: {} (see kiln-ir --help)\n", e.what()); });
   Args a;
   add_file(app.add_subcommand("dump", "print the graph as the printer writes it"), a);
   add_file(app.add_subcommand("verify", "check the graph; print ok or the first error"), a);
   CLI::App* opt = app.add_subcommand("opt", "run passes and print the result");
   add_file(opt, a);
-  opt->add_option("--passes", a.passes, "comma-separated pass names (default: the jit pipeline)")
-      ->delimiter(',');
-  opt->add_flag("--print-after-all", a.print_after_all,
-                "print '// after <pass>' and the graph after each pass");
+  opt->add_option("--passes", a.passes, "comma-separated pass names (default: the jit pipeline)")->delimiter(',');
+  opt->add_flag("--print-after-all", a.print_after_all, "print '// after <pass>' and the graph after each pass");
   opt->add_option("-o,--output", a.output, "write the result here instead of standard output");
   CLI::App* dot = app.add_subcommand("dot", "write the graph in Graphviz dot");
   add_file(dot, a);
@@ -153,7 +151,8 @@ int main(int argc, char** argv) {
   codegen->add_flag("--ptx", a.codegen.ptx, "cuda: NVRTC's PTX instead of the CUDA C (no GPU needed)");
   codegen->add_option("-o,--output", a.output, "write here instead of standard output");
   codegen->add_option("--dim", a.codegen.dims, "NAME=SIZE for a symbolic dim (default 64)");
-  CLI::App* inspect = app.add_subcommand("inspect", "a saved module's metadata, parameters and the kernels it compiles");
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "a saved module's metadata, parameters and the kernels it compiles");
   add_file(inspect, a);
   inspect->add_option("--dim", a.dims, "NAME=SIZE for a dynamic dim, for the kernel list (default 64)");
   CLI::App* extract = app.add_subcommand("extract", "write a saved module's tensors as a .safetensors file");
@@ -161,8 +160,7 @@ int main(int argc, char** argv) {
   extract->add_option("-o,--output", a.output, "the .safetensors file to write")->required();
   if (argc > 1 && argv[1][0] != '-' &&
       std::find(std::begin(kCommands), std::end(kCommands), argv[1]) == std::end(kCommands)) {
-    fmt::print(stderr, "kiln-ir: unknown command '{}' (known: {})\n", argv[1],
-               fmt::join(kCommands, ", "));
+    fmt::print(stderr, "kiln-ir: unknown command '{}' (known: {})\n", argv[1], fmt::join(kCommands, ", "));
     return 2;
   }
   try {

@@ -6,10 +6,10 @@
 #include <charconv>
 
 #include "codegen/cuda/emit.h"
-#include "cuda/nvrtc.h"
-#include "ir/passes.h"
 #include "cuda/group.h"
 #include "cuda/kernel_cache.h"
+#include "cuda/nvrtc.h"
+#include "ir/passes.h"
 #include "jit/executable.h"
 #include "jit/kernel_cache.h"
 #include "runtime/check.h"

@@ -39,14 +39,12 @@ struct DotWriter {
   std::string renumber(const std::string& key) const {
     std::string s;
     for (size_t i = 0; i < key.size(); ++i) {
-      if (key[i] != '%' || i + 1 >= key.size() ||
-          !std::isdigit(static_cast<unsigned char>(key[i + 1]))) {
+      if (key[i] != '%' || i + 1 >= key.size() || !std::isdigit(static_cast<unsigned char>(key[i + 1]))) {
         s += key[i];
         continue;
       }
       uint64_t raw = 0;
-      while (i + 1 < key.size() && std::isdigit(static_cast<unsigned char>(key[i + 1])) &&
-             raw < (uint64_t{1} << 40))
+      while (i + 1 < key.size() && std::isdigit(static_cast<unsigned char>(key[i + 1])) && raw < (uint64_t{1} << 40))
         raw = raw * 10 + static_cast<uint64_t>(key[++i] - '0');
       s += raw < number.size() ? name(static_cast<uint32_t>(raw)) : "%?";
     }
@@ -57,8 +55,7 @@ struct DotWriter {
   }
   void edge(uint32_t v, const std::string& to, const char* extra = "") {
     if (v >= produce.size() || produce[v].empty()) return;
-    out += fmt::format("  {} -> {} [label=\"{}\"{}];\n", produce[v], to, escape(g.type(v).str()),
-                       extra);
+    out += fmt::format("  {} -> {} [label=\"{}\"{}];\n", produce[v], to, escape(g.type(v).str()), extra);
   }
 
   std::string op_label(const ir::Node& n) const {
@@ -93,10 +90,10 @@ struct DotWriter {
       std::string id = fmt::format("p{}", i);
       define(g.params[i], id);
       std::string label = i < g.param_names.size() ? g.param_names[i] : "";
-      vertex(id,
-             fmt::format("param {}{}\n{}", name(g.params[i]), label.empty() ? "" : " " + label,
-                         g.type(g.params[i]).str()),
-             "shape=cylinder, style=filled, fillcolor=\"#fff3cd\"");
+      vertex(
+          id,
+          fmt::format("param {}{}\n{}", name(g.params[i]), label.empty() ? "" : " " + label, g.type(g.params[i]).str()),
+          "shape=cylinder, style=filled, fillcolor=\"#fff3cd\"");
     }
     for (size_t i = 0; i < g.nodes.size(); ++i) node(i, g.nodes[i]);
     for (size_t i = 0; i < g.outputs.size(); ++i) {
@@ -115,17 +112,15 @@ struct DotWriter {
       if (n.inputs.size() == 2) {
         edge(n.inputs[1], id);
         if (n.inputs[0] < produce.size() && !produce[n.inputs[0]].empty())
-          out += fmt::format("  {} -> {} [style=dashed, label=\"writes\", constraint=false];\n", id,
-                             produce[n.inputs[0]]);
+          out +=
+              fmt::format("  {} -> {} [style=dashed, label=\"writes\", constraint=false];\n", id, produce[n.inputs[0]]);
       }
       return;
     }
     if (n.result != ir::kNoValue) define(n.result, id);
     if (n.kind == ir::NodeKind::Const)
-      vertex(id, const_label(n) + loc,
-             "shape=box, style=\"rounded,filled\", fillcolor=\"#e9ecef\"");
-    else if (n.kind == ir::NodeKind::Op)
-      vertex(id, op_label(n) + loc, "shape=box");
+      vertex(id, const_label(n) + loc, "shape=box, style=\"rounded,filled\", fillcolor=\"#e9ecef\"");
+    else if (n.kind == ir::NodeKind::Op) vertex(id, op_label(n) + loc, "shape=box");
     else  // another kind of node: the first line of its text
       vertex(id, renumber(first_line(ir::print_node(g, n))) + loc, "shape=box, style=bold");
     for (uint32_t v : n.inputs) edge(v, id);

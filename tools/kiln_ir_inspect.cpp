@@ -40,7 +40,8 @@ ir::DimSizes parse_dims(const ir::Graph& g, const std::vector<std::string>& dims
     for (const std::string& dn : g.dim_names)
       for (std::string_view part : ir::dim_term(dn).symbols) known = known || part == name;
     KILN_CHECK(known, "--dim {}: @{} has no dim {}{}", d, g.name, name,
-               g.dim_names.empty() ? " (it has no symbolic dims)" : fmt::format(" (its dims: {})", fmt::join(g.dim_names, ", ")));
+               g.dim_names.empty() ? " (it has no symbolic dims)"
+                                   : fmt::format(" (its dims: {})", fmt::join(g.dim_names, ", ")));
     sizes[name] = n;
   }
   return sizes;
@@ -74,7 +75,8 @@ std::string inspect_module(const Module& m, const std::vector<std::string>& dims
                        i.training_step ? "a whole training step (updates its parameters on every call)" : "a forward");
     for (const jit::ValueInfo& v : i.inputs) out += fmt::format("  input  {}: {}\n", v.name, v.type);
     for (const jit::ValueInfo& v : i.outputs) out += fmt::format("  output {}: {}\n", v.name, v.type);
-    out += fmt::format("dynamic dims: {}\n", i.dynamic_dims.empty() ? "none" : fmt::format("{}", fmt::join(i.dynamic_dims, ", ")));
+    out += fmt::format("dynamic dims: {}\n",
+                       i.dynamic_dims.empty() ? "none" : fmt::format("{}", fmt::join(i.dynamic_dims, ", ")));
     if (i.random_draws) out += fmt::format("random numbers drawn per call: {}\n", i.random_draws);
     if (!i.assigns.empty()) out += fmt::format("updates per call: {}\n", fmt::join(i.assigns, ", "));
   } else {
@@ -87,7 +89,8 @@ std::string inspect_module(const Module& m, const std::vector<std::string>& dims
   for (size_t p = 0; p < g.params.size(); ++p) {
     const TensorType& t = g.type(g.params[p]);
     bool constant = m.info && p < m.info->parameters.size() && m.info->parameters[p].constant;
-    std::string name = p < g.param_names.size() && !g.param_names[p].empty() ? g.param_names[p] : fmt::format("param {}", p);
+    std::string name =
+        p < g.param_names.size() && !g.param_names[p].empty() ? g.param_names[p] : fmt::format("param {}", p);
     if (constant) {
       constants += bytes_of(t), ++n_const;
       continue;
@@ -95,7 +98,8 @@ std::string inspect_module(const Module& m, const std::vector<std::string>& dims
     total += bytes_of(t);
     listed += fmt::format("  {:<28} {:<20} {}\n", name, t.str(), bytes_text(bytes_of(t)));
   }
-  out += fmt::format("parameters: {}, {}\n{}", g.params.size() - static_cast<size_t>(n_const), bytes_text(total), listed);
+  out +=
+      fmt::format("parameters: {}, {}\n{}", g.params.size() - static_cast<size_t>(n_const), bytes_text(total), listed);
   if (n_const) out += fmt::format("constants: {}, {}\n", n_const, bytes_text(constants));
   ir::DimSizes sizes = sizes_or_default(g, dims);
   std::vector<std::string> at;

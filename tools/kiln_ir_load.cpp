@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "jit/module_file.h"
-#include "runtime/safetensors.h"
 #include "runtime/check.h"
+#include "runtime/safetensors.h"
 #include "tools/kiln_ir.h"
 
 namespace kiln::tools {

@@ -41,8 +41,8 @@ Bound bind_inputs(const Module& m, const RunOptions& opt) {
   size_t positional = 0, given = 0;
   for (const std::string& spec : opt.inputs) {
     size_t eq = spec.find('=');
-    given += eq == std::string::npos || std::find(m.input_names.begin(), m.input_names.end(), spec.substr(0, eq)) ==
-                                            m.input_names.end();
+    given += eq == std::string::npos ||
+             std::find(m.input_names.begin(), m.input_names.end(), spec.substr(0, eq)) == m.input_names.end();
   }
   KILN_CHECK(given == 0 || given == g.inputs.size(),
              "run: @{} takes {} inputs, got {} --input (give all of them in order, none for random, or a module's by "
@@ -90,8 +90,8 @@ Bound bind_inputs(const Module& m, const RunOptions& opt) {
     for (int64_t& d : t.shape) {
       if (!is_symbol(d)) continue;
       for (std::string_view name : ir::dim_term(g.dim_names.at(symbol_index(d))).symbols)
-        KILN_CHECK(b.sizes.count(name), "run: {} has symbolic dim {}, which no --input or --dim binds (give --dim {}=N)",
-                   what, name, name);
+        KILN_CHECK(b.sizes.count(name),
+                   "run: {} has symbolic dim {}, which no --input or --dim binds (give --dim {}=N)", what, name, name);
       d = ir::dim_size(g, d, b.sizes);
     }
     return t;
@@ -128,10 +128,9 @@ std::string summary(const Tensor& t) {
     lo = std::min(lo, x), hi = std::max(hi, x), sum += x;
   }
   std::vector<double> first(v.begin(), v.begin() + std::min<size_t>(v.size(), 6));
-  std::string s = nans == static_cast<int64_t>(v.size())
-                      ? "all nan"
-                      : fmt::format("min {:.6g} max {:.6g} mean {:.6g}", lo, hi,
-                                    sum / static_cast<double>(v.size() - nans));
+  std::string s = nans == static_cast<int64_t>(v.size()) ? "all nan"
+                                                         : fmt::format("min {:.6g} max {:.6g} mean {:.6g}", lo, hi,
+                                                                       sum / static_cast<double>(v.size() - nans));
   if (nans && nans < static_cast<int64_t>(v.size())) s += fmt::format(" nans {}", nans);
   return s + fmt::format(" first [{:.6g}{}]", fmt::join(first, ", "), v.size() > 6 ? ", ..." : "");
 }
@@ -150,9 +149,8 @@ void save_outputs(const std::vector<Tensor>& outs, const std::string& dir) {
 void run_module(const Module& m, const RunOptions& opt) {
   const ir::Graph& g = m.graph;
   KILN_CHECK(opt.repeat >= 1, "run: --repeat must be at least 1, got {}", opt.repeat);
-  KILN_CHECK(m.params.empty() || m.params.size() == g.params.size(),
-             "run: the file holds {} params for @{}'s {}", m.params.size(), g.name,
-             g.params.size());
+  KILN_CHECK(m.params.empty() || m.params.size() == g.params.size(), "run: the file holds {} params for @{}'s {}",
+             m.params.size(), g.name, g.params.size());
   manual_seed(opt.seed);
   DimNamesScope names(&g.dim_names);  // messages name the graph's symbolic dims
   Bound bound = bind_inputs(m, opt);
@@ -179,8 +177,7 @@ void run_module(const Module& m, const RunOptions& opt) {
   fmt::print("plan: {} fused kernel{}, {} eager op{}, {} bytes of planned workspace\n", st.kernels,
              st.kernels == 1 ? "" : "s", st.ops, st.ops == 1 ? "" : "s", st.planned_bytes);
   fmt::print("time: {:.4g} ms per call (mean of {} run{}, min {:.4g} ms)\n",
-             1e3 * total / static_cast<double>(opt.repeat), opt.repeat, opt.repeat == 1 ? "" : "s",
-             1e3 * best);
+             1e3 * total / static_cast<double>(opt.repeat), opt.repeat, opt.repeat == 1 ? "" : "s", 1e3 * best);
 }
 
 }  // namespace kiln::tools

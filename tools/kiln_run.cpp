@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> command;
   app.add_option("-n,--nproc", n, "processes on this machine")->check(CLI::Range(1, 1024));
   app.add_option("--nnodes", nnodes, "machines in the job (default 1)")->check(CLI::Range(1, 4096));
-  app.add_option("--node-rank", node_rank, "this machine's index, 0..nnodes-1 (default 0)")->check(CLI::NonNegativeNumber);
+  app.add_option("--node-rank", node_rank, "this machine's index, 0..nnodes-1 (default 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--master-addr", addr, "where rank 0 serves the rendezvous (default 127.0.0.1)");
   app.add_option("--master-port", port, "its port (default: a free one, single-machine jobs only)")
       ->check(CLI::Range(1, 65535));
@@ -135,7 +136,8 @@ int main(int argc, char** argv) {
       result = status;
       stopping = true;
       stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      if (!ranks.empty()) fmt::print(stderr, "kiln-run: rank {} exited with status {}; stopping the others\n", rank, status);
+      if (!ranks.empty())
+        fmt::print(stderr, "kiln-run: rank {} exited with status {}; stopping the others\n", rank, status);
       for (auto& [p, r] : ranks) ::kill(p, SIGTERM);
     }
   }

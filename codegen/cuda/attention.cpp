@@ -450,8 +450,8 @@ typedef {1} C;
 )",
                      mem, wide ? "double" : "float", load, store, wide ? "exp" : "expf", wide ? "log" : "logf",
                      kCudaBlock, cuda_attention_warps(), rows, head_class(k.e) / 32, head_class(k.ev) / 32,
-                     static_cast<int>(k.mask), k.causal ? 1 : 0,
-                     k.dropout ? 1 : 0, rows_per_warp(k.dtype), piece(k.dtype));
+                     static_cast<int>(k.mask), k.causal ? 1 : 0, k.dropout ? 1 : 0, rows_per_warp(k.dtype),
+                     piece(k.dtype));
 }
 
 }  // namespace
@@ -477,11 +477,14 @@ int64_t cuda_attention_shared_bytes(const CudaAttention& k) {
 
 std::string cuda_attention_kernel(const CudaAttention& k) {
   int rows = cuda_attention_tile_rows(k);
-  KILN_CHECK(rows > 0 && k.e > 0 && k.ev > 0, "codegen: attention's CUDA kernels take head dims from 1 to about {}, got {} and {}",
+  KILN_CHECK(rows > 0 && k.e > 0 && k.ev > 0,
+             "codegen: attention's CUDA kernels take head dims from 1 to about {}, got {} and {}",
              kCudaAttentionShared / compute_bytes(k.dtype) / 4, k.e, k.ev);
   std::string head = cuda_prelude() + (k.dropout ? cuda_philox_source() : std::string()) + defines(k, rows) + kHelpers;
   if (k.mma) return head + attention_mma::source(k);
-  const char* body = k.pass == CudaAttentionPass::Forward ? kForward : k.pass == CudaAttentionPass::Queries ? kQueries : kKeys;
+  const char* body = k.pass == CudaAttentionPass::Forward   ? kForward
+                     : k.pass == CudaAttentionPass::Queries ? kQueries
+                                                            : kKeys;
   return head + body;
 }
 

@@ -428,7 +428,9 @@ std::string source(const CudaAttention& k) {
 #define KA_BR {}
 )",
                                     k.dtype == DType::BF16 ? 1 : 0, round16(k.e), round16(k.ev), block_rows());
-  const char* body = k.pass == CudaAttentionPass::Forward ? kForward : k.pass == CudaAttentionPass::Queries ? kQueries : kKeys;
+  const char* body = k.pass == CudaAttentionPass::Forward   ? kForward
+                     : k.pass == CudaAttentionPass::Queries ? kQueries
+                                                            : kKeys;
   return defines + kFragments + body;
 }
 

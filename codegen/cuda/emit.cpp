@@ -120,9 +120,8 @@ void KernelEmitter::store_all(const Computed& c) {
 // loads of a turn are in flight together (stores come after every load: the compiler may not
 // move a load above a store that could alias it). A remainder loop finishes. `load` gets the
 // index's name and returns what `use` takes.
-template <class Load, class Use>
-void KernelEmitter::unrolled_loop(const std::string& start, const std::string& limit, const std::string& step, Load load,
-                                  Use use) {
+template <class Load, class Use> void KernelEmitter::unrolled_loop(const std::string& start, const std::string& limit,
+                                                                   const std::string& step, Load load, Use use) {
   std::string i0 = e.temp();
   e.line(fmt::format("long long {} = {};", i0, start));
   e.line(fmt::format("for (; {0} + {1} * ({2}) < {3}; {0} += {4} * ({2})) {{", i0, kUnroll - 1, step, limit, kUnroll));
@@ -157,9 +156,9 @@ std::string KernelEmitter::loops() {
   if (reds.empty()) {
     e.line(fmt::format("const long long total = {};", count(all)));
     e.line("const long long step = kiln_grid * blockDim.x;");
-    unrolled_loop("kiln_block * blockDim.x + threadIdx.x", "total", "step",
-                  [&](const std::string& i) { return outputs_at(all, i, idx); },
-                  [&](const Computed& c) { store_all(c); });
+    unrolled_loop(
+        "kiln_block * blockDim.x + threadIdx.x", "total", "step",
+        [&](const std::string& i) { return outputs_at(all, i, idx); }, [&](const Computed& c) { store_all(c); });
   } else {
     // Tasks: a row and a part of its columns; a block or a thread each (launch.h).
     const bool by_block = options.rows_by == CudaRows::Block;
@@ -188,7 +187,7 @@ std::string KernelEmitter::loops() {
       struct Inputs {
         std::vector<std::string> jx;
         std::vector<std::pair<const ir::GroupReduction*, Val>> in;  // per reduction of this level
-        std::vector<std::pair<size_t, Val>> out;           // the first pass: its early outputs
+        std::vector<std::pair<size_t, Val>> out;                    // the first pass: its early outputs
       };
       unrolled_loop(
           "first + " + lane, "end", stride,
@@ -197,7 +196,8 @@ std::string KernelEmitter::loops() {
             coords(reduced, j, t.jx);
             std::map<uint32_t, Val> memo;
             for (const ir::GroupReduction& r : reds)
-              if (ga.level[r.value] == lv) t.in.emplace_back(&r, value(body.nodes[ga.producer[r.value]].inputs[0], t.jx, memo));
+              if (ga.level[r.value] == lv)
+                t.in.emplace_back(&r, value(body.nodes[ga.producer[r.value]].inputs[0], t.jx, memo));
             for (size_t o = 0; o < n_out && lv == 1; ++o)
               if (early[o]) t.out.emplace_back(o, value(body.outputs[o], t.jx, memo));
             return t;
@@ -231,9 +231,9 @@ std::string KernelEmitter::loops() {
     for (size_t o = 0; o < n_out; ++o) any_full = any_full || (full_output(o) && !early[o]);
     if (any_full) {  // (one part: a kernel whose full outputs read its reductions is never cut)
       final_pass = true;
-      unrolled_loop(lane, "cols", stride,
-                    [&](const std::string& j) { return outputs_at(reduced, j, idx, /*full_only=*/true); },
-                    [&](const Computed& c) { store_all(c); });
+      unrolled_loop(
+          lane, "cols", stride, [&](const std::string& j) { return outputs_at(reduced, j, idx, /*full_only=*/true); },
+          [&](const Computed& c) { store_all(c); });
       final_pass = false;
     }
     --e.indent;
@@ -245,7 +245,8 @@ std::string KernelEmitter::loops() {
 
 // The argument struct's members (emit.h), then `more`.
 std::string KernelEmitter::args_struct(const std::string& name, const std::string& more) const {
-  std::string out = fmt::format("// {} inputs, {} outputs, rank {}, reduced dims {:#x}\n", n_in, n_out, L.rank, L.reduced);
+  std::string out =
+      fmt::format("// {} inputs, {} outputs, rank {}, reduced dims {:#x}\n", n_in, n_out, L.rank, L.reduced);
   out += fmt::format("struct {} {{\n", name);
   out += fmt::format("  long long size[{}];\n", L.rank);
   out += fmt::format("  long long stride[{}];\n", (n_in + n_out) * L.rank);
@@ -294,8 +295,10 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
     cuda_emit::KernelEmitter ck(*cc.body, cc.layout, co);
     std::string name = fmt::format("Combine{}", c), text = ck.loops();
     out += ck.args_struct(name, "");
-    out += fmt::format("__device__ void kiln_combine{}(const {}& a, const long long kiln_block, "
-                       "const long long kiln_grid) {{\n{}}}\n\n", c, name, text);
+    out += fmt::format(
+        "__device__ void kiln_combine{}(const {}& a, const long long kiln_block, "
+        "const long long kiln_grid) {{\n{}}}\n\n",
+        c, name, text);
     more += fmt::format("  {} combine{};\n", name, c);
   }
   if (!options.combines.empty()) more += "  void* done;  // blocks finished: a u32, zero at launch\n";
@@ -315,7 +318,8 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
   if (kiln_last) {
     __threadfence();
 )";
-    for (size_t c = 0; c < options.combines.size(); ++c) out += fmt::format("    kiln_combine{}(a.combine{}, 0, 1);\n", c, c);
+    for (size_t c = 0; c < options.combines.size(); ++c)
+      out += fmt::format("    kiln_combine{}(a.combine{}, 0, 1);\n", c, c);
     out += "  }\n";
   }
   out += "}\n";
@@ -326,9 +330,9 @@ std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vect
                                      const std::vector<int64_t>& strides, const std::vector<void*>& data,
                                      const CudaLaunch& launch, const std::vector<uint64_t>& immediates) {
   size_t n_ops = layout.inputs.size() + layout.outputs.size();
-  KILN_CHECK(sizes.size() == static_cast<size_t>(layout.rank) && strides.size() == n_ops * layout.rank &&
-                 data.size() == n_ops,
-             "codegen: kernel arguments do not fit the layout");
+  KILN_CHECK(
+      sizes.size() == static_cast<size_t>(layout.rank) && strides.size() == n_ops * layout.rank && data.size() == n_ops,
+      "codegen: kernel arguments do not fit the layout");
   std::vector<uint64_t> words;
   for (int64_t s : sizes) words.push_back(static_cast<uint64_t>(s));
   for (int64_t s : strides) words.push_back(static_cast<uint64_t>(s));

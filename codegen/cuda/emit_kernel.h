@@ -26,8 +26,8 @@ struct KernelEmitter : lower::GroupLowering<KernelEmitter, Val> {
   Emitter e;
   std::map<std::pair<size_t, int>, int> imm_index;  // (node, slot) -> a.imm index
   std::map<uint32_t, Val> acc;                      // reduction result -> its accumulator
-  std::vector<char> early;  // per output: a full output stored by the first pass
-  bool partials = false;  // a reduction kernel: reduced outputs lie `part * rows` further
+  std::vector<char> early;                          // per output: a full output stored by the first pass
+  bool partials = false;                            // a reduction kernel: reduced outputs lie `part * rows` further
 
   // emit.cpp
   KernelEmitter(const ir::Graph& b, const KernelLayout& l, const CudaEmitOptions& o);

@@ -45,7 +45,8 @@ void KernelEmitter::block_reduce(const ir::GroupReduction& red, const std::strin
   e.line("__syncthreads();");
   e.line("if (threadIdx.x < 32) {");
   ++e.indent;
-  e.line(fmt::format("{0} w = threadIdx.x < blockDim.x / 32 ? {1}[threadIdx.x] : {2};", t, s, identity(red.op, red.acc)));
+  e.line(
+      fmt::format("{0} w = threadIdx.x < blockDim.x / 32 ? {1}[threadIdx.x] : {2};", t, s, identity(red.op, red.acc)));
   e.line(fmt::format("for (int m = 16; m > 0; m /= 2) {{ {0} o = __shfl_xor_sync(0xffffffffu, w, m); w = {1}; }}", t,
                      combine(red.op, red.acc, "w", "o")));
   e.line(fmt::format("if (threadIdx.x == 0) {}[0] = w;", s));

@@ -34,11 +34,14 @@ bool is_fp(CT t) { return t == CT::F32 || t == CT::F64; }
 bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
 CT ct_of(DType d) {
   switch (d) {
-    case DType::F32: case DType::F16: case DType::BF16: return CT::F32;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return CT::F32;
     case DType::F64: return CT::F64;
     case DType::I32: return CT::I32;
     case DType::I64: return CT::I64;
-    case DType::U8: case DType::Bool: return CT::U8;
+    case DType::U8:
+    case DType::Bool: return CT::U8;
   }
   throw Error(fmt::format("codegen: CUDA kernels do not handle {}", dtype_name(d)));
 }

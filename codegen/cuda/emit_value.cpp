@@ -49,7 +49,8 @@ Val KernelEmitter::immediate(size_t node, int slot, DType cd) {
   const ir::Node& n = body.nodes[node];
   if (!options.immediates_as_args) return Val(&e, literal(n.attrs.imm[slot], cd), ct_of(cd));
   int k = imm_index.at({node, slot});
-  if (is_float(cd)) return e.convert(e.def(CT::F64, fmt::format("kiln_f64((unsigned long long)a.imm[{}])", k)), CT::F64, ct_of(cd));
+  if (is_float(cd))
+    return e.convert(e.def(CT::F64, fmt::format("kiln_f64((unsigned long long)a.imm[{}])", k)), CT::F64, ct_of(cd));
   return e.convert(e.def(CT::I64, fmt::format("a.imm[{}]", k)), CT::I64, ct_of(cd));
 }
 

@@ -29,14 +29,17 @@ const char* value_type(DType t) {
     case DType::F64: return "double";
     case DType::I32: return "int";
     case DType::I64: return "long long";
-    case DType::F16: case DType::BF16: return "unsigned short";
-    case DType::U8: case DType::Bool: return "unsigned char";
+    case DType::F16:
+    case DType::BF16: return "unsigned short";
+    case DType::U8:
+    case DType::Bool: return "unsigned char";
   }
   return "?";
 }
 std::string add_into(DType t, const std::string& a, const std::string& b) {
   switch (t) {
-    case DType::F32: case DType::F64: return fmt::format("{} += {};", a, b);
+    case DType::F32:
+    case DType::F64: return fmt::format("{} += {};", a, b);
     case DType::I32: return fmt::format("{0} = (int)((unsigned){0} + (unsigned){1});", a, b);
     case DType::I64: return fmt::format("{0} = (long long)((unsigned long long){0} + (unsigned long long){1});", a, b);
     case DType::U8: return fmt::format("{0} = (unsigned char)({0} + {1});", a, b);
@@ -80,7 +83,7 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         rank, kCudaBlock, index_type(index), cuda_bits_type(elem), kCheckIndex);
+                                      rank, kCudaBlock, index_type(index), cuda_bits_type(elem), kCheckIndex);
 }
 
 std::string cuda_scatter_kernel(DType elem, DType index, int rank) {
@@ -118,7 +121,7 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         rank, kCudaBlock, index_type(index), t, kCheckIndex, add_into(elem, "*dst", "v"));
+                                      rank, kCudaBlock, index_type(index), t, kCheckIndex, add_into(elem, "*dst", "v"));
 }
 
 std::string cuda_index_keys_kernel(DType index) {
@@ -139,7 +142,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         kCudaBlock, index_type(index));
+                                      kCudaBlock, index_type(index));
 }
 
 std::string cuda_bitonic_kernel() {
@@ -161,7 +164,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         kCudaBlock);
+                                      kCudaBlock);
 }
 
 std::string cuda_segment_add_kernel(DType elem, int rank) {
@@ -201,7 +204,7 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         rank, kCudaBlock, t, add_into(elem, "acc", "v"));
+                                      rank, kCudaBlock, t, add_into(elem, "acc", "v"));
 }
 
 bool scatter_add_sorts(int64_t lines, int64_t length, int multiprocessors) {
@@ -340,7 +343,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         kCudaBlock, value_type(elem), load, better, largest ? "larger" : "smaller");
+                                      kCudaBlock, value_type(elem), load, better, largest ? "larger" : "smaller");
 }
 
 namespace {
@@ -379,7 +382,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                         kCudaBlock, value_type(elem), out, acc, reverse ? 1 : 0, add, store);
+                                      kCudaBlock, value_type(elem), out, acc, reverse ? 1 : 0, add, store);
 }
 
 std::string cuda_iota_kernel() {

@@ -32,8 +32,7 @@ CudaRows cuda_rows_by(const KernelLayout& layout, std::span<const int64_t> sizes
 CudaLaunch plan_cuda_launch(const KernelLayout& layout, std::span<const int64_t> sizes, int sms, CudaWork work) {
   CudaLaunch c;
   c.rows = c.cols = 1;
-  for (int d = 0; d < layout.rank; ++d)
-    (layout.reduced >> d & 1 ? c.cols : c.rows) *= sizes[static_cast<size_t>(d)];
+  for (int d = 0; d < layout.rank; ++d) (layout.reduced >> d & 1 ? c.cols : c.rows) *= sizes[static_cast<size_t>(d)];
   const int64_t most = int64_t{std::max(sms, 1)} * 32;  // the kernels loop over what is left
   if (work == CudaWork::Elements) {
     int64_t total = c.rows * c.cols;

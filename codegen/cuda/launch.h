@@ -30,9 +30,9 @@ enum class CudaRows : uint8_t {
 
 struct CudaLaunch {
   CudaRows rows_by = CudaRows::Block;
-  int64_t rows = 0, cols = 0;     // kept and reduced elements (no reduction: cols 1)
-  int64_t parts = 1, chunk = 0;   // the columns in `parts` chunks of `chunk` (the last shorter)
-  int64_t blocks = 0;             // the grid; 0: nothing to launch
+  int64_t rows = 0, cols = 0;    // kept and reduced elements (no reduction: cols 1)
+  int64_t parts = 1, chunk = 0;  // the columns in `parts` chunks of `chunk` (the last shorter)
+  int64_t blocks = 0;            // the grid; 0: nothing to launch
 };
 
 /// Work (rows x columns) at or past which a launch fills the device with 2 blocks per
@@ -44,10 +44,10 @@ inline constexpr int64_t kSplitWork = int64_t{1} << 16;
 
 /// What a kernel computes, as far as its launch goes.
 enum class CudaWork : uint8_t {
-  Elements,    // no reduction
-  Rows,        // reductions whose rows must stay whole (a group that reads a reduction's result)
-  Partials,    // reductions whose results are the outputs, in a dtype that holds partial
-               // results exactly (not f16 or bf16): the columns may be cut into parts
+  Elements,  // no reduction
+  Rows,      // reductions whose rows must stay whole (a group that reads a reduction's result)
+  Partials,  // reductions whose results are the outputs, in a dtype that holds partial
+             // results exactly (not f16 or bf16): the columns may be cut into parts
 };
 
 /// The launch of a kernel over `layout` and `sizes` on a device of `sms` multiprocessors.

@@ -91,7 +91,8 @@ __device__ __forceinline__ long long window_argmax(const {0}* plane, const Plane
   return arg;
 }}
 )",
-                     t.mem, t.compute, fmt::format(fmt::runtime(t.load), "plane[win.y0 * v.row_st + win.x0 * v.col_st]"),
+                     t.mem, t.compute,
+                     fmt::format(fmt::runtime(t.load), "plane[win.y0 * v.row_st + win.x0 * v.col_st]"),
                      fmt::format(fmt::runtime(t.load), "plane[y * v.row_st + x * v.col_st]"), t.nan);
 }
 
@@ -102,19 +103,22 @@ std::string cuda_pool_kernel(CudaPool kind, DType dtype) {
   std::string body;
   switch (kind) {
     case CudaPool::Max:
-      body = fmt::format("(({}*)a.out)[i] = {};", t.mem, fmt::format(fmt::runtime(t.store), "window_max(plane, a.x_planes, win)"));
+      body = fmt::format("(({}*)a.out)[i] = {};", t.mem,
+                         fmt::format(fmt::runtime(t.store), "window_max(plane, a.x_planes, win)"));
       break;
     case CudaPool::Indices: body = "((long long*)a.out)[i] = window_argmax(plane, a.x_planes, win, a.g.w);"; break;
     case CudaPool::Avg:
-      body = fmt::format(R"({0} acc = 0;
+      body = fmt::format(
+          R"({0} acc = 0;
     for (long long y = win.y0; y < win.y1; ++y)
       for (long long x = win.x0; x < win.x1; ++x) acc += {1};
     (({2}*)a.out)[i] = {3};)",
-                         t.compute, fmt::format(fmt::runtime(t.load), "plane[y * a.x_planes.row_st + x * a.x_planes.col_st]"),
-                         t.mem, fmt::format(fmt::runtime(t.store), fmt::format("acc / ({})(win.count > 1 ? win.count : 1)", t.compute)));
+          t.compute, fmt::format(fmt::runtime(t.load), "plane[y * a.x_planes.row_st + x * a.x_planes.col_st]"), t.mem,
+          fmt::format(fmt::runtime(t.store), fmt::format("acc / ({})(win.count > 1 ? win.count : 1)", t.compute)));
       break;
   }
-  return cuda_prelude() + helpers(t) + fmt::format(R"(
+  return cuda_prelude() + helpers(t) +
+         fmt::format(R"(
 struct Args {{
   Geometry g;
   Planes x_planes;
@@ -131,16 +135,16 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                                   kCudaBlock, t.mem, body);
+                     kCudaBlock, t.mem, body);
 }
 
 std::string cuda_pool_backward_kernel(CudaPool kind, DType dtype) {
   KILN_CHECK(kind != CudaPool::Indices, "codegen: max_pool2d_indices has no backward kernel");
   Types t = types_of(dtype);
-  std::string add = kind == CudaPool::Max
-                        ? "if (window_argmax(xp, a.x_planes, win, a.g.w) == y * a.g.w + x) acc += g;"
-                        : fmt::format("acc += g / ({})(win.count > 1 ? win.count : 1);", t.compute);
-  return cuda_prelude() + helpers(t) + fmt::format(R"(
+  std::string add = kind == CudaPool::Max ? "if (window_argmax(xp, a.x_planes, win, a.g.w) == y * a.g.w + x) acc += g;"
+                                          : fmt::format("acc += g / ({})(win.count > 1 ? win.count : 1);", t.compute);
+  return cuda_prelude() + helpers(t) +
+         fmt::format(R"(
 struct Args {{
   Geometry g;
   Planes g_planes, x_planes;
@@ -170,9 +174,9 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                                   kCudaBlock, t.mem, t.compute,
-                                                   fmt::format(fmt::runtime(t.load), "gp[oy * a.g_planes.row_st + ox * a.g_planes.col_st]"),
-                                                   add, fmt::format(fmt::runtime(t.store), "acc"));
+                     kCudaBlock, t.mem, t.compute,
+                     fmt::format(fmt::runtime(t.load), "gp[oy * a.g_planes.row_st + ox * a.g_planes.col_st]"), add,
+                     fmt::format(fmt::runtime(t.store), "acc"));
 }
 
 }  // namespace kiln::codegen

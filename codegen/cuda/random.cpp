@@ -51,7 +51,8 @@ std::string store(DType t, const char* v) {
 }
 
 std::string kernel(int per_counter, const std::string& value, DType t) {
-  return cuda_prelude() + kPhilox + kArgs + fmt::format(R"(
+  return cuda_prelude() + kPhilox + kArgs +
+         fmt::format(R"(
 extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   const unsigned long long seed = (unsigned long long)a.state[0], first = (unsigned long long)a.state[1];
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {{
@@ -63,7 +64,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                                  kCudaBlock, per_counter, value + "\n    " + store(t, "v"));
+                     kCudaBlock, per_counter, value + "\n    " + store(t, "v"));
 }
 
 }  // namespace

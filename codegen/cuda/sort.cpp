@@ -109,7 +109,8 @@ int64_t radix_shared_bytes() { return (16 * kCudaBlock + kCudaBlock) * 4; }
 bool topk_selects(int64_t cols, int64_t k) { return !order_ranks(cols) && k * 8 <= cols; }
 
 std::string cuda_order_kernel(DType elem) {
-  return cuda_prelude() + order_key_function(elem) + fmt::format(R"(
+  return cuda_prelude() + order_key_function(elem) +
+         fmt::format(R"(
 struct Args {{
   long long rows, cols, k;
   const void* x; long long* out; long long descending;
@@ -130,7 +131,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                                                             kCudaBlock);
+                     kCudaBlock);
 }
 
 std::string cuda_radix_count_kernel(DType elem) {
@@ -214,7 +215,8 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{{1
 }
 
 std::string cuda_radix_histogram_kernel(DType elem) {
-  return cuda_prelude() + order_key_function(elem) + fmt::format(R"(
+  return cuda_prelude() + order_key_function(elem) +
+         fmt::format(R"(
 struct Args {{ long long segs, seg_len; const void* x; unsigned long long* hist; const unsigned long long* state; long long shift, descending; }};
 
 // Blocks take 8 * block elements of a row at a time; a shared histogram per block, added to
@@ -238,7 +240,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                                                                  kCudaBlock);
+                     kCudaBlock);
 }
 
 std::string cuda_radix_select_kernel() {

@@ -58,7 +58,9 @@ class LlvmBackend final : public Backend {
     char* err = nullptr;
     if (LLVMGetTargetFromTriple(triple_.c_str(), &target_, &err))
       throw Error(fmt::format("codegen: no LLVM target for {}: {}", triple_, take_message(err)));
-    auto has = [&](const char* f) { return ("," + features_ + ",").find(fmt::format(",+{},", f)) != std::string::npos; };
+    auto has = [&](const char* f) {
+      return ("," + features_ + ",").find(fmt::format(",+{},", f)) != std::string::npos;
+    };
     math_.fma = has("fma");
     math_.avx2 = has("avx2");
     math_.avx512f = has("avx512f");
@@ -85,8 +87,9 @@ class LlvmBackend final : public Backend {
       LLVMContextDispose(ctx);
       throw Error(fmt::format("codegen: the generated LLVM IR does not parse: {}", take_message(err)));
     }
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target_, triple_.c_str(), cpu_.c_str(), features_.c_str(),
-                                                      LLVMCodeGenLevelAggressive, LLVMRelocPIC, LLVMCodeModelJITDefault);
+    LLVMTargetMachineRef tm =
+        LLVMCreateTargetMachine(target_, triple_.c_str(), cpu_.c_str(), features_.c_str(), LLVMCodeGenLevelAggressive,
+                                LLVMRelocPIC, LLVMCodeModelJITDefault);
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(m, layout);
     LLVMSetTarget(m, triple_.c_str());
@@ -137,8 +140,7 @@ class LlvmBackend final : public Backend {
   KernelFn load(const std::string& object, const std::string& symbol) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!jit_) start_jit();
-    LLVMMemoryBufferRef buf =
-        LLVMCreateMemoryBufferWithMemoryRangeCopy(object.data(), object.size(), symbol.c_str());
+    LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(object.data(), object.size(), symbol.c_str());
     if (LLVMErrorRef e = LLVMOrcLLJITAddObjectFile(jit_, LLVMOrcLLJITGetMainJITDylib(jit_), buf))
       throw Error(fmt::format("codegen: cannot link kernel {}: {}", symbol, take_error(e)));
     LLVMOrcExecutorAddress addr = 0;
@@ -154,8 +156,8 @@ class LlvmBackend final : public Backend {
     if (LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit_, builder))
       throw Error(fmt::format("codegen: cannot start LLVM's JIT: {}", take_error(e)));
     LLVMOrcDefinitionGeneratorRef gen = nullptr;
-    if (LLVMErrorRef e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
-            &gen, LLVMOrcLLJITGetGlobalPrefix(jit_), nullptr, nullptr))
+    if (LLVMErrorRef e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit_),
+                                                                              nullptr, nullptr))
       throw Error(fmt::format("codegen: cannot search the process's symbols: {}", take_error(e)));
     LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit_), gen);
   }

@@ -76,8 +76,12 @@ Val KernelEmitter::load_at(const std::string& p, DType dt) {
 std::string KernelEmitter::run(const std::string& symbol) {
   // Entry: sizes, strides and pointers.
   for (int d = 0; d < L.rank; ++d)
-    sizes.push_back(e.inst(Ty::I64, fmt::format("load i64, ptr {}", d == 0 ? "%sizes"
-        : e.inst(Ty::I64, fmt::format("getelementptr i64, ptr %sizes, i64 {}", d)).r)).r);
+    sizes.push_back(
+        e.inst(Ty::I64,
+               fmt::format(
+                   "load i64, ptr {}",
+                   d == 0 ? "%sizes" : e.inst(Ty::I64, fmt::format("getelementptr i64, ptr %sizes, i64 {}", d)).r))
+            .r);
   size_t n_ops = n_in + n_out;
   strides.resize(n_ops);
   for (size_t k = 0; k < n_ops; ++k) {
@@ -96,9 +100,9 @@ std::string KernelEmitter::run(const std::string& symbol) {
 
   emit_loops();
 
-  std::string out = fmt::format(
-      "; kiln fused kernel: {} inputs, {} outputs, rank {}, reduced dims {:#x}, parallel dim {}\n",
-      n_in, n_out, L.rank, L.reduced, L.parallel_dim);
+  std::string out =
+      fmt::format("; kiln fused kernel: {} inputs, {} outputs, rank {}, reduced dims {:#x}, parallel dim {}\n", n_in,
+                  n_out, L.rank, L.reduced, L.parallel_dim);
   out += fmt::format(
       "define void @{}(ptr noalias nocapture readonly %sizes, ptr noalias nocapture readonly %strides, "
       "ptr noalias nocapture readonly %data, i64 %begin, i64 %end) #0 {{\nentry:\n",
@@ -120,8 +124,8 @@ std::string KernelEmitter::run(const std::string& symbol) {
   int interleave = 2 * e.loop_mds;
   if (e.loop_mds > 0) out += fmt::format("!{} = !{{!\"llvm.loop.interleave.count\", i32 4}}\n", interleave);
   for (int k = 0; k < e.loop_mds; ++k)
-    out += fmt::format("!{0} = distinct !{{!{0}, !{1}{3}}}\n!{1} = !{{!\"llvm.loop.vectorize.width\", i32 {2}}}\n", 2 * k,
-                       2 * k + 1, lanes, e.loop_reduces[k] ? fmt::format(", !{}", interleave) : "");
+    out += fmt::format("!{0} = distinct !{{!{0}, !{1}{3}}}\n!{1} = !{{!\"llvm.loop.vectorize.width\", i32 {2}}}\n",
+                       2 * k, 2 * k + 1, lanes, e.loop_reduces[k] ? fmt::format(", !{}", interleave) : "");
   return out;
 }
 

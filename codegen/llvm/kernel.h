@@ -28,7 +28,7 @@ struct KernelEmitter : lower::GroupLowering<KernelEmitter, Val> {
   std::vector<std::vector<std::string>> strides;  // per operand, per dim ("" when known)
   std::vector<std::string> ptrs;
   std::map<uint32_t, std::string> acc;  // reduction node result -> its accumulator alloca
-  bool reducing = false;  // emitting a reduction pass: its innermost loop interleaves
+  bool reducing = false;                // emitting a reduction pass: its innermost loop interleaves
 
   KernelEmitter(const ir::Graph& b, const KernelLayout& l, const MathTarget& t);
 

@@ -98,7 +98,8 @@ void KernelEmitter::prefetch_next_row(std::vector<std::string>& ix) {
   ix[inner] = j.r;
   for (size_t k : rows) e.line(fmt::format("call void @llvm.prefetch.p0(ptr {}, i32 0, i32 3, i32 1)", address(k, ix)));
   ix[inner] = "0";
-  e.line(fmt::format("store i64 {}, ptr {}", e.inst(Ty::I64, fmt::format("add i64 {}, {}", j.r, 64 / widest)).r, counter));
+  e.line(
+      fmt::format("store i64 {}, ptr {}", e.inst(Ty::I64, fmt::format("add i64 {}, {}", j.r, 64 / widest)).r, counter));
   e.line("br label %" + head);
   e.block(done);
   ix[row] = saved;

@@ -37,8 +37,8 @@ Val Emitter::math(const MathFn& f, const Val& x, const Val* y) {
   };
   if (target.avx2) add_variant(d ? 4 : 8, "avx2");
   if (target.avx512f) add_variant(d ? 8 : 16, "avx512f");
-  std::string attr = fmt::format("nounwind memory(none) \"vector-function-abi-variant\"=\"{}\"",
-                                 fmt::join(variants, ","));
+  std::string attr =
+      fmt::format("nounwind memory(none) \"vector-function-abi-variant\"=\"{}\"", fmt::join(variants, ","));
   auto [it, fresh] = attr_index.try_emplace(attr, static_cast<int>(attr_groups.size()) + 1);
   if (fresh) attr_groups.push_back(fmt::format("attributes #{} = {{ {} }}", it->second, attr));
   std::string args = fmt::format("{} {}", ll(t), x.as(t));
@@ -130,13 +130,12 @@ Val tanh(const Val& x) {
 // reference (tests/jit/fused_test.cpp sweeps it), where eager's SLEEF erff is within 1.
 Val erf(const Val& x) {
   if (x.ty != Ty::F32) return x.e->math(MathFn{"erf"}, x);
-  static constexpr double kSmall[] = {
-      -7.22872891856241e-06, 0.00010214734356850386, -0.0008303425274789333, 0.005205472465604544,
-      -0.026858525350689888, 0.11283638328313828, -0.3761262893676758, 0.12837916612625122};
-  static constexpr double kLarge[] = {
-      1.5679811440350022e-06, -1.1939442629227415e-05, 6.870251672808081e-05,
-      -0.00037663994589820504, 0.001966042909771204, -0.010032780468463898, -0.9470252990722656,
-      -5.541776657104492, -8.351532936096191};
+  static constexpr double kSmall[] = {-7.22872891856241e-06, 0.00010214734356850386, -0.0008303425274789333,
+                                      0.005205472465604544,  -0.026858525350689888,  0.11283638328313828,
+                                      -0.3761262893676758,   0.12837916612625122};
+  static constexpr double kLarge[] = {1.5679811440350022e-06,  -1.1939442629227415e-05, 6.870251672808081e-05,
+                                      -0.00037663994589820504, 0.001966042909771204,    -0.010032780468463898,
+                                      -0.9470252990722656,     -5.541776657104492,      -8.351532936096191};
   auto horner = [](const double* c, size_t n, const Val& v) {
     Val p = fma(Val(c[0]), v, Val(c[1]));
     for (size_t k = 2; k < n; ++k) p = fma(p, v, Val(c[k]));

@@ -33,11 +33,14 @@ bool is_fp(Ty t) { return t == Ty::F32 || t == Ty::F64; }
 bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
 Ty ty_of(DType d) {
   switch (d) {
-    case DType::F32: case DType::F16: case DType::BF16: return Ty::F32;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return Ty::F32;
     case DType::F64: return Ty::F64;
     case DType::I32: return Ty::I32;
     case DType::I64: return Ty::I64;
-    case DType::U8: case DType::Bool: return Ty::I8;
+    case DType::U8:
+    case DType::Bool: return Ty::I8;
     default: break;
   }
   throw Error(fmt::format("codegen: fused kernels do not handle {}", dtype_name(d)));
@@ -91,8 +94,7 @@ Val Emitter::convert(const Val& v, Ty from, Ty to, bool from_unsigned) {
     return inst(to, fmt::format("call {} @{}({} {})", b, fn, a, v.r));
   }
   auto bits = [](Ty t) { return t == Ty::I8 ? 8 : t == Ty::I16 ? 16 : t == Ty::I32 ? 32 : 64; };
-  if (bits(from) < bits(to))
-    return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "zext" : "sext", a, v.r, b));
+  if (bits(from) < bits(to)) return inst(to, fmt::format("{} {} {} to {}", from_unsigned ? "zext" : "sext", a, v.r, b));
   return inst(to, fmt::format("trunc {} {} to {}", a, v.r, b));
 }
 // Any dtype to any dtype, case by case as runtime/dtype.h's CastKind says (eager's rule).
@@ -142,7 +144,7 @@ Val Emitter::half_bits(const Val& x, DType t) {
     std::string mag = i32(fmt::format("and i32 {}, 2147483647", xi.r));
     std::string special = inst(Ty::I8, fmt::format("icmp uge i32 {}, 2139095040", mag)).r;
     std::string nan = inst(Ty::I8, fmt::format("icmp ugt i32 {}, 2139095040", mag)).r;
-    std::string spec_bits = sel(nan, "32256", "31744");  // 0x7e00, 0x7c00
+    std::string spec_bits = sel(nan, "32256", "31744");                                 // 0x7e00, 0x7c00
     std::string big = inst(Ty::I8, fmt::format("icmp uge i32 {}, 1199570944", mag)).r;  // 65536
     std::string tiny = inst(Ty::I8, fmt::format("icmp ult i32 {}, 947912704", mag)).r;
     std::string magf = inst(Ty::F32, fmt::format("bitcast i32 {} to float", mag)).r;
@@ -161,20 +163,25 @@ Val Emitter::half_bits(const Val& x, DType t) {
 Val Emitter::half_value(const Val& h, DType t) {
   Val w = inst(Ty::I32, fmt::format("zext i16 {} to i32", h.r));
   auto i32 = [&](const std::string& rhs) { return inst(Ty::I32, rhs).r; };
-  if (t == DType::BF16) return inst(Ty::F32, fmt::format("bitcast i32 {} to float", i32(fmt::format("shl i32 {}, 16", w.r))));
+  if (t == DType::BF16)
+    return inst(Ty::F32, fmt::format("bitcast i32 {} to float", i32(fmt::format("shl i32 {}, 16", w.r))));
   std::string sign = i32(fmt::format("shl i32 {}, 16", i32(fmt::format("and i32 {}, 32768", w.r))));
   std::string exp = i32(fmt::format("and i32 {}, 31", i32(fmt::format("lshr i32 {}, 10", w.r))));
   std::string man = i32(fmt::format("and i32 {}, 1023", w.r));
   std::string man13 = i32(fmt::format("shl i32 {}, 13", man));
   std::string inf = i32(fmt::format("or i32 {}, {}", i32(fmt::format("or i32 {}, 2139095040", sign)), man13));
-  std::string normal = i32(fmt::format("or i32 {}, {}", i32(fmt::format("or i32 {}, {}", sign,
-      i32(fmt::format("shl i32 {}, 23", i32(fmt::format("add i32 {}, 112", exp)))))), man13));
+  std::string normal =
+      i32(fmt::format("or i32 {}, {}",
+                      i32(fmt::format("or i32 {}, {}", sign,
+                                      i32(fmt::format("shl i32 {}, 23", i32(fmt::format("add i32 {}, 112", exp)))))),
+                      man13));
   std::string is_inf = inst(Ty::I8, fmt::format("icmp eq i32 {}, 31", exp)).r;
   std::string bits = i32(fmt::format("select i1 {}, i32 {}, i32 {}", is_inf, inf, normal));
   Val f = inst(Ty::F32, fmt::format("bitcast i32 {} to float", bits));
   // zero or subnormal: man * 2^-24, with the sign
   std::string sv = inst(Ty::F32, fmt::format("fmul float {}, 0x3E70000000000000",
-                                             inst(Ty::F32, fmt::format("uitofp i32 {} to float", man)).r)).r;
+                                             inst(Ty::F32, fmt::format("uitofp i32 {} to float", man)).r))
+                       .r;
   std::string neg = inst(Ty::F32, fmt::format("fneg float {}", sv)).r;
   std::string has_sign = inst(Ty::I8, fmt::format("icmp ne i32 {}, 0", sign)).r;
   std::string sub = inst(Ty::F32, fmt::format("select i1 {}, float {}, float {}", has_sign, neg, sv)).r;

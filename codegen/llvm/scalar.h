@@ -67,7 +67,7 @@ struct Emitter {
 
   explicit Emitter(const MathTarget& t) : target(t) {}
 
-  std::string allocas;  // all in the entry block, where mem2reg promotes them
+  std::string allocas;               // all in the entry block, where mem2reg promotes them
   std::set<std::string> vector_fns;  // kept alive until the loop vectorizer has used them
   bool f64_math = false;             // a double math call: vectorize at double width
   int loop_mds = 0;                  // innermost loops, each with its !llvm.loop node

@@ -48,7 +48,11 @@ class CausalSelfAttention : public nn::Module {
 class GPTBlock : public nn::Module {
  public:
   explicit GPTBlock(const GPTConfig& c)
-      : ln1(Dims{c.embed}), attn(c), ln2(Dims{c.embed}), fc(c.embed, 4 * c.embed), proj(4 * c.embed, c.embed),
+      : ln1(Dims{c.embed}),
+        attn(c),
+        ln2(Dims{c.embed}),
+        fc(c.embed, 4 * c.embed),
+        proj(4 * c.embed, c.embed),
         dropout_(c.dropout) {
     register_module("ln1", ln1);
     register_module("attn", attn);

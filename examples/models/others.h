@@ -85,7 +85,10 @@ class SegmentationTask : public Task {
 class NCF : public nn::Module {
  public:
   NCF(int64_t users, int64_t items, int64_t factors = 8, std::vector<int64_t> mlp = {64, 32, 16, 8})
-      : gmf_user(users, factors), gmf_item(items, factors), mlp_user(users, mlp[0] / 2), mlp_item(items, mlp[0] / 2),
+      : gmf_user(users, factors),
+        gmf_item(items, factors),
+        mlp_user(users, mlp[0] / 2),
+        mlp_item(items, mlp[0] / 2),
         predict(factors + mlp.back(), 1) {
     register_module("gmf_user", gmf_user);
     register_module("gmf_item", gmf_item);
@@ -141,17 +144,23 @@ class NCFTask : public Task {
 class GNMT : public nn::Module {
  public:
   GNMT(int64_t src_vocab, int64_t tgt_vocab, int64_t hidden = 256, int64_t layers = 2, double dropout = 0.2)
-      : src_embed(src_vocab, hidden), tgt_embed(tgt_vocab, hidden),
+      : src_embed(src_vocab, hidden),
+        tgt_embed(tgt_vocab, hidden),
         enc_first(hidden, hidden / 2, {.batch_first = true, .bidirectional = true}),
-        dec_first(hidden, hidden, {.batch_first = true}), query(hidden, hidden, false), key(hidden, hidden, false),
-        score(hidden, 1, false), classifier(hidden, tgt_vocab), dropout_(dropout) {
+        dec_first(hidden, hidden, {.batch_first = true}),
+        query(hidden, hidden, false),
+        key(hidden, hidden, false),
+        score(hidden, 1, false),
+        classifier(hidden, tgt_vocab),
+        dropout_(dropout) {
     register_module("src_embed", src_embed);
     register_module("tgt_embed", tgt_embed);
     register_module("enc_first", enc_first);
     for (int64_t i = 1; i < layers; ++i) enc_rest.add<nn::LSTM>(hidden, hidden, nn::RNNOptions{.batch_first = true});
     register_module("enc_rest", enc_rest);
     register_module("dec_first", dec_first);
-    for (int64_t i = 1; i < layers; ++i) dec_rest.add<nn::LSTM>(2 * hidden, hidden, nn::RNNOptions{.batch_first = true});
+    for (int64_t i = 1; i < layers; ++i)
+      dec_rest.add<nn::LSTM>(2 * hidden, hidden, nn::RNNOptions{.batch_first = true});
     register_module("dec_rest", dec_rest);
     register_module("query", query);
     register_module("key", key);
@@ -168,8 +177,8 @@ class GNMT : public nn::Module {
       Tensor out = std::get<0>(enc_rest.at<nn::LSTM>(i)(h));
       h = nn::dropout(i >= 1 ? out + h : out, dropout_, training);  // residual from the third layer
     }
-    Tensor memory = h;                                             // [N, S, H]
-    Tensor d = std::get<0>(dec_first(tgt_embed(tgt)));              // [N, T, H]
+    Tensor memory = h;                                  // [N, S, H]
+    Tensor d = std::get<0>(dec_first(tgt_embed(tgt)));  // [N, T, H]
     // score[n, t, s] = v . tanh(W d[n, t] + U memory[n, s])
     Tensor e = score(tanh(query(d).unsqueeze(2) + key(memory).unsqueeze(1))).squeeze(3);  // [N, T, S]
     Tensor context = matmul(softmax(e, -1), memory);                                      // [N, T, H]

@@ -45,10 +45,10 @@ inline int64_t parameter_count(nn::Module& m) {
 
 struct TrainOptions {
   int64_t steps = 20;
-  bool traced = false;     // one compiled graph per step instead of eager ops
-  int64_t log_every = 0;   // print every so many steps (0: never)
-  bool profile = false;    // record the steps after the first (which compiles) with kiln's profiler
-  Device device = cpu;     // where the batches go (the model and optimizer must be there already)
+  bool traced = false;    // one compiled graph per step instead of eager ops
+  int64_t log_every = 0;  // print every so many steps (0: never)
+  bool profile = false;   // record the steps after the first (which compiles) with kiln's profiler
+  Device device = cpu;    // where the batches go (the model and optimizer must be there already)
 };
 
 /// Batch `step` of `task` on `device` (tasks make their batches on the CPU).

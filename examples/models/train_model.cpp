@@ -61,8 +61,9 @@ Args parse(int argc, char** argv) {
     } else if (a.model.empty() && !s.starts_with("-")) a.model = s;
     else throw Error("unknown argument '" + s + "'");
   }
-  require(!a.model.empty(), "usage: train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] "
-                            "[--seed S] [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile]");
+  require(!a.model.empty(),
+          "usage: train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] "
+          "[--seed S] [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile]");
   require(a.text.empty() || a.model == "gpt", "--text is for the gpt");
   return a;
 }
@@ -94,7 +95,8 @@ int run(int argc, char** argv) {
     std::vector<Tensor> b = task->batch(0);
     jit::SaveOptions options;
     if (a.model == "gpt") options.dynamic(0, 0, "B").dynamic(0, 1, "T");
-    else for (size_t i = 0; i < task->forward_arity(); ++i) options.dynamic(i, 0, "N");
+    else
+      for (size_t i = 0; i < task->forward_arity(); ++i) options.dynamic(i, 0, "N");
     save_forward(*task, b, a.save, options);
     std::printf("saved the forward to %s\n", a.save.c_str());
   }

@@ -75,7 +75,8 @@ class VGG19BN : public ImageModel {
  public:
   explicit VGG19BN(int64_t classes = 1000, int64_t width = 1, double dropout = 0.5) {
     const int64_t M = 0;  // a max pool
-    const int64_t config[] = {64, 64, M, 128, 128, M, 256, 256, 256, 256, M, 512, 512, 512, 512, M, 512, 512, 512, 512, M};
+    const int64_t config[] = {64,  64,  M,   128, 128, M,   256, 256, 256, 256, M,
+                              512, 512, 512, 512, M,   512, 512, 512, 512, M};
     int64_t in = 3;
     for (int64_t v : config) {
       if (v == M) {
@@ -111,9 +112,12 @@ class Bottleneck : public nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
   Bottleneck(int64_t in, int64_t planes, int64_t stride)
-      : conv1(in, planes, sq(1), {.bias = false}), bn1(planes),
-        conv2(planes, planes, sq(3), {.stride = sq(stride), .padding = sq(1), .bias = false}), bn2(planes),
-        conv3(planes, planes * kExpansion, sq(1), {.bias = false}), bn3(planes * kExpansion) {
+      : conv1(in, planes, sq(1), {.bias = false}),
+        bn1(planes),
+        conv2(planes, planes, sq(3), {.stride = sq(stride), .padding = sq(1), .bias = false}),
+        bn2(planes),
+        conv3(planes, planes * kExpansion, sq(1), {.bias = false}),
+        bn3(planes * kExpansion) {
     register_module("conv1", conv1);
     register_module("bn1", bn1);
     register_module("conv2", conv2);
@@ -121,7 +125,8 @@ class Bottleneck : public nn::Module {
     register_module("conv3", conv3);
     register_module("bn3", bn3);
     if (stride != 1 || in != planes * kExpansion) {
-      downsample.add<nn::Conv2d>(in, planes * kExpansion, sq(1), nn::Conv2dOptions{.stride = sq(stride), .bias = false});
+      downsample.add<nn::Conv2d>(in, planes * kExpansion, sq(1),
+                                 nn::Conv2dOptions{.stride = sq(stride), .bias = false});
       downsample.add<nn::BatchNorm2d>(planes * kExpansion);
       register_module("downsample", downsample);
     }
@@ -184,8 +189,9 @@ class ResNet50 : public ImageModel {
 inline std::shared_ptr<nn::Sequential> conv_bn_relu6(int64_t in, int64_t out, int64_t kernel, int64_t stride,
                                                      int64_t groups = 1) {
   auto s = std::make_shared<nn::Sequential>();
-  s->add<nn::Conv2d>(in, out, sq(kernel),
-                     nn::Conv2dOptions{.stride = sq(stride), .padding = sq((kernel - 1) / 2), .groups = groups, .bias = false});
+  s->add<nn::Conv2d>(
+      in, out, sq(kernel),
+      nn::Conv2dOptions{.stride = sq(stride), .padding = sq((kernel - 1) / 2), .groups = groups, .bias = false});
   s->add<nn::BatchNorm2d>(out);
   s->add<nn::ReLU6>();
   return s;
@@ -196,7 +202,7 @@ class InvertedResidual : public nn::UnaryModule {
   InvertedResidual(int64_t in, int64_t out, int64_t stride, int64_t expand) : residual_(stride == 1 && in == out) {
     int64_t hidden = in * expand;
     if (expand != 1) conv.push_back(conv_bn_relu6(in, hidden, 1, 1));
-    conv.push_back(conv_bn_relu6(hidden, hidden, 3, stride, hidden));  // depthwise
+    conv.push_back(conv_bn_relu6(hidden, hidden, 3, stride, hidden));            // depthwise
     conv.add<nn::Conv2d>(hidden, out, sq(1), nn::Conv2dOptions{.bias = false});  // linear bottleneck
     conv.add<nn::BatchNorm2d>(out);
     register_module("conv", conv);
@@ -212,7 +218,7 @@ class MobileNetV2 : public ImageModel {
  public:
   explicit MobileNetV2(int64_t classes = 1000, int64_t width = 1, double dropout = 0.2) {
     // (expansion, channels, repeats, first stride), torchvision's table.
-    const int64_t table[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2},
+    const int64_t table[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                 {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
     int64_t in = scaled(32, width), last = scaled(1280, width);
     features.push_back(conv_bn_relu6(3, in, 3, 2));
@@ -241,7 +247,8 @@ class ImageTask : public Task {
  public:
   ImageTask(std::unique_ptr<ImageModel> model, int64_t classes, int64_t batch, int64_t size, int64_t distinct = 4)
       : net(std::move(model)) {
-    for (int64_t i = 0; i < distinct; ++i) batches_.push_back({randn({batch, 3, size, size}), randint(0, classes, {batch})});
+    for (int64_t i = 0; i < distinct; ++i)
+      batches_.push_back({randn({batch, 3, size, size}), randint(0, classes, {batch})});
   }
   nn::Module& model() override { return *net; }
   std::vector<Tensor> batch(int64_t step) override { return batches_[static_cast<size_t>(step) % batches_.size()]; }

@@ -32,7 +32,8 @@ inline int64_t gpu_benchmark_batch(const std::string& name) {
 }
 
 /// The task `name` at `size` (batch: images, pairs or sequences per step; 0 for the size's own).
-inline std::unique_ptr<Task> make_task(const std::string& name, Size size, int64_t batch = 0, const std::string& text = {}) {
+inline std::unique_ptr<Task> make_task(const std::string& name, Size size, int64_t batch = 0,
+                                       const std::string& text = {}) {
   bool tiny = size == Size::Tiny, full = size == Size::Full;
   auto pick = [&](int64_t t, int64_t b, int64_t f) { return tiny ? t : full ? f : b; };
   // Tiny batches of 4: batch norm's statistics over 2 images would make the gradients
@@ -42,15 +43,28 @@ inline std::unique_ptr<Task> make_task(const std::string& name, Size size, int64
   auto image = [&](std::unique_ptr<ImageModel> m, int64_t classes, int64_t side) -> std::unique_ptr<Task> {
     return std::make_unique<ImageTask>(std::move(m), classes, n, side);
   };
-  if (name == "alexnet") return image(std::make_unique<AlexNet>(pick(10, 100, 1000), pick(16, 4, 1)), pick(10, 100, 1000), pick(63, 64, 224));
-  if (name == "vgg19_bn") return image(std::make_unique<VGG19BN>(pick(10, 100, 1000), pick(16, 4, 1)), pick(10, 100, 1000), pick(32, 32, 224));
-  if (name == "resnet50") return image(std::make_unique<ResNet50>(pick(10, 100, 1000), pick(16, 1, 1)), pick(10, 100, 1000), pick(64, 64, 224));
-  if (name == "mobilenet_v2") return image(std::make_unique<MobileNetV2>(pick(10, 100, 1000), pick(4, 1, 1)), pick(10, 100, 1000), pick(64, 64, 224));
-  if (name == "unet") return std::make_unique<SegmentationTask>(2, pick(8, 16, 64), pick(2, 3, 4), n, pick(16, 64, 256));
-  if (name == "ncf") return std::make_unique<NCFTask>(pick(100, 6040, 138493), pick(200, 3706, 26744), batch > 0 ? batch : pick(64, 1024, 1024));
-  if (name == "gnmt") return std::make_unique<TranslationTask>(pick(32, 1000, 32000), pick(32, 256, 1024), pick(2, 2, 4), n, pick(6, 20, 50));
+  if (name == "alexnet")
+    return image(std::make_unique<AlexNet>(pick(10, 100, 1000), pick(16, 4, 1)), pick(10, 100, 1000),
+                 pick(63, 64, 224));
+  if (name == "vgg19_bn")
+    return image(std::make_unique<VGG19BN>(pick(10, 100, 1000), pick(16, 4, 1)), pick(10, 100, 1000),
+                 pick(32, 32, 224));
+  if (name == "resnet50")
+    return image(std::make_unique<ResNet50>(pick(10, 100, 1000), pick(16, 1, 1)), pick(10, 100, 1000),
+                 pick(64, 64, 224));
+  if (name == "mobilenet_v2")
+    return image(std::make_unique<MobileNetV2>(pick(10, 100, 1000), pick(4, 1, 1)), pick(10, 100, 1000),
+                 pick(64, 64, 224));
+  if (name == "unet")
+    return std::make_unique<SegmentationTask>(2, pick(8, 16, 64), pick(2, 3, 4), n, pick(16, 64, 256));
+  if (name == "ncf")
+    return std::make_unique<NCFTask>(pick(100, 6040, 138493), pick(200, 3706, 26744),
+                                     batch > 0 ? batch : pick(64, 1024, 1024));
+  if (name == "gnmt")
+    return std::make_unique<TranslationTask>(pick(32, 1000, 32000), pick(32, 256, 1024), pick(2, 2, 4), n,
+                                             pick(6, 20, 50));
   if (name == "gpt") {
-    GPTConfig c = tiny ? GPTConfig{.vocab = 256, .context = 16, .embed = 32, .heads = 4, .layers = 2}
+    GPTConfig c = tiny   ? GPTConfig{.vocab = 256, .context = 16, .embed = 32, .heads = 4, .layers = 2}
                   : full ? GPTConfig{.vocab = 50257, .context = 1024, .embed = 768, .heads = 12, .layers = 12}
                          : GPTConfig{};
     return std::make_unique<GPTTask>(c, batch > 0 ? batch : pick(2, 16, 8), text);
@@ -67,7 +81,8 @@ inline std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name,
   if (name == "ncf" || name == "gnmt") return std::make_unique<optim::Adam>(params, 1e-3 * lr_scale);
   if (name == "gpt")
     return std::make_unique<optim::AdamW>(params, 3e-3 * lr_scale, optim::AdamWOptions{.weight_decay = 0.1});
-  return std::make_unique<optim::SGD>(params, 0.01 * lr_scale, optim::SgdOptions{.momentum = 0.9, .weight_decay = 1e-4});
+  return std::make_unique<optim::SGD>(params, 0.01 * lr_scale,
+                                      optim::SgdOptions{.momentum = 0.9, .weight_decay = 1e-4});
 }
 
 }  // namespace kiln::examples

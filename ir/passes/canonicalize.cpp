@@ -39,9 +39,7 @@ class Canonicalizer {
 
  private:
   // The node that defines `v`, or null for arguments and parameters.
-  const Node* producer(uint32_t v) const {
-    return v < def_.size() && def_[v] >= 0 ? &out_.nodes[def_[v]] : nullptr;
-  }
+  const Node* producer(uint32_t v) const { return v < def_.size() && def_[v] >= 0 ? &out_.nodes[def_[v]] : nullptr; }
   // The node that defines `v` by applying `op`, or null.
   const Node* op_producer(uint32_t v, OpId op) const {
     const Node* d = producer(v);
@@ -65,9 +63,7 @@ class Canonicalizer {
   // elements are `want`). Float zeros must match in sign too.
   bool operand_is(const Node& n, int k, double want) const {
     bool signed_zero = want == 0 && is_float(n.attrs.dtype);
-    auto same = [&](double v) {
-      return v == want && (!signed_zero || std::signbit(v) == std::signbit(want));
-    };
+    auto same = [&](double v) { return v == want && (!signed_zero || std::signbit(v) == std::signbit(want)); };
     if (n.attrs.imm_mask >> k & 1) return same(n.attrs.imm[k].to_double());
     const Node* c = producer(tensor_operand(n, k));
     if (!c || c->kind != NodeKind::Const) return false;
@@ -115,9 +111,7 @@ class Canonicalizer {
         return v;
       }
       case OpId::Sub: return keep_if_unit(n, 1, 0.0, 0);
-      case OpId::Mul:
-        v = keep_if_unit(n, 1, 1.0, 0);
-        return v != kNoValue ? v : keep_if_unit(n, 0, 1.0, 1);
+      case OpId::Mul: v = keep_if_unit(n, 1, 1.0, 0); return v != kNoValue ? v : keep_if_unit(n, 0, 1.0, 1);
       case OpId::Div: return keep_if_unit(n, 1, 1.0, 0);
       case OpId::Neg:
       case OpId::LogicalNot:

@@ -27,9 +27,7 @@ namespace kiln::ir {
 
 bool fusible_dtype(DType t) { return t != DType::F16 && t != DType::BF16; }
 
-bool fusible_reduction(OpId op) {
-  return op_def(op).combine != Combine::None;
-}
+bool fusible_reduction(OpId op) { return op_def(op).combine != Combine::None; }
 
 namespace {
 
@@ -384,7 +382,8 @@ Graph Fuser::build() const {
   auto reads = [&](size_t i, const std::function<void(uint32_t)>& fn) {
     int gi = group_of_node[i];
     std::vector<size_t> nodes{i};
-    if (gi >= 0 && groups[gi].members.front() == i) nodes.insert(nodes.end(), recomputed[gi].begin(), recomputed[gi].end());
+    if (gi >= 0 && groups[gi].members.front() == i)
+      nodes.insert(nodes.end(), recomputed[gi].begin(), recomputed[gi].end());
     for (size_t k : nodes)
       for (uint32_t v : g.nodes[k].inputs)
         if (gi < 0 || !recomputed_values[gi].count(v)) fn(v);

@@ -100,8 +100,7 @@ void Fuser::recompute_small() {
       if (n.kind != NodeKind::Op || n.op != OpId::Expand || users[n.result].empty()) continue;
       int target = group_of_node[users[n.result].front()];
       bool ok = target >= 0 && g.type(n.result).shape == groups[target].domain;
-      for (size_t u : users[n.result])
-        ok = ok && group_of_node[u] == target && space[g.nodes[u].result] == Space::Full;
+      for (size_t u : users[n.result]) ok = ok && group_of_node[u] == target && space[g.nodes[u].result] == Space::Full;
       for (uint32_t o : g.outputs) ok = ok && o != n.result;
       if (!ok || !recompute_into(target, v, is_small)) continue;
       Group& T = groups[target];
@@ -120,8 +119,7 @@ void Fuser::recompute_shared() {
   for (uint32_t o : g.outputs) users[o].push_back(g.nodes.size());  // read after the graph
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const Group& G = groups[gi];
-    if (G.members.empty() || is_small[gi] ||
-        !opt.recompute_small(g.type(g.nodes[G.members.front()].result).device))
+    if (G.members.empty() || is_small[gi] || !opt.recompute_small(g.type(g.nodes[G.members.front()].result).device))
       continue;
     std::set<uint32_t> wanted, reads;
     for (size_t m : G.members)
@@ -131,7 +129,8 @@ void Fuser::recompute_shared() {
         if (s < 0 || s == static_cast<int>(gi) || is_small[s] || g.type(v).shape != G.domain) continue;
         bool only_here = true;  // besides its own group's members
         for (size_t u : users[v])
-          only_here = only_here && u < g.nodes.size() && (group_of_node[u] == static_cast<int>(gi) || group_of_node[u] == s);
+          only_here =
+              only_here && u < g.nodes.size() && (group_of_node[u] == static_cast<int>(gi) || group_of_node[u] == s);
         if (only_here) wanted.insert(v);
       }
     if (wanted.empty()) continue;

@@ -27,11 +27,11 @@ struct Group {
 struct Fuser {
   const Graph& g;
   const FuseOptions& opt;
-  std::vector<int> group_of_node;      // -1: stays an op
-  std::vector<int> group_of_value;     // -1: defined outside any group
-  std::vector<Space> space;            // per value
+  std::vector<int> group_of_node;   // -1: stays an op
+  std::vector<int> group_of_value;  // -1: defined outside any group
+  std::vector<Space> space;         // per value
   std::vector<Group> groups;
-  std::vector<int> producer;           // value -> node index, -1 for inputs and params
+  std::vector<int> producer;  // value -> node index, -1 for inputs and params
   // Per group: the nodes of other groups it recomputes (sorted), and their results.
   std::vector<std::vector<size_t>> recomputed;
   std::vector<std::set<uint32_t>> recomputed_values;

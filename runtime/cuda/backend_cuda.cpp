@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "runtime/backend.h"
+#include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
-#include "runtime/check.h"
 #include "runtime/ops/loops.h"
 
 namespace kiln::cuda {
@@ -40,7 +40,8 @@ class CudaBackend final : public DeviceBackend {
 
   void run(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) override {
     OpKernel k = g_kernels[static_cast<size_t>(id)].load(std::memory_order_acquire);
-    KILN_CHECK(k, "{}: no CUDA kernel for this op ({}); this kiln's CUDA kernels are installed by its CUDA layer (cuda/)",
+    KILN_CHECK(k,
+               "{}: no CUDA kernel for this op ({}); this kiln's CUDA kernels are installed by its CUDA layer (cuda/)",
                op_name(id), out.type().str());
     bind(out.device().index, op_name(id));
     k(id, in, attrs, out);
@@ -105,8 +106,7 @@ class CudaBackend final : public DeviceBackend {
     std::memcpy(half, b, es);
     if (es == 4 || half[0] == half[1])
       return check(d.cuMemsetD32Async(p, half[0], n * es / 4, stream), "cuMemsetD32Async");
-    for (int k = 0; k < 2; ++k)
-      check(d.cuMemsetD2D32Async(p + 4 * k, 8, half[k], 1, n, stream), "cuMemsetD2D32Async");
+    for (int k = 0; k < 2; ++k) check(d.cuMemsetD2D32Async(p + 4 * k, 8, half[k], 1, n, stream), "cuMemsetD2D32Async");
   }
 
   // dst (a CPU tensor) = src (a CUDA tensor); returns when dst holds the values.
@@ -121,7 +121,8 @@ class CudaBackend final : public DeviceBackend {
     bool direct = same_dense_layout(dense, dst);
     Tensor host = direct ? dst : Tensor::empty({dense.dtype(), dense.shape(), cpu});
     CUstream stream = current(index);
-    check(driver()->cuMemcpyDtoHAsync(host.data_ptr(), device_ptr(dense), nbytes_of(dense), stream), "cuMemcpyDtoHAsync");
+    check(driver()->cuMemcpyDtoHAsync(host.data_ptr(), device_ptr(dense), nbytes_of(dense), stream),
+          "cuMemcpyDtoHAsync");
     check(driver()->cuStreamSynchronize(stream), "cuStreamSynchronize");
     read_deferred_checks(index);  // the program reads the device: a bad index found meanwhile is its error
     if (!direct) copy_into(host, dst);
@@ -137,8 +138,10 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     CopyKernel k = g_copy.load(std::memory_order_acquire);
-    KILN_CHECK(k, "copy: no CUDA copy kernel to write {} into {}; this kiln's CUDA kernels are installed by its CUDA "
-               "layer (cuda/)", src.type().str(), dst.type().str());
+    KILN_CHECK(k,
+               "copy: no CUDA copy kernel to write {} into {}; this kiln's CUDA kernels are installed by its CUDA "
+               "layer (cuda/)",
+               src.type().str(), dst.type().str());
     k(src, dst);
   }
 };

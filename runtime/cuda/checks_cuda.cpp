@@ -32,7 +32,7 @@ struct Pending {
 
 struct DeviceChecks {
   std::mutex mu;
-  Tensor flags;  // [kSlots, 2] i64 on the device: zero, or {1, the bad index}
+  Tensor flags;                  // [kSlots, 2] i64 on the device: zero, or {1, the bad index}
   std::vector<Pending> pending;  // per slot taken since the last read
 };
 

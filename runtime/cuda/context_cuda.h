@@ -5,9 +5,9 @@
 #include <cuda.h>
 
 #include "runtime/caching_allocator.h"
-#include "runtime/cuda/handles_cuda.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda/driver_cuda.h"
+#include "runtime/cuda/handles_cuda.h"
 
 namespace kiln::cuda {
 

@@ -8,9 +8,9 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
-#include "runtime/check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -98,7 +98,8 @@ Stream Stream::create(int index) {
   DeviceState& s = state(index, "cuda::Stream::create");
   bind(index, "cuda::Stream::create");
   std::call_once(s.pool_once, [&] {
-    for (CUstream& st : s.pool) check(driver()->cuStreamCreateWithPriority(&st, CU_STREAM_NON_BLOCKING, 0), "cuStreamCreateWithPriority");
+    for (CUstream& st : s.pool)
+      check(driver()->cuStreamCreateWithPriority(&st, CU_STREAM_NON_BLOCKING, 0), "cuStreamCreateWithPriority");
   });
   CUstream st = s.pool[s.next.fetch_add(1, std::memory_order_relaxed) % kPoolSize];
   return Stream(index, reinterpret_cast<uintptr_t>(st));

@@ -38,7 +38,7 @@ Loaded load_driver() {
     return l;
   }
   std::string missing;
-#define KILN_CUDA_LOAD(fn)                                                                   \
+#define KILN_CUDA_LOAD(fn)                                                                    \
   l.driver.fn = reinterpret_cast<decltype(l.driver.fn)>(symbol(lib, KILN_CUDA_STR(fn), #fn)); \
   if (!l.driver.fn) missing += std::string(missing.empty() ? "" : ", ") + KILN_CUDA_STR(fn);
   KILN_CUDA_DRIVER_FUNCTIONS(KILN_CUDA_LOAD)

@@ -5,9 +5,9 @@
 #include <map>
 #include <mutex>
 
+#include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
-#include "runtime/check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -38,8 +38,10 @@ Stream capture_stream(int device) {
 }
 
 void begin_capture(const Stream& stream) {
-  KILN_CHECK(stream.handle() != 0, "cuda graph capture: cuda:{}'s default stream cannot be captured; capture a "
-             "stream of cuda::Stream::create", stream.device_index());
+  KILN_CHECK(stream.handle() != 0,
+             "cuda graph capture: cuda:{}'s default stream cannot be captured; capture a "
+             "stream of cuda::Stream::create",
+             stream.device_index());
   bind(stream.device_index(), "cuda graph capture");
   auto* st = reinterpret_cast<CUstream>(stream.handle());
   uintptr_t key = device_allocator(stream.device_index()).begin_private_pool(stream.handle());
@@ -102,7 +104,8 @@ void CapturedGraph::launch() const {
 CapturedGraph::~CapturedGraph() {
   try {
     bind(device_, "cuda graph");
-    for (uintptr_t s : launched_) check(driver()->cuStreamSynchronize(reinterpret_cast<CUstream>(s)), "cuStreamSynchronize");
+    for (uintptr_t s : launched_)
+      check(driver()->cuStreamSynchronize(reinterpret_cast<CUstream>(s)), "cuStreamSynchronize");
     driver()->cuGraphExecDestroy(reinterpret_cast<CUgraphExec>(exec_));
     device_allocator(device_).release_private_pool(pool_, stream_);
   } catch (const Error&) {

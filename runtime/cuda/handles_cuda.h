@@ -33,8 +33,7 @@ auto retry_after_freeing_cache(Attempt attempt, IsOutOfMemory out_of_memory, con
 /// Handles of type H per device, lent to threads. One pool per handle type (its lease is a
 /// thread_local of the instantiation, which remembers the first pool a thread used). Pools live
 /// for the process: make them with new (a test's may go once the threads that used it ended).
-template <class H>
-class HandlePool {
+template <class H> class HandlePool {
  public:
   /// `create(device)` makes a handle for the calling thread's bound device.
   explicit HandlePool(std::function<H(int)> create) : create_(std::move(create)) {}

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/cuda/context_cuda.h"
 #include "runtime/check.h"
+#include "runtime/cuda/context_cuda.h"
 
 namespace kiln::cuda {
 namespace {
@@ -221,7 +221,7 @@ PinnedAllocator& pinned() {
 CachingAllocator& device_allocator(int index) {
   static std::mutex mu;
   static auto* allocators = new std::vector<std::unique_ptr<CachingAllocator>>;  // never destroyed
-  bind(index, "cuda allocator");  // checks the index
+  bind(index, "cuda allocator");                                                 // checks the index
   std::lock_guard<std::mutex> lock(mu);
   auto i = static_cast<size_t>(index);
   if (allocators->size() <= i) allocators->resize(i + 1);

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
-#include "runtime/check.h"
 
 namespace kiln::cuda {
 namespace {
@@ -37,8 +37,9 @@ DeviceFunction load_function(int device, const std::string& image, const std::st
   bind(device, "cuda kernel");
   CUmodule m = nullptr;
   // A module's code and constants take device memory outside the cache.
-  CUresult r = retry_out_of_memory(device, [&] { return driver()->cuModuleLoadData(&m, image.data()); },
-                                   [](CUresult e) { return e == CUDA_ERROR_OUT_OF_MEMORY; });
+  CUresult r = retry_out_of_memory(
+      device, [&] { return driver()->cuModuleLoadData(&m, image.data()); },
+      [](CUresult e) { return e == CUDA_ERROR_OUT_OF_MEMORY; });
   if (r != CUDA_SUCCESS) {
     const char* e = nullptr;
     driver()->cuGetErrorName(r, &e);
@@ -60,11 +61,13 @@ std::atomic<int64_t> g_launches{0};
 
 int64_t kernel_launches() { return g_launches.load(std::memory_order_relaxed); }
 
-void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned block[3], size_t shared_bytes, void** args) {
+void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned block[3], size_t shared_bytes,
+            void** args) {
   bind(f.device, "cuda kernel launch");
   auto fn = reinterpret_cast<CUfunction>(f.function);
   if (shared_bytes > (48 << 10))  // above the default, a kernel must opt in
-    check(driver()->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared_bytes)),
+    check(driver()->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(shared_bytes)),
           "cuFuncSetAttribute");
   check(driver()->cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                  static_cast<unsigned>(shared_bytes), current(f.device), args, nullptr),

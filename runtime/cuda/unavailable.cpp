@@ -12,10 +12,13 @@
 namespace kiln::cuda {
 namespace {
 
-const char* kReason = "kiln was built without CUDA (the CUDA toolkit's headers were not found at configure time, or "
-                      "KILN_CUDA was OFF)";
+const char* kReason =
+    "kiln was built without CUDA (the CUDA toolkit's headers were not found at configure time, or "
+    "KILN_CUDA was OFF)";
 
-[[noreturn]] void unavailable(const char* what) { throw Error(fmt::format("{}: CUDA is not available: {}", what, kReason)); }
+[[noreturn]] void unavailable(const char* what) {
+  throw Error(fmt::format("{}: CUDA is not available: {}", what, kReason));
+}
 
 std::atomic<bool> g_allow_tf32{false};
 
@@ -57,7 +60,9 @@ void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_re
 void install_kernels(std::span<const OpKernelEntry>, CopyKernel) {}
 OpKernel op_kernel(OpId) { return nullptr; }
 DeviceFunction load_function(int, const std::string&, const std::string&) { unavailable("cuda kernel"); }
-void launch(const DeviceFunction&, const unsigned*, const unsigned*, size_t, void**) { unavailable("cuda kernel launch"); }
+void launch(const DeviceFunction&, const unsigned*, const unsigned*, size_t, void**) {
+  unavailable("cuda kernel launch");
+}
 int compute_capability(int) { unavailable("cuda device"); }
 int multiprocessor_count(int) { unavailable("cuda device"); }
 bool sync_index_checks() { return false; }

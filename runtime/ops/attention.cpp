@@ -79,7 +79,8 @@ Tensor weights(const Operands& o, const Attrs& a) {
   Tensor scores = matmul(o.q, o.k.transpose(-2, -1)) * a.scale.to_double();
   if (a.causal) {
     Sizes z = sizes_of(o);
-    Tensor rows = arange(0, z.l, 1, DType::I64).reshape({z.l, 1}), cols = arange(0, z.s, 1, DType::I64).reshape({1, z.s});
+    Tensor rows = arange(0, z.l, 1, DType::I64).reshape({z.l, 1}),
+           cols = arange(0, z.s, 1, DType::I64).reshape({1, z.s});
     scores = where(le(cols, rows).to(o.q.device()), scores, kNegInf);
   }
   if (o.mask.defined())
@@ -119,9 +120,8 @@ TensorType attention_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(p >= 0 && p < 1 && std::isfinite(scale), "{}: dropout_p must be in [0, 1) and scale finite, got {} and {}",
              op, p, scale);
   size_t want = fixed + (p > 0 ? 1 : 0);
-  KILN_CHECK(in.size() == want || in.size() == want + 1,
-             "{}: expected {} operands{} and an optional mask, got {}", op, want,
-             p > 0 ? " (the last the dropout's generator state)" : "", in.size());
+  KILN_CHECK(in.size() == want || in.size() == want + 1, "{}: expected {} operands{} and an optional mask, got {}", op,
+             want, p > 0 ? " (the last the dropout's generator state)" : "", in.size());
   Operands o = operands_of(id, in, a);
   const Tensor &q = o.q, &k = o.k, &v = o.v;
   KILN_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(),
@@ -159,8 +159,9 @@ TensorType attention_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
                o.state.type().str());
   if (id == OpId::Attention) return {q.dtype(), out_shape, q.device()};
   TensorType out_type{q.dtype(), out_shape, q.device()};
-  KILN_CHECK(o.out.type() == out_type && o.grad.type() == out_type, "{}: out {} and grad {} must be attention's output, {}",
-             op, o.out.type().str(), o.grad.type().str(), out_type.str());
+  KILN_CHECK(o.out.type() == out_type && o.grad.type() == out_type,
+             "{}: out {} and grad {} must be attention's output, {}", op, o.out.type().str(), o.grad.type().str(),
+             out_type.str());
   Dims packed = leading(q.shape(), 2);
   packed.push_back(sizes_of(o).packed());
   return {q.dtype(), packed, q.device()};
@@ -251,14 +252,15 @@ void dropout_row(const Prepared<C>& p, int64_t b, int64_t i, int64_t n, std::vec
   }
 }
 
-template <class C> gemm::Mat<const C> rows_of(const Tensor& t, int64_t b, int64_t rows, int64_t cols, int64_t r0 = 0,
-                                              int64_t nr = -1) {
+template <class C>
+gemm::Mat<const C> rows_of(const Tensor& t, int64_t b, int64_t rows, int64_t cols, int64_t r0 = 0, int64_t nr = -1) {
   const C* base = t.data<C>() + (b * rows + r0) * cols;
   return {base, nr < 0 ? rows : nr, cols, cols, 1};
 }
 
 // a @ b into c (or added to it); an empty inner dim gives zeros.
-template <class C> void block_product(gemm::Mat<const C> a, gemm::Mat<const C> b, gemm::Mat<C> c, bool accumulate = false) {
+template <class C>
+void block_product(gemm::Mat<const C> a, gemm::Mat<const C> b, gemm::Mat<C> c, bool accumulate = false) {
   if (c.rows == 0 || c.cols == 0) return;
   if (a.cols == 0) {
     if (!accumulate)
@@ -416,10 +418,16 @@ Grads attention_vjp(const VjpArgs& v) {
 
 constexpr uint64_t kAttentionAttrs = kAttrScale | kAttrCausal | kAttrDropoutP;
 // attention(q, k, v[, mask][, state]): runtime/ops/attention.h.
-const OpDef defs::Attention{.infer = attention::attention_rule, .cpu = attention::attention_cpu, .vjp = attention::attention_vjp,
-                            .saves = kSaveBoth, .attrs = kAttentionAttrs};
+const OpDef defs::Attention{.infer = attention::attention_rule,
+                            .cpu = attention::attention_cpu,
+                            .vjp = attention::attention_vjp,
+                            .saves = kSaveBoth,
+                            .attrs = kAttentionAttrs};
 // attention_backward(q, k, v, out, grad[, mask][, state]): dq, dk, dv packed.
-const OpDef defs::AttentionBackward{.infer = attention::attention_rule, .cpu = attention::attention_cpu, .differentiable = false,
-                                    .saves = kSaveNothing, .attrs = kAttentionAttrs};
+const OpDef defs::AttentionBackward{.infer = attention::attention_rule,
+                                    .cpu = attention::attention_cpu,
+                                    .differentiable = false,
+                                    .saves = kSaveNothing,
+                                    .attrs = kAttentionAttrs};
 
 }  // namespace kiln

@@ -7,8 +7,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/autocast.h"
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/check.h"
 #include "runtime/ops/conv_onednn.h"
 #include "runtime/ops/defs.h"
@@ -36,8 +36,9 @@ TensorType conv2d_type(const TensorType& x, const TensorType& w, const Attrs& a,
   int64_t g = a.groups;
   KILN_CHECK(g >= 1 && x.shape[1] % g == 0 && w.shape[0] % g == 0,
              "{}: groups {} must divide input channels {} and output channels {}", op, g, x.shape[1], w.shape[0]);
-  KILN_CHECK(w.shape[1] == x.shape[1] / g, "{}: weight {} expects {} input channels per group, input {} has {} ({} groups)",
-             op, w.str(), w.shape[1], x.str(), x.shape[1] / g, g);
+  KILN_CHECK(w.shape[1] == x.shape[1] / g,
+             "{}: weight {} expects {} input channels per group, input {} has {} ({} groups)", op, w.str(), w.shape[1],
+             x.str(), x.shape[1] / g, g);
   KILN_CHECK(w.shape[2] >= 1 && w.shape[3] >= 1, "{}: weight {} has an empty kernel", op, w.str());
   int64_t oh = out_size(x.shape[2], w.shape[2], a.stride[0], a.padding[0], a.dilation[0], false);
   int64_t ow = out_size(x.shape[3], w.shape[3], a.stride[1], a.padding[1], a.dilation[1], false);
@@ -83,7 +84,7 @@ TensorType weight_grad_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 // Sizes of one convolution: x [n, c, h, w], weight [o, cg, kh, kw], `groups` groups.
 struct ConvShape {
   int64_t n, c, o, groups, cg, og;
-  conv::Geometry geo;  // one group's
+  conv::Geometry geo;                           // one group's
   int64_t k() const { return geo.rows(); }      // weight row length: cg * kh * kw
   int64_t p() const { return geo.pixels(); }    // output pixels per plane
   int64_t hw() const { return geo.h * geo.w; }  // input pixels per plane
@@ -94,8 +95,17 @@ struct ConvShape {
 ConvShape conv_shape(const Dims& x, const Dims& w, const Attrs& a) {
   ConvShape s;
   s.n = x[0], s.c = x[1], s.o = w[0], s.groups = a.groups, s.cg = w[1], s.og = w[0] / a.groups;
-  s.geo = {s.cg, x[2], x[3], w[2], w[3], a.stride[0], a.stride[1], a.padding[0], a.padding[1],
-           a.dilation[0], a.dilation[1],
+  s.geo = {s.cg,
+           x[2],
+           x[3],
+           w[2],
+           w[3],
+           a.stride[0],
+           a.stride[1],
+           a.padding[0],
+           a.padding[1],
+           a.dilation[0],
+           a.dilation[1],
            out_size(x[2], w[2], a.stride[0], a.padding[0], a.dilation[0], false),
            out_size(x[3], w[3], a.stride[1], a.padding[1], a.dilation[1], false)};
   return s;
@@ -187,8 +197,8 @@ template <class T> void conv_forward(const ConvShape& s, const T* x, const T* w,
 // col2im is used then).
 bool input_grad_is_conv(const ConvShape& s) {
   const conv::Geometry& g = s.geo;
-  return g.sh == 1 && g.sw == 1 && g.dh * (g.kh - 1) >= g.ph && g.dw * (g.kw - 1) >= g.pw &&
-         !g.is_pointwise() && !s.depthwise();
+  return g.sh == 1 && g.sw == 1 && g.dh * (g.kh - 1) >= g.ph && g.dw * (g.kw - 1) >= g.pw && !g.is_pointwise() &&
+         !s.depthwise();
 }
 
 template <class T> void conv_input_grad_as_conv(const ConvShape& s, const T* g, const T* w, T* dx) {
@@ -200,8 +210,14 @@ template <class T> void conv_input_grad_as_conv(const ConvShape& s, const T* g, 
       for (int64_t ci = 0; ci < s.cg; ++ci)
         for (int64_t q = 0; q < kk; ++q)
           flipped[((gi * s.cg + ci) * s.og + o) * kk + (kk - 1 - q)] = w[((gi * s.og + o) * s.cg + ci) * kk + q];
-  ConvShape t{s.n, s.o, s.c, s.groups, s.og, s.cg,
-              {s.og, e.oh, e.ow, e.kh, e.kw, 1, 1, e.dh * (e.kh - 1) - e.ph, e.dw * (e.kw - 1) - e.pw, e.dh, e.dw, e.h, e.w}};
+  ConvShape t{
+      s.n,
+      s.o,
+      s.c,
+      s.groups,
+      s.og,
+      s.cg,
+      {s.og, e.oh, e.ow, e.kh, e.kw, 1, 1, e.dh * (e.kh - 1) - e.ph, e.dw * (e.kw - 1) - e.pw, e.dh, e.dw, e.h, e.w}};
   conv_forward(t, g, flipped.data(), dx);
 }
 
@@ -212,13 +228,14 @@ template <class T> void conv_input_grad(const ConvShape& s, const T* g, const T*
   if (input_grad_is_conv(s)) return conv_input_grad_as_conv(s, g, w, dx);
   std::fill(dx, dx + s.n * s.c * s.hw(), T(0));
   if (s.depthwise()) {
-    parallel_for(0, s.n * s.c, std::max<int64_t>(1, kParallelGrain / (s.og * s.p() * s.k())), [&](int64_t q0, int64_t q1) {
-      for (int64_t q = q0; q < q1; ++q) {
-        int64_t b = q / s.c, ci = q % s.c;
-        for (int64_t o = ci * s.og; o < (ci + 1) * s.og; ++o)
-          conv::depthwise_input_grad_plane(s.geo, g + (b * s.o + o) * s.p(), w + o * s.k(), dx + q * s.hw());
-      }
-    });
+    parallel_for(
+        0, s.n * s.c, std::max<int64_t>(1, kParallelGrain / (s.og * s.p() * s.k())), [&](int64_t q0, int64_t q1) {
+          for (int64_t q = q0; q < q1; ++q) {
+            int64_t b = q / s.c, ci = q % s.c;
+            for (int64_t o = ci * s.og; o < (ci + 1) * s.og; ++o)
+              conv::depthwise_input_grad_plane(s.geo, g + (b * s.o + o) * s.p(), w + o * s.k(), dx + q * s.hw());
+          }
+        });
     return;
   }
   for_each_item(s, [&](int64_t i, bool parallel) {
@@ -252,7 +269,8 @@ template <class T> void conv_weight_grad(const ConvShape& s, const T* x, const T
     parallel_for(0, s.o, std::max<int64_t>(1, kParallelGrain / (s.n * s.p() * s.k())), [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o)
         for (int64_t b = 0; b < s.n; ++b)
-          conv::depthwise_weight_grad_plane(s.geo, x + (b * s.c + o / s.og) * s.hw(), g + (b * s.o + o) * s.p(), dw + o * s.k());
+          conv::depthwise_weight_grad_plane(s.geo, x + (b * s.c + o / s.og) * s.hw(), g + (b * s.o + o) * s.p(),
+                                            dw + o * s.k());
     });
     return;
   }
@@ -288,8 +306,8 @@ template <class T> void conv_weight_grad(const ConvShape& s, const T* x, const T
         const T* cols = columns(s, x, b, gi, buf, true);
         parallel_for(0, runs, 1, [&](int64_t r0, int64_t r1) {
           for (int64_t r = r0; r < r1; ++r)
-            add_product(b, gi, cols, r * kPixelRun, std::min(s.p(), (r + 1) * kPixelRun),
-                        partials.data() + r * wsize, b > 0);
+            add_product(b, gi, cols, r * kPixelRun, std::min(s.p(), (r + 1) * kPixelRun), partials.data() + r * wsize,
+                        b > 0);
         });
       }
   }
@@ -372,15 +390,21 @@ Grads weight_grad_vjp(const VjpArgs& v) {
 }  // namespace
 
 // conv2d(x, weight): 2-d cross-correlation, NCHW; attrs stride, padding, dilation, groups.
-const OpDef defs::Conv2d{.infer = conv2d_rule, .cpu = conv2d_cpu, .vjp = conv2d_vjp,
+const OpDef defs::Conv2d{.infer = conv2d_rule,
+                         .cpu = conv2d_cpu,
+                         .vjp = conv2d_vjp,
                          .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups};
 // conv2d_input_grad(g, weight): conv2d's gradient with respect to its input, of attrs.shape (a
 // transposed convolution: GEMM, then col2im; with stride 1, a convolution of g); conv2d's attrs
 // otherwise.
-const OpDef defs::Conv2dInputGrad{.infer = input_grad_rule, .cpu = input_grad_cpu, .vjp = input_grad_vjp,
+const OpDef defs::Conv2dInputGrad{.infer = input_grad_rule,
+                                  .cpu = input_grad_cpu,
+                                  .vjp = input_grad_vjp,
                                   .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape};
 // conv2d_weight_grad(x, g): conv2d's gradient with respect to its weight, of attrs.shape.
-const OpDef defs::Conv2dWeightGrad{.infer = weight_grad_rule, .cpu = weight_grad_cpu, .vjp = weight_grad_vjp,
+const OpDef defs::Conv2dWeightGrad{.infer = weight_grad_rule,
+                                   .cpu = weight_grad_cpu,
+                                   .vjp = weight_grad_vjp,
                                    .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape};
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Dims& stride,
@@ -395,8 +419,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   a.groups = groups;
   Tensor y = apply(OpId::Conv2d, {x.to(t), weight.to(t)}, a);
   if (!bias.defined()) return y;
-  KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0],
-             "conv2d: bias must be [{}], got {}", weight.shape()[0], bias.type().str());
+  KILN_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "conv2d: bias must be [{}], got {}",
+             weight.shape()[0], bias.type().str());
   return y + bias.reshape({-1, 1, 1});
 }
 

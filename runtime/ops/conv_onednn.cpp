@@ -122,7 +122,9 @@ Operands operands(Pass pass, const Problem& p, const Block& b) {
   return {memory::desc({b.nn, xc, g.h, g.w}, f32, Dims{p.c * hw, hw, g.w, 1}),
           memory::desc(wdims, f32, wstrides),
           memory::desc({b.nn, yc, g.oh, g.ow}, f32, Dims{p.o * pix, pix, g.ow, 1}),
-          b.n0 * p.c * hw + xc0 * hw, w_off, b.n0 * p.o * pix + yc0 * pix};
+          b.n0 * p.c * hw + xc0 * hw,
+          w_off,
+          b.n0 * p.o * pix + yc0 * pix};
 }
 
 // A block shape's primitives: the convolution, and the reorders between kiln's layout and the
@@ -187,8 +189,8 @@ std::unique_ptr<Prims> make_prims(Pass pass, const Problem& p, const Block& b) {
   Dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
   auto alg = dnnl::algorithm::convolution_direct;
   auto attr = user_scratchpad();
-  dnnl::convolution_forward::desc forward{dnnl::prop_kind::forward_training, alg, any(o.x), any(o.w), any(o.y),
-                                          strides, dil, pad, pad};
+  dnnl::convolution_forward::desc forward{
+      dnnl::prop_kind::forward_training, alg, any(o.x), any(o.w), any(o.y), strides, dil, pad, pad};
   if (pass == Pass::Forward) {
     dnnl::convolution_forward::primitive_desc pd(forward, attr, engine());
     return prims_of<dnnl::convolution_forward>(pd, {o.x, pd.src_desc(), DNNL_ARG_SRC},
@@ -214,14 +216,30 @@ std::unique_ptr<Prims> make_prims(Pass pass, const Problem& p, const Block& b) {
 // one costs tens of microseconds, so a step's convolutions find theirs here after the first.
 using Key = std::array<int64_t, 18>;
 std::mutex g_cache_mutex;
-std::map<Key, std::shared_ptr<const Prims>> g_cache;
+std::map<Key, std::shared_ptr<const Prims> > g_cache;
 constexpr size_t kCacheCapacity = 512;
 
 // Shared, so a caller's primitives outlive a clear by another thread that fills the cache.
 std::shared_ptr<const Prims> find_prims(Pass pass, const Problem& p, const Block& b) {
   const Geometry& g = p.geo;
-  Key key{static_cast<int64_t>(pass), p.c, p.o, p.groups, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
-          b.nn, b.nch, 0, 0};
+  Key key{static_cast<int64_t>(pass),
+          p.c,
+          p.o,
+          p.groups,
+          g.h,
+          g.w,
+          g.kh,
+          g.kw,
+          g.sh,
+          g.sw,
+          g.ph,
+          g.pw,
+          g.dh,
+          g.dw,
+          b.nn,
+          b.nch,
+          0,
+          0};
   std::lock_guard lock(g_cache_mutex);
   auto it = g_cache.find(key);
   if (it != g_cache.end()) return it->second;
@@ -241,7 +259,7 @@ class Buffer {
  public:
   void* get(size_t bytes) {
     if (bytes > size_) {
-      data_.reset(static_cast<char*>(::operator new(bytes, std::align_val_t{64})));
+      data_.reset(static_cast<char*>(::operator new (bytes, std::align_val_t{64})));
       size_ = bytes;
     }
     return data_.get();
@@ -249,7 +267,7 @@ class Buffer {
 
  private:
   struct Free {
-    void operator()(char* p) const { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(char* p) const { ::operator delete (p, std::align_val_t{64}); }
   };
   std::unique_ptr<char, Free> data_;
   size_t size_ = 0;
@@ -307,8 +325,8 @@ struct Cut {
 Cut cut(Pass pass, const Problem& p) {
   Cut c;
   int64_t image_work = std::max<int64_t>(1, p.o * p.geo.rows() * p.geo.pixels());
-  c.image_block = std::min(p.n, std::max((p.n + kImageBlocks - 1) / kImageBlocks,
-                                         (kMinBlockWork + image_work - 1) / image_work));
+  c.image_block =
+      std::min(p.n, std::max((p.n + kImageBlocks - 1) / kImageBlocks, (kMinBlockWork + image_work - 1) / image_work));
   c.chans = p.groups > 1 ? p.groups : pass == Pass::InputGrad ? p.c : p.o;
   c.chan_block = c.chans;
   int64_t images = c.images(p);
@@ -343,7 +361,7 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
   if (!onednn_enabled() || p.n == 0 || prefer_kiln(pass, p)) return false;
   Cut c = cut(pass, p);
   int64_t blocks = c.blocks(p);
-  std::vector<std::shared_ptr<const Prims>> prims(static_cast<size_t>(blocks));
+  std::vector<std::shared_ptr<const Prims> > prims(static_cast<size_t>(blocks));
   for (int64_t i = 0; i < blocks; ++i) {
     Block b = c.block(p, i);
     bool same_as_first = i > 0 && b.nn == c.block(p, 0).nn && b.nch == c.block(p, 0).nch;
@@ -366,9 +384,9 @@ bool run(Pass pass, const Problem& p, const float* in0, const float* in1, float*
     std::unordered_map<int, memory> args{{DNNL_ARG_FROM, memory(w.user, engine(), const_cast<float*>(in1))},
                                          {DNNL_ARG_TO, memory(w.inner, engine(), weight_inner)}};
     if (w.scratch)
-      args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({static_cast<int64_t>(w.scratch)}, memory::data_type::u8,
-                                                            memory::format_tag::a),
-                                               engine(), scratch.get(w.scratch)));
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   memory(memory::desc({static_cast<int64_t>(w.scratch)}, memory::data_type::u8, memory::format_tag::a),
+                          engine(), scratch.get(w.scratch)));
     w.reorder->execute(stream, args);
     stream.wait();
   }

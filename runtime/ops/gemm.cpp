@@ -28,9 +28,8 @@ template <class T> std::vector<T> packed(const Mat<const T>& m) {
 }
 
 // One BLAS call; every size already fits an int.
-template <class T>
-void blas_call(Layout la, Layout lb, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
-               T* c, int64_t ldc, bool accumulate) {
+template <class T> void blas_call(Layout la, Layout lb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
+                                  int64_t ldc, bool accumulate) {
   // BLAS's own checks, made here: a rejected call prints a message and leaves c as it was.
   KILN_ASSERT(la.ld >= std::max<int64_t>(1, la.trans ? m : k) && lb.ld >= std::max<int64_t>(1, lb.trans ? k : n) &&
               ldc >= std::max<int64_t>(1, n));
@@ -69,8 +68,8 @@ template <class T> void gemm_row_major(Mat<const T> a, Mat<const T> b, Mat<T> c,
       for (int64_t p0 = 0; p0 < k; p0 += lim) {
         int64_t kp = std::min(lim, k - p0);
         Operand<T> ab(a.block(i0, mi, p0, kp)), bb(b.block(p0, kp, j0, nj));
-        blas_call<T>(ab.layout, bb.layout, mi, nj, kp, ab.data, bb.data, c.data + i0 * c.rs + j0,
-                     c.rs, accumulate || p0 > 0);
+        blas_call<T>(ab.layout, bb.layout, mi, nj, kp, ab.data, bb.data, c.data + i0 * c.rs + j0, c.rs,
+                     accumulate || p0 > 0);
       }
     }
 }
@@ -105,8 +104,7 @@ template <class T> void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accu
   bool writable = blas_layout(c, &lc) && lc.ld <= blas_int_limit();
   if (writable && lc.trans) {
     // A column-major result is the row-major result of the transposed product.
-    return gemm_row_major(b.transposed(), a.transposed(), Mat<T>{c.data, c.cols, c.rows, lc.ld, 1},
-                          accumulate);
+    return gemm_row_major(b.transposed(), a.transposed(), Mat<T>{c.data, c.cols, c.rows, lc.ld, 1}, accumulate);
   }
   if (writable) return gemm_row_major(a, b, Mat<T>{c.data, c.rows, c.cols, lc.ld, 1}, accumulate);
   // BLAS cannot write c in place: compute into a packed block and add it in.
@@ -123,8 +121,7 @@ template <class T> void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accu
   }
 }
 
-template <class T>
-void gemm_parallel(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate) {
+template <class T> void gemm_parallel(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate) {
   int64_t m = c.rows, n = c.cols, k = a.cols;
   int threads = num_threads();
   if (threads == 1 || in_parallel_region() || m * n * k < kGemmParallelWork) {
@@ -133,10 +130,8 @@ void gemm_parallel(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate) {
   // Blocks of whole rows keep B's panel shared; a short wide result splits its columns.
   bool by_rows = m >= n || m >= 64 * threads;
   parallel_for(0, by_rows ? m : n, 16, [&](int64_t r0, int64_t r1) {
-    if (by_rows)
-      gemm(a.block(r0, r1 - r0, 0, k), b, c.block(r0, r1 - r0, 0, n), accumulate);
-    else
-      gemm(a, b.block(0, k, r0, r1 - r0), c.block(0, m, r0, r1 - r0), accumulate);
+    if (by_rows) gemm(a.block(r0, r1 - r0, 0, k), b, c.block(r0, r1 - r0, 0, n), accumulate);
+    else gemm(a, b.block(0, k, r0, r1 - r0), c.block(0, m, r0, r1 - r0), accumulate);
   });
 }
 

@@ -13,9 +13,7 @@ template <class T> struct Mat {
   Mat<const T> as_const() const { return {data, rows, cols, rs, cs}; }
   Mat transposed() const { return {data, cols, rows, cs, rs}; }
   /// The block of rows [r0, r0 + nr) and columns [c0, c0 + nc).
-  Mat block(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const {
-    return {data + r0 * rs + c0 * cs, nr, nc, rs, cs};
-  }
+  Mat block(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const { return {data + r0 * rs + c0 * cs, nr, nc, rs, cs}; }
 };
 
 /// How BLAS reads an operand: row-major (`trans` false) or column-major, with leading dim `ld`.
@@ -36,8 +34,7 @@ template <class T> void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accu
 
 /// As gemm, with the rows (or, for a short wide result, the columns) of c split over kiln's
 /// threads. Each element is computed by one BLAS call either way.
-template <class T>
-void gemm_parallel(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate = false);
+template <class T> void gemm_parallel(Mat<const T> a, Mat<const T> b, Mat<T> c, bool accumulate = false);
 
 /// The largest dim or leading dim one BLAS call takes (INT32_MAX). Tests lower it to run the
 /// splitting logic on small matrices; 0 restores the default.

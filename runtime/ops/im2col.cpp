@@ -26,9 +26,7 @@ void Geometry::valid_columns(int64_t kx, int64_t* ox0, int64_t* ox1) const {
   *ox1 = std::clamp<int64_t>(floor_div(w - 1 - off, sw) + 1, *ox0, ow);
 }
 
-bool Geometry::is_pointwise() const {
-  return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
-}
+bool Geometry::is_pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
 
 template <class T> void im2col(const Geometry& g, const T* x, T* cols, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
@@ -44,7 +42,8 @@ template <class T> void im2col(const Geometry& g, const T* x, T* cols, int64_t r
       const T* src = plane + (oy * g.sh + ky * g.dh - g.ph) * g.w + kx * g.dw - g.pw;
       std::fill(dst, dst + ox0, T(0));
       if (g.sw == 1) std::copy(src + ox0, src + ox1, dst + ox0);
-      else for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] = src[ox * g.sw];
+      else
+        for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] = src[ox * g.sw];
       std::fill(dst + ox1, dst + g.ow, T(0));
     }
     std::fill(row + oy1 * g.ow, row + g.pixels(), T(0));
@@ -73,8 +72,10 @@ template <class T> void col2im(const Geometry& g, const T* cols, T* dx, int64_t 
     T* plane = dx + ci * g.h * g.w;
     for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
       const T* src = cols + (ci * kk + q) * g.pixels() + oy * g.ow;
-      if (sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) plane[off + ox] += src[ox];
-      else for (int64_t ox = ox0; ox < ox1; ++ox) plane[off + ox * sw] += src[ox];
+      if (sw == 1)
+        for (int64_t ox = ox0; ox < ox1; ++ox) plane[off + ox] += src[ox];
+      else
+        for (int64_t ox = ox0; ox < ox1; ++ox) plane[off + ox * sw] += src[ox];
     });
   }
 }
@@ -84,8 +85,10 @@ template <class T> void depthwise_plane(const Geometry& g, const T* x, const T* 
   int64_t sw = g.sw;
   for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
     T wv = w[q], *dst = out + oy * g.ow;
-    if (sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * x[off + ox];  // vectorizes
-    else for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * x[off + ox * sw];
+    if (sw == 1)
+      for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * x[off + ox];  // vectorizes
+    else
+      for (int64_t ox = ox0; ox < ox1; ++ox) dst[ox] += wv * x[off + ox * sw];
   });
 }
 
@@ -94,8 +97,10 @@ template <class T> void depthwise_input_grad_plane(const Geometry& g, const T* g
   for_each_window_row(g, [&](int64_t q, int64_t oy, int64_t ox0, int64_t ox1, int64_t off) {
     T wv = w[q];
     const T* src = gout + oy * g.ow;
-    if (sw == 1) for (int64_t ox = ox0; ox < ox1; ++ox) dx[off + ox] += wv * src[ox];
-    else for (int64_t ox = ox0; ox < ox1; ++ox) dx[off + ox * sw] += wv * src[ox];
+    if (sw == 1)
+      for (int64_t ox = ox0; ox < ox1; ++ox) dx[off + ox] += wv * src[ox];
+    else
+      for (int64_t ox = ox0; ox < ox1; ++ox) dx[off + ox * sw] += wv * src[ox];
   });
 }
 

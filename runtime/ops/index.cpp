@@ -17,38 +17,37 @@ namespace {
 TensorType gather_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor &x = in[0], &idx = in[1];
   KILN_CHECK(is_integral(idx.dtype()), "gather: index must be an integer tensor, got {}", idx.type().str());
-  KILN_CHECK(idx.dim() == x.dim(), "gather: index {} must have the rank of input {}",
-             idx.type().str(), x.type().str());
-  KILN_CHECK(a.dim >= 0 && a.dim < std::max<int64_t>(x.dim(), 1), "gather: dim {} is out of range for {}",
-             a.dim, x.type().str());
+  KILN_CHECK(idx.dim() == x.dim(), "gather: index {} must have the rank of input {}", idx.type().str(), x.type().str());
+  KILN_CHECK(a.dim >= 0 && a.dim < std::max<int64_t>(x.dim(), 1), "gather: dim {} is out of range for {}", a.dim,
+             x.type().str());
   for (int64_t d = 0; d < x.dim(); ++d)
-    KILN_CHECK(d == a.dim || idx.shape()[d] <= x.shape()[d],
-               "gather: index {} is larger than input {} in dim {}", idx.type().str(), x.type().str(), d);
+    KILN_CHECK(d == a.dim || idx.shape()[d] <= x.shape()[d], "gather: index {} is larger than input {} in dim {}",
+               idx.type().str(), x.type().str(), d);
   return {x.dtype(), idx.shape(), x.device()};
 }
 
 TensorType scatter_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor &x = in[0], &idx = in[1], &src = in[2];
   KILN_CHECK(is_integral(idx.dtype()), "scatter_add: index must be an integer tensor, got {}", idx.type().str());
-  KILN_CHECK(src.dtype() == x.dtype(), "scatter_add: src {} must have the dtype of input {}",
-             src.type().str(), x.type().str());
+  KILN_CHECK(src.dtype() == x.dtype(), "scatter_add: src {} must have the dtype of input {}", src.type().str(),
+             x.type().str());
   KILN_CHECK(idx.shape() == src.shape() && idx.dim() == x.dim(),
-             "scatter_add: index {} and src {} must have one shape, of the rank of input {}",
-             idx.type().str(), src.type().str(), x.type().str());
-  KILN_CHECK(a.dim >= 0 && a.dim < std::max<int64_t>(x.dim(), 1), "scatter_add: dim {} is out of range for {}",
-             a.dim, x.type().str());
+             "scatter_add: index {} and src {} must have one shape, of the rank of input {}", idx.type().str(),
+             src.type().str(), x.type().str());
+  KILN_CHECK(a.dim >= 0 && a.dim < std::max<int64_t>(x.dim(), 1), "scatter_add: dim {} is out of range for {}", a.dim,
+             x.type().str());
   for (int64_t d = 0; d < x.dim(); ++d)
-    KILN_CHECK(d == a.dim || idx.shape()[d] <= x.shape()[d],
-               "scatter_add: index {} is larger than input {} in dim {}", idx.type().str(), x.type().str(), d);
+    KILN_CHECK(d == a.dim || idx.shape()[d] <= x.shape()[d], "scatter_add: index {} is larger than input {} in dim {}",
+               idx.type().str(), x.type().str(), d);
   return x.type();
 }
 
 TensorType index_select_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor &x = in[0], &idx = in[1];
-  KILN_CHECK(is_integral(idx.dtype()) && idx.dim() <= 1,
-             "index_select: index must be a 1-d integer tensor, got {}", idx.type().str());
-  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(),
-             "index_select: dim {} is out of range for {}", a.dim, x.type().str());
+  KILN_CHECK(is_integral(idx.dtype()) && idx.dim() <= 1, "index_select: index must be a 1-d integer tensor, got {}",
+             idx.type().str());
+  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(), "index_select: dim {} is out of range for {}", a.dim,
+             x.type().str());
   Dims shape = x.shape();
   shape[a.dim] = idx.numel();
   return {x.dtype(), shape, x.device()};
@@ -57,9 +56,17 @@ TensorType index_select_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 // Reads index element k at `p` as an int64 (checked against the dim size).
 int64_t read_index(const char* p, DType t, int64_t size, const char* op) {
   int64_t k;
-  if (t == DType::I64) { int64_t v; std::memcpy(&v, p, 8); k = v; }
-  else if (t == DType::I32) { int32_t v; std::memcpy(&v, p, 4); k = v; }
-  else { k = *reinterpret_cast<const uint8_t*>(p); }
+  if (t == DType::I64) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    k = v;
+  } else if (t == DType::I32) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    k = v;
+  } else {
+    k = *reinterpret_cast<const uint8_t*>(p);
+  }
   KILN_CHECK(k >= -size && k < size, "{}: index {} is out of range for a dim of size {}", op, k, size);
   return k < 0 ? k + size : k;
 }
@@ -114,8 +121,8 @@ struct ScatterPlan {
   int64_t block = 1, blocks = 1, units = 1;       // units = (other positions) x blocks
 };
 
-ScatterPlan plan_scatter(const Dims& shape, int64_t dim, const Dims& out_st, const Dims& src_st,
-                         const Dims& idx_st, int64_t dim_size, int64_t elem_size) {
+ScatterPlan plan_scatter(const Dims& shape, int64_t dim, const Dims& out_st, const Dims& src_st, const Dims& idx_st,
+                         int64_t dim_size, int64_t elem_size) {
   ScatterPlan p;
   int64_t r = static_cast<int64_t>(shape.size());
   p.dim_size = dim_size;
@@ -125,8 +132,8 @@ ScatterPlan plan_scatter(const Dims& shape, int64_t dim, const Dims& out_st, con
   }
   for (int64_t d = 0; d < r; ++d) {
     if (d == dim || shape[d] == 1) continue;
-    if (!p.sizes.empty() && p.out_st.back() == out_st[d] * shape[d] &&
-        p.src_st.back() == src_st[d] * shape[d] && p.idx_st.back() == idx_st[d] * shape[d]) {
+    if (!p.sizes.empty() && p.out_st.back() == out_st[d] * shape[d] && p.src_st.back() == src_st[d] * shape[d] &&
+        p.idx_st.back() == idx_st[d] * shape[d]) {
       p.sizes.back() *= shape[d];
       p.out_st.back() = out_st[d], p.src_st.back() = src_st[d], p.idx_st.back() = idx_st[d];
       continue;
@@ -150,13 +157,11 @@ ScatterPlan plan_scatter(const Dims& shape, int64_t dim, const Dims& out_st, con
 }
 
 [[gnu::noinline, gnu::cold]] void reject_index(int64_t k, int64_t size, const char* op) {
-  KILN_CHECK(k >= -size && k < size, "{}: index {} is out of range for a dim of size {}", op, k,
-             size);
+  KILN_CHECK(k >= -size && k < size, "{}: index {} is out of range for a dim of size {}", op, k, size);
 }
 
 // Index value v as a position in [0, size); the error path stays out of the inner loops.
-template <class I>
-inline int64_t checked_index(I v, int64_t size, const char* op) {
+template <class I> inline int64_t checked_index(I v, int64_t size, const char* op) {
   int64_t k = static_cast<int64_t>(v);
   if (static_cast<uint64_t>(k + size) >= static_cast<uint64_t>(2 * size)) [[unlikely]]
     reject_index(k, size, op);
@@ -164,21 +169,16 @@ inline int64_t checked_index(I v, int64_t size, const char* op) {
 }
 
 // a += b; integers wrap (as u8 does everywhere), bool is "any".
-template <class T>
-void accumulate(T& a, T b) {
-  if constexpr (std::is_same_v<T, bool>)
-    a = a || b;
+template <class T> void accumulate(T& a, T b) {
+  if constexpr (std::is_same_v<T, bool>) a = a || b;
   else if constexpr (std::is_integral_v<T>)
-    a = static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) +
-                       static_cast<std::make_unsigned_t<T>>(b));
-  else
-    a += b;
+    a = static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) + static_cast<std::make_unsigned_t<T>>(b));
+  else a += b;
 }
 
 // One unit: `len` positions along the split dim, every index entry in order.
-template <class T, class I>
-void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t len,
-                  simd::PointwiseFn add_row, const char* op) {
+template <class T, class I> void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t len,
+                                              simd::PointwiseFn add_row, const char* op) {
   const int64_t n = p.n, size = p.dim_size, od = p.out_dim, sd = p.src_dim, id = p.idx_dim;
   const int64_t os = p.out_st.back(), ss = p.src_st.back(), is = p.idx_st.back();
   if (len == 1) {  // dim is out's innermost (a gather's gradient): one row, entry by entry
@@ -205,17 +205,15 @@ void scatter_unit(const ScatterPlan& p, T* out, const T* src, const I* idx, int6
   }
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < len; ++i)
-      accumulate(out[checked_index(idx[j * id + i * is], size, op) * od + i * os],
-                 src[j * sd + i * ss]);
+      accumulate(out[checked_index(idx[j * id + i * is], size, op) * od + i * os], src[j * sd + i * ss]);
 }
 
 // Units [u0, u1): the multi-index of u0 once, then an odometer.
 // With `clear_rows`, each unit first zeroes its own row of `out` (dim contiguous in out, one
 // unit per row): the row is still in cache when the adds land, where a separate clear of the
 // whole of `out` would have left it in memory.
-template <class T, class I>
-void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t u0, int64_t u1,
-                   const char* op, bool clear_rows) {
+template <class T, class I> void scatter_units(const ScatterPlan& p, T* out, const T* src, const I* idx, int64_t u0,
+                                               int64_t u1, const char* op, bool clear_rows) {
   simd::PointwiseFn add_row = simd::kernels().pointwise[int(OpId::Add)][int(dtype_of<T>())];
   size_t last = p.sizes.size() - 1;
   Dims count = p.sizes, m(p.sizes.size(), 0);
@@ -247,8 +245,8 @@ void clear(const Tensor& out) { zero_bytes(out.data_ptr(), out.numel() * dtype_s
 // strides over src's shape are `idx_st` (0 where it is the same for all). `out` holds x, or
 // with `from_zero` is to start from zeros: cleared row by row as the scatter reaches each row
 // when every row of out is one unit's (as for a gather's gradient), else cleared first.
-void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims& idx_st,
-                  const Tensor& src, const char* op, bool from_zero) {
+void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims& idx_st, const Tensor& src,
+                  const char* op, bool from_zero) {
   if (src.numel() == 0) {
     if (from_zero) clear(out);
     return;
@@ -264,8 +262,8 @@ void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims&
     return scatter_into(out, dim, wide, idx_st, src, op, from_zero);
   }
   int64_t dim_size = out.dim() == 0 ? 1 : out.shape()[dim];
-  ScatterPlan p = plan_scatter(src.shape(), dim, out.strides(), src.strides(), idx_st, dim_size,
-                               dtype_size(out.dtype()));
+  ScatterPlan p =
+      plan_scatter(src.shape(), dim, out.strides(), src.strides(), idx_st, dim_size, dtype_size(out.dtype()));
   bool rows = from_zero && out.dim() > 0 && p.block == 1 && p.out_dim == 1;
   for (int64_t d = 0; rows && d < out.dim(); ++d) rows = d == dim || src.shape()[d] == out.shape()[d];
   if (from_zero && !rows) clear(out);
@@ -281,10 +279,8 @@ void scatter_into(const Tensor& out, int64_t dim, const Tensor& idx, const Dims&
         parallel_for(0, p.units, grain,
                      [&](int64_t u0, int64_t u1) { scatter_units(p, po, ps, pi, u0, u1, op, rows); });
       };
-      if (idx.dtype() == DType::I64)
-        run(int64_t{});
-      else
-        run(int32_t{});
+      if (idx.dtype() == DType::I64) run(int64_t{});
+      else run(int32_t{});
     }
   });
 }
@@ -317,9 +313,8 @@ void scatter_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Ten
 // then gets its entries in one visit, slices in address order: a row of an embedding table's
 // gradient is read from memory once, not once per column block and entry. Each slice sums in
 // index order, so the bits are the generic path's, on any thread count.
-template <class T, class I>
-void add_slices_from_zero(T* out, int64_t size, int64_t inner, const T* src, const I* idx, int64_t idx_step,
-                          int64_t n) {
+template <class T, class I> void add_slices_from_zero(T* out, int64_t size, int64_t inner, const T* src, const I* idx,
+                                                      int64_t idx_step, int64_t n) {
   std::vector<int64_t> start(static_cast<size_t>(size + 1), 0), dest(static_cast<size_t>(n)), order(dest.size());
   for (int64_t j = 0; j < n; ++j) {
     dest[j] = checked_index(idx[j * idx_step], size, "index_add");
@@ -329,20 +324,21 @@ void add_slices_from_zero(T* out, int64_t size, int64_t inner, const T* src, con
   std::vector<int64_t> next(start.begin(), start.end() - 1);
   for (int64_t j = 0; j < n; ++j) order[next[dest[j]]++] = j;
   simd::PointwiseFn add_row = simd::kernels().pointwise[int(OpId::Add)][int(dtype_of<T>())];
-  parallel_for(0, size, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)), [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      T* o = out + k * inner;
-      for (int64_t e = start[k]; e < start[k + 1]; ++e) {
-        const T* row = src + order[e] * inner;
-        if (add_row) {
-          const void* operands[2] = {o, row};
-          add_row(inner, o, operands, 0);
-        } else {
-          for (int64_t i = 0; i < inner; ++i) accumulate(o[i], row[i]);
-        }
-      }
-    }
-  });
+  parallel_for(0, size, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
+               [&](int64_t k0, int64_t k1) {
+                 for (int64_t k = k0; k < k1; ++k) {
+                   T* o = out + k * inner;
+                   for (int64_t e = start[k]; e < start[k + 1]; ++e) {
+                     const T* row = src + order[e] * inner;
+                     if (add_row) {
+                       const void* operands[2] = {o, row};
+                       add_row(inner, o, operands, 0);
+                     } else {
+                       for (int64_t i = 0; i < inner; ++i) accumulate(o[i], row[i]);
+                     }
+                   }
+                 }
+               });
 }
 
 // Runs add_slices_from_zero when it applies; false otherwise.
@@ -362,8 +358,7 @@ bool index_add_slices(const Tensor& x, const Tensor& out, int64_t dim, const Ten
       const T* ps = static_cast<const T*>(src.data_ptr());
       if (idx.dtype() == DType::I64)
         add_slices_from_zero(po, size, inner, ps, static_cast<const int64_t*>(idx.data_ptr()), step, n);
-      else
-        add_slices_from_zero(po, size, inner, ps, static_cast<const int32_t*>(idx.data_ptr()), step, n);
+      else add_slices_from_zero(po, size, inner, ps, static_cast<const int32_t*>(idx.data_ptr()), step, n);
     }
   });
   return true;
@@ -379,23 +374,21 @@ void index_add_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tenso
 
 TensorType index_add_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor &x = in[0], &idx = in[1], &src = in[2];
-  KILN_CHECK(is_integral(idx.dtype()) && idx.dim() <= 1,
-             "index_add: index must be a 1-d integer tensor, got {}", idx.type().str());
-  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(),
-             "index_add: dim {} is out of range for {}", a.dim, x.type().str());
-  KILN_CHECK(src.dtype() == x.dtype(), "index_add: src {} must have the dtype of input {}",
-             src.type().str(), x.type().str());
+  KILN_CHECK(is_integral(idx.dtype()) && idx.dim() <= 1, "index_add: index must be a 1-d integer tensor, got {}",
+             idx.type().str());
+  KILN_CHECK(x.dim() > 0 && a.dim >= 0 && a.dim < x.dim(), "index_add: dim {} is out of range for {}", a.dim,
+             x.type().str());
+  KILN_CHECK(src.dtype() == x.dtype(), "index_add: src {} must have the dtype of input {}", src.type().str(),
+             x.type().str());
   bool fits = src.dim() == x.dim() && src.shape()[a.dim] == idx.numel();
   for (int64_t d = 0; fits && d < x.dim(); ++d) fits = d == a.dim || src.shape()[d] == x.shape()[d];
-  KILN_CHECK(fits, "index_add: src {} must be input {} with dim {} of the index's length {}",
-             src.type().str(), x.type().str(), a.dim, idx.numel());
+  KILN_CHECK(fits, "index_add: src {} must be input {} with dim {} of the index's length {}", src.type().str(),
+             x.type().str(), a.dim, idx.numel());
   return x.type();
 }
 
 // Zeros of type t in g's dtype, as a broadcast scalar: the scatter that follows copies it once.
-Tensor zeros_as(const TensorType& t, const Tensor& g) {
-  return zeros({}, g.dtype(), g.device()).expand(t.shape);
-}
+Tensor zeros_as(const TensorType& t, const Tensor& g) { return zeros({}, g.dtype(), g.device()).expand(t.shape); }
 
 }  // namespace
 
@@ -403,7 +396,10 @@ Tensor zeros_as(const TensorType& t, const Tensor& g) {
 const OpDef defs::ScatterAdd{
     .infer = scatter_add_rule,
     .cpu = scatter_add_cpu,
-    .vjp = [](const VjpArgs& a) { return Grads{a.grad, Tensor(), gather(a.grad, a.attrs.dim, a.in[1])}; },
+    .vjp =
+        [](const VjpArgs& a) {
+          return Grads{a.grad, Tensor(), gather(a.grad, a.attrs.dim, a.in[1])};
+        },
     .attrs = kAttrDim,
 };
 
@@ -412,9 +408,10 @@ const OpDef defs::ScatterAdd{
 const OpDef defs::IndexAdd{
     .infer = index_add_rule,
     .cpu = index_add_cpu,
-    .vjp = [](const VjpArgs& a) {
-      return Grads{a.grad, Tensor(), index_select(a.grad, a.attrs.dim, a.in[1])};
-    },
+    .vjp =
+        [](const VjpArgs& a) {
+          return Grads{a.grad, Tensor(), index_select(a.grad, a.attrs.dim, a.in[1])};
+        },
     .attrs = kAttrDim,
 };
 
@@ -422,32 +419,37 @@ const OpDef defs::IndexAdd{
 // indices count from the end; out-of-range ones throw.
 const OpDef defs::Gather{
     .infer = gather_rule,
-    .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-      const Tensor& idx = in[1];
-      Dims st(out.shape().size());
-      for (int64_t d = 0; d < idx.dim(); ++d) st[d] = idx.shape()[d] == 1 ? 0 : idx.strides()[d] * dtype_size(idx.dtype());
-      pick(in[0], a.dim, idx, st, out, "gather");
-    },
-    .vjp = [](const VjpArgs& a) {
-      Tensor z = zeros_as(a.in_types[0], a.grad);
-      return Grads{scatter_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
-    },
+    .cpu =
+        [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+          const Tensor& idx = in[1];
+          Dims st(out.shape().size());
+          for (int64_t d = 0; d < idx.dim(); ++d)
+            st[d] = idx.shape()[d] == 1 ? 0 : idx.strides()[d] * dtype_size(idx.dtype());
+          pick(in[0], a.dim, idx, st, out, "gather");
+        },
+    .vjp =
+        [](const VjpArgs& a) {
+          Tensor z = zeros_as(a.in_types[0], a.grad);
+          return Grads{scatter_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
+        },
     .attrs = kAttrDim,
 };
 
 // index_select(x, index): the entries of x along attrs.dim at the positions in 1-d index.
 const OpDef defs::IndexSelect{
     .infer = index_select_rule,
-    .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-      const Tensor& idx = in[1];
-      Dims st(out.shape().size(), 0);
-      st[a.dim] = idx.dim() == 0 ? 0 : idx.strides()[0] * dtype_size(idx.dtype());
-      pick(in[0], a.dim, idx, st, out, "index_select");
-    },
-    .vjp = [](const VjpArgs& a) {
-      Tensor z = zeros_as(a.in_types[0], a.grad);
-      return Grads{index_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
-    },
+    .cpu =
+        [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+          const Tensor& idx = in[1];
+          Dims st(out.shape().size(), 0);
+          st[a.dim] = idx.dim() == 0 ? 0 : idx.strides()[0] * dtype_size(idx.dtype());
+          pick(in[0], a.dim, idx, st, out, "index_select");
+        },
+    .vjp =
+        [](const VjpArgs& a) {
+          Tensor z = zeros_as(a.in_types[0], a.grad);
+          return Grads{index_add(z, a.attrs.dim, a.in[1], a.grad), Tensor()};
+        },
     .attrs = kAttrDim,
 };
 

@@ -18,8 +18,8 @@ namespace {
 // iota {shape=[n], device}: i64[n] on `device` (an op with no operands says where it runs).
 TensorType iota_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(in.empty(), "{}: takes no tensors, got {}", op_name(id), in.size());
-  KILN_CHECK(a.shape.size() == 1 && a.shape[0] >= 0, "{}: shape must be one non-negative size [n], got {}",
-             op_name(id), shape_str(a.shape));
+  KILN_CHECK(a.shape.size() == 1 && a.shape[0] >= 0, "{}: shape must be one non-negative size [n], got {}", op_name(id),
+             shape_str(a.shape));
   return {DType::I64, a.shape, a.device};
 }
 
@@ -46,8 +46,8 @@ void numel_cpu(OpId, std::span<const Tensor>, const Attrs& a, const Tensor& out)
 }  // namespace
 
 // Always on the host: a 0-d CPU tensor meets any device.
-const OpDef defs::Numel{.infer = numel_rule, .cpu = numel_cpu, .differentiable = false,
-                        .attrs = kAttrShape | kAttrDType};
+const OpDef defs::Numel{
+    .infer = numel_rule, .cpu = numel_cpu, .differentiable = false, .attrs = kAttrShape | kAttrDType};
 
 const OpDef defs::Iota{.infer = iota_rule, .cpu = iota_cpu, .differentiable = false, .attrs = kAttrShape | kAttrDevice};
 

@@ -37,8 +37,7 @@ void coalesce(Dims& shape, StridedOperands& ops) {
 
 }  // namespace
 
-void for_each_row(const Dims& shape_in, const StridedOperands& ops_in, int64_t grain, RowFn fn,
-                  void* ctx) {
+void for_each_row(const Dims& shape_in, const StridedOperands& ops_in, int64_t grain, RowFn fn, void* ctx) {
   if (shape_in.product() == 0) return;
   Dims shape = shape_in;
   StridedOperands ops = ops_in;
@@ -138,9 +137,7 @@ void convert(const char* src, int64_t ss, DType st, char* dst, int64_t ds, DType
     }
   }
   visit_dtype(st, [&](auto s) {
-    visit_dtype(dt, [&](auto d) {
-      convert_typed<decltype(s), decltype(d)>(src, ss, dst, ds, n);
-    });
+    visit_dtype(dt, [&](auto d) { convert_typed<decltype(s), decltype(d)>(src, ss, dst, ds, n); });
   });
 }
 
@@ -199,11 +196,10 @@ Tensor readable_while_writing(const Tensor& x, const Tensor& out) {
 }
 
 void copy_into(const Tensor& src_in, const Tensor& dst) {
-  KILN_CHECK(src_in.dim() <= dst.dim(), "copy: cannot copy {} into {}", src_in.type().str(),
-             dst.type().str());
+  KILN_CHECK(src_in.dim() <= dst.dim(), "copy: cannot copy {} into {}", src_in.type().str(), dst.type().str());
   Dims shape = dst.shape();
-  KILN_CHECK(broadcast_shapes(src_in.shape(), shape, "copy") == shape,
-             "copy: cannot broadcast {} to {}", src_in.type().str(), dst.type().str());
+  KILN_CHECK(broadcast_shapes(src_in.shape(), shape, "copy") == shape, "copy: cannot broadcast {} to {}",
+             src_in.type().str(), dst.type().str());
   check_no_internal_overlap(dst, "copy");
   if (may_overlap(src_in, dst) && same_elements(src_in, dst)) return;  // already there
   Tensor src = readable_while_writing(src_in, dst);
@@ -213,11 +209,16 @@ void copy_into(const Tensor& src_in, const Tensor& dst) {
   ops.base[1] = static_cast<char*>(src.data_ptr());
   ops.strides[0] = broadcast_byte_strides(dst, shape);
   ops.strides[1] = broadcast_byte_strides(src, shape);
-  struct Ctx { DType s, d; } ctx{src.dtype(), dst.dtype()};
-  for_each_row(shape, ops, kParallelGrain, [](void* c, char* const* p, const int64_t* st, int64_t n) {
-    auto* x = static_cast<Ctx*>(c);
-    convert(p[1], st[1], x->s, p[0], st[0], x->d, n);
-  }, &ctx);
+  struct Ctx {
+    DType s, d;
+  } ctx{src.dtype(), dst.dtype()};
+  for_each_row(
+      shape, ops, kParallelGrain,
+      [](void* c, char* const* p, const int64_t* st, int64_t n) {
+        auto* x = static_cast<Ctx*>(c);
+        convert(p[1], st[1], x->s, p[0], st[0], x->d, n);
+      },
+      &ctx);
 }
 
 namespace {

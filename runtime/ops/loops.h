@@ -25,15 +25,14 @@ using RowFn = void (*)(void* ctx, char* const* ptrs, const int64_t* inner_stride
 
 /// Calls fn on every row of `shape`, after merging dims that are contiguous for all operands;
 /// splits rows across threads when the total work exceeds `grain` elements.
-void for_each_row(const Dims& shape, const StridedOperands& ops, int64_t grain, RowFn fn,
-                  void* ctx);
+void for_each_row(const Dims& shape, const StridedOperands& ops, int64_t grain, RowFn fn, void* ctx);
 
 /// Byte strides of tensor `t` broadcast to `shape` (0 on broadcast and size-1 dims).
 Dims broadcast_byte_strides(const Tensor& t, const Dims& shape);
 
 /// dst[i * dst_stride] = (dst dtype) src[i * src_stride] for i < n (strides in bytes).
-void convert(const char* src, int64_t src_stride, DType src_type, char* dst, int64_t dst_stride,
-             DType dst_type, int64_t n);
+void convert(const char* src, int64_t src_stride, DType src_type, char* dst, int64_t dst_stride, DType dst_type,
+             int64_t n);
 
 /// Copies (and converts) `src` into `dst`, broadcasting src to dst's shape. Safe when src
 /// shares memory with dst (it is read first); throws when dst has internal overlap.

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/autocast.h"
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/check.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/gemm.h"
@@ -16,11 +16,11 @@ namespace {
 // Result type of NumPy matmul: 1-d operands get a dim added and then removed.
 TensorType matmul_rule(OpId, std::span<const Tensor> in, const Attrs&) {
   const Tensor &a = in[0], &b = in[1];
-  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dim, got {} @ {}",
-             a.type().str(), b.type().str());
+  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dim, got {} @ {}", a.type().str(),
+             b.type().str());
   KILN_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: {} @ {}", a.type().str(), b.type().str());
-  KILN_CHECK(a.dtype() != DType::Bool, "matmul: bool operands are not supported: {} @ {}",
-             a.type().str(), b.type().str());
+  KILN_CHECK(a.dtype() != DType::Bool, "matmul: bool operands are not supported: {} @ {}", a.type().str(),
+             b.type().str());
   int64_t ka = a.shape().back(), kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
   KILN_CHECK(ka == kb, "matmul: inner dimensions differ: {} @ {}", a.type().str(), b.type().str());
   Dims ba, bb;
@@ -58,7 +58,7 @@ bool rows_fold(const Tensor& a, const Dims& batch, const Dims& st, int64_t* row_
   Dims sizes = batch, strides = st;
   sizes.push_back(a.shape()[a.dim() - 2]);
   strides.push_back(a.strides()[a.dim() - 2]);
-  *row_stride = a.shape().back();  // a single row: any stride will do
+  *row_stride = a.shape().back();            // a single row: any stride will do
   int64_t inner_stride = 0, inner_size = 0;  // the next dim inward with more than one entry
   for (size_t d = sizes.size(); d-- > 0;) {
     if (sizes[d] == 1) continue;
@@ -83,8 +83,7 @@ template <class T> Tensor blas_readable(const Tensor& t) {
 }
 
 // c[batch..., M, N] = a[..., M, K] @ b[..., K, N] for float and double; c is contiguous.
-template <class T>
-void matmul_blas(const Tensor& a_in, const Tensor& b_in, const Dims& batch, const Tensor& c) {
+template <class T> void matmul_blas(const Tensor& a_in, const Tensor& b_in, const Dims& batch, const Tensor& c) {
   Tensor a = blas_readable<T>(a_in), b = blas_readable<T>(b_in);
   Dims sa = batch_strides(a, batch), sb = batch_strides(b, batch);
   int64_t nb = batch.product(), m = a.shape()[a.dim() - 2], n = b.shape().back(), k = a.shape().back();
@@ -125,17 +124,18 @@ void matmul_int(const Tensor& a, const Tensor& b, const Tensor& c) {
   Tensor acc = zeros({batch, m, n}, DType::I64);
   int64_t* pc = acc.data<int64_t>();
   int64_t sa = a64.strides()[0], sb = b64.strides()[0];
-  parallel_for(0, batch * m, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n * k, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int64_t bi = r / m, i = r % m;
-      for (int64_t p = 0; p < k; ++p) {
-        int64_t av = pa[bi * sa + i * k + p];
-        const int64_t* brow = pb + bi * sb + p * n;
-        int64_t* crow = pc + r * n;
-        for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
-      }
-    }
-  });
+  parallel_for(0, batch * m, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n * k, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   int64_t bi = r / m, i = r % m;
+                   for (int64_t p = 0; p < k; ++p) {
+                     int64_t av = pa[bi * sa + i * k + p];
+                     const int64_t* brow = pb + bi * sb + p * n;
+                     int64_t* crow = pc + r * n;
+                     for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+                   }
+                 }
+               });
   copy_into(acc, c);
 }
 
@@ -154,7 +154,8 @@ void matmul_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& ou
   switch (out.dtype()) {
     case DType::F32: matmul_blas<float>(a, b, batch, out); break;
     case DType::F64: matmul_blas<double>(a, b, batch, out); break;
-    case DType::F16: case DType::BF16: {
+    case DType::F16:
+    case DType::BF16: {
       Tensor c32 = empty(out.shape(), DType::F32);
       matmul_blas<float>(a.to(DType::F32), b.to(DType::F32), batch, c32);
       copy_into(c32, out);
@@ -182,30 +183,31 @@ void matmul_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& ou
 const OpDef defs::Matmul{
     .infer = matmul_rule,
     .cpu = matmul_cpu,
-    .vjp = [](const VjpArgs& a) {
-      // Treat 1-d operands as matrices, as the forward did; the engine sums broadcast batches.
-      Tensor x = a.in[0], y = a.in[1], g = a.grad;
-      bool xv = x.dim() == 1, yv = y.dim() == 1;
-      if (xv) x = x.unsqueeze(0), g = g.unsqueeze(std::max<int64_t>(g.dim() - 1, 0));
-      if (yv) y = y.unsqueeze(-1), g = g.unsqueeze(g.dim());
-      Tensor gx, gy;
-      if (a.needs_grad(0)) {
-        gx = matmul(g, y.transpose(-1, -2));
-        if (xv) gx = gx.squeeze(-2);
-      }
-      if (a.needs_grad(1)) {
-        // One weight shared by every batch entry: fold the batch into K, one product instead of
-        // a [B,K,N] gradient summed afterwards.
-        if (y.dim() == 2 && x.dim() > 2) {
-          int64_t k = x.shape().back(), n = g.shape().back();
-          gy = matmul(x.reshape({-1, k}).transpose(0, 1), g.reshape({-1, n}));
-        } else {
-          gy = matmul(x.transpose(-1, -2), g);
-        }
-        if (yv) gy = gy.squeeze(-1);
-      }
-      return Grads{gx, gy};
-    },
+    .vjp =
+        [](const VjpArgs& a) {
+          // Treat 1-d operands as matrices, as the forward did; the engine sums broadcast batches.
+          Tensor x = a.in[0], y = a.in[1], g = a.grad;
+          bool xv = x.dim() == 1, yv = y.dim() == 1;
+          if (xv) x = x.unsqueeze(0), g = g.unsqueeze(std::max<int64_t>(g.dim() - 1, 0));
+          if (yv) y = y.unsqueeze(-1), g = g.unsqueeze(g.dim());
+          Tensor gx, gy;
+          if (a.needs_grad(0)) {
+            gx = matmul(g, y.transpose(-1, -2));
+            if (xv) gx = gx.squeeze(-2);
+          }
+          if (a.needs_grad(1)) {
+            // One weight shared by every batch entry: fold the batch into K, one product instead of
+            // a [B,K,N] gradient summed afterwards.
+            if (y.dim() == 2 && x.dim() > 2) {
+              int64_t k = x.shape().back(), n = g.shape().back();
+              gy = matmul(x.reshape({-1, k}).transpose(0, 1), g.reshape({-1, n}));
+            } else {
+              gy = matmul(x.transpose(-1, -2), g);
+            }
+            if (yv) gy = gy.squeeze(-1);
+          }
+          return Grads{gx, gy};
+        },
 };
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {

@@ -71,14 +71,13 @@ TensorType reshape_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 TensorType permute_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   KILN_CHECK(static_cast<int64_t>(a.axes.size()) == x.dim(),
-             "permute: order {} has {} entries for a tensor of rank {} ({})", shape_str(a.axes),
-             a.axes.size(), x.dim(), x.type().str());
+             "permute: order {} has {} entries for a tensor of rank {} ({})", shape_str(a.axes), a.axes.size(), x.dim(),
+             x.type().str());
   uint64_t seen = 0;
   Dims shape;
   for (int64_t d : a.axes) {
-    KILN_CHECK(d >= 0 && d < x.dim() && !(seen >> d & 1),
-               "permute: order {} is not a permutation of the dims of {}", shape_str(a.axes),
-               x.type().str());
+    KILN_CHECK(d >= 0 && d < x.dim() && !(seen >> d & 1), "permute: order {} is not a permutation of the dims of {}",
+               shape_str(a.axes), x.type().str());
     seen |= uint64_t{1} << d;
     shape.push_back(x.shape()[d]);
   }
@@ -87,13 +86,11 @@ TensorType permute_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 
 TensorType slice_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
-  KILN_CHECK(a.dim >= 0 && a.dim < x.dim(), "slice: dim {} is out of range for {}", a.dim,
-             x.type().str());
+  KILN_CHECK(a.dim >= 0 && a.dim < x.dim(), "slice: dim {} is out of range for {}", a.dim, x.type().str());
   int64_t n = x.shape()[a.dim];
   KILN_CHECK(a.step > 0, "slice: step must be positive, got {}", a.step);
   KILN_CHECK(0 <= a.start && a.start <= a.stop && a.stop <= n,
-             "slice: range [{}, {}) is out of bounds for dim {} of {}", a.start, a.stop, a.dim,
-             x.type().str());
+             "slice: range [{}, {}) is out of bounds for dim {} of {}", a.start, a.stop, a.dim, x.type().str());
   Dims shape = x.shape();
   shape[a.dim] = a.stop > a.start ? (a.stop - a.start - 1) / a.step + 1 : 0;  // no overflow
   return {x.dtype(), shape, x.device()};
@@ -101,15 +98,15 @@ TensorType slice_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 
 TensorType expand_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
-  KILN_CHECK(a.shape.size() >= x.shape().size(), "expand: cannot expand {} to fewer dims {}",
-             x.type().str(), shape_str(a.shape));
+  KILN_CHECK(a.shape.size() >= x.shape().size(), "expand: cannot expand {} to fewer dims {}", x.type().str(),
+             shape_str(a.shape));
   size_t lead = a.shape.size() - x.shape().size();
   check_shape(a.shape, "expand");
   for (size_t i = 0; i < a.shape.size(); ++i) {
     if (i < lead) continue;
     int64_t s = x.shape()[i - lead];
-    KILN_CHECK(s == a.shape[i] || s == 1, "expand: cannot expand {} to {} (dim {}: {} vs {})",
-               x.type().str(), shape_str(a.shape), i, s, a.shape[i]);
+    KILN_CHECK(s == a.shape[i] || s == 1, "expand: cannot expand {} to {} (dim {}: {} vs {})", x.type().str(),
+               shape_str(a.shape), i, s, a.shape[i]);
   }
   return {x.dtype(), a.shape, x.device()};
 }
@@ -141,14 +138,13 @@ TensorType cat_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
 TensorType pad_rule(OpId, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& x = in[0];
   KILN_CHECK(a.pads.size() % 2 == 0 && static_cast<int64_t>(a.pads.size()) <= 2 * x.dim(),
-             "pad: expected (before, after) pairs for at most {} dims, got {}", x.dim(),
-             shape_str(a.pads));
+             "pad: expected (before, after) pairs for at most {} dims, got {}", x.dim(), shape_str(a.pads));
   Dims shape = x.shape();
   for (size_t i = 0; i < a.pads.size() / 2; ++i) {
     size_t d = shape.size() - 1 - i;
     int64_t s;
-    bool overflow = __builtin_add_overflow(shape[d], a.pads[2 * i], &s) ||
-                    __builtin_add_overflow(s, a.pads[2 * i + 1], &s);
+    bool overflow =
+        __builtin_add_overflow(shape[d], a.pads[2 * i], &s) || __builtin_add_overflow(s, a.pads[2 * i + 1], &s);
     KILN_CHECK(!overflow && s >= 0, "pad: pads {} make dim {} of {} negative", shape_str(a.pads), d, x.type().str());
     shape[d] = s;
   }
@@ -190,12 +186,13 @@ void pad_into(const Tensor& x, const Dims& pads, Scalar value, const Tensor& out
 // strides allow it, else a copy.
 const OpDef defs::Reshape{
     .infer = reshape_rule,
-    .view = [](const Tensor& x, const Attrs& a) {
-      Dims strides;
-      if (view_strides(x, a.shape, &strides)) return alias(x, a.shape, strides, x.offset());
-      Tensor c = apply(OpId::Copy, {x});
-      return alias(c, a.shape, contiguous_strides(a.shape), c.offset());
-    },
+    .view =
+        [](const Tensor& x, const Attrs& a) {
+          Dims strides;
+          if (view_strides(x, a.shape, &strides)) return alias(x, a.shape, strides, x.offset());
+          Tensor c = apply(OpId::Copy, {x});
+          return alias(c, a.shape, contiguous_strides(a.shape), c.offset());
+        },
     .vjp = [](const VjpArgs& a) { return Grads{a.grad.reshape(a.in_types[0].shape)}; },
     .saves = kSaveNothing,
     .attrs = kAttrShape,
@@ -204,19 +201,21 @@ const OpDef defs::Reshape{
 // permute(x): dims reordered by attrs.axes.
 const OpDef defs::Permute{
     .infer = permute_rule,
-    .view = [](const Tensor& x, const Attrs& a) {
-      Dims shape, strides;
-      for (int64_t d : a.axes) {
-        shape.push_back(x.shape()[d]);
-        strides.push_back(x.strides()[d]);
-      }
-      return alias(x, shape, strides, x.offset());
-    },
-    .vjp = [](const VjpArgs& a) {
-      Dims inverse(a.attrs.axes.size());
-      for (size_t i = 0; i < inverse.size(); ++i) inverse[a.attrs.axes[i]] = static_cast<int64_t>(i);
-      return Grads{a.grad.permute(inverse)};
-    },
+    .view =
+        [](const Tensor& x, const Attrs& a) {
+          Dims shape, strides;
+          for (int64_t d : a.axes) {
+            shape.push_back(x.shape()[d]);
+            strides.push_back(x.strides()[d]);
+          }
+          return alias(x, shape, strides, x.offset());
+        },
+    .vjp =
+        [](const VjpArgs& a) {
+          Dims inverse(a.attrs.axes.size());
+          for (size_t i = 0; i < inverse.size(); ++i) inverse[a.attrs.axes[i]] = static_cast<int64_t>(i);
+          return Grads{a.grad.permute(inverse)};
+        },
     .saves = kSaveNothing,
     .attrs = kAttrAxes,
 };
@@ -224,15 +223,18 @@ const OpDef defs::Permute{
 // slice(x): along attrs.dim, indices start, start+step, ... < stop.
 const OpDef defs::Slice{
     .infer = slice_rule,
-    .view = [](const Tensor& x, const Attrs& a) {
-      Dims shape = x.shape(), strides = x.strides();
-      shape[a.dim] = a.stop > a.start ? (a.stop - a.start - 1) / a.step + 1 : 0;
-      if (shape[a.dim] > 1) strides[a.dim] *= a.step;  // a huge step leaves one entry
-      return alias(x, shape, strides, x.offset() + a.start * x.strides()[a.dim]);
-    },
-    .vjp = [](const VjpArgs& a) {
-      return Grads{slice_backward(a.grad, a.in_types[0].shape, a.attrs.dim, a.attrs.start, a.attrs.stop, a.attrs.step)};
-    },
+    .view =
+        [](const Tensor& x, const Attrs& a) {
+          Dims shape = x.shape(), strides = x.strides();
+          shape[a.dim] = a.stop > a.start ? (a.stop - a.start - 1) / a.step + 1 : 0;
+          if (shape[a.dim] > 1) strides[a.dim] *= a.step;  // a huge step leaves one entry
+          return alias(x, shape, strides, x.offset() + a.start * x.strides()[a.dim]);
+        },
+    .vjp =
+        [](const VjpArgs& a) {
+          return Grads{
+              slice_backward(a.grad, a.in_types[0].shape, a.attrs.dim, a.attrs.start, a.attrs.stop, a.attrs.step)};
+        },
     .saves = kSaveNothing,
     .attrs = kAttrDim | kAttrStart | kAttrStop | kAttrStep,
 };
@@ -240,13 +242,14 @@ const OpDef defs::Slice{
 // expand(x): size-1 dims (and new leading dims) repeated to attrs.shape, with stride 0.
 const OpDef defs::Expand{
     .infer = expand_rule,
-    .view = [](const Tensor& x, const Attrs& a) {
-      size_t lead = a.shape.size() - x.shape().size();
-      Dims strides(a.shape.size(), 0);
-      for (size_t i = lead; i < a.shape.size(); ++i)
-        strides[i] = x.shape()[i - lead] == 1 ? 0 : x.strides()[i - lead];
-      return alias(x, a.shape, strides, x.offset());
-    },
+    .view =
+        [](const Tensor& x, const Attrs& a) {
+          size_t lead = a.shape.size() - x.shape().size();
+          Dims strides(a.shape.size(), 0);
+          for (size_t i = lead; i < a.shape.size(); ++i)
+            strides[i] = x.shape()[i - lead] == 1 ? 0 : x.strides()[i - lead];
+          return alias(x, a.shape, strides, x.offset());
+        },
     .vjp = [](const VjpArgs& a) { return Grads{a.grad}; },  // the engine sums it back
     .saves = kSaveNothing,
     .attrs = kAttrShape,
@@ -274,16 +277,17 @@ const OpDef defs::ToDevice{
 const OpDef defs::Cat{
     .infer = cat_rule,
     .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) { cat_into(in, a.dim, out); },
-    .vjp = [](const VjpArgs& a) {
-      Grads g;
-      int64_t at = 0;
-      for (const TensorType& t : a.in_types) {
-        int64_t n = t.shape[a.attrs.dim];
-        g.push_back(a.grad.slice(a.attrs.dim, at, at + n));
-        at += n;
-      }
-      return g;
-    },
+    .vjp =
+        [](const VjpArgs& a) {
+          Grads g;
+          int64_t at = 0;
+          for (const TensorType& t : a.in_types) {
+            int64_t n = t.shape[a.attrs.dim];
+            g.push_back(a.grad.slice(a.attrs.dim, at, at + n));
+            at += n;
+          }
+          return g;
+        },
     .saves = kSaveNothing,
     .attrs = kAttrDim,
 };
@@ -292,14 +296,14 @@ const OpDef defs::Cat{
 // (negative entries crop), attrs.value the fill value.
 const OpDef defs::Pad{
     .infer = pad_rule,
-    .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
-      pad_into(in[0], a.pads, a.value, out);
-    },
-    .vjp = [](const VjpArgs& a) {  // crop what was padded (and pad what was cropped)
-      Dims back = a.attrs.pads;
-      for (int64_t& v : back) v = -v;
-      return Grads{pad(a.grad, back)};
-    },
+    .cpu = [](OpId, std::span<const Tensor> in, const Attrs& a,
+              const Tensor& out) { pad_into(in[0], a.pads, a.value, out); },
+    .vjp =
+        [](const VjpArgs& a) {  // crop what was padded (and pad what was cropped)
+          Dims back = a.attrs.pads;
+          for (int64_t& v : back) v = -v;
+          return Grads{pad(a.grad, back)};
+        },
     .saves = kSaveNothing,
     .attrs = kAttrPads | kAttrValue,
 };
@@ -325,8 +329,7 @@ Dims infer_size(const Dims& shape, int64_t numel, const char* op, const Tensor& 
     known = check_shape(known_dims, op);
   }
   if (infer_at >= 0) {
-    KILN_CHECK(known != 0 && numel % known == 0, "{}: cannot reshape {} to {}", op,
-               x.type().str(), shape_str(shape));
+    KILN_CHECK(known != 0 && numel % known == 0, "{}: cannot reshape {} to {}", op, x.type().str(), shape_str(shape));
     out[infer_at] = numel / known;
   }
   return out;
@@ -344,8 +347,8 @@ Tensor Tensor::view(const Dims& shape) const {
   Dims s = infer_size(shape, numel(), "view", *this);
   Dims strides;
   KILN_CHECK(!has_storage() || s.product() != numel() || view_strides(*this, s, &strides),
-             "view: cannot view {} with strides {} as {} without a copy; use reshape",
-             type().str(), shape_str(this->strides()), shape_str(s));
+             "view: cannot view {} with strides {} as {} without a copy; use reshape", type().str(),
+             shape_str(this->strides()), shape_str(s));
   return reshape(s);
 }
 
@@ -405,9 +408,8 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
   int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
   for (const Tensor& x : tensors) {
-    KILN_CHECK(x.defined() && x.shape() == tensors[0].shape(),
-               "stack: all tensors must have one shape, got {} and {}", tensors[0].type().str(),
-               x.defined() ? x.type().str() : "undefined");
+    KILN_CHECK(x.defined() && x.shape() == tensors[0].shape(), "stack: all tensors must have one shape, got {} and {}",
+               tensors[0].type().str(), x.defined() ? x.type().str() : "undefined");
     parts.push_back(x.unsqueeze(d));
   }
   return cat(parts, d);

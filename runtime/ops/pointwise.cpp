@@ -22,8 +22,8 @@ struct DriverCtx {
   simd::PointwiseFn fn;
   int arity;
   DType in_type[3];
-  DType kernel_type;   // what the formula computes in (f16/bf16 compute in f32)
-  DType kernel_out;    // what it writes: kernel_type, or bool for comparisons
+  DType kernel_type;  // what the formula computes in (f16/bf16 compute in f32)
+  DType kernel_out;   // what it writes: kernel_type, or bool for comparisons
   DType out_type;
 };
 
@@ -119,8 +119,7 @@ namespace {
 
 TensorType cast_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   KILN_CHECK(in.size() == 1, "cast: expected one tensor, got {}", in.size());
-  KILN_CHECK(static_cast<int>(a.dtype) < kNumDTypes, "cast: invalid dtype {}",
-             static_cast<int>(a.dtype));
+  KILN_CHECK(static_cast<int>(a.dtype) < kNumDTypes, "cast: invalid dtype {}", static_cast<int>(a.dtype));
   return {a.dtype, in[0].shape(), in[0].device()};
 }
 
@@ -132,8 +131,7 @@ bool fits(Scalar s, DType t) {
   return visit_dtype(t, [&](auto x) {
     using T = decltype(x);
     if constexpr (std::is_integral_v<T>)
-      return v >= int64_t{std::numeric_limits<T>::lowest()} &&
-             v <= int64_t{std::numeric_limits<T>::max()};
+      return v >= int64_t{std::numeric_limits<T>::lowest()} && v <= int64_t{std::numeric_limits<T>::max()};
     else return true;
   });
 }
@@ -154,8 +152,7 @@ DType pointwise_dtype(OpId id, std::initializer_list<Operand> operands) {
   const OpDef& op = op_def(id);
   size_t k = 0;
   for (const Operand& o : operands) {  // before anything reads their dtypes
-    KILN_CHECK(!o.tensor || o.tensor->defined(), "{}: operand {} is an undefined tensor",
-               op_name(id), k);
+    KILN_CHECK(!o.tensor || o.tensor->defined(), "{}: operand {} is an undefined tensor", op_name(id), k);
     ++k;
   }
   bool have_tensor = false;
@@ -198,8 +195,8 @@ struct PointwiseCall {
 // operand of an f16/bf16 op: the kernel computes in f32 and would skip the rounding to f16).
 PointwiseCall prepare(OpId id, std::initializer_list<Operand> operands, bool cast_all) {
   int arity = op_arity(id);
-  KILN_CHECK(static_cast<int>(operands.size()) == arity, "{}: expected {} operands, got {}",
-             op_name(id), arity, operands.size());
+  KILN_CHECK(static_cast<int>(operands.size()) == arity, "{}: expected {} operands, got {}", op_name(id), arity,
+             operands.size());
   PointwiseCall c;
   Attrs& a = c.attrs;
   a.dtype = pointwise_dtype(id, operands);
@@ -211,15 +208,17 @@ PointwiseCall prepare(OpId id, std::initializer_list<Operand> operands, bool cas
       KILN_CHECK(!(id == OpId::Where && k == 0 && o.tensor->dtype() != DType::Bool),
                  "where: condition must be bool, got {}", o.tensor->type().str());
       bool cast = o.tensor->dtype() != want && (cast_all || half);
-      c.tensors[c.count++] = cast ? apply(OpId::Cast, {*o.tensor}, [&] {
-        Attrs x;
-        x.dtype = want;
-        return x;
-      }()) : *o.tensor;
+      c.tensors[c.count++] = cast ? apply(OpId::Cast, {*o.tensor},
+                                          [&] {
+                                            Attrs x;
+                                            x.dtype = want;
+                                            return x;
+                                          }())
+                                  : *o.tensor;
     } else {
       KILN_CHECK(!(id == OpId::Where && k == 0), "where: condition must be a tensor");
-      KILN_CHECK(fits(o.scalar, a.dtype), "{}: {} is out of range for dtype {}", op_name(id),
-                 o.scalar.to_int(), dtype_name(a.dtype));
+      KILN_CHECK(fits(o.scalar, a.dtype), "{}: {} is out of range for dtype {}", op_name(id), o.scalar.to_int(),
+                 dtype_name(a.dtype));
       a.imm_mask |= static_cast<uint8_t>(1u << k);
       a.imm[k] = o.scalar;
     }

@@ -17,8 +17,7 @@ struct Operand {
   Operand(const Tensor& t) : tensor(&t) {}
   Operand(Scalar s) : tensor(nullptr), scalar(s) {}
   template <class T>
-    requires std::is_arithmetic_v<T>
-  Operand(T v) : tensor(nullptr), scalar(v) {}
+  requires std::is_arithmetic_v<T> Operand(T v) : tensor(nullptr), scalar(v) {}
   const Tensor* tensor;
   Scalar scalar;
 };
@@ -28,8 +27,7 @@ void pointwise_cpu(OpId id, std::span<const Tensor> in, const Attrs& attrs, cons
 
 /// A pointwise op's OpDef, all from its block Fm in formulas.h: promotion, dtype kinds, what
 /// its derivative reads and the derivative itself, with the shared shape rule and kernel.
-template <class Fm>
-constexpr OpDef pointwise_def() {
+template <class Fm> constexpr OpDef pointwise_def() {
   constexpr bool differentiable = Fm::saves != fm::NoDerivative;
   VjpFn vjp = nullptr;
   if constexpr (differentiable) vjp = [](const VjpArgs& a) -> Grads { return Fm::df(a); };
@@ -54,7 +52,6 @@ Tensor pointwise(OpId id, std::initializer_list<Operand> operands);
 void pointwise_into(OpId id, std::initializer_list<Operand> operands, const Tensor& out,
                     const std::function<void(const TensorType&)>& check_result);
 /// The bounds clamp(x, lo, hi) applies: a missing one is the widest value of its compute dtype.
-std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo,
-                                       std::optional<Scalar> hi);
+std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
 
 }  // namespace kiln

@@ -15,10 +15,8 @@ namespace kiln {
   Tensor name(const Tensor& a, const Tensor& b) { return pointwise(OpId::Name, {a, b}); } \
   Tensor name(const Tensor& a, Scalar b) { return pointwise(OpId::Name, {a, b}); }        \
   Tensor name(Scalar a, const Tensor& b) { return pointwise(OpId::Name, {a, b}); }
-#define KILN_POINTWISE_FN_3(Name, name)                               \
-  Tensor name(const Tensor& a, const Tensor& b, const Tensor& c) {    \
-    return pointwise(OpId::Name, {a, b, c});                          \
-  }
+#define KILN_POINTWISE_FN_3(Name, name) \
+  Tensor name(const Tensor& a, const Tensor& b, const Tensor& c) { return pointwise(OpId::Name, {a, b, c}); }
 #define KILN_POINTWISE_FN(Name, name, arity) KILN_POINTWISE_FN_##arity(Name, name)
 #define OP(Name, name, arity, family) KILN_IF_POINTWISE_##family(KILN_POINTWISE_FN(Name, name, arity))
 #include "runtime/ops.def"
@@ -51,8 +49,7 @@ Tensor where(const Tensor& c, const Tensor& a, Scalar b) { return pointwise(OpId
 Tensor where(const Tensor& c, Scalar a, const Tensor& b) { return pointwise(OpId::Where, {c, a, b}); }
 Tensor where(const Tensor& c, Scalar a, Scalar b) { return pointwise(OpId::Where, {c, a, b}); }
 
-std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo,
-                                       std::optional<Scalar> hi) {
+std::pair<Scalar, Scalar> clamp_bounds(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   KILN_CHECK(lo || hi, "clamp: at least one of lo and hi must be given");
   KILN_CHECK(x.defined(), "clamp: operand 0 is an undefined tensor");
   // A missing bound becomes the widest value of the dtype the op computes in.

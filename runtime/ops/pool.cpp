@@ -21,20 +21,17 @@ namespace {
 // ---- shapes --------------------------------------------------------------------------------
 
 // The pooled shape of an input of `shape` (checked as `op`'s input, named `what` in errors).
-Dims pool_shape(const char* op, const Dims& shape, const std::string& what, const Attrs& a,
-                bool ceil_mode) {
+Dims pool_shape(const char* op, const Dims& shape, const std::string& what, const Attrs& a, bool ceil_mode) {
   int64_t r = static_cast<int64_t>(shape.size());
   KILN_CHECK(r == 3 || r == 4, "{}: expected input [N,C,H,W] or [C,H,W], got {}", op, what);
   check_pair(a.kernel, "kernel size", op, 1);
   check_pair(a.stride, "stride", op, 1);
   check_pair(a.padding, "padding", op, 0);
   KILN_CHECK(a.padding[0] <= a.kernel[0] / 2 && a.padding[1] <= a.kernel[1] / 2,
-             "{}: padding {} must be at most half the kernel size {}", op, shape_str(a.padding),
-             shape_str(a.kernel));
+             "{}: padding {} must be at most half the kernel size {}", op, shape_str(a.padding), shape_str(a.kernel));
   int64_t oh = out_size(shape[r - 2], a.kernel[0], a.stride[0], a.padding[0], 1, ceil_mode);
   int64_t ow = out_size(shape[r - 1], a.kernel[1], a.stride[1], a.padding[1], 1, ceil_mode);
-  KILN_CHECK(oh > 0 && ow > 0, "{}: kernel {} is larger than padded input {}", op,
-             shape_str(a.kernel), what);
+  KILN_CHECK(oh > 0 && ow > 0, "{}: kernel {} is larger than padded input {}", op, shape_str(a.kernel), what);
   Dims out = shape;
   out[r - 2] = oh;
   out[r - 1] = ow;
@@ -58,8 +55,7 @@ TensorType pool_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
 TensorType max_pool_backward_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   const Tensor &x = in[0], &g = in[1];
   TensorType want = pool_rule(id, in.first(1), a);
-  KILN_CHECK(g.type() == want,
-             "max_pool2d_backward: gradient {} must be {}, the pooled type of input {}",
+  KILN_CHECK(g.type() == want, "max_pool2d_backward: gradient {} must be {}, the pooled type of input {}",
              g.type().str(), want.str(), x.type().str());
   return x.type();
 }
@@ -67,12 +63,10 @@ TensorType max_pool_backward_rule(OpId id, std::span<const Tensor> in, const Att
 // avg_pool2d_backward(grad): the result has the input's shape, attrs.shape.
 TensorType avg_pool_backward_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   const Tensor& g = in[0];
-  KILN_CHECK(is_float(g.dtype()), "avg_pool2d_backward: expected a float gradient, got {}",
-             g.type().str());
+  KILN_CHECK(is_float(g.dtype()), "avg_pool2d_backward: expected a float gradient, got {}", g.type().str());
   TensorType x{g.dtype(), a.shape, g.device()};
   Dims want = pool_shape("avg_pool2d_backward", a.shape, x.str(), a, false);
-  KILN_CHECK(g.shape() == want,
-             "avg_pool2d_backward: gradient {} must be {}, the pooled shape of input {}",
+  KILN_CHECK(g.shape() == want, "avg_pool2d_backward: gradient {} must be {}, the pooled shape of input {}",
              g.type().str(), shape_str(want), x.str());
   return x;
 }
@@ -80,15 +74,13 @@ TensorType avg_pool_backward_rule(OpId id, std::span<const Tensor> in, const Att
 // ---- kernels -------------------------------------------------------------------------------
 
 // The planes (leading dims, flattened) of a rank-3 or rank-4 tensor, in elements.
-template <class T>
-struct Planes {
+template <class T> struct Planes {
   T* base;
   int64_t inner, outer_st, inner_st, row_st, col_st;
   T* plane(int64_t p) const { return base + p / inner * outer_st + p % inner * inner_st; }
 };
 
-template <class T>
-Planes<T> planes_of(const Tensor& t) {
+template <class T> Planes<T> planes_of(const Tensor& t) {
   const Dims& st = t.strides();
   int64_t r = t.dim();
   return {static_cast<T*>(t.data_ptr()),
@@ -127,14 +119,12 @@ Geometry geometry(const Dims& in, const Dims& out, const Attrs& a) {
 }
 
 // What a kernel computes in: f16 and bf16 widen to f32.
-template <class T>
-using Compute = std::conditional_t<kIsHalf<T>, float, T>;
+template <class T> using Compute = std::conditional_t<kIsHalf<T>, float, T>;
 
 // Position (y * w + x) of the window's first largest element; the first NaN wins. Starting at
 // the first element, a window of -inf still picks one of its own elements. Selects rather
 // than branches (random data would mispredict); NaN, rare, takes a second look.
-template <class T>
-int64_t window_argmax(const T* plane, const Planes<const T>& v, const Window& win, int64_t w) {
+template <class T> int64_t window_argmax(const T* plane, const Planes<const T>& v, const Window& win, int64_t w) {
   using C = Compute<T>;
   C best = static_cast<C>(plane[win.y0 * v.row_st + win.x0 * v.col_st]);
   int64_t arg = win.y0 * w + win.x0;
@@ -160,8 +150,7 @@ int64_t window_argmax(const T* plane, const Planes<const T>& v, const Window& wi
 }
 
 // The window's largest element, or NaN when it holds one.
-template <class T>
-Compute<T> window_max(const T* plane, const Planes<const T>& v, const Window& win) {
+template <class T> Compute<T> window_max(const T* plane, const Planes<const T>& v, const Window& win) {
   using C = Compute<T>;
   C best = static_cast<C>(plane[win.y0 * v.row_st + win.x0 * v.col_st]);
   bool nan = false;
@@ -198,8 +187,7 @@ void forward_row(const T* plane, const Planes<const T>& v, const Geometry& g, in
 }
 
 // Forward: one output row per unit (plane, oy), into a contiguous `out`.
-template <class T, PoolKind K>
-void pool_forward(const Tensor& x, const Attrs& a, const Tensor& out) {
+template <class T, PoolKind K> void pool_forward(const Tensor& x, const Attrs& a, const Tensor& out) {
   using O = std::conditional_t<K == PoolKind::Indices, int64_t, T>;
   Geometry g = geometry(x.shape(), out.shape(), a);
   Planes<const T> v = planes_of<const T>(x);
@@ -211,9 +199,8 @@ void pool_forward(const Tensor& x, const Attrs& a, const Tensor& out) {
 }
 
 // The gradient of one plane, summed serially in window order into `acc` (h * w, zeroed).
-template <class T, PoolKind K>
-void backward_plane(const T* xp, const Planes<const T>& xv, const T* gp, const Planes<const T>& gv,
-                    const Geometry& g, Compute<T>* acc) {
+template <class T, PoolKind K> void backward_plane(const T* xp, const Planes<const T>& xv, const T* gp,
+                                                   const Planes<const T>& gv, const Geometry& g, Compute<T>* acc) {
   using C = Compute<T>;
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox) {
@@ -251,8 +238,7 @@ void pool_backward(const Tensor& x, const Tensor& grad, const Attrs& a, const Te
   });
 }
 
-template <PoolKind K>
-void pool_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+template <PoolKind K> void pool_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   visit_dtype(in[0].dtype(), [&](auto tv) {
     using T = decltype(tv);
     if constexpr (!std::is_integral_v<T>) pool_forward<T, K>(in[0], a, out);
@@ -277,9 +263,7 @@ void avg_pool_backward_cpu(OpId, std::span<const Tensor> in, const Attrs& a, con
 
 // max_pool2d: each window's gradient goes to its first largest element (one pass, no indices
 // kept: the backward finds them again, which costs one read of x).
-Grads max_pool_vjp(const VjpArgs& v) {
-  return Grads{apply(OpId::MaxPool2dBackward, {v.in[0], v.grad}, v.attrs)};
-}
+Grads max_pool_vjp(const VjpArgs& v) { return Grads{apply(OpId::MaxPool2dBackward, {v.in[0], v.grad}, v.attrs)}; }
 
 // max_pool2d_backward is linear in the gradient: its transpose picks gg at each window's
 // largest element of x. x only moves which element that is: no gradient.
@@ -346,16 +330,13 @@ const OpDef defs::AvgPool2dBackward{.infer = avg_pool_backward_rule,
                                     .attrs = kAvgPoolAttrs | kAttrShape};
 
 namespace {
-Tensor pool(OpId id, const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
-            bool flag) {
+Tensor pool(OpId id, const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding, bool flag) {
   Attrs a;
   a.kernel = kernel;
   a.stride = stride.empty() ? kernel : stride;
   a.padding = padding;
-  if (id == OpId::AvgPool2d)
-    a.count_include_pad = flag;
-  else
-    a.ceil_mode = flag;
+  if (id == OpId::AvgPool2d) a.count_include_pad = flag;
+  else a.ceil_mode = flag;
   return apply(id, {x}, a);
 }
 }  // namespace
@@ -363,8 +344,7 @@ Tensor pool(OpId id, const Tensor& x, const Dims& kernel, const Dims& stride, co
 // When a gradient will be taken, the forward keeps each window's argmax: the values are a
 // gather at max_pool2d_indices, so the backward is gather's, one scatter through the indices
 // (no second pass over x). Without one it is the plain max_pool2d op, which stores no indices.
-Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
-                  bool ceil_mode) {
+Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding, bool ceil_mode) {
   KILN_CHECK(x.defined(), "max_pool2d: the input is an undefined tensor");
   if (!(grad_enabled() && x.requires_grad())) return pool(OpId::MaxPool2d, x, kernel, stride, padding, ceil_mode);
   Tensor idx = pool(OpId::MaxPool2dIndices, x, kernel, stride, padding, ceil_mode);

@@ -4,8 +4,8 @@
 #include <limits>
 #include <utility>
 
-#include "runtime/autocast.h"
 #include "runtime/api.h"
+#include "runtime/autocast.h"
 #include "runtime/check.h"
 #include "runtime/loop_layout.h"
 #include "runtime/ops/defs.h"
@@ -238,9 +238,7 @@ Dims axes_of(const VjpArgs& a) {
 }
 
 // sum: the gradient is spread back over the reduced axes.
-Grads sum_vjp(const VjpArgs& a) {
-  return Grads{unreduce(a.grad, a.in_types[0].shape, axes_of(a), a.attrs.keepdim)};
-}
+Grads sum_vjp(const VjpArgs& a) { return Grads{unreduce(a.grad, a.in_types[0].shape, axes_of(a), a.attrs.keepdim)}; }
 
 // prod: d/dx_i = product of the others. Written without dividing by x_i where it is 0: with
 // one zero only that element gets the product of the rest; with two or more, none does.
@@ -275,8 +273,11 @@ DType accumulator_dtype(DType t) {
 }
 
 namespace {
-constexpr std::pair<Combine, std::string_view> kCombineNames[] = {
-    {Combine::None, "none"}, {Combine::Sum, "sum"}, {Combine::Prod, "prod"}, {Combine::Max, "max"}, {Combine::Min, "min"}};
+constexpr std::pair<Combine, std::string_view> kCombineNames[] = {{Combine::None, "none"},
+                                                                  {Combine::Sum, "sum"},
+                                                                  {Combine::Prod, "prod"},
+                                                                  {Combine::Max, "max"},
+                                                                  {Combine::Min, "min"}};
 }  // namespace
 
 std::string_view combine_name(Combine c) {
@@ -301,17 +302,39 @@ Scalar reduction_identity(Combine combine, DType t) {
 }
 
 // sum(x): over attrs.axes (empty: all), keepdim per attrs.keepdim; integers sum into i64.
-const OpDef defs::Sum{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = sum_vjp, .saves = kSaveNothing, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Sum};
+const OpDef defs::Sum{.infer = reduce_rule,
+                      .cpu = reduce_cpu,
+                      .vjp = sum_vjp,
+                      .saves = kSaveNothing,
+                      .attrs = kAttrAxes | kAttrKeepdim,
+                      .combine = Combine::Sum};
 // prod(x): as sum, multiplying.
-const OpDef defs::Prod{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = prod_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Prod};
+const OpDef defs::Prod{.infer = reduce_rule,
+                       .cpu = reduce_cpu,
+                       .vjp = prod_vjp,
+                       .saves = kSaveBoth,
+                       .attrs = kAttrAxes | kAttrKeepdim,
+                       .combine = Combine::Prod};
 // amax(x): largest element over the axes; NaN wins.
-const OpDef defs::MaxReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Max};
+const OpDef defs::MaxReduce{.infer = reduce_rule,
+                            .cpu = reduce_cpu,
+                            .vjp = extremum_vjp,
+                            .saves = kSaveBoth,
+                            .attrs = kAttrAxes | kAttrKeepdim,
+                            .combine = Combine::Max};
 // amin(x): smallest element over the axes; NaN wins.
-const OpDef defs::MinReduce{.infer = reduce_rule, .cpu = reduce_cpu, .vjp = extremum_vjp, .saves = kSaveBoth, .attrs = kAttrAxes | kAttrKeepdim, .combine = Combine::Min};
+const OpDef defs::MinReduce{.infer = reduce_rule,
+                            .cpu = reduce_cpu,
+                            .vjp = extremum_vjp,
+                            .saves = kSaveBoth,
+                            .attrs = kAttrAxes | kAttrKeepdim,
+                            .combine = Combine::Min};
 // argmax(x): i64 index of the first largest element over one axis (or all).
-const OpDef defs::Argmax{.infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
+const OpDef defs::Argmax{
+    .infer = reduce_rule, .cpu = arg_cpu<true>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
 // argmin(x): i64 index of the first smallest element over one axis (or all).
-const OpDef defs::Argmin{.infer = reduce_rule, .cpu = arg_cpu<false>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
+const OpDef defs::Argmin{
+    .infer = reduce_rule, .cpu = arg_cpu<false>, .differentiable = false, .attrs = kAttrAxes | kAttrKeepdim};
 
 namespace {
 Tensor reduce(OpId id, const Tensor& x, const Dims& dims, bool keepdim) {
@@ -326,7 +349,8 @@ Tensor reduce(OpId id, const Tensor& x, const Dims& dims, bool keepdim) {
 
 // The public functions, one per reduction in ops.def (declared so in runtime/api.h).
 #define OP(Name, name, arity, family) \
-  KILN_IF_REDUCE_##family(Tensor name(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::Name, x, dims, keepdim); })
+  KILN_IF_REDUCE_##family(            \
+      Tensor name(const Tensor& x, const Dims& dims, bool keepdim) { return reduce(OpId::Name, x, dims, keepdim); })
 #include "runtime/ops.def"
 #undef OP
 Tensor max(const Tensor& x) { return amax(x); }

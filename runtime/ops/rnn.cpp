@@ -86,8 +86,7 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
     }
   }
   // [N, T*D*H + kinds*L*D*H]
-  int64_t row =
-      mul_add(op, static_cast<int64_t>(kinds), mul_add(op, cells, h), mul_add(op, x.shape()[0], dirs(a) * h));
+  int64_t row = mul_add(op, static_cast<int64_t>(kinds), mul_add(op, cells, h), mul_add(op, x.shape()[0], dirs(a) * h));
   mul_add(op, row, x.shape()[1]);  // (the value's size)
   TensorType packed{t, {x.shape()[1], row}, x.device()};
   if (id == OpId::Rnn) return packed;
@@ -100,8 +99,7 @@ TensorType rnn_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
 
 Tensor pack_rows(const std::vector<Tensor>& parts) {
   std::vector<Tensor> rows;
-  for (const Tensor& p : parts)
-    rows.push_back(p.transpose(0, 1).reshape({p.shape()[1], p.shape()[0] * p.shape()[2]}));
+  for (const Tensor& p : parts) rows.push_back(p.transpose(0, 1).reshape({p.shape()[1], p.shape()[0] * p.shape()[2]}));
   return cat(rows, 1);
 }
 

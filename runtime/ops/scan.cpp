@@ -10,8 +10,8 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
-#include <type_traits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/api.h"
@@ -74,9 +74,9 @@ void cumsum_cpu(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& 
           for (int64_t j = 0; j < n; ++j) {
             int64_t i = a.reverse ? n - 1 - j : j;
             if constexpr (std::is_integral_v<Acc>)  // wraps as the CUDA kernel does (no signed overflow)
-              acc = static_cast<Acc>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(static_cast<Acc>(x[row * n + i])));
-            else
-              acc += static_cast<Acc>(x[row * n + i]);
+              acc = static_cast<Acc>(static_cast<uint64_t>(acc) +
+                                     static_cast<uint64_t>(static_cast<Acc>(x[row * n + i])));
+            else acc += static_cast<Acc>(x[row * n + i]);
             o[row * n + i] = static_cast<Out>(acc);
           }
         }
@@ -96,7 +96,8 @@ Grads cumsum_vjp(const VjpArgs& v) {
 // Whether value a goes before value b: a < b (a > b descending), NaN above every number.
 template <class C> bool goes_before(C a, C b, bool descending) {
   if constexpr (std::is_floating_point_v<C>) {
-    if (std::isnan(a) || std::isnan(b)) return descending ? std::isnan(a) && !std::isnan(b) : std::isnan(b) && !std::isnan(a);
+    if (std::isnan(a) || std::isnan(b))
+      return descending ? std::isnan(a) && !std::isnan(b) : std::isnan(b) && !std::isnan(a);
   }
   return descending ? a > b : a < b;
 }
@@ -110,22 +111,23 @@ void order_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor
       using T = decltype(v);
       using C = std::conditional_t<kIsHalf<T>, float, T>;
       const T* x = static_cast<const T*>(rows.data_ptr());
-      parallel_for(0, m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * 16, 1)), [&](int64_t b, int64_t e) {
-        std::vector<int64_t> idx(static_cast<size_t>(n));
-        for (int64_t row = b; row < e; ++row) {
-          const T* p = x + row * n;
-          std::iota(idx.begin(), idx.end(), int64_t{0});
-          // The index breaks ties, so any sort gives the stable order.
-          auto before = [&](int64_t i, int64_t j) {
-            C vi = static_cast<C>(p[i]), vj = static_cast<C>(p[j]);
-            if (goes_before(vi, vj, a.descending)) return true;
-            return !goes_before(vj, vi, a.descending) && i < j;
-          };
-          if (k == n) std::sort(idx.begin(), idx.end(), before);
-          else std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
-          std::copy(idx.begin(), idx.begin() + k, o + row * k);
-        }
-      });
+      parallel_for(0, m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * 16, 1)),
+                   [&](int64_t b, int64_t e) {
+                     std::vector<int64_t> idx(static_cast<size_t>(n));
+                     for (int64_t row = b; row < e; ++row) {
+                       const T* p = x + row * n;
+                       std::iota(idx.begin(), idx.end(), int64_t{0});
+                       // The index breaks ties, so any sort gives the stable order.
+                       auto before = [&](int64_t i, int64_t j) {
+                         C vi = static_cast<C>(p[i]), vj = static_cast<C>(p[j]);
+                         if (goes_before(vi, vj, a.descending)) return true;
+                         return !goes_before(vj, vi, a.descending) && i < j;
+                       };
+                       if (k == n) std::sort(idx.begin(), idx.end(), before);
+                       else std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+                       std::copy(idx.begin(), idx.begin() + k, o + row * k);
+                     }
+                   });
     });
   });
 }
@@ -140,14 +142,14 @@ Attrs along(int64_t dim) {
 
 // cumsum(x): running sums along `dim` (from its end when `reverse`); floats keep their dtype,
 // integers and bool give i64.
-const OpDef defs::Cumsum{.infer = scan_rule, .cpu = cumsum_cpu, .vjp = cumsum_vjp, .saves = kSaveNothing,
-                         .attrs = kAttrDim | kAttrReverse};
+const OpDef defs::Cumsum{
+    .infer = scan_rule, .cpu = cumsum_cpu, .vjp = cumsum_vjp, .saves = kSaveNothing, .attrs = kAttrDim | kAttrReverse};
 // argsort(x): i64 positions of x's elements along `dim` in their stable order.
-const OpDef defs::Argsort{.infer = scan_rule, .cpu = order_cpu, .differentiable = false,
-                          .attrs = kAttrDim | kAttrDescending};
+const OpDef defs::Argsort{
+    .infer = scan_rule, .cpu = order_cpu, .differentiable = false, .attrs = kAttrDim | kAttrDescending};
 // topk_indices(x): the first k positions of argsort along `dim` (descending: the k largest).
-const OpDef defs::TopkIndices{.infer = scan_rule, .cpu = order_cpu, .differentiable = false,
-                              .attrs = kAttrDim | kAttrK | kAttrDescending};
+const OpDef defs::TopkIndices{
+    .infer = scan_rule, .cpu = order_cpu, .differentiable = false, .attrs = kAttrDim | kAttrK | kAttrDescending};
 
 Tensor cumsum(const Tensor& x, int64_t dim) { return apply(OpId::Cumsum, {autocast_wide(x)}, along(dim)); }
 Tensor cumsum(const Tensor& x, int64_t dim, DType dtype) { return cumsum(x.to(dtype), dim); }

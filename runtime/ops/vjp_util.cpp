@@ -20,8 +20,7 @@ Tensor pad_dim(const Tensor& t, int64_t dim, int64_t before, int64_t after) {
   return pad(t, pads);
 }
 
-Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t start, int64_t stop,
-                      int64_t step) {
+Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t start, int64_t stop, int64_t step) {
   int64_t n = shape[dim];
   Tensor spread = g;
   if (step > 1) {

@@ -11,7 +11,6 @@ Tensor unreduce(const Tensor& g, const Dims& shape, const Dims& axes, bool keepd
 Tensor pad_dim(const Tensor& t, int64_t dim, int64_t before, int64_t after);
 /// The gradient of x.slice(dim, start, stop, step) for an x of shape `shape`: g placed at the
 /// sliced positions, zeros elsewhere.
-Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t start, int64_t stop,
-                      int64_t step);
+Tensor slice_backward(const Tensor& g, const Dims& shape, int64_t dim, int64_t start, int64_t stop, int64_t step);
 
 }  // namespace kiln

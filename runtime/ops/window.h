@@ -22,8 +22,8 @@ inline int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, 
 
 /// Checks that `v` (an attribute named `what` of `op`) holds two values >= min.
 inline void check_pair(const Dims& v, const char* what, const char* op, int64_t min) {
-  KILN_CHECK(v.size() == 2 && v[0] >= min && v[1] >= min, "{}: {} must be two values >= {}, got {}",
-             op, what, min, shape_str(v));
+  KILN_CHECK(v.size() == 2 && v[0] >= min && v[1] >= min, "{}: {} must be two values >= {}, got {}", op, what, min,
+             shape_str(v));
 }
 
 }  // namespace kiln

@@ -32,10 +32,19 @@ KernelTable make_table() {
   KernelTable t;
   switch (detect()) {
 #if defined(KILN_HAVE_SIMD)
-    case Isa::Avx512: isa_avx512::fill(t); t.isa = "avx512"; break;
-    case Isa::Avx2: isa_avx2::fill(t); t.isa = "avx2"; break;
+    case Isa::Avx512:
+      isa_avx512::fill(t);
+      t.isa = "avx512";
+      break;
+    case Isa::Avx2:
+      isa_avx2::fill(t);
+      t.isa = "avx2";
+      break;
 #endif
-    default: isa_scalar::fill(t); t.isa = "scalar"; break;
+    default:
+      isa_scalar::fill(t);
+      t.isa = "scalar";
+      break;
   }
   return t;
 }

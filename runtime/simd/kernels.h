@@ -35,8 +35,7 @@ constexpr Combine combine_of(ReduceKind k) {
 using ReduceRowFn = void (*)(int64_t n, const void* x, void* acc);
 /// acc[j] = acc[j] (op) x[i * row_stride + j] for i < rows, j < cols: a reduction over an
 /// outer axis, vectorized along the contiguous inner one.
-using ReduceColsFn = void (*)(int64_t rows, int64_t cols, const void* x, int64_t row_stride,
-                              void* acc);
+using ReduceColsFn = void (*)(int64_t rows, int64_t cols, const void* x, int64_t row_stride, void* acc);
 
 /// Philox 4x32-10 (runtime/random.cpp's generator): the four words of counters first ..
 /// first + n - 1 under key `seed`, word by word: word w of counter first + i at out[w * n + i].
@@ -45,7 +44,7 @@ using PhiloxFn = void (*)(uint64_t seed, uint64_t first, int64_t n, uint32_t* ou
 struct KernelTable {
   const char* isa = "";
   PhiloxFn philox = nullptr;
-  PointwiseFn pointwise[kNumOps][kNumDTypes] = {};          // null: op doesn't compute in dtype
+  PointwiseFn pointwise[kNumOps][kNumDTypes] = {};           // null: op doesn't compute in dtype
   ReduceRowFn reduce_row[kNumReduceKinds][kNumDTypes] = {};  // f32, f64, i64 only
   ReduceColsFn reduce_cols[kNumReduceKinds][kNumDTypes] = {};
 };
@@ -53,8 +52,14 @@ struct KernelTable {
 /// The table for the best instruction set this CPU supports.
 const KernelTable& kernels();
 
-namespace isa_scalar { void fill(KernelTable& t); }
-namespace isa_avx2 { void fill(KernelTable& t); }
-namespace isa_avx512 { void fill(KernelTable& t); }
+namespace isa_scalar {
+void fill(KernelTable& t);
+}
+namespace isa_avx2 {
+void fill(KernelTable& t);
+}
+namespace isa_avx512 {
+void fill(KernelTable& t);
+}
 
 }  // namespace kiln::simd

@@ -9,8 +9,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "runtime/simd/kernels.h"
 #include "runtime/ops/formulas.h"
+#include "runtime/simd/kernels.h"
 
 #if defined(KILN_ISA_AVX2) || defined(KILN_ISA_AVX512)
 #include <immintrin.h>
@@ -117,16 +117,21 @@ template <class E, int W> Vec<E, W> rint(Vec<E, W> x) requires(!kIsFloat<E>) { r
 
 // One-lane math: the C library. (Only the scalar build computes with one lane; wider builds
 // take a row's tail through their vectors too, so these go unused there.)
-#define KILN_SCALAR_MATH(X)                                                                  \
-  X(exp, __builtin_expf, __builtin_exp) X(log, __builtin_logf, __builtin_log)                \
-  X(log1p, __builtin_log1pf, __builtin_log1p) X(expm1, __builtin_expm1f, __builtin_expm1)    \
-  X(sqrt, __builtin_sqrtf, __builtin_sqrt) X(sin, __builtin_sinf, __builtin_sin)             \
-  X(cos, __builtin_cosf, __builtin_cos) X(tanh, __builtin_tanhf, __builtin_tanh)             \
-  X(erf, __builtin_erff, __builtin_erf) X(floor, __builtin_floorf, __builtin_floor)          \
-  X(ceil, __builtin_ceilf, __builtin_ceil) X(rint, __builtin_rintf, __builtin_rint)
-#define KILN_DEFINE(name, ff, fd)                                                            \
-  [[maybe_unused]] inline Vec<float, 1> name(Vec<float, 1> x) { return lanewise(x, [](float a) { return ff(a); }); } \
-  [[maybe_unused]] inline Vec<double, 1> name(Vec<double, 1> x) { return lanewise(x, [](double a) { return fd(a); }); }
+#define KILN_SCALAR_MATH(X)                                                                            \
+  X(exp, __builtin_expf, __builtin_exp)                                                                \
+  X(log, __builtin_logf, __builtin_log) X(log1p, __builtin_log1pf, __builtin_log1p)                    \
+      X(expm1, __builtin_expm1f, __builtin_expm1) X(sqrt, __builtin_sqrtf, __builtin_sqrt)             \
+          X(sin, __builtin_sinf, __builtin_sin) X(cos, __builtin_cosf, __builtin_cos)                  \
+              X(tanh, __builtin_tanhf, __builtin_tanh) X(erf, __builtin_erff, __builtin_erf)           \
+                  X(floor, __builtin_floorf, __builtin_floor) X(ceil, __builtin_ceilf, __builtin_ceil) \
+                      X(rint, __builtin_rintf, __builtin_rint)
+#define KILN_DEFINE(name, ff, fd)                                 \
+  [[maybe_unused]] inline Vec<float, 1> name(Vec<float, 1> x) {   \
+    return lanewise(x, [](float a) { return ff(a); });            \
+  }                                                               \
+  [[maybe_unused]] inline Vec<double, 1> name(Vec<double, 1> x) { \
+    return lanewise(x, [](double a) { return fd(a); });           \
+  }
 KILN_SCALAR_MATH(KILN_DEFINE)
 #undef KILN_DEFINE
 #undef KILN_SCALAR_MATH
@@ -158,11 +163,12 @@ using MD = __m256d;
 inline F sqrt(F x) { return F((F::V)_mm256_sqrt_ps((MF)x.v)); }
 inline D sqrt(D x) { return D((D::V)_mm256_sqrt_pd((MD)x.v)); }
 #endif
-#define KILN_VEC_MATH(X)                                                                  \
-  X(exp, _u10) X(log, _u10) X(log1p, _u10) X(expm1, _u10) X(sin, _u10) X(cos, _u10)       \
-  X(tanh, _u10) X(erf, _u10) X(floor, _) X(ceil, _) X(rint, _)
-#define KILN_DEFINE(fn, acc)                                                              \
-  inline F fn(F x) { return F((F::V)KILN_SLEEF_F(fn, acc)((MF)x.v)); }          \
+#define KILN_VEC_MATH(X)                                                                                      \
+  X(exp, _u10)                                                                                                \
+  X(log, _u10) X(log1p, _u10) X(expm1, _u10) X(sin, _u10) X(cos, _u10) X(tanh, _u10) X(erf, _u10) X(floor, _) \
+      X(ceil, _) X(rint, _)
+#define KILN_DEFINE(fn, acc)                                           \
+  inline F fn(F x) { return F((F::V)KILN_SLEEF_F(fn, acc)((MF)x.v)); } \
   inline D fn(D x) { return D((D::V)KILN_SLEEF_D(fn, acc)((MD)x.v)); }
 KILN_VEC_MATH(KILN_DEFINE)
 inline F pow(F x, F y) { return F((F::V)KILN_SLEEF_F(pow, _u10)((MF)x.v, (MF)y.v)); }
@@ -188,8 +194,7 @@ template <bool kNormalizeBool, class E, int W> void store_result(void* out, int6
 }
 
 template <class Fm, class E, bool kNormalizeBool, size_t... K>
-void pointwise_loop(int64_t n, void* out, const void* const* in, uint32_t broadcast,
-                    std::index_sequence<K...>) {
+void pointwise_loop(int64_t n, void* out, const void* const* in, uint32_t broadcast, std::index_sequence<K...>) {
   constexpr int W = kLanes<E>;
   constexpr size_t N = sizeof...(K);
   // A broadcast operand reads lanes of a W-wide splat at index (i & 0): branch-free.
@@ -208,8 +213,7 @@ void pointwise_loop(int64_t n, void* out, const void* const* in, uint32_t broadc
   int64_t i = 0;
   if constexpr (W > 1) {
     using V = Vec<E, W>;
-    for (; i + W <= n; i += W)
-      store_result<kNormalizeBool>(out, i, Fm::f(V::load(p[K] + (i & mask[K]))...));
+    for (; i + W <= n; i += W) store_result<kNormalizeBool>(out, i, Fm::f(V::load(p[K] + (i & mask[K]))...));
     if (i == n) return;
     // The tail goes through the same W-wide code (unused lanes repeat the last element): the
     // vector and scalar math functions may differ in the last bit, and an element's bits must
@@ -402,7 +406,7 @@ void philox(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
   const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
   for (int64_t i = 0; i < n; i += B) {
     uint64_t start = first + static_cast<uint64_t>(i);
-    U32x8 lo = static_cast<uint32_t>(start) + U32x8{} , c0 = lo + lane;
+    U32x8 lo = static_cast<uint32_t>(start) + U32x8{}, c0 = lo + lane;
     // The high word carries where the low word wrapped (a true comparison is all ones: -1).
     U32x8 c1 = static_cast<uint32_t>(start >> 32) - (U32x8)(c0 < lo), c2 = {}, c3 = {};
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);

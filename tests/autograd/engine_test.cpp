@@ -157,7 +157,7 @@ TEST(Engine, GradRunsOnlyTheNodesLeadingToItsInputs) {
   std::vector<Tensor> g = autograd::grad({y}, {h});
   expect_close(g[0], {3, 3, 3}, 1e-12);
   expect_error([&] { autograd::grad({y}, {h}); }, {"a second time"});  // y's own nodes were freed
-  h.sum().backward();  // exp's node was not run, so not freed
+  h.sum().backward();                                                  // exp's node was not run, so not freed
   expect_close(x.grad(), {std::exp(1.0), std::exp(2.0), std::exp(3.0)}, 1e-12);
 }
 
@@ -184,8 +184,7 @@ TEST(Engine, GradDoesNotTouchLeafGrads) {
 TEST(Engine, GradWithGradOutputsWeightsEachOutput) {
   Tensor x = leaf({1, 2});
   Tensor a = x * 2.0, b = x * x;
-  std::vector<Tensor> g =
-      autograd::grad({a, b}, {x}, {from_vector<double>({1, 1}), from_vector<double>({3, -1})});
+  std::vector<Tensor> g = autograd::grad({a, b}, {x}, {from_vector<double>({1, 1}), from_vector<double>({3, -1})});
   expect_close(g[0], {2 + 3 * 2, 2 - 1 * 4}, 1e-12);
 }
 

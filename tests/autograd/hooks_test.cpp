@@ -18,7 +18,8 @@ namespace {
 TEST(PostAccumulateGradHook, RunsOnceAfterTheLastGradientOfThePass) {
   Tensor x = from_vector<float>({1, 2, 3}).requires_grad_();
   std::vector<std::vector<float>> seen;
-  autograd::register_post_accumulate_grad_hook(x, [&](const Tensor& t) { seen.push_back(t.grad().to_vector<float>()); });
+  autograd::register_post_accumulate_grad_hook(x,
+                                               [&](const Tensor& t) { seen.push_back(t.grad().to_vector<float>()); });
   (x * 2 + exp(x) * 0 + x * 3).sum().backward();  // three paths into x
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0], (std::vector<float>{5, 5, 5}));

@@ -9,8 +9,8 @@
 #include "cuda/nvrtc.h"
 #include "cuda/op_kernels.h"
 #include "jit/trace.h"
-#include "tests/jit/jit_test_util.h"
 #include "tests/cuda/cuda_test.h"
+#include "tests/jit/jit_test_util.h"
 #include "tests/nn/attention_cases.h"
 #include "tests/unit/test_util.h"
 
@@ -141,8 +141,8 @@ TEST(CudaAttention, MemoryGrowsLinearlyWithTheSequence) {
 
 TEST(CudaAttention, KernelsFitSharedMemoryUpToHeadDim128) {
   for (DType t : {f32, DType::F16, DType::BF16, f64})
-    for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
-                      codegen::CudaAttentionPass::Keys}) {
+    for (auto pass :
+         {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys}) {
       codegen::CudaAttention k;
       k.pass = pass, k.dtype = t, k.e = 128, k.ev = 128;
       EXPECT_GE(codegen::cuda_attention_tile_rows(k), t == f64 ? 8 : 16) << dtype_name(t);
@@ -195,8 +195,8 @@ TEST(Nvrtc, CompilesTheAttentionKernels) {
                               {DType::BF16, CudaAttentionMask::Bool, false, true, true},
                               {DType::BF16, CudaAttentionMask::None, true, false, true}};
   for (const Variant& v : variants)
-    for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
-                      codegen::CudaAttentionPass::Keys}) {
+    for (auto pass :
+         {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys}) {
       codegen::CudaAttention k;
       k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 ? 64 : 128, k.ev = 40, k.mask = v.mask;
       k.causal = v.causal, k.dropout = v.dropout, k.mma = v.mma;

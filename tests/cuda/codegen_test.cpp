@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "codegen/cuda/emit.h"
+#include "cuda/group.h"
 #include "cuda/nvrtc.h"
 #include "ir/graph.h"
 #include "ir/passes.h"
-#include "cuda/group.h"
 #include "jit/executable.h"
 #include "jit/run.h"
 #include "tests/cuda/cuda_test.h"
@@ -101,8 +101,9 @@ std::vector<Tensor> inputs_for(const ir::Graph& g) {
   std::vector<Tensor> in;
   for (uint32_t v : g.inputs) {
     const TensorType& t = g.type(v);
-    Tensor x = is_float(t.dtype) ? (randn(t.shape) * 3.0).to(t.dtype)
-                                 : randint(t.dtype == DType::U8 ? 0 : -50, t.dtype == DType::U8 ? 255 : 50, t.shape, t.dtype);
+    Tensor x = is_float(t.dtype)
+                   ? (randn(t.shape) * 3.0).to(t.dtype)
+                   : randint(t.dtype == DType::U8 ? 0 : -50, t.dtype == DType::U8 ? 255 : 50, t.shape, t.dtype);
     in.push_back(x);
   }
   return in;

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/libraries.h"
 #include "jit/tracer.h"
 #include "runtime/composite_fusion.h"
-#include "cuda/libraries.h"
 #include "runtime/cuda_internal.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/ops/reference.h"
@@ -50,30 +50,57 @@ std::vector<Case> cases(int64_t width, bool small_image) {
       // The same key for another rank: the body reads the dim wrapped.
       {"softmax dim -2 of rank 3", "softmax dim=1", {image[0]}, flag({1}), [](auto in) { return softmax(in[0], -2); }},
       {"log_softmax", "log_softmax dim=1", {rows}, flag({1}), [](auto in) { return log_softmax(in[0], 1); }},
-      {"layer_norm affine", "layer_norm k=1 eps=1e-05 weight=true bias=true",
-       {rows, randn({width}), randn({width})}, flag({1, 1, 1}),
+      {"layer_norm affine",
+       "layer_norm k=1 eps=1e-05 weight=true bias=true",
+       {rows, randn({width}), randn({width})},
+       flag({1, 1, 1}),
        [width](auto in) { return layer_norm(in[0], {width}, in[1], in[2]); }},
-      {"layer_norm plain", "layer_norm k=1 eps=1e-05 weight=false bias=false", {strided}, flag({1}),
+      {"layer_norm plain",
+       "layer_norm k=1 eps=1e-05 weight=false bias=false",
+       {strided},
+       flag({1}),
        [width](auto in) { return layer_norm(in[0], {width}); }},
-      {"batch_norm", "batch_norm training=true eps=1e-05 weight=true bias=true running=false",
-       {image, randn({6}), randn({6})}, flag({1, 1, 1}),
+      {"batch_norm",
+       "batch_norm training=true eps=1e-05 weight=true bias=true running=false",
+       {image, randn({6}), randn({6})},
+       flag({1, 1, 1}),
        [](auto in) { return nn::batch_norm(in[0], {}, {}, in[1], in[2], true); }},
-      {"group_norm", "group_norm groups=3 eps=1e-05 weight=true bias=true",
-       {image, randn({6}), randn({6})}, flag({1, 1, 1}),
+      {"group_norm",
+       "group_norm groups=3 eps=1e-05 weight=true bias=true",
+       {image, randn({6}), randn({6})},
+       flag({1, 1, 1}),
        [](auto in) { return nn::group_norm(in[0], 3, in[1], in[2]); }},
-      {"group_norm, another batch", "group_norm groups=3 eps=1e-05 weight=true bias=true",
-       {image.slice(0, 0, 1), randn({6}), randn({6})}, flag({1, 1, 1}),
+      {"group_norm, another batch",
+       "group_norm groups=3 eps=1e-05 weight=true bias=true",
+       {image.slice(0, 0, 1), randn({6}), randn({6})},
+       flag({1, 1, 1}),
        [](auto in) { return nn::group_norm(in[0], 3, in[1], in[2]); }},
-      {"rms_norm", "rms_norm dims=[1] eps=1.1920928955078125e-07 weight=true", {rows, randn({width})}, flag({1, 1}),
+      {"rms_norm",
+       "rms_norm dims=[1] eps=1.1920928955078125e-07 weight=true",
+       {rows, randn({width})},
+       flag({1, 1}),
        [width](auto in) { return nn::rms_norm(in[0], {width}, in[1]); }},
-      {"cross_entropy", "cross_entropy reduction=1 label_smoothing=0.1 ignore_index=-100", {rows, target},
-       flag({1, 0}), [](auto in) { return cross_entropy(in[0], in[1], Reduction::Mean, 0.1); }},
-      {"logsumexp", "logsumexp rank=4 dims=[-1,1] keepdim=false", {image}, flag({1}),
-       [](auto in) { return logsumexp(in[0], {-1, 1}, false); }},
-      {"mse_loss", "mse_loss reduction=2", {rows, strided}, flag({1, 1}),
+      {"cross_entropy",
+       "cross_entropy reduction=1 label_smoothing=0.1 ignore_index=-100",
+       {rows, target},
+       flag({1, 0}),
+       [](auto in) { return cross_entropy(in[0], in[1], Reduction::Mean, 0.1); }},
+      {"logsumexp",
+       "logsumexp rank=4 dims=[-1,1] keepdim=false",
+       {image},
+       flag({1}),
+       [](auto in) {
+         return logsumexp(in[0], {-1, 1}, false);
+       }},
+      {"mse_loss",
+       "mse_loss reduction=2",
+       {rows, strided},
+       flag({1, 1}),
        [](auto in) { return mse_loss(in[0], in[1], Reduction::Sum); }},
-      {"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits reduction=1 pos_weight=true",
-       {rows, rand({6, width}), rand({width}) * 3.0}, flag({1, 1, 1}),
+      {"binary_cross_entropy_with_logits",
+       "binary_cross_entropy_with_logits reduction=1 pos_weight=true",
+       {rows, rand({6, width}), rand({width}) * 3.0},
+       flag({1, 1, 1}),
        [](auto in) { return binary_cross_entropy_with_logits(in[0], in[1], Reduction::Mean, in[2]); }},
   };
 }
@@ -106,8 +133,8 @@ TEST(EagerComposites, MatchTheCpuValuesAndGradients) {
       if (!c.differentiable[i]) continue;
       SCOPED_TRACE("gradient of input " + std::to_string(i));
       ASSERT_TRUE(gpu_in[i].grad().defined());
-      EXPECT_TRUE(test::all_close(gpu_in[i].grad().to(cpu), cpu_in[i].grad().to_vector<double>(),
-                                  cpu_in[i].shape(), {1e-4, 1e-5}));
+      EXPECT_TRUE(test::all_close(gpu_in[i].grad().to(cpu), cpu_in[i].grad().to_vector<double>(), cpu_in[i].shape(),
+                                  {1e-4, 1e-5}));
     }
   }
 }
@@ -127,8 +154,10 @@ TEST(EagerComposites, BatchNormUpdatesRunningStatisticsAsTheCpu) {
     for (nn::BatchNorm2d* m : {&gpu_bn, &gpu_avg}) m->forward(x.to(kGpu)).backward(g.to(kGpu));
   }
   for (auto [cpu_m, gpu_m] : {std::pair{&cpu_bn, &gpu_bn}, std::pair{&cpu_avg, &gpu_avg}}) {
-    EXPECT_TRUE(test::all_close(gpu_m->weight.grad().to(cpu), cpu_m->weight.grad().to_vector<double>(), {6}, {1e-4, 1e-5}));
-    EXPECT_TRUE(test::all_close(gpu_m->running_mean.to(cpu), cpu_m->running_mean.to_vector<double>(), {6}, {1e-5, 1e-6}));
+    EXPECT_TRUE(
+        test::all_close(gpu_m->weight.grad().to(cpu), cpu_m->weight.grad().to_vector<double>(), {6}, {1e-4, 1e-5}));
+    EXPECT_TRUE(
+        test::all_close(gpu_m->running_mean.to(cpu), cpu_m->running_mean.to_vector<double>(), {6}, {1e-5, 1e-6}));
     EXPECT_TRUE(test::all_close(gpu_m->running_var.to(cpu), cpu_m->running_var.to_vector<double>(), {6}, {1e-5, 1e-6}));
   }
   // Evaluation reads them, compiled as well.
@@ -136,8 +165,8 @@ TEST(EagerComposites, BatchNormUpdatesRunningStatisticsAsTheCpu) {
   gpu_bn.eval();
   Tensor x = randn({2, 6, 3, 3});
   Tensor want = cpu_bn.forward(x);
-  EXPECT_TRUE(test::all_close(gpu_bn.forward(x.to(kGpu)).to(cpu), want.to_vector<double>(), want.shape(),
-                              {1e-5, 1e-6}));
+  EXPECT_TRUE(
+      test::all_close(gpu_bn.forward(x.to(kGpu)).to(cpu), want.to_vector<double>(), want.shape(), {1e-5, 1e-6}));
   EXPECT_GT(jit::composite_stats("batch_norm training=false eps=1e-05 weight=true bias=true running=true").hits +
                 jit::composite_stats("batch_norm training=false eps=1e-05 weight=true bias=true running=true").misses,
             0);
@@ -230,7 +259,7 @@ TEST(EagerComposites, BatchNormIsTwoGroupsEachWay) {
     *backward = cuda::kernel_launches() - middle;
   };
   int64_t f = 0, bw = 0;
-  step(&f, &bw);  // compiles
+  step(&f, &bw);                                       // compiles
   image.set_grad({}), w.set_grad({}), b.set_grad({});  // (else the second adds to them)
   step(&f, &bw);
   std::cout << "batch_norm [32, 3, 32, 32]: " << f << " launches forward, " << bw << " backward" << std::endl;
@@ -300,8 +329,8 @@ TEST(EagerComposites, KeepLittleForTheBackward) {
     jit::set_fusion_enabled(false);
     int64_t unfused = kept(r.f);
     jit::set_fusion_enabled(true);
-    std::cout << r.name << ": keeps " << fused << " bytes compiled, " << unfused << " op by op (input "
-              << x.numel() * 4 << ")" << std::endl;
+    std::cout << r.name << ": keeps " << fused << " bytes compiled, " << unfused << " op by op (input " << x.numel() * 4
+              << ")" << std::endl;
     EXPECT_LE(fused, 16 * 1024);  // statistics per row
     EXPECT_GE(unfused, x.numel() * 4);
   }

@@ -86,9 +86,12 @@ TEST(CudaConv, WhatNotEvenF64RunsIsAnErrorNamingTheConfiguration) {
   REQUIRE_HOST_CUDA();
   Refuse r("f32,f64");
   Tensor x = randn(kX, f32, cuda::device(0)), g = randn(kY, f32, cuda::device(0));
-  test::expect_error([&] { apply(OpId::Conv2dWeightGrad, {x, g}, conv_attrs(kW)); },
-                     {"conv2d_weight_grad: cuDNN has no algorithm", "[2,4,6,7]", "f32", "stride [2,1]",
-                      "groups 2", "not even contiguous in f64"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2dWeightGrad, {x, g}, conv_attrs(kW));
+      },
+      {"conv2d_weight_grad: cuDNN has no algorithm", "[2,4,6,7]", "f32", "stride [2,1]", "groups 2",
+       "not even contiguous in f64"});
 }
 
 // cuDNN's first-ranked algorithm asks for more workspace than the device has (the host cuDNN's
@@ -122,8 +125,11 @@ TEST(CudaConv, PastCudnnsElementLimitTheBatchRunsInChunks) {
   Tensor big = randn({2, 4, 12, 12}, f32, cuda::device(0)), w = randn({3, 4, 3, 3}, f32, cuda::device(0));
   Attrs plain;
   plain.stride = {1, 1}, plain.padding = {0, 0}, plain.dilation = {1, 1}, plain.groups = 1;
-  test::expect_error([&] { apply(OpId::Conv2d, {big, w}, plain); },
-                     {"conv2d: one sample of [2,4,12,12]", "200 elements or more"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2d, {big, w}, plain);
+      },
+      {"conv2d: one sample of [2,4,12,12]", "200 elements or more"});
   cuda::set_dnn_element_limit(0);
   unsetenv("KILN_HOST_CUDNN_MAX_ELEMENTS");
 }

@@ -27,11 +27,15 @@ inline bool on_host_cuda() {
 #define REQUIRE_CUDA() \
   if (!::kiln::cuda::is_available()) GTEST_SKIP() << "no CUDA here: " << ::kiln::cuda::unavailable_reason()
 
-#define REQUIRE_HOST_CUDA() \
-  if (!::kiln::test::on_host_cuda()) GTEST_SKIP() << "a test of the host CUDA: KILN_CUDA_DRIVER does not name libkiln_host_cuda.so"
+#define REQUIRE_HOST_CUDA()          \
+  if (!::kiln::test::on_host_cuda()) \
+  GTEST_SKIP() << "a test of the host CUDA: KILN_CUDA_DRIVER does not name libkiln_host_cuda.so"
 
 /// `n` devices or more (the host CUDA has 2).
-#define REQUIRE_DEVICES(n)                                                                        \
-  REQUIRE_CUDA();                                                                                 \
-  if (::kiln::cuda::device_count() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, this " \
-                                                          "machine has " << ::kiln::cuda::device_count()
+#define REQUIRE_DEVICES(n)                \
+  REQUIRE_CUDA();                         \
+  if (::kiln::cuda::device_count() < (n)) \
+  GTEST_SKIP() << "needs " << (n)         \
+               << " CUDA devices, this "  \
+                  "machine has "          \
+               << ::kiln::cuda::device_count()

@@ -70,7 +70,8 @@ void expect_close_to_cpu(const std::vector<Tensor>& got, const std::vector<Tenso
     if (!want[i].defined()) continue;
     EXPECT_EQ(got[i].device(), kGpu) << what << ": output " << i;
     EXPECT_TRUE(close_across_devices(got[i].to(cpu), want[i])) << what << ": output " << i << "\n"
-                                                            << got[i].to(cpu) << "\nwant\n" << want[i];
+                                                               << got[i].to(cpu) << "\nwant\n"
+                                                               << want[i];
   }
 }
 
@@ -154,14 +155,16 @@ TEST(CudaDifferential, RandomProgramsOnCudaMatchTheCpu) {
     for (int i = 0; i < results.size(); ++i) {
       if (!results.GetTestPartResult(i).failed()) continue;
       failed.push_back(seed);
-      if (failed.size() <= 10) ADD_FAILURE() << "seed " << seed << " fails:\n" << results.GetTestPartResult(i).message();
+      if (failed.size() <= 10)
+        ADD_FAILURE() << "seed " << seed << " fails:\n" << results.GetTestPartResult(i).message();
       break;
     }
   }
-  std::printf("cuda: %zu of %llu programs (seeds %llu to %llu) failed; %d fused kernels ran, %d compiled backwards, "
-              "%d calls replayed CUDA graphs\n",
-              failed.size(), static_cast<unsigned long long>(programs), static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(first + programs - 1), fused_kernels, compiled_backwards, graph_replays);
+  std::printf(
+      "cuda: %zu of %llu programs (seeds %llu to %llu) failed; %d fused kernels ran, %d compiled backwards, "
+      "%d calls replayed CUDA graphs\n",
+      failed.size(), static_cast<unsigned long long>(programs), static_cast<unsigned long long>(first),
+      static_cast<unsigned long long>(first + programs - 1), fused_kernels, compiled_backwards, graph_replays);
   EXPECT_TRUE(failed.empty()) << failed.size() << " programs failed";
   EXPECT_GT(fused_kernels, static_cast<int>(programs) / 4);
   EXPECT_GT(compiled_backwards, static_cast<int>(programs) / 4);

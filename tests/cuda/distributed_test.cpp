@@ -12,8 +12,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -168,7 +168,10 @@ void expect_equal(const Tensor& got, const Tensor& want, const std::string& what
   ASSERT_EQ(got.type().str(), want.type().str()) << what;
   Tensor g = got.to(DType::F64), w = want.to(DType::F64);
   double err = amax(abs(g - w)).item<double>(), scale = amax(abs(w)).item<double>();
-  double tol = want.dtype() == DType::BF16 ? 1e-2 : want.dtype() == DType::F16 ? 1e-3 : is_float(want.dtype()) ? 1e-6 : 0;
+  double tol = want.dtype() == DType::BF16  ? 1e-2
+               : want.dtype() == DType::F16 ? 1e-3
+               : is_float(want.dtype())     ? 1e-6
+                                            : 0;
   EXPECT_LE(err, tol * std::max(scale, 1.0)) << what << "\ngot\n" << got << "\nwant\n" << want;
 }
 
@@ -179,7 +182,8 @@ TEST(CudaDistributed, CollectivesMatchTheDoubleResultForEachDType) {
   std::vector<int> status = run_ranks(n, "collectives", dir, 60000, "CudaDistChild.DISABLED_Rank");
   EXPECT_EQ(status, std::vector<int>(n, 0));
   for (int r = 0; r < n; ++r)
-    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r))) << text_of(fmt::format("{}/error.r{}.txt", dir, r));
+    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r)))
+        << text_of(fmt::format("{}/error.r{}.txt", dir, r));
   auto got = [&](const std::string& name, int r, DType t = DType::F32) {
     Tensor x = load_npy(fmt::format("{}/{}.r{}.npy", dir, name, r));
     return t == DType::BF16 ? x.to(t) : x;
@@ -238,7 +242,8 @@ TEST(CudaDistributed, ARankHungInNcclFailsTheOthersWithinTheTimeout) {
   for (int r : {0, 1}) {
     std::string e = text_of(fmt::format("{}/error.r{}.txt", dir, r));
     EXPECT_NE(e.find(fmt::format("all_reduce (NCCL collective #0) on cuda:{} failed on rank {} of 2", r, r)),
-              std::string::npos) << e;
+              std::string::npos)
+        << e;
     EXPECT_NE(e.find("did not complete within the 2000 ms timeout"), std::string::npos) << e;
   }
   fs::remove_all(dir);
@@ -260,7 +265,8 @@ TEST(CudaDistributed, RanksThatDisagreeAtTheFirstCollectiveAreNamedNotHung) {
   unsetenv("KILN_DIST_CHECK");
   e0 = text_of(dir + "/error.r0.txt");
   EXPECT_NE(e0.find("rank 0 of 2: NCCL's communicator on cuda:0 was not made within the 2000 ms timeout"),
-            std::string::npos) << e0;
+            std::string::npos)
+      << e0;
   fs::remove_all(dir);
 }
 
@@ -274,9 +280,10 @@ TEST(CudaDistributed, TheCommunicatorIsMadeOnADeviceFullOfCachedBlocks) {
   std::vector<int> status = run_ranks(2, "full_device", dir, 20000, "CudaDistChild.DISABLED_Rank");
   EXPECT_EQ(status, std::vector<int>(2, 0));
   for (int r : {0, 1}) {
-    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r))) << text_of(fmt::format("{}/error.r{}.txt", dir, r));
-    expect_equal(load_npy(fmt::format("{}/full_device.r{}.npy", dir, r)), operand(0, DType::F32) + operand(1, DType::F32),
-                 "all_reduce");
+    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r)))
+        << text_of(fmt::format("{}/error.r{}.txt", dir, r));
+    expect_equal(load_npy(fmt::format("{}/full_device.r{}.npy", dir, r)),
+                 operand(0, DType::F32) + operand(1, DType::F32), "all_reduce");
   }
   fs::remove_all(dir);
 }
@@ -287,7 +294,8 @@ TEST(CudaDistributed, DdpOnTwoDevicesMatchesOneCpuProcessOnTheWholeBatch) {
   std::vector<int> status = run_ranks(2, "ddp", dir, 60000, "CudaDistChild.DISABLED_Rank");
   EXPECT_EQ(status, (std::vector<int>{0, 0}));
   for (int r = 0; r < 2; ++r)
-    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r))) << text_of(fmt::format("{}/error.r{}.txt", dir, r));
+    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r)))
+        << text_of(fmt::format("{}/error.r{}.txt", dir, r));
   std::vector<Tensor> want = train_mlp(cpu, nullptr);
   for (size_t i = 0; i < want.size(); ++i) {
     Tensor r0 = load_npy(fmt::format("{}/p{}.r0.npy", dir, i)), r1 = load_npy(fmt::format("{}/p{}.r1.npy", dir, i));

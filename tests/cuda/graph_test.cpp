@@ -66,8 +66,9 @@ TEST(CudaGraphCapture, FullOfAnyValueIsCaptured) {
     DType dtype;
     double value;
   };
-  const Fill fills[] = {{DType::U8, 7}, {DType::F16, 1.5}, {DType::BF16, -2}, {DType::I32, 50}, {DType::F32, 0.1},
-                        {DType::I64, -3}, {DType::I64, 1LL << 40}, {DType::F64, 0.1}, {DType::F64, -0.0}};
+  const Fill fills[] = {{DType::U8, 7},          {DType::F16, 1.5}, {DType::BF16, -2},
+                        {DType::I32, 50},        {DType::F32, 0.1}, {DType::I64, -3},
+                        {DType::I64, 1LL << 40}, {DType::F64, 0.1}, {DType::F64, -0.0}};
   for (const Fill& f : fills) {
     SCOPED_TRACE(std::string(dtype_name(f.dtype)) + " " + std::to_string(f.value));
     Tensor y;
@@ -171,7 +172,8 @@ TEST(CudaGraphCapture, ACaptureBesideAnotherThreadsLaunches) {
   cuda::synchronize(0);
   Tensor host = x.to(cpu);
   EXPECT_TRUE(test::close_enough(y.to(cpu), exp(host) * 2.0f + host));
-  for (int i = 0; i < 64; ++i) EXPECT_TRUE(test::close_enough(theirs[static_cast<size_t>(i)].to(cpu), host * float(i))) << i;
+  for (int i = 0; i < 64; ++i)
+    EXPECT_TRUE(test::close_enough(theirs[static_cast<size_t>(i)].to(cpu), host * float(i))) << i;
 }
 
 // A replay on one stream, then a call on another at once: the second waits for the first's
@@ -281,8 +283,8 @@ TEST(CudaGraphReplay, TheCompiledBackwardReplaysToo) {
   };
   std::vector<Tensor> with = run(true), without = run(false);
   for (size_t i = 0; i < with.size(); ++i)
-    EXPECT_TRUE(same_bits(with[i], without[i])) << "value " << i << " differs by "
-                                                << (with[i] - without[i]).abs().max().item<float>();
+    EXPECT_TRUE(same_bits(with[i], without[i]))
+        << "value " << i << " differs by " << (with[i] - without[i]).abs().max().item<float>();
 }
 
 // A whole training step: the forward, the backward and the update (assigns into the params)
@@ -415,8 +417,8 @@ TEST(CudaGraphReplay, RandomDrawsAreFreshAtEveryReplay) {
   auto masks = [](bool graphs) {
     Graphs g(graphs);
     manual_seed(11);
-    jit::Function f = jit::trace([](const Tensor& x) { return nn::dropout(x, 0.5, true); },
-                                 {randn({256}).to(kGpu)}, "drop");
+    jit::Function f =
+        jit::trace([](const Tensor& x) { return nn::dropout(x, 0.5, true); }, {randn({256}).to(kGpu)}, "drop");
     Tensor x = ones({256}).to(kGpu);
     std::vector<Tensor> out;
     for (int i = 0; i < 4; ++i) out.push_back(f(x));

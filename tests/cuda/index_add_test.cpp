@@ -49,8 +49,11 @@ TEST(CudaIndexAdd, EmbeddingGradientMatchesTheCpu) {
 TEST(CudaIndexAdd, RefusesAnIndexOutOfRange) {
   REQUIRE_CUDA();
   Tensor x = zeros({4, 2}).to(kGpu), src = ones({3, 2}).to(kGpu);
-  test::expect_error([&] { index_add(x, 0, from_vector<int64_t>({0, 4, 1}).to(kGpu), src).to(cpu); },
-                     {"index_add", "index 4", "size 4"});
+  test::expect_error(
+      [&] {
+        index_add(x, 0, from_vector<int64_t>({0, 4, 1}).to(kGpu), src).to(cpu);
+      },
+      {"index_add", "index 4", "size 4"});
   expect_same_bits(index_add(x, 0, zeros({0}, DType::I64).to(kGpu), zeros({0, 2}).to(kGpu)), zeros({4, 2}));
 }
 
@@ -62,8 +65,8 @@ TEST(CudaScatterAdd, SumsInTheCpusOrderSortedOrWalked) {
   int sms = cuda::multiprocessor_count(0);
   EXPECT_TRUE(codegen::scatter_add_sorts(1, 5000, sms));
   EXPECT_TRUE(codegen::scatter_add_sorts(64, 100000, 132));
-  EXPECT_FALSE(codegen::scatter_add_sorts(64, 8, 132));             // short lines: walked
-  EXPECT_FALSE(codegen::scatter_add_sorts(1 << 20, 1000, 132));     // lines enough to fill it
+  EXPECT_FALSE(codegen::scatter_add_sorts(64, 8, 132));          // short lines: walked
+  EXPECT_FALSE(codegen::scatter_add_sorts(1 << 20, 1000, 132));  // lines enough to fill it
   struct Case {
     const char* name;
     Dims out, src;
@@ -104,9 +107,10 @@ TEST(Nvrtc, CompilesTheIndexAddKernels) {
   if (test::on_host_cuda() && std::getenv("KILN_CUDA_NVRTC") && *std::getenv("KILN_CUDA_NVRTC"))
     GTEST_SKIP() << "run by ctest cuda_nvrtc with the toolkit's NVRTC";
   if (!cuda::nvrtc_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
-  for (const std::string& src : {codegen::cuda_index_keys_kernel(DType::I32), codegen::cuda_bitonic_kernel(),
-                                 codegen::cuda_segment_add_kernel(f32, 3), codegen::cuda_scatter_keys_kernel(DType::I64, 2),
-                                 codegen::cuda_scatter_segment_kernel(f32, 2)})
+  for (const std::string& src :
+       {codegen::cuda_index_keys_kernel(DType::I32), codegen::cuda_bitonic_kernel(),
+        codegen::cuda_segment_add_kernel(f32, 3), codegen::cuda_scatter_keys_kernel(DType::I64, 2),
+        codegen::cuda_scatter_segment_kernel(f32, 2)})
     for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_kernel").empty());
 }
 

@@ -66,7 +66,10 @@ std::vector<Program> programs() {
          return std::vector<Tensor>{y, y.sum({-1}) + 1.0f};
        },
        {randn({9, 65})}},
-      {"a_reduction_over_leading_axes", [](auto in) { return std::vector<Tensor>{(in[0] * in[0]).sum({0, 1}) * 3.0f}; },
+      {"a_reduction_over_leading_axes",
+       [](auto in) {
+         return std::vector<Tensor>{(in[0] * in[0]).sum({0, 1}) * 3.0f};
+       },
        {randn({6, 5, 70})}},
       {"broadcast_and_a_transposed_view",
        [](auto in) { return std::vector<Tensor>{relu(in[0].transpose(0, 1) * in[1] + in[2])}; },
@@ -83,7 +86,8 @@ std::vector<Program> programs() {
          return std::vector<Tensor>{where(k > 10, k, k * 2), amax((k - 3).to(f32), {-1})};
        },
        {randint(-20, 20, {12, 31}, DType::I64)}},
-      {"a_full_reduction", [](auto in) { return std::vector<Tensor>{(in[0] * 2.0f).exp().sum()}; },
+      {"a_full_reduction",
+       [](auto in) { return std::vector<Tensor>{(in[0] * 2.0f).exp().sum()}; },
        {randn({100, 300}) * 0.1f}},
       // Many elements into few outputs: reduced in parts, then the parts (CudaGroup::Split),
       // with a shorter last part.
@@ -98,7 +102,8 @@ std::vector<Program> programs() {
       {"layer_norm_of_a_product_over_one_element",
        [](auto in) { return std::vector<Tensor>{1.0f / layer_norm(in[0] * in[1], {1})}; },
        {randn({3, 3, 1}), randn({1, 1})}},
-      {"a_split_integer_sum", [](auto in) { return std::vector<Tensor>{(in[0] * 3).sum()}; },
+      {"a_split_integer_sum",
+       [](auto in) { return std::vector<Tensor>{(in[0] * 3).sum()}; },
        {randint(-1000, 1000, {40009}, DType::I64)}},
   };
 }
@@ -118,7 +123,8 @@ TEST_P(CudaTraced, RunsFusedKernelsThatMatchEagerOnTheCpu) {
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].device(), kGpu);
     EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i])) << "output " << i << ":\n"
-                                                            << got[i].to(cpu) << "\nwant\n" << want[i];
+                                                             << got[i].to(cpu) << "\nwant\n"
+                                                             << want[i];
   }
   // A second call finds its plan and its kernels.
   int64_t before = jit::kernel_cache_stats().compiles;
@@ -249,8 +255,8 @@ TEST(CudaTraced, AWholeTrainingStepMatchesTheCpusEagerSteps) {
     return loss;
   };
   Tensor x = randn({64, 20}), y = randint(0, 5, {64}, DType::I64);
-  jit::Function traced = jit::trace([&](Tensor x, Tensor y) { return step(b1, b2, ob, x, y); },
-                                    {x.to(kGpu), y.to(kGpu)}, "step");
+  jit::Function traced =
+      jit::trace([&](Tensor x, Tensor y) { return step(b1, b2, ob, x, y); }, {x.to(kGpu), y.to(kGpu)}, "step");
   for (int i = 0; i < 5; ++i) {
     Tensor want = step(a1, a2, oa, x, y);
     Tensor got = traced(x.to(kGpu), y.to(kGpu));

@@ -31,7 +31,7 @@ TEST(CudaPast2G, U8PointwiseReductionCopyAndCat) {
   // Pointwise: every step-th element (the last of them past 2^31), or all on a GPU.
   x.slice(0, 0, n, step).add_(1);
   const int64_t touched = (n + step - 1) / step, last = (touched - 1) * step;
-  ASSERT_GE(last, int64_t{1} << 31);  // past int32
+  ASSERT_GE(last, int64_t{1} << 31);       // past int32
   const int64_t tail = step == 1 ? 8 : 7;  // the last five, 7 before the add
   EXPECT_EQ(values(x.slice(0, 0, 2)), (std::vector<int64_t>{4, step == 1 ? 4 : 3}));
   EXPECT_EQ(values(x.slice(0, last, last + 1)), (std::vector<int64_t>{last >= n - 5 ? tail : 4}));
@@ -42,7 +42,8 @@ TEST(CudaPast2G, U8PointwiseReductionCopyAndCat) {
   // A strided copy reading past 2^31.
   Tensor sparse = x.slice(0, 1, n, 64).contiguous();
   ASSERT_EQ(sparse.numel(), (n - 1 + 63) / 64);
-  EXPECT_EQ(values(sparse.slice(0, sparse.numel() - 1, sparse.numel())), values(x.slice(0, 1 + (sparse.numel() - 1) * 64, 2 + (sparse.numel() - 1) * 64)));
+  EXPECT_EQ(values(sparse.slice(0, sparse.numel() - 1, sparse.numel())),
+            values(x.slice(0, 1 + (sparse.numel() - 1) * 64, 2 + (sparse.numel() - 1) * 64)));
   // A cat whose result passes 2^31 elements.
   Tensor both = cat({full({3}, 9, DType::U8, kGpu), x});
   ASSERT_EQ(both.numel(), n + 3);

@@ -71,7 +71,8 @@ TEST(HandlePool, OutOfMemoryFreesTheCacheAndTriesOnce) {
   EXPECT_EQ(frees, 1);
   // Another error is returned as it is; out of memory twice is the caller's to report.
   calls = frees = 0;
-  EXPECT_EQ(cuda::retry_after_freeing_cache([&] { return ++calls, 7; }, [](int s) { return s == 2; }, [&] { ++frees; }), 7);
+  EXPECT_EQ(cuda::retry_after_freeing_cache([&] { return ++calls, 7; }, [](int s) { return s == 2; }, [&] { ++frees; }),
+            7);
   EXPECT_EQ(calls + frees, 1);
   EXPECT_EQ(cuda::retry_after_freeing_cache([&] { return 2; }, [](int s) { return s == 2; }, [&] { ++frees; }), 2);
   EXPECT_EQ(frees, 1);

@@ -7,13 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <string>
 
+#include "cuda/group.h"
 #include "examples/models/zoo.h"
 #include "ir/graph.h"
-#include "cuda/group.h"
 #include "jit/trace.h"
 #include "tests/cuda/cuda_test.h"
 

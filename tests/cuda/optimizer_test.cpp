@@ -26,15 +26,24 @@ TEST(CudaOptimizers, StepsMatchTheCpu) {
   REQUIRE_CUDA();
   const Maker makers[] = {
       {"sgd", [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.1); }},
-      {"sgd_nesterov", [](std::vector<Tensor> p) {
-         return std::make_unique<optim::SGD>(p, 0.1, optim::SgdOptions{.momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+      {"sgd_nesterov",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(
+             p, 0.1, optim::SgdOptions{.momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
        }},
-      {"adam", [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, 1e-2, optim::AdamOptions{.weight_decay = 0.1}); }},
+      {"adam",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::Adam>(p, 1e-2, optim::AdamOptions{.weight_decay = 0.1});
+       }},
       {"adamw", [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, 1e-2); }},
-      {"rmsprop_centered", [](std::vector<Tensor> p) {
+      {"rmsprop_centered",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::RMSprop>(p, 1e-2, optim::RmspropOptions{.momentum = 0.5, .centered = true});
        }},
-      {"adagrad", [](std::vector<Tensor> p) { return std::make_unique<optim::Adagrad>(p, 1e-1, optim::AdagradOptions{.lr_decay = 0.1}); }},
+      {"adagrad",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::Adagrad>(p, 1e-1, optim::AdagradOptions{.lr_decay = 0.1});
+       }},
   };
   for (const Maker& m : makers) {
     SCOPED_TRACE(m.name);
@@ -62,8 +71,7 @@ TEST(CudaOptimizers, StepsMatchTheCpu) {
         // The step leaves the gradients as they were given.
         if (cpu_p[i].grad().defined())
           EXPECT_TRUE(test::all_close(gpu_p[i].grad().to(cpu), given[i].to_vector<double>(), given[i].shape(), {0, 0}));
-        else
-          EXPECT_FALSE(gpu_p[i].grad().defined());
+        else EXPECT_FALSE(gpu_p[i].grad().defined());
       }
     }
   }

@@ -128,8 +128,8 @@ TEST_P(CudaReduceLayout, TracedReductionsMatchTheCpu) {
   auto fn = [axes](std::span<const Tensor> in) {
     Tensor x = in[0], mean = x.mean(axes, true), d = x - mean;
     Tensor var = (d * d).mean(axes, true), r = relu(x);
-    return std::vector<Tensor>{(x * x).sum(axes), var, amax(x * 2.0f, axes), d * rsqrt(var + 1e-5f), r, r.sum(axes),
-                               mean * 3.0f};
+    return std::vector<Tensor>{(x * x).sum(axes), var,        amax(x * 2.0f, axes), d * rsqrt(var + 1e-5f), r,
+                               r.sum(axes),       mean * 3.0f};
   };
   std::vector<Tensor> args = {x.to(kGpu)};
   jit::Function f = jit::trace_tensors(fn, args, "reductions_" + c.name);
@@ -152,8 +152,8 @@ TEST_P(CudaReduceLayout, SumsHaveTheSameBitsOnEveryRun) {
   Tensor x = randn(c.shape).to(kGpu);
   Dims axes = c.axes;
   std::vector<Tensor> args = {x};
-  jit::Function f = jit::trace_tensors([axes](std::span<const Tensor> in) { return std::vector<Tensor>{in[0].sum(axes)}; },
-                                       args, "sum_bits_" + c.name);
+  jit::Function f = jit::trace_tensors(
+      [axes](std::span<const Tensor> in) { return std::vector<Tensor>{in[0].sum(axes)}; }, args, "sum_bits_" + c.name);
   Tensor first = x.sum(axes).to(cpu), traced = f.call(args)[0].to(cpu);
   for (int run = 0; run < 3; ++run) {
     EXPECT_TRUE(test::bitwise_equal(x.sum(axes).to(cpu), first)) << "eager, run " << run;

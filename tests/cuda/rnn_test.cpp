@@ -38,14 +38,18 @@ struct Config {
 
 std::string describe(const Config& c) {
   return std::string(c.lstm ? "LSTM" : "GRU") + " layers " + std::to_string(c.layers) +
-         (c.bidirectional ? " bidirectional" : "") + (c.bias ? "" : " no bias") + (c.batch_first ? " batch_first" : "") +
-         (c.states ? " with states" : "") + (c.unbatched ? " unbatched" : "") + " " + std::string(dtype_name(c.dtype));
+         (c.bidirectional ? " bidirectional" : "") + (c.bias ? "" : " no bias") +
+         (c.batch_first ? " batch_first" : "") + (c.states ? " with states" : "") + (c.unbatched ? " unbatched" : "") +
+         " " + std::string(dtype_name(c.dtype));
 }
 
 const int64_t kIn = 5, kHidden = 6, kT = 7, kN = 3;
 
 std::unique_ptr<nn::Module> make(const Config& c) {
-  nn::RNNOptions o{.num_layers = c.layers, .bias = c.bias, .batch_first = c.batch_first, .dropout = c.dropout,
+  nn::RNNOptions o{.num_layers = c.layers,
+                   .bias = c.bias,
+                   .batch_first = c.batch_first,
+                   .dropout = c.dropout,
                    .bidirectional = c.bidirectional};
   if (c.lstm) return std::make_unique<nn::LSTM>(kIn, kHidden, o);
   return std::make_unique<nn::GRU>(kIn, kHidden, o);
@@ -139,7 +143,8 @@ TEST(CudnnRnn, MatchesTheUnrolledComposite) {
   std::vector<Config> configs;
   for (bool lstm : {true, false})
     for (int64_t layers : {1, 2})
-      for (bool bidirectional : {false, true}) configs.push_back({.lstm = lstm, .layers = layers, .bidirectional = bidirectional});
+      for (bool bidirectional : {false, true})
+        configs.push_back({.lstm = lstm, .layers = layers, .bidirectional = bidirectional});
   configs.push_back({.lstm = true, .layers = 2, .bias = false, .states = true});
   configs.push_back({.lstm = false, .layers = 1, .bidirectional = true, .bias = false, .batch_first = true});
   configs.push_back({.lstm = true, .layers = 2, .bidirectional = true, .batch_first = true, .states = true});
@@ -217,7 +222,8 @@ TEST(CudnnRnn, GradientsOfGradientsThroughTheComposite) {
     return g;
   };
   manual_seed(3);
-  nn::LSTM host(kIn, kHidden, {.num_layers = 2, .bidirectional = true}), gpu(kIn, kHidden, {.num_layers = 2, .bidirectional = true});
+  nn::LSTM host(kIn, kHidden, {.num_layers = 2, .bidirectional = true}),
+      gpu(kIn, kHidden, {.num_layers = 2, .bidirectional = true});
   host.to(f64);
   gpu.to(f64);
   gpu.load_state_dict(host.state_dict());
@@ -276,8 +282,9 @@ TEST(CudnnRnn, TheCompositeRunsWhereCudnnDoesNot) {
 // CPU composite's, eagerly. With dropout between layers, an op per layer and kiln's dropout.
 TEST(CudnnRnn, ATracedStepRecordsAnRnnOpAndRunsItThroughCudnn) {
   REQUIRE_CUDA();
-  for (Config c : {Config{.lstm = true, .layers = 2, .bidirectional = true, .batch_first = true},
-                   Config{.lstm = false, .layers = 1, .bias = false}, Config{.lstm = true, .layers = 2, .dropout = 0.5}}) {
+  for (Config c :
+       {Config{.lstm = true, .layers = 2, .bidirectional = true, .batch_first = true},
+        Config{.lstm = false, .layers = 1, .bias = false}, Config{.lstm = true, .layers = 2, .dropout = 0.5}}) {
     SCOPED_TRACE(describe(c));
     manual_seed(7);
     std::unique_ptr<nn::Module> host = make(c), gpu = make(c);
@@ -329,7 +336,8 @@ TEST(CudnnRnn, AForwardTracedOnCudaSavesWithADynamicBatch) {
   std::ostringstream ir;
   ir << f.graph();
   EXPECT_NE(ir.str().find(" = rnn "), std::string::npos) << ir.str();
-  std::string path = (std::filesystem::temp_directory_path() / ("kiln_rnn_" + std::to_string(::getpid()) + ".kiln")).string();
+  std::string path =
+      (std::filesystem::temp_directory_path() / ("kiln_rnn_" + std::to_string(::getpid()) + ".kiln")).string();
   jit::save(f, path, jit::SaveOptions().dynamic(0, 1, "B"));
   jit::LoadedFunction g = jit::load(path, kGpu);
   test::expect_close(g(x5), std::get<0>(lstm(x5)).to_vector<double>(), 1e-5, 1e-5);

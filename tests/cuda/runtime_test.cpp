@@ -104,7 +104,7 @@ TEST(CudaRuntime, AnEventOrdersWorkAcrossStreams) {
   {
     cuda::StreamGuard g(writer);
     for (int i = 0; i < 40; ++i) target.copy_(full({1 << 12}, 1.0));  // a queue of work
-    target.copy_(full({1 << 12}, 3.0));                                // its last write
+    target.copy_(full({1 << 12}, 3.0));                               // its last write
   }
   cuda::Event written;
   written.record(writer);
@@ -137,7 +137,7 @@ TEST(CudaRuntime, WithoutAnEventTheOtherStreamReadsTooEarly) {
   }
   cuda::synchronize();
   EXPECT_EQ(early[0].item<float>(), 1.0f) << "the host CUDA ran another stream's work first: streams are not "
-                                              "independent queues there";
+                                             "independent queues there";
   EXPECT_EQ(target.to(cpu)[0].item<float>(), 2.0f);
 }
 
@@ -219,9 +219,7 @@ TEST(CudaRuntime, PinnedMemoryCopiesAsynchronously) {
 #else
 #define KILN_NO_FUNCTION_CHECK
 #endif
-KILN_NO_FUNCTION_CHECK int current_context(void* fn, void** out) {
-  return reinterpret_cast<int (*)(void**)>(fn)(out);
-}
+KILN_NO_FUNCTION_CHECK int current_context(void* fn, void** out) { return reinterpret_cast<int (*)(void**)>(fn)(out); }
 
 TEST(CudaRuntime, PinnedMemoryUsesTheCurrentDevice) {
   REQUIRE_DEVICES(2);
@@ -311,7 +309,7 @@ TEST(CudaRuntime, WithoutTheCacheMemoryIsFreedAfterTheWorkThatUsesIt) {
   int64_t limit = memory.stats().cache_limit;
   memory.set_cache_limit(0);
   int64_t mallocs = memory.stats().system_allocs;
-  Tensor y = full({4 << 20}, 1.5, f32, d);  // 16 MiB: a segment of its own
+  Tensor y = full({4 << 20}, 1.5, f32, d);   // 16 MiB: a segment of its own
   for (int i = 0; i < 4; ++i) y = y * 2.0f;  // each step frees the tensor before, its reader queued
   Tensor host = y.to(cpu);
   EXPECT_EQ(amin(host).item<float>(), 24.0f);

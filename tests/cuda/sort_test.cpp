@@ -11,8 +11,8 @@
 
 #include <limits>
 
-#include "cuda/nvrtc.h"
 #include "codegen/cuda/sort.h"
+#include "cuda/nvrtc.h"
 #include "tests/cuda/cuda_test.h"
 #include "tests/unit/test_util.h"
 
@@ -81,8 +81,8 @@ TEST(CudaSort, TopkSelectsTheCpusK) {
     for (int64_t k : {int64_t{1}, int64_t{40}, int64_t{600}, int64_t{2400}})
       for (bool largest : {true, false}) {
         const int64_t cols = 5000;
-        SCOPED_TRACE(fmt::format("{} k {} largest {} selects {}", dtype_name(t), k, largest,
-                                 codegen::topk_selects(cols, k)));
+        SCOPED_TRACE(
+            fmt::format("{} k {} largest {} selects {}", dtype_name(t), k, largest, codegen::topk_selects(cols, k)));
         Tensor x = awkward({3, cols}, t);
         auto [values, idx] = topk(x.to(kGpu), k, -1, largest);
         auto [want_values, want_idx] = topk(x, k, -1, largest);

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "codegen/cuda/emit.h"
-#include "cuda/nvrtc.h"
 #include "cuda/kernel_cache.h"
+#include "cuda/nvrtc.h"
 #include "runtime/cuda/library_cuda.h"
 #include "runtime/cuda_internal.h"
 #include "tests/cuda/cuda_test.h"

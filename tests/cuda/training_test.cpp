@@ -175,8 +175,8 @@ TEST(CudaTraining, TheDigitsCnnTrainsAnEpochToTheCpusAccuracy) {
               100 * cpu_acc, 100 * gpu_acc, 100 * traced_acc);
   EXPECT_GT(cpu_acc, 0.5) << "the CPU's epoch did not learn: the test proves nothing";
   EXPECT_NEAR(gpu_acc, cpu_acc, 2.5 / 360) << "cuda:0 reached " << gpu_acc << ", the CPU " << cpu_acc;
-  EXPECT_NEAR(traced_acc, cpu_acc, 2.5 / 360) << "the traced step on cuda:0 reached " << traced_acc << ", the CPU "
-                                               << cpu_acc;
+  EXPECT_NEAR(traced_acc, cpu_acc, 2.5 / 360)
+      << "the traced step on cuda:0 reached " << traced_acc << ", the CPU " << cpu_acc;
 }
 
 }  // namespace

@@ -42,7 +42,8 @@ struct Mlp : nn::Module {
 };
 
 enum class Mode { Eager, Compiled, TracedStep };
-const std::map<std::string, Mode> kModes = {{"eager", Mode::Eager}, {"compiled", Mode::Compiled}, {"traced", Mode::TracedStep}};
+const std::map<std::string, Mode> kModes = {
+    {"eager", Mode::Eager}, {"compiled", Mode::Compiled}, {"traced", Mode::TracedStep}};
 
 // Small buckets, so even these models have several: the MLP's six parameters fall into four.
 nn::DdpOptions small_buckets() { return {.bucket_bytes = 512, .first_bucket_bytes = 256}; }
@@ -59,9 +60,9 @@ struct Trained {
 // Trains `net` for kSteps SGD steps with momentum on rank `rank`'s share of a fixed batch
 // (the whole batch when pg is null: the single-process reference). The first step accumulates
 // the two halves of the share, the first under no_sync.
-template <class Net>
-Trained train(Net& net, const Tensor& x, const Tensor& y, Mode mode, distributed::ProcessGroup* pg,
-              nn::DdpOptions options, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_of) {
+template <class Net> Trained train(Net& net, const Tensor& x, const Tensor& y, Mode mode, distributed::ProcessGroup* pg,
+                                   nn::DdpOptions options,
+                                   const std::function<Tensor(const Tensor&, const Tensor&)>& loss_of) {
   int rank = pg ? pg->rank() : 0, world = pg ? pg->world_size() : 1;
   int64_t share = kBatch / world;
   Tensor xs = x.narrow(0, rank * share, share).contiguous(), ys = y.narrow(0, rank * share, share).contiguous();
@@ -85,21 +86,22 @@ Trained train(Net& net, const Tensor& x, const Tensor& y, Mode mode, distributed
     opt.step();
   }
   if (mode == Mode::TracedStep) {
-    auto step = jit::trace([&](Tensor a, Tensor b) {
-      opt.zero_grad();
-      Tensor l = loss_of(forward(a), b);
-      l.backward();
-      opt.step();
-      return l;
-    }, {xs, ys}, "ddp_step");
+    auto step = jit::trace(
+        [&](Tensor a, Tensor b) {
+          opt.zero_grad();
+          Tensor l = loss_of(forward(a), b);
+          l.backward();
+          opt.step();
+          return l;
+        },
+        {xs, ys}, "ddp_step");
     for (int s = 1; s < kSteps; ++s) step(xs, ys);
     std::ostringstream text;
     text << step.graph();
     out.graph = text.str();
   } else {
     std::optional<jit::Function> fast;
-    if (mode == Mode::Compiled)
-      fast.emplace(jit::trace([&](Tensor a) { return forward(a); }, {xs}, "ddp_forward"));
+    if (mode == Mode::Compiled) fast.emplace(jit::trace([&](Tensor a) { return forward(a); }, {xs}, "ddp_forward"));
     for (int s = 1; s < kSteps; ++s) {
       opt.zero_grad();
       Tensor pred = fast ? (*fast)(xs) : forward(xs);
@@ -202,7 +204,8 @@ void expect_bucketed(const std::string& text, size_t params) {
     }
   }
   EXPECT_LT(position("start", 0), last_ready) << "the first bucket's all-reduce must start before backward "
-                                                 "produced its last gradient\n" << text;
+                                                 "produced its last gradient\n"
+                                              << text;
 }
 
 struct DdpCase {
@@ -218,7 +221,8 @@ TEST_P(Ddp, TwoRanksOnHalfBatchesMatchOneProcessOnTheWholeBatch) {
   std::vector<int> status = run_ranks(2, c.model + " " + c.mode, dir, 60000, "DdpChild.DISABLED_Rank");
   EXPECT_EQ(status, (std::vector<int>{0, 0}));
   for (int r = 0; r < 2; ++r)
-    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r))) << text_of(fmt::format("{}/error.r{}.txt", dir, r));
+    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r)))
+        << text_of(fmt::format("{}/error.r{}.txt", dir, r));
   // The reference: one process, the whole batch, eager.
   Trained want = c.model == "mlp" ? run_mlp(Mode::Eager, nullptr) : run_cnn(Mode::Eager, nullptr);
   double tol = c.mode == "eager" ? 2e-6 : 2e-5;  // fused kernels round differently
@@ -235,7 +239,8 @@ TEST_P(Ddp, TwoRanksOnHalfBatchesMatchOneProcessOnTheWholeBatch) {
       // The hooks ran while tracing; the compiled step holds one all_reduce per bucket.
       std::string graph = text_of(fmt::format("{}/graph.r{}.txt", dir, r));
       size_t buckets = std::stoul(events), found = 0;
-      for (size_t at = graph.find("= all_reduce "); at != std::string::npos; at = graph.find("= all_reduce ", at + 1)) ++found;
+      for (size_t at = graph.find("= all_reduce "); at != std::string::npos; at = graph.find("= all_reduce ", at + 1))
+        ++found;
       EXPECT_EQ(found, buckets) << graph;
     } else {
       expect_bucketed(events, want.params.size());
@@ -245,8 +250,9 @@ TEST_P(Ddp, TwoRanksOnHalfBatchesMatchOneProcessOnTheWholeBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Ddp,
-                         ::testing::Values(DdpCase{"mlp", "eager"}, DdpCase{"mlp", "compiled"}, DdpCase{"mlp", "traced"},
-                                           DdpCase{"cnn", "eager"}, DdpCase{"cnn", "compiled"}, DdpCase{"cnn", "traced"}),
+                         ::testing::Values(DdpCase{"mlp", "eager"}, DdpCase{"mlp", "compiled"},
+                                           DdpCase{"mlp", "traced"}, DdpCase{"cnn", "eager"},
+                                           DdpCase{"cnn", "compiled"}, DdpCase{"cnn", "traced"}),
                          [](const auto& info) { return info.param.model + "_" + info.param.mode; });
 
 // In one process: the buckets, in reverse registration order, split at the caps and by dtype.

@@ -28,16 +28,15 @@
 #include "tests/distributed/ranks.h"
 #include "tests/unit/test_util.h"
 
-
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-using test::fresh_dir;
+using distributed::ReduceOp;
 using test::free_port;
+using test::fresh_dir;
 using test::run_ranks;
 using test::text_of;
-using distributed::ReduceOp;
 
 constexpr DType kDTypes[] = {DType::F32, DType::F64, DType::I32, DType::I64, DType::U8};
 
@@ -118,7 +117,9 @@ void expect_equal(const Tensor& got, const Tensor& want, const std::string& what
   ASSERT_EQ(got.type().str(), want.type().str()) << what;
   Tensor g = got.to(DType::F64), w = want.to(DType::F64);
   double err = amax(abs(g - w)).item<double>(), scale = amax(abs(w)).item<double>();
-  EXPECT_LE(err, is_float(want.dtype()) ? 1e-6 * std::max(scale, 1.0) : 0.0) << what << "\ngot\n" << got << "\nwant\n" << want;
+  EXPECT_LE(err, is_float(want.dtype()) ? 1e-6 * std::max(scale, 1.0) : 0.0) << what << "\ngot\n"
+                                                                             << got << "\nwant\n"
+                                                                             << want;
 }
 
 class Collectives : public ::testing::TestWithParam<int> {};
@@ -128,7 +129,9 @@ TEST_P(Collectives, MatchTheSingleProcessResultForEachDType) {
   std::string dir = fresh_dir(fmt::format("collectives{}", n));
   std::vector<int> status = run_ranks(n, "collectives", dir, 60000);
   EXPECT_EQ(status, std::vector<int>(static_cast<size_t>(n), 0));
-  for (int r = 0; r < n; ++r) ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r))) << text_of(fmt::format("{}/error.r{}.txt", dir, r));
+  for (int r = 0; r < n; ++r)
+    ASSERT_FALSE(fs::exists(fmt::format("{}/error.r{}.txt", dir, r)))
+        << text_of(fmt::format("{}/error.r{}.txt", dir, r));
   auto got = [&](const std::string& name, int r) { return load_npy(fmt::format("{}/{}.r{}.npy", dir, name, r)); };
   for (DType t : kDTypes) {
     std::string d(dtype_name(t));
@@ -148,7 +151,8 @@ TEST_P(Collectives, MatchTheSingleProcessResultForEachDType) {
     }
   }
   std::vector<Tensor> fs32, fs64;
-  for (int r = 0; r < n; ++r) fs32.push_back(operand(r, DType::F32).transpose(0, 1)), fs64.push_back(operand(r, DType::F64));
+  for (int r = 0; r < n; ++r)
+    fs32.push_back(operand(r, DType::F32).transpose(0, 1)), fs64.push_back(operand(r, DType::F64));
   for (int r = 0; r < n; ++r) {
     expect_equal(got("all_reduce_transposed", r), sum(stack(fs32, 0), {0}), "transposed");
     expect_equal(got("async_sum", r), sum(stack(fs64, 0), {0}), "async sum");
@@ -170,7 +174,8 @@ TEST(Distributed, AJobAddressedThroughTheNetworkForms) {
   for (int r = 0; r < 2; ++r) {
     std::string error = fmt::format("{}/error.r{}.txt", dir, r);
     ASSERT_FALSE(fs::exists(error)) << "MASTER_ADDR=" << host << ": " << text_of(error);
-    expect_equal(load_npy(fmt::format("{}/sum.r{}.npy", dir, r)), operand(0, DType::F32) + operand(1, DType::F32), "sum");
+    expect_equal(load_npy(fmt::format("{}/sum.r{}.npy", dir, r)), operand(0, DType::F32) + operand(1, DType::F32),
+                 "sum");
   }
   fs::remove_all(dir);
 }
@@ -203,7 +208,8 @@ TEST(Distributed, ARankThatNeverArrivesMakesTheOthersTimeOut) {
   run_ranks(2, "late", dir, 1500);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string e0 = text_of(dir + "/error.r0.txt");
-  EXPECT_NE(e0.find("all_reduce (collective #1) failed on rank 0 of 2 within the 1500 ms timeout"), std::string::npos) << e0;
+  EXPECT_NE(e0.find("all_reduce (collective #1) failed on rank 0 of 2 within the 1500 ms timeout"), std::string::npos)
+      << e0;
   EXPECT_NE(e0.find("rank 1 did not arrive"), std::string::npos) << e0;
   EXPECT_LT(s, 20.0);
   fs::remove_all(dir);

@@ -50,9 +50,10 @@ inline std::vector<int> run_ranks(int n, const std::string& which, const std::st
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    for (std::string v : {fmt::format("RANK={}", r), fmt::format("WORLD_SIZE={}", n), fmt::format("MASTER_PORT={}", port),
-                          "MASTER_ADDR=" + master_addr, fmt::format("KILN_DIST_TIMEOUT_MS={}", timeout_ms),
-                          "KILN_DIST_CASE=" + which, "KILN_DIST_DIR=" + dir})
+    for (std::string v :
+         {fmt::format("RANK={}", r), fmt::format("WORLD_SIZE={}", n), fmt::format("MASTER_PORT={}", port),
+          "MASTER_ADDR=" + master_addr, fmt::format("KILN_DIST_TIMEOUT_MS={}", timeout_ms), "KILN_DIST_CASE=" + which,
+          "KILN_DIST_DIR=" + dir})
       env.push_back(v);
     std::vector<std::string> args = {exe, "--gtest_also_run_disabled_tests", "--gtest_filter=" + child};
     std::vector<char*> argv, envp;

@@ -27,8 +27,15 @@
 namespace kiln::test {
 namespace {
 
-template <OpId id> concept HasSpec = requires { sizeof(Spec<id>); };
-template <class S> concept PointwiseSpec = requires { S::domain; &S::ref; };
+template <OpId id>
+concept HasSpec = requires {
+  sizeof(Spec<id>);
+};
+template <class S>
+concept PointwiseSpec = requires {
+  S::domain;
+  &S::ref;
+};
 
 /// What the suite knows of one op: its dtypes and its cases in a dtype.
 struct OpTests {
@@ -91,7 +98,7 @@ std::vector<Case> pointwise_cases(OpId id, DType t, bool for_gradcheck) {
   }
   std::vector<Tensor> views;
   for (size_t k = 0; k < N; ++k) {
-    if (k == 0) views.push_back(draw(k, {6, 5}).t());                 // transposed
+    if (k == 0) views.push_back(draw(k, {6, 5}).t());                  // transposed
     if (k == 1) views.push_back(draw(k, {5, 12}).slice(1, 0, 12, 2));  // strided
     if (k == 2) views.push_back(draw(k, {5, 1}).expand({5, 6}));       // expanded
   }
@@ -103,8 +110,9 @@ std::vector<Case> pointwise_cases(OpId id, DType t, bool for_gradcheck) {
 }
 
 template <OpId id> OpTests entry(const char* name) {
-  static_assert(HasSpec<id>, "an op in runtime/ops.def has no Spec<OpId::...> in tests/ops/op_specs.h: "
-                             "add its double-precision reference there");
+  static_assert(HasSpec<id>,
+                "an op in runtime/ops.def has no Spec<OpId::...> in tests/ops/op_specs.h: "
+                "add its double-precision reference there");
   using S = Spec<id>;
   if constexpr (PointwiseSpec<S>) {
     std::vector<DType> dtypes;
@@ -179,12 +187,14 @@ TEST_P(EveryOp, TracedAndFusedMatchEager) {
       auto run = c.run;
       std::vector<Tensor> inputs = c.inputs;
       if (reduction) inputs.push_back(zeros_like(inputs[0]));
-      jit::Function f([run, reduction](std::span<const Tensor> in) {
-        std::vector<Tensor> args(in.begin(), in.end() - (reduction ? 1 : 0));
-        if (reduction) args[0] = args[0] + in.back();
-        Tensor y = run(args);
-        return std::vector<Tensor>{y, logical_not(y)};
-      }, op.name);
+      jit::Function f(
+          [run, reduction](std::span<const Tensor> in) {
+            std::vector<Tensor> args(in.begin(), in.end() - (reduction ? 1 : 0));
+            if (reduction) args[0] = args[0] + in.back();
+            Tensor y = run(args);
+            return std::vector<Tensor>{y, logical_not(y)};
+          },
+          op.name);
       std::vector<Tensor> got = f.call(inputs);
       ASSERT_EQ(got.size(), 2u);
       expect_same(got[0], want);
@@ -197,7 +207,8 @@ TEST_P(EveryOp, TracedAndFusedMatchEager) {
           f.stats().kernels == 0) {
         std::string text = text_of(f.graph());
         EXPECT_EQ(text.find(std::string(" = ") + op.name + " "), std::string::npos)
-            << op.name << " ran outside a fused kernel:\n" << text;
+            << op.name << " ran outside a fused kernel:\n"
+            << text;
       }
     }
   }

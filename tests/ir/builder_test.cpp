@@ -21,13 +21,14 @@ TEST(Builder, TypesComeFromTheShapeRulesAndTheGraphRuns) {
   sum_rows.axes = {1};
   b.output(b.op(OpId::Sum, {b.op(OpId::Relu, {y})}, sum_rows));
   Graph g = b.finish();
-  EXPECT_EQ(print(g), "graph @affine(%0: f32[4,3]) params(%1: f32[3,2] \"w\") -> (f32[4]) {\n"
-                      "  %2 = matmul %0, %1 : f32[4,2]\n"
-                      "  %3 = mul %2, 0.5 : f32[4,2]\n"
-                      "  %4 = relu %3 : f32[4,2]\n"
-                      "  %5 = sum %4 {axes=[1], keepdim=false} : f32[4]\n"
-                      "  return %5\n"
-                      "}\n");
+  EXPECT_EQ(print(g),
+            "graph @affine(%0: f32[4,3]) params(%1: f32[3,2] \"w\") -> (f32[4]) {\n"
+            "  %2 = matmul %0, %1 : f32[4,2]\n"
+            "  %3 = mul %2, 0.5 : f32[4,2]\n"
+            "  %4 = relu %3 : f32[4,2]\n"
+            "  %5 = sum %4 {axes=[1], keepdim=false} : f32[4]\n"
+            "  return %5\n"
+            "}\n");
   Tensor xs = randn({4, 3}), ws = randn({3, 2});
   Tensor in[] = {xs}, params[] = {ws};
   EXPECT_TRUE(allclose(jit::run_graph(g, in, params)[0], sum(relu(matmul(xs, ws) * 0.5), {1})));

@@ -16,8 +16,7 @@
 namespace kiln::ir::test {
 
 inline const std::filesystem::path kGoldenRoot = KILN_IR_TEST_DIR;
-inline constexpr std::string_view kRunLine = "// RUN:", kExpectLine = "// EXPECT:",
-                                  kErrorLine = "// EXPECT-ERROR:";
+inline constexpr std::string_view kRunLine = "// RUN:", kExpectLine = "// EXPECT:", kErrorLine = "// EXPECT-ERROR:";
 
 struct GoldenCase {
   std::string name;   // "<dir>/<case>.ir", also the file name in parse errors

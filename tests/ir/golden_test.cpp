@@ -20,10 +20,8 @@ using test::GoldenCase;
 std::string run(const GoldenCase& c) {
   Graph g = parse(c.input, c.name);
   for (const std::string& step : c.steps) {
-    if (step == "verify")
-      verify(g);
-    else if (step != "parse")
-      g = run_passes(std::move(g), std::vector<std::string>{step});
+    if (step == "verify") verify(g);
+    else if (step != "parse") g = run_passes(std::move(g), std::vector<std::string>{step});
   }
   return print(g, {.locations = false});
 }
@@ -42,14 +40,11 @@ TEST_P(GoldenFile, GivesTheExpectedText) {
         << c.name << ": the error\n  " << e.what() << "\nlacks\n  " << c.expected;
     return;
   }
-  ASSERT_FALSE(c.expect_error) << c.name << ": expected an error with '" << c.expected << "', got\n"
-                               << got;
+  ASSERT_FALSE(c.expect_error) << c.name << ": expected an error with '" << c.expected << "', got\n" << got;
   const char* update = std::getenv("UPDATE_GOLDEN");
   if (update && std::string(update) == "1") {
     if (got != c.expected)
-      std::ofstream(test::kGoldenRoot / c.name, std::ios::binary)
-          << c.input << test::kExpectLine << "\n"
-          << got;
+      std::ofstream(test::kGoldenRoot / c.name, std::ios::binary) << c.input << test::kExpectLine << "\n" << got;
     return;
   }
   EXPECT_EQ(got, c.expected) << c.name << " (UPDATE_GOLDEN=1 rewrites the EXPECT block)";
@@ -62,15 +57,13 @@ std::string test_name(const testing::TestParamInfo<std::string>& info) {
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(golden, GoldenFile, testing::ValuesIn(test::golden_case_names()),
-                         test_name);
+INSTANTIATE_TEST_SUITE_P(golden, GoldenFile, testing::ValuesIn(test::golden_case_names()), test_name);
 
 TEST(GoldenFiles, CoverEveryRegisteredPass) {
   for (const PassInfo& p : all_passes()) {
     size_t n = 0;
     if (fs::is_directory(test::kGoldenRoot / p.name))
-      for (const auto& e : fs::directory_iterator(test::kGoldenRoot / p.name))
-        n += e.path().extension() == ".ir";
+      for (const auto& e : fs::directory_iterator(test::kGoldenRoot / p.name)) n += e.path().extension() == ".ir";
     EXPECT_GE(n, 1u) << "tests/ir/" << p.name << "/ needs golden cases";
   }
 }

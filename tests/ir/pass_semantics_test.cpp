@@ -23,12 +23,9 @@ Tensor sample(const TensorType& t, size_t salt) {
     T* p = static_cast<T*>(x.data_ptr());
     for (int64_t i = 0; i < x.numel(); ++i) {
       size_t k = static_cast<size_t>(i) + salt;
-      if constexpr (std::is_same_v<T, bool>)
-        p[i] = k % 3 == 0;
-      else if constexpr (std::is_integral_v<T>)
-        p[i] = static_cast<T>(kInts[k % 7]);
-      else
-        p[i] = T(static_cast<float>(kFloats[k % 10]));
+      if constexpr (std::is_same_v<T, bool>) p[i] = k % 3 == 0;
+      else if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(kInts[k % 7]);
+      else p[i] = T(static_cast<float>(kFloats[k % 10]));
     }
   });
   return x;
@@ -110,8 +107,7 @@ TEST(PassSemantics, GoldenCasesComputeTheSameBitsAfterTheirPasses) {
     ASSERT_EQ(got_error, want_error);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(same_bits(got[i], want[i]))
-          << "result " << i << ": " << got[i] << " vs " << want[i];
+      EXPECT_TRUE(same_bits(got[i], want[i])) << "result " << i << ": " << got[i] << " vs " << want[i];
     ++checked;
   }
   EXPECT_GT(checked, 20);

@@ -103,7 +103,8 @@ TEST_F(Reproducer, AScratchFolderSomeoneElseMadeIsRefusedAndTheErrorStillExplain
 TEST(DimSymbols, NamesArePerGraph) {
   using ir::Graph, ir::parse, ir::print;
   auto text = [](const std::string& name) {
-    return fmt::format("graph @f(%0: f32[{0},3]) -> (f32[{0},3]) {{\n  %1 = exp %0 : f32[{0},3]\n  return %1\n}}\n", name);
+    return fmt::format("graph @f(%0: f32[{0},3]) -> (f32[{0},3]) {{\n  %1 = exp %0 : f32[{0},3]\n  return %1\n}}\n",
+                       name);
   };
   for (int i = 0; i < 1000; ++i) {
     Graph g = parse(text("fresh_name_" + std::to_string(i)));

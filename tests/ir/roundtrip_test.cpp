@@ -194,9 +194,9 @@ graph @recurrent(%0: f32[2,1,2], %1: f32[3,2], %2: f32[3,1]) -> (f32[13]) {
 }
 )";
 
-const std::vector<const char*> kGraphs = {kUnary + 1, kBinary + 1,    kReduce + 1, kScan + 1, kMovement + 1,
-                                          kLoops + 1, kConstants + 1, kStep + 1,   kEmpty + 1,
-                                          kDraws + 1, kCollective + 1, kRecurrent + 1};
+const std::vector<const char*> kGraphs = {kUnary + 1,    kBinary + 1, kReduce + 1,     kScan + 1,
+                                          kMovement + 1, kLoops + 1,  kConstants + 1,  kStep + 1,
+                                          kEmpty + 1,    kDraws + 1,  kCollective + 1, kRecurrent + 1};
 
 TEST(RoundTrip, PrintsBackTheTextItParsed) {
   for (const char* text : kGraphs) {
@@ -210,8 +210,7 @@ TEST(RoundTrip, CoversEveryOp) {
   for (int i = 0; i < kNumOps; ++i) {
     std::string use = std::string(" = ") + op_name(static_cast<OpId>(i)) + " ";
     bool found = false;
-    for (const char* text : kGraphs)
-      found = found || std::string(text).find(use) != std::string::npos;
+    for (const char* text : kGraphs) found = found || std::string(text).find(use) != std::string::npos;
     EXPECT_TRUE(found) << op_name(static_cast<OpId>(i)) << " appears in no round-trip graph";
   }
 }
@@ -236,8 +235,7 @@ TEST(RoundTrip, DropsLocationsWhenAsked) {
 
 TEST(RoundTrip, RenumbersValuesDensely) {
   Graph g = parse("graph @f(%x: f32[2]) -> (f32[2]) {\n  %y = exp %x : f32[2]\n  return %y\n}\n");
-  EXPECT_EQ(print(g),
-            "graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2]\n  return %1\n}\n");
+  EXPECT_EQ(print(g), "graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2]\n  return %1\n}\n");
 }
 
 // Device annotations read back as the types TensorType::str() writes.
@@ -259,7 +257,8 @@ TEST(RoundTrip, ReadsDevices) {
 
 // Names and file names hold any bytes: quotes, backslashes, newlines, UTF-8.
 TEST(RoundTrip, EscapesStrings) {
-  Graph g = parse("graph @f(%0: f32[2]) params(%1: f32[2] \"w\") -> (f32[2]) {\n  %2 = add %0, %1 : f32[2]\n  return %2\n}\n");
+  Graph g = parse(
+      "graph @f(%0: f32[2]) params(%1: f32[2] \"w\") -> (f32[2]) {\n  %2 = add %0, %1 : f32[2]\n  return %2\n}\n");
   g.name = "train step \"v2\"";
   g.param_names[0] = "layers.0\\w\n\xc3\xa9";
   g.nodes[0].loc.file = "/src/my \"dir\"/a.cpp";
@@ -285,12 +284,10 @@ std::string parse_error(const std::string& text) {
 }
 
 TEST(ParseErrors, NameFileLineAndColumn) {
-  EXPECT_EQ(
-      parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = sine %0 : f32[2]\n  return %1\n}\n"),
-      "net.ir:2:8: unknown op 'sine'");
-  EXPECT_EQ(
-      parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : g32[2]\n  return %1\n}\n"),
-      "net.ir:2:17: unknown dtype 'g32'");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = sine %0 : f32[2]\n  return %1\n}\n"),
+            "net.ir:2:8: unknown op 'sine'");
+  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : g32[2]\n  return %1\n}\n"),
+            "net.ir:2:17: unknown dtype 'g32'");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  return %3\n}\n"),
             "net.ir:2:10: use of undefined value %3");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = exp %0 : f32[2]\n"),
@@ -309,8 +306,9 @@ TEST(ParseErrors, NameFileLineAndColumn) {
             "net.ir:2:3: result 0 is declared f32[2] but returns f32[2]@cuda:0");  // @cuda is cuda:0
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]@cuda:x) -> (f32[2]) {\n  return %0\n}\n"),
             "net.ir:1:26: expected a device index, found 'x'");
-  EXPECT_EQ(parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = to_device %0 {device=gpu} : f32[2]\n  return %1\n}\n"),
-            "net.ir:2:29: unknown device 'gpu' (expected cpu, cuda:N or plugin:N)");
+  EXPECT_EQ(
+      parse_error("graph @f(%0: f32[2]) -> (f32[2]) {\n  %1 = to_device %0 {device=gpu} : f32[2]\n  return %1\n}\n"),
+      "net.ir:2:29: unknown device 'gpu' (expected cpu, cuda:N or plugin:N)");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]) params(%1: f32[2] \"a\\qb\") -> (f32[2]) {\n  return %0\n}\n"),
             "net.ir:1:42: unknown escape in a string (the text knows \\\", \\\\ and \\xNN)");
   EXPECT_EQ(parse_error("graph @f(%0: f32[2]) params(%1: f32[2] \"a\\x4\") -> (f32[2]) {\n  return %0\n}\n"),

@@ -84,19 +84,29 @@ TEST(Specialize, AProductBindsTheOneNameItLeavesUnbound) {
   DimSizes s = bind_dims(g, std::vector<TensorType>{{DType::F32, {12, 4}}, {DType::F32, {3, 2}}}, {}, "@g");
   EXPECT_EQ(s.at("B"), 3);
   EXPECT_EQ(s.at("T"), 4);
-  expect_error([&] { bind_dims(g, std::vector<TensorType>{{DType::F32, {13, 4}}, {DType::F32, {3, 2}}}, {}, "@g"); },
-               {"input 0", "dim 0 (B*T) is 13", "no 3 times a size T", "B is 3"});
+  expect_error(
+      [&] {
+        bind_dims(g, std::vector<TensorType>{{DType::F32, {13, 4}}, {DType::F32, {3, 2}}}, {}, "@g");
+      },
+      {"input 0", "dim 0 (B*T) is 13", "no 3 times a size T", "B is 3"});
   // Two names unbound: no input says how B*T splits.
   Graph alone = parse("graph @g(%0: f32[B*T]) -> (f32[B*T]) {\n  return %0\n}\n");
-  expect_error([&] { bind_dims(alone, std::vector<TensorType>{{DType::F32, {12}}}, {}, "@g"); },
-               {"dim 0 (B*T) is 12", "no input gives the sizes of its names alone"});
+  expect_error(
+      [&] {
+        bind_dims(alone, std::vector<TensorType>{{DType::F32, {12}}}, {}, "@g");
+      },
+      {"dim 0 (B*T) is 12", "no input gives the sizes of its names alone"});
   // A square binds its root; a size with none is refused.
   Graph square = parse("graph @g(%0: f32[T*T], %1: f32[T*4]) -> (f32[T*T]) {\n  return %0\n}\n");
   EXPECT_EQ(bind_dims(square, std::vector<TensorType>{{DType::F32, {49}}, {DType::F32, {28}}}, {}, "@g").at("T"), 7);
-  expect_error([&] { bind_dims(square, std::vector<TensorType>{{DType::F32, {50}}, {DType::F32, {28}}}, {}, "@g"); },
-               {"input 0", "dim 0 is 50, expected T*T = 49 as T is 7"});
-  Graph both = parse("graph @g(%0: f32[B,T]) -> (f32[B*T*2]) {\n  %1 = reshape %0 {shape=[B*T]} : f32[B*T]\n"
-                     "  %2 = cat %1, %1 {dim=0} : f32[B*T*2]\n  return %2\n}\n");
+  expect_error(
+      [&] {
+        bind_dims(square, std::vector<TensorType>{{DType::F32, {50}}, {DType::F32, {28}}}, {}, "@g");
+      },
+      {"input 0", "dim 0 is 50, expected T*T = 49 as T is 7"});
+  Graph both = parse(
+      "graph @g(%0: f32[B,T]) -> (f32[B*T*2]) {\n  %1 = reshape %0 {shape=[B*T]} : f32[B*T]\n"
+      "  %2 = cat %1, %1 {dim=0} : f32[B*T*2]\n  return %2\n}\n");
   EXPECT_NO_THROW(verify(both));
   EXPECT_EQ(dim_size(both, both.type(2).shape[0], {{"B", 3}, {"T", 5}}), 30);
 }
@@ -121,16 +131,28 @@ TEST(Specialize, BindsSizesFromTheArgumentsAndChecksThem) {
   DimSizes s = bind_dims(g, std::vector<TensorType>{{DType::F32, {5, 128, 16}}}, names, "@tokens");
   EXPECT_EQ(s.at("B"), 5);
   EXPECT_EQ(dim_size(g, g.type(2).shape[0], s), 640);
-  expect_error([&] { bind_dims(g, std::vector<TensorType>{{DType::F32, {5, 64, 16}}}, names, "@tokens"); },
-               {"@tokens", "input 'tokens'", "dim 1 is 64, expected 128"});
-  expect_error([&] { bind_dims(g, std::vector<TensorType>{{DType::F64, {5, 128, 16}}}, names, "@tokens"); },
-               {"input 'tokens'", "expected dtype f32"});
-  expect_error([&] { bind_dims(g, std::vector<TensorType>{{DType::F32, {5, 128}}}, names, "@tokens"); },
-               {"input 'tokens'", "expected rank 3"});
+  expect_error(
+      [&] {
+        bind_dims(g, std::vector<TensorType>{{DType::F32, {5, 64, 16}}}, names, "@tokens");
+      },
+      {"@tokens", "input 'tokens'", "dim 1 is 64, expected 128"});
+  expect_error(
+      [&] {
+        bind_dims(g, std::vector<TensorType>{{DType::F64, {5, 128, 16}}}, names, "@tokens");
+      },
+      {"input 'tokens'", "expected dtype f32"});
+  expect_error(
+      [&] {
+        bind_dims(g, std::vector<TensorType>{{DType::F32, {5, 128}}}, names, "@tokens");
+      },
+      {"input 'tokens'", "expected rank 3"});
   // One name, one size; a multiple must be that multiple.
   Graph two = parse("graph @g(%0: f32[B,2], %1: f32[B*2]) -> (f32[B,2]) {\n  return %0\n}\n");
-  expect_error([&] { bind_dims(two, std::vector<TensorType>{{DType::F32, {3, 2}}, {DType::F32, {7}}}, {}, "@g"); },
-               {"input 1", "dim 0 is 7, expected B*2 = 6 as B is 3"});
+  expect_error(
+      [&] {
+        bind_dims(two, std::vector<TensorType>{{DType::F32, {3, 2}}, {DType::F32, {7}}}, {}, "@g");
+      },
+      {"input 1", "dim 0 is 7, expected B*2 = 6 as B is 3"});
   EXPECT_EQ(bind_dims(two, std::vector<TensorType>{{DType::F32, {3, 2}}, {DType::F32, {6}}}, {}, "@g").at("B"), 3);
 }
 

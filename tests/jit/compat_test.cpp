@@ -57,7 +57,8 @@ void write_case(const std::string& stem, const std::vector<Tensor>& in) {
 // Disabled: run by hand when the format version changes (see the top of this file).
 TEST(Compat, DISABLED_WriteTheCurrentFormatsFiles) {
   std::string v = fmt::format("v{}_", jit::kModuleFormat);
-  ASSERT_FALSE(fs::exists(kDir / (v + "forward.kiln"))) << "format " << jit::kModuleFormat << "'s files exist: never rewrite them";
+  ASSERT_FALSE(fs::exists(kDir / (v + "forward.kiln")))
+      << "format " << jit::kModuleFormat << "'s files exist: never rewrite them";
   manual_seed(11);
   Small net;
   {

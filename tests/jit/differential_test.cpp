@@ -34,8 +34,8 @@ template <class Check> void for_each_program(const char* mode, Check check) {
   for (uint64_t seed = kFirstSeed; seed < kFirstSeed + kPrograms; ++seed) {
     testing::TestPartResultArray results;
     {
-      testing::ScopedFakeTestPartResultReporter capture(testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD,
-                                                        &results);
+      testing::ScopedFakeTestPartResultReporter capture(
+          testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
       check(seed);
     }
     for (int i = 0; i < results.size(); ++i) {
@@ -54,8 +54,7 @@ template <class Check> void for_each_program(const char* mode, Check check) {
   if (!failed.empty()) std::printf("\n");
 }
 
-void expect_all_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                        const char* what) {
+void expect_all_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(fmt::format("{}: output {}", what, i));
@@ -76,8 +75,7 @@ void check_runs(const test::Program& p, uint64_t seed) {
 
   // The graph f runs, made the way f makes it (f.graph() would also resolve source lines,
   // which costs an addr2line run per program).
-  jit::Trace t = jit::trace_function([&p](std::span<const Tensor> a) { return p.run(a); }, args,
-                                     "prog", p.captured);
+  jit::Trace t = jit::trace_function([&p](std::span<const Tensor> a) { return p.run(a); }, args, "prog", p.captured);
   std::string text = test::text_of(ir::run_passes(std::move(t.graph), ir::default_pipeline()));
   SCOPED_TRACE("the graph:\n" + text);
   ir::Graph back = ir::parse(text, fmt::format("seed{}.ir", seed));
@@ -122,7 +120,8 @@ TEST(Differential, RandomProgramsAgreeEagerTracedFusedAndReparsed) {
     EXPECT_GT(after.hits + after.misses - before.hits - before.misses, kPrograms / 4);
   }
   std::printf("%d fused groups in %d programs; %lld kernel lookups, %lld compiled\n", fused_groups,
-              static_cast<int>(kPrograms), static_cast<long long>(after.hits + after.misses - before.hits - before.misses),
+              static_cast<int>(kPrograms),
+              static_cast<long long>(after.hits + after.misses - before.hits - before.misses),
               static_cast<long long>(after.compiles - before.compiles));
 }
 
@@ -195,8 +194,7 @@ TEST(Differential, GeneratorIsDeterministic) {
     test::Program a = test::random_program(seed), b = test::random_program(seed);
     EXPECT_EQ(a.text, b.text);
     ASSERT_EQ(a.args.size(), b.args.size());
-    for (size_t i = 0; i < a.args.size(); ++i)
-      EXPECT_TRUE(test::bitwise_equal(a.args[i], b.args[i]));
+    for (size_t i = 0; i < a.args.size(); ++i) EXPECT_TRUE(test::bitwise_equal(a.args[i], b.args[i]));
   }
 }
 

@@ -45,10 +45,14 @@ class DiskCache : public testing::Test {
 
 TEST_F(DiskCache, StoresAndFindsAnEntryInAPrivateDirectory) {
   EXPECT_FALSE(jit::disk_cache_get("kernel A").has_value());
-  jit::disk_cache_put("kernel A", std::string("\x7f" "ELF object bytes\0\x01", 20));
+  jit::disk_cache_put("kernel A", std::string("\x7f"
+                                              "ELF object bytes\0\x01",
+                                              20));
   auto got = jit::disk_cache_get("kernel A");
   ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(*got, std::string("\x7f" "ELF object bytes\0\x01", 20));
+  EXPECT_EQ(*got, std::string("\x7f"
+                              "ELF object bytes\0\x01",
+                              20));
   EXPECT_FALSE(jit::disk_cache_get("kernel B").has_value());
   struct stat st {};
   ASSERT_EQ(::stat(jit::disk_cache_dir().c_str(), &st), 0);

@@ -112,7 +112,8 @@ class FakeDeviceTest : public testing::Test {
 
 TEST(Devices, AnUnregisteredDeviceIsAClearError) {
   test::expect_error([] { empty({2, 3}, f32, cuda::device(0)); }, {"device cuda:0 is not available"});
-  test::expect_error([] { ones({2}).to(plugin(3)); }, {"device plugin:3 is not available: this program has no plugin backend"});
+  test::expect_error([] { ones({2}).to(plugin(3)); },
+                     {"device plugin:3 is not available: this program has no plugin backend"});
   EXPECT_EQ(parse_device("plugin:2"), plugin(2));
   EXPECT_EQ(parse_device("cuda"), cuda::device(0));
   test::expect_error([] { parse_device("cpu:1"); }, {"unknown device 'cpu:1'"});
@@ -124,7 +125,12 @@ TEST_F(FakeDeviceTest, ItsMemoryIsUnreadableOutsideTheBackend) {
   Tensor x = ones({4}).to(kFake);
   const float* p = static_cast<const float*>(x.data_ptr());
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // kiln's pool has threads
-  EXPECT_DEATH({ volatile float v = p[0]; (void)v; }, "");
+  EXPECT_DEATH(
+      {
+        volatile float v = p[0];
+        (void)v;
+      },
+      "");
   EXPECT_EQ(x.to(cpu).to_vector<float>(), std::vector<float>(4, 1.0f));  // through the interface
 }
 
@@ -134,7 +140,7 @@ TEST_F(FakeDeviceTest, EagerOpsGiveTheCpusBits) {
   EXPECT_EQ(da.device(), kFake);
   auto fn = [](const Tensor& x, const Tensor& y, const Tensor& i) {
     Tensor z = exp(x) * y + x.t().sum({0}, true).t();  // broadcasting, a view, a reduction
-    z = z / scalar_tensor(3.0);                       // a 0-d CPU tensor meets the device
+    z = z / scalar_tensor(3.0);                        // a 0-d CPU tensor meets the device
     z = cat({z, z.slice(1, 1, 3)}, 1);
     return matmul(z, z.t()) + index_select(z, 1, i).sum();
   };
@@ -148,7 +154,8 @@ TEST_F(FakeDeviceTest, EagerOpsGiveTheCpusBits) {
   printed << got;  // printing reads through the interface too
   EXPECT_NE(printed.str().find("plugin:0"), std::string::npos) << printed.str();
   // A CPU tensor that is not 0-d does not meet the device.
-  test::expect_error([&] { da + b; }, {"expected all inputs on one device (or 0-d on the CPU), got f32[3,5]@plugin:0 and f32[5]"});
+  test::expect_error([&] { da + b; },
+                     {"expected all inputs on one device (or 0-d on the CPU), got f32[3,5]@plugin:0 and f32[5]"});
   // In-place ops and copies run through the backend too.
   Tensor c = zeros({3, 5}).to(kFake);
   c.add_(da).mul_(2.0);
@@ -201,8 +208,8 @@ TEST_F(FakeDeviceTest, ATrainingStepEagerAndTracedGivesTheCpusBits) {
       opt_traced(on_traced.parameters(), 0.01);
   auto step = test::train_step<DeviceMlp>;
   Tensor x0 = randn({8, 6}), y0 = randint(0, 4, {8});
-  jit::Function traced = jit::trace([&](Tensor x, Tensor y) { return step(on_traced, opt_traced, x, y); },
-                                    {x0.to(kFake), y0.to(kFake)});
+  jit::Function traced =
+      jit::trace([&](Tensor x, Tensor y) { return step(on_traced, opt_traced, x, y); }, {x0.to(kFake), y0.to(kFake)});
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE(testing::Message() << "step " << i);
     Tensor x = randn({8, 6}), y = randint(0, 4, {8});

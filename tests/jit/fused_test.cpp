@@ -17,16 +17,15 @@
 #include "jit/executable.h"
 #include "jit/kernel_cache.h"
 #include "jit/run.h"
-#include "runtime/log.h"
 #include "jit_test_util.h"
+#include "runtime/log.h"
 
 namespace kiln {
 namespace {
 
 // Runs fn eagerly and traced (fused kernels on) on `inputs`, expects close results and that
 // the plan has at least `kernels` fused kernels.
-template <class F>
-void expect_fused_matches(F fn, std::vector<Tensor> inputs, size_t kernels = 1) {
+template <class F> void expect_fused_matches(F fn, std::vector<Tensor> inputs, size_t kernels = 1) {
   jit::KernelCacheStats before = jit::kernel_cache_stats();
   jit::Function f = jit::trace_tensors(
       [fn](std::span<const Tensor> in) { return std::vector<Tensor>{fn(std::vector<Tensor>(in.begin(), in.end()))}; },
@@ -103,7 +102,10 @@ TEST_F(Fused, LongReductionsWithFewOutputsSplitDeterministically) {
       {randn({300, 1000}), [](const Tensor& x) { return amax(exp(x) * 2); }},
       {randn({200000, 3}), [](const Tensor& x) { return (x * 3 - 1).sum({0}); }},
       {randn({5, 100000}), [](const Tensor& x) { return amin(x * -2 + 1, {1}, true); }},
-      {randn({2, 70000, 3}).transpose(0, 2), [](const Tensor& x) { return (x * 0.5).sum({1, 2}); }},
+      {randn({2, 70000, 3}).transpose(0, 2),
+       [](const Tensor& x) {
+         return (x * 0.5).sum({1, 2});
+       }},
       {randint(-3, 4, {1 << 18}, DType::I32), [](const Tensor& x) { return (x * x).sum(); }},
   };
   for (const Case& c : cases) {
@@ -114,8 +116,8 @@ TEST_F(Fused, LongReductionsWithFewOutputsSplitDeterministically) {
       int saved = num_threads();
       set_num_threads(threads);
       std::vector<Tensor> args{c.x};
-      jit::Function f = jit::trace_tensors(
-          [fn](std::span<const Tensor> in) { return std::vector<Tensor>{fn(in[0])}; }, args);
+      jit::Function f =
+          jit::trace_tensors([fn](std::span<const Tensor> in) { return std::vector<Tensor>{fn(in[0])}; }, args);
       got.push_back(f.call(args)[0]);
       set_num_threads(saved);
     }
@@ -127,7 +129,8 @@ TEST_F(Fused, LongReductionsWithFewOutputsSplitDeterministically) {
   jit::Function f = jit::trace_tensors(
       [](std::span<const Tensor> in) { return std::vector<Tensor>{(in[0] * in[0] + 1).sum()}; }, args);
   const ir::Graph& g = f.graph();
-  auto group = std::find_if(g.nodes.begin(), g.nodes.end(), [](const ir::Node& n) { return n.kind == ir::NodeKind::Fused; });
+  auto group =
+      std::find_if(g.nodes.begin(), g.nodes.end(), [](const ir::Node& n) { return n.kind == ir::NodeKind::Fused; });
   ASSERT_NE(group, g.nodes.end());
   Dims shape = cases[0].x.shape(), strides = cases[0].x.strides();
   jit::KernelArgs a = jit::kernel_args(*group, std::span<const Dims>(&shape, 1), std::span<const Dims>(&strides, 1));
@@ -155,8 +158,8 @@ TEST_F(Fused, IntegersBoolsAndCasts) {
 // literals past 2^53 keep every bit.
 TEST_F(Fused, CastsAndIntegerLiteralsGiveEagersAnswers) {
   NoGradGuard no_grad;
-  std::vector<double> v = {NAN, INFINITY, -INFINITY, 300.0, -5.0, 255.9, -0.9, 0.9, 1e10, -1e10,
-                           2.5, -2.5, 127.5, 2147483647.0, -2147483649.0, 9.3e18, -9.3e18, 65535.0};
+  std::vector<double> v = {NAN,   INFINITY, -INFINITY, 300.0, -5.0,         255.9,         -0.9,   0.9,     1e10,
+                           -1e10, 2.5,      -2.5,      127.5, 2147483647.0, -2147483649.0, 9.3e18, -9.3e18, 65535.0};
   for (DType from : {f32, f64}) {
     Tensor x = from_vector<double>(v, {3, 6}).to(from);
     for (DType to : {u8, i32, i64}) {
@@ -165,7 +168,8 @@ TEST_F(Fused, CastsAndIntegerLiteralsGiveEagersAnswers) {
     }
   }
   // Every pair of the dtypes fused kernels take (runtime/dtype.h's CastKind, each case).
-  Tensor mixed = from_vector<double>({0.0, -0.0, 1.0, -1.0, 3.7, -200.5, 1e6, NAN, 255.0, 256.0, -129.0, 65.25}, {2, 6});
+  Tensor mixed =
+      from_vector<double>({0.0, -0.0, 1.0, -1.0, 3.7, -200.5, 1e6, NAN, 255.0, 256.0, -129.0, 65.25}, {2, 6});
   for (DType from : {f32, f64, i32, i64, u8, boolean}) {
     Tensor x = mixed.to(from);
     for (DType to : {f32, f64, i32, i64, u8, boolean}) {
@@ -252,8 +256,8 @@ TEST_F(Fused, ExpIsWithinOneUlp) {
   NoGradGuard no_grad;
   std::vector<float> xs;
   for (double v = -110; v <= 90; v += 1.0 / 1024) xs.push_back(static_cast<float>(-v));
-  for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 88.72283935546875f, 88.7228f, -87.34f, -103.97f, -104.f, -104.01f,
-                  1e30f, -1e30f, INFINITY, -INFINITY, NAN})
+  for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 88.72283935546875f, 88.7228f, -87.34f, -103.97f, -104.f, -104.01f, 1e30f,
+                  -1e30f, INFINITY, -INFINITY, NAN})
     xs.push_back(-v);
   Tensor x = from_vector<float>(xs);
   jit::Function f = jit::trace([](Tensor t) { return exp(-t); }, {x});  // two ops: a kernel
@@ -461,7 +465,8 @@ TEST_F(Fused, SoftmaxKernelComputesExpOnce) {
   %4 = sum %3 {axes=[1], keepdim=true} : f32[4,1]
   %5 = div %3, %4 : f32[4,8]
   return %5
-})"), 1);
+})"),
+            1);
   EXPECT_EQ(exp_calls(R"(graph @log_softmax(%0: f32[4,8]) -> (f32[4,8]) {
   %1 = amax %0 {axes=[1], keepdim=true} : f32[4,1]
   %2 = sub %0, %1 : f32[4,8]
@@ -470,7 +475,8 @@ TEST_F(Fused, SoftmaxKernelComputesExpOnce) {
   %5 = log %4 : f32[4,1]
   %6 = sub %2, %5 : f32[4,8]
   return %6
-})"), 1);
+})"),
+            1);
   // And the stashed softmax gives eager's answer on rows longer than a vector.
   expect_fused_matches([](std::vector<Tensor> in) { return softmax(in[0] * 3.0, -1); }, {randn({37, 100})});
 }
@@ -481,17 +487,16 @@ TEST_F(Fused, SqueezedReductionsAndMergedProducersMatchEager) {
   expect_fused_matches([](std::vector<Tensor> in) { return sqrt(sum(exp(in[0]), {-1}) / 8.0) + 1.0; },
                        {randn({33, 70})});
   expect_fused_matches([](std::vector<Tensor> in) { return amax(in[0] * 2.0, {1, 2}) - 3.0; }, {randn({5, 6, 7})});
-  expect_fused_matches(
-      [](std::vector<Tensor> in) { return in[0] * in[1] * 2.0 - sum(exp(in[0]), {-1}, true); },
-      {randn({40, 9}), randn({9, 40}).t()});
+  expect_fused_matches([](std::vector<Tensor> in) { return in[0] * in[1] * 2.0 - sum(exp(in[0]), {-1}, true); },
+                       {randn({40, 9}), randn({9, 40}).t()});
 }
 
 // f16 and bf16 groups compute in f32 and round each result as eager mode does: the same bits
 // (close_enough compares 16-bit floats bitwise), with overflow to inf, subnormals, NaN, signed
 // zeros and rounding ties among the inputs, and a transposed operand.
 TEST_F(Fused, HalfGroupsGiveEagersBits) {
-  std::vector<float> values = {0.f, -0.f, 1e-7f, -3e-6f, 6.1e-5f, 65504.f, 65520.f, 1e6f, -1e6f,
-                               NAN, INFINITY, -INFINITY, 1.f + 1.f / 2048, 1.f + 3.f / 2048, 0.1f, 3.14159f};
+  std::vector<float> values = {0.f,   -0.f, 1e-7f,    -3e-6f,    6.1e-5f,          65504.f,          65520.f, 1e6f,
+                               -1e6f, NAN,  INFINITY, -INFINITY, 1.f + 1.f / 2048, 1.f + 3.f / 2048, 0.1f,    3.14159f};
   std::vector<float> noise = (randn({240}) * 4).to_vector<float>();
   values.insert(values.end(), noise.begin(), noise.end());
   for (DType dt : {DType::F16, DType::BF16}) {
@@ -501,8 +506,10 @@ TEST_F(Fused, HalfGroupsGiveEagersBits) {
     expect_fused_matches([](std::vector<Tensor> in) { return exp(in[0]) * in[1] + 1.5; }, {x, y});
     expect_fused_matches([](std::vector<Tensor> in) { return (in[0] / (in[1] + 0.25)).to(DType::F32) * 2.0; }, {x, y});
     expect_fused_matches([](std::vector<Tensor> in) { return sqrt(abs(in[0])) * 1000.0 - in[1].t(); }, {x, y});
-    expect_fused_matches([](std::vector<Tensor> in) { return where(in[0] > in[1], in[0] * 0.5, in[1]).to(DType::F64) + 1e-3; }, {x, y});
-    expect_fused_matches([dt](std::vector<Tensor> in) { return (in[0].to(DType::F32) * 3.0 + 0.1).to(dt) * in[1]; }, {x, y});
+    expect_fused_matches(
+        [](std::vector<Tensor> in) { return where(in[0] > in[1], in[0] * 0.5, in[1]).to(DType::F64) + 1e-3; }, {x, y});
+    expect_fused_matches([dt](std::vector<Tensor> in) { return (in[0].to(DType::F32) * 3.0 + 0.1).to(dt) * in[1]; },
+                         {x, y});
   }
 }
 
@@ -516,8 +523,11 @@ TEST_F(Fused, LeadingReductionsWithAReducedInnerDimMatchEager) {
   };
   expect_fused_matches(fn, {randn({32, 16, 8, 8}), randn({32, 16, 8, 8})});
   expect_fused_matches(fn, {randn({3, 5, 7, 9}), randn({9}).expand({3, 5, 7, 9})});
-  expect_fused_matches([](std::vector<Tensor> in) { return sum(exp(in[0]) * in[0], {0, 2}) * 3.0; },
-                       {randn({6, 4, 33}).permute({2, 1, 0}).contiguous().permute({2, 1, 0})});
+  expect_fused_matches(
+      [](std::vector<Tensor> in) {
+        return sum(exp(in[0]) * in[0], {0, 2}) * 3.0;
+      },
+      {randn({6, 4, 33}).permute({2, 1, 0}).contiguous().permute({2, 1, 0})});
 }
 
 // What KILN_LOG=cache says about a miss (the ctest entry jit_cache_log runs this test with it

@@ -54,10 +54,11 @@ void expect_golden_autodiff(const std::string& name, const jit::TensorFn& fn, st
       if (n.result == v) recomputed += std::string(" ") + op_name(n.op);
   size_t saved = 0;
   for (const ir::SavedValue& s : p.saved) saved += s.kind == ir::SavedValue::Computed;
-  std::string text = fmt::format("// saved for backward: {} computed values, {} arguments and params\n"
-                                 "// recomputed in backward:{}\n{}\n{}",
-                                 saved, p.saved.size() - saved, recomputed.empty() ? " nothing" : recomputed,
-                                 test::text_of(p.forward), test::text_of(p.backward));
+  std::string text = fmt::format(
+      "// saved for backward: {} computed values, {} arguments and params\n"
+      "// recomputed in backward:{}\n{}\n{}",
+      saved, p.saved.size() - saved, recomputed.empty() ? " nothing" : recomputed, test::text_of(p.forward),
+      test::text_of(p.backward));
   expect_golden_text(name + ".autodiff", text);
   for (const ir::Graph* g : {&p.forward, &p.backward}) {
     EXPECT_NO_THROW(ir::verify(*g));
@@ -65,8 +66,7 @@ void expect_golden_autodiff(const std::string& name, const jit::TensorFn& fn, st
   }
 }
 
-template <class M>
-jit::ParamNames names_of(const M& m) {
+template <class M> jit::ParamNames names_of(const M& m) {
   jit::ParamNames names;
   for (auto& [n, t] : m.named_parameters()) names.emplace_back(n, t);
   return names;
@@ -166,8 +166,7 @@ TEST(Golden, DigitsCnnForward) {
 TEST(Golden, DigitsCnnLossAutodiff) {
   DigitsNet net;
   expect_golden_autodiff(
-      "digits_loss",
-      [&](std::span<const Tensor> in) { return std::vector<Tensor>{cross_entropy(net(in[0]), in[1])}; },
+      "digits_loss", [&](std::span<const Tensor> in) { return std::vector<Tensor>{cross_entropy(net(in[0]), in[1])}; },
       {randn({2, 1, 8, 8}), randint(0, 10, {2})}, names_of(net));
 }
 

@@ -6,8 +6,8 @@
 namespace kiln {
 namespace {
 
-using test::expect_same;
 using test::expect_error;
+using test::expect_same;
 
 TEST(InPlace, WritesIntoComputedValuesMatchEager) {
   auto f = [](Tensor a) {

@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 #include "jit/trace.h"
@@ -15,8 +15,7 @@
 namespace kiln::test {
 
 /// One training step as users write it: zero the gradients, the loss, backward, the update.
-template <class Net>
-Tensor train_step(Net& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+template <class Net> Tensor train_step(Net& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
   opt.zero_grad();
   Tensor loss = cross_entropy(net(x), y);
   loss.backward();

@@ -46,8 +46,7 @@ TEST(PoolEmbeddingStep, TracedBackwardMatchesEagerOnEveryCall) {
   std::string text = ir::print(fast.graph());
   // max_pool2d keeps its argmax (max_pool2d_indices) and scatters the gradient through it.
   for (const char* op : {"index_add", "max_pool2d_indices", "scatter_add", "avg_pool2d_backward"})
-    EXPECT_NE(text.find(std::string(" = ") + op + " "), std::string::npos) << op << " not in\n"
-                                                                           << text;
+    EXPECT_NE(text.find(std::string(" = ") + op + " "), std::string::npos) << op << " not in\n" << text;
   for (int i = 0; i < 3; ++i) {
     Tensor t = i == 0 ? tokens : randint(0, 12, {2, 9});
     Tensor got = i == 0 ? step(traced, t) : fast(t);
@@ -63,7 +62,10 @@ TEST(PoolEmbeddingStep, TracedBackwardMatchesEagerOnEveryCall) {
 TEST(PoolEmbeddingStep, DropoutEachOptimizerAndAccumulationMatchEager) {
   using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
   std::vector<std::pair<const char*, Make>> optimizers = {
-      {"sgd", [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), 0.05, optim::SgdOptions{.momentum = 0.9}); }},
+      {"sgd",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(std::move(p), 0.05, optim::SgdOptions{.momentum = 0.9});
+       }},
       {"adam", [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(std::move(p), 0.01); }},
       {"adamw", [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(std::move(p), 0.01); }},
   };
@@ -111,17 +113,14 @@ TEST(PoolEmbeddingStep, TracedDoubleBackwardMatchesEager) {
   manual_seed(32);
   Tensor x = randn({2, 3, 5, 5}).requires_grad_();
   auto f = [](const Tensor& x) {
-    Tensor y =
-        (avg_pool2d(max_pool2d(x, {2, 2}, {1, 1}), {2, 2}) * x.slice(2, 0, 2).slice(3, 0, 2)).sum();
-    Tensor g =
-        autograd::grad(std::span<const Tensor>(&y, 1), std::vector<Tensor>{x}, {}, true, true)[0];
+    Tensor y = (avg_pool2d(max_pool2d(x, {2, 2}, {1, 1}), {2, 2}) * x.slice(2, 0, 2).slice(3, 0, 2)).sum();
+    Tensor g = autograd::grad(std::span<const Tensor>(&y, 1), std::vector<Tensor>{x}, {}, true, true)[0];
     return (g * g).sum();
   };
   auto fast = jit::trace([&](Tensor x) { return f(x); }, {x});
   std::string text = ir::print(fast.graph());
   for (const char* op : {"max_pool2d_indices", "scatter_add", "avg_pool2d_backward"})
-    EXPECT_NE(text.find(std::string(" = ") + op + " "), std::string::npos) << op << " not in\n"
-                                                                           << text;
+    EXPECT_NE(text.find(std::string(" = ") + op + " "), std::string::npos) << op << " not in\n" << text;
   for (int i = 0; i < 2; ++i) {
     Tensor xi = randn({2, 3, 5, 5}).requires_grad_();
     Tensor xe = xi.detach().clone().requires_grad_();

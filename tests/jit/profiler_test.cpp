@@ -73,10 +73,10 @@ TEST(Profiler, TheTraceHoldsEveryKindOfEventNestedPerThread) {
   profiler::start();
   for (int i = 0; i < 4; ++i) Tensor y = exp(big) * 2;  // parallel eager ops
   Tensor loss = (tanh(matmul(x, w)) * 3).sum();
-  loss.backward();                // autograd nodes
-  Tensor fast = f(x);             // a jit call: trace and compile, then its kernels
+  loss.backward();     // autograd nodes
+  Tensor fast = f(x);  // a jit call: trace and compile, then its kernels
   fast.backward();
-  f(x);                           // a hit
+  f(x);  // a hit
   profiler::stop(path);
 
   json trace = read_json(path);
@@ -114,7 +114,8 @@ TEST(Profiler, TheTraceHoldsEveryKindOfEventNestedPerThread) {
       EXPECT_EQ((*k)["name"].get<std::string>().rfind("fused ", 0), 0u) << k->dump();
       for (const json* j : list)
         if ((*j)["cat"] == "jit" && (*j)["ts"] <= (*k)["ts"] &&
-            (*k)["ts"].get<double>() + (*k)["dur"].get<double>() <= (*j)["ts"].get<double>() + (*j)["dur"].get<double>() + 0.002)
+            (*k)["ts"].get<double>() + (*k)["dur"].get<double>() <=
+                (*j)["ts"].get<double>() + (*j)["dur"].get<double>() + 0.002)
           kernel_in_jit = true;
     }
     expect_nested(list, tid);
@@ -166,8 +167,8 @@ TEST(Profiler, ASessionWritesItsFileWhenItEnds) {
 TEST(Profiler, KilnProfileWritesAWholeRunAtExit) {
   std::string path = temp_file("whole-run");
   fs::remove(path);
-  std::optional<std::string> out = files::run_program(
-      {"/proc/self/exe", "--gtest_filter=ProfilerChild.DoesALittleWork"}, {"KILN_PROFILE=" + path});
+  std::optional<std::string> out =
+      files::run_program({"/proc/self/exe", "--gtest_filter=ProfilerChild.DoesALittleWork"}, {"KILN_PROFILE=" + path});
   ASSERT_TRUE(out.has_value());
   ASSERT_TRUE(fs::exists(path)) << *out;
   json trace = read_json(path);

@@ -22,8 +22,7 @@ class Generator {
   int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool coin(double p) { return std::bernoulli_distribution(p)(rng_); }
   double number() { return uniform(-8, 8) * 0.375; }
-  template <class T>
-  const T& pick(std::span<const T> items) {
+  template <class T> const T& pick(std::span<const T> items) {
     return items[static_cast<size_t>(uniform(0, static_cast<int>(items.size()) - 1))];
   }
   Dims random_shape(int max_rank);

@@ -62,8 +62,7 @@ const NamedOp<WithNumber> kWithNumber[] = {
     {"s^x", [](const Tensor& x, double s) { return pow(std::abs(s) + 0.5, x); }},
     {"maximum(x,s)", [](const Tensor& x, double s) { return maximum(x, s); }},
     {"minimum(x,s)", [](const Tensor& x, double s) { return minimum(x, s); }},
-    {"clamp(x,-|s|,|s|)",
-     [](const Tensor& x, double s) { return clamp(x, -std::abs(s), std::abs(s)); }},
+    {"clamp(x,-|s|,|s|)", [](const Tensor& x, double s) { return clamp(x, -std::abs(s), std::abs(s)); }},
     {"where(x>s,x,s)", [](const Tensor& x, double s) { return where(x > s, x, s); }},
     {"where(x<s,-1,x)", [](const Tensor& x, double s) { return where(x < s, -1.0, x); }},
 };

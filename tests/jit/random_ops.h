@@ -7,8 +7,7 @@
 
 namespace kiln::test {
 
-template <class F>
-struct NamedOp {
+template <class F> struct NamedOp {
   const char* name;
   F fn;
 };

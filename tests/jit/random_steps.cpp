@@ -23,13 +23,11 @@ void Generator::step() {
     size_t j = operand(x);
     auto [name, f] = pick(binary_ops());
     if (coin(0.3)) std::swap(i, j);
-    add(fmt::format("{} %{}, %{}", name, i, j),
-        [i, j, f = f](auto, auto& v) { return f(v[i], v[j]); });
+    add(fmt::format("{} %{}, %{}", name, i, j), [i, j, f = f](auto, auto& v) { return f(v[i], v[j]); });
   } else if (k < 46) {
     auto [name, f] = pick(number_ops());
     double s = number();
-    add(fmt::format("{} %{} s={}", name, i, s),
-        [i, s, f = f](auto, auto& v) { return f(v[i], s); });
+    add(fmt::format("{} %{} s={}", name, i, s), [i, s, f = f](auto, auto& v) { return f(v[i], s); });
   } else if (k < 58) {
     reduce_step(i, x);
   } else if (k < 76) {
@@ -47,33 +45,18 @@ void Generator::reduce_step(size_t i, const Tensor& x) {
   int kind = uniform(0, r == 0 ? 4 : 9);
   std::string what = fmt::format("%{} axes={} keepdim={}", i, shape_str(axes), keep);
   switch (kind) {
-    case 0:
-      add("sum " + what, [=](auto, auto& v) { return sum(v[i], axes, keep); });
-      break;
-    case 1:
-      add("mean " + what, [=](auto, auto& v) { return mean(v[i], axes, keep); });
-      break;
-    case 2:
-      add("amax " + what, [=](auto, auto& v) { return amax(v[i], axes, keep); });
-      break;
-    case 3:
-      add("amin " + what, [=](auto, auto& v) { return amin(v[i], axes, keep); });
-      break;
-    case 4:
-      add("prod " + what, [=](auto, auto& v) { return prod(v[i], axes, keep); });
-      break;
+    case 0: add("sum " + what, [=](auto, auto& v) { return sum(v[i], axes, keep); }); break;
+    case 1: add("mean " + what, [=](auto, auto& v) { return mean(v[i], axes, keep); }); break;
+    case 2: add("amax " + what, [=](auto, auto& v) { return amax(v[i], axes, keep); }); break;
+    case 3: add("amin " + what, [=](auto, auto& v) { return amin(v[i], axes, keep); }); break;
+    case 4: add("prod " + what, [=](auto, auto& v) { return prod(v[i], axes, keep); }); break;
     case 5: {
       int64_t c = uniform(0, 1);
-      add(fmt::format("var c={} {}", c, what),
-          [=](auto, auto& v) { return var(v[i], axes, c, keep); });
+      add(fmt::format("var c={} {}", c, what), [=](auto, auto& v) { return var(v[i], axes, c, keep); });
       break;
     }
-    case 6:
-      add("std " + what, [=](auto, auto& v) { return kiln::std(v[i], axes, 0, keep); });
-      break;
-    case 7:
-      add("logsumexp " + what, [=](auto, auto& v) { return logsumexp(v[i], axes, keep); });
-      break;
+    case 6: add("std " + what, [=](auto, auto& v) { return kiln::std(v[i], axes, 0, keep); }); break;
+    case 7: add("logsumexp " + what, [=](auto, auto& v) { return logsumexp(v[i], axes, keep); }); break;
     case 8:
       add(fmt::format("argmax %{} dim={} keepdim={}", i, d, keep),
           [=](auto, auto& v) { return argmax(v[i], d, keep).to(v[i].dtype()); });
@@ -86,9 +69,7 @@ void Generator::reduce_step(size_t i, const Tensor& x) {
 
 void Generator::view_step(size_t i, const Tensor& x) {
   int64_t r = x.dim();
-  auto dim = [&](int64_t rank) {
-    return static_cast<int64_t>(uniform(0, static_cast<int>(rank) - 1));
-  };
+  auto dim = [&](int64_t rank) { return static_cast<int64_t>(uniform(0, static_cast<int>(rank) - 1)); };
   int kind = uniform(0, 9);
   if (r == 0 && kind != 0 && kind != 6) kind = 6;
   if (r == 1 && (kind == 1 || kind == 2)) kind = 3;
@@ -99,21 +80,17 @@ void Generator::view_step(size_t i, const Tensor& x) {
   if (kind == 0) {
     Dims to{-1};
     int64_t n = x.numel(), a = uniform(1, 4);
-    if (n % a == 0 && coin(0.5))
-      to = {a, n / a};
-    else if (coin(0.5))
-      (to = s).insert(static_cast<size_t>(uniform(0, static_cast<int>(r))), 1);
+    if (n % a == 0 && coin(0.5)) to = {a, n / a};
+    else if (coin(0.5)) (to = s).insert(static_cast<size_t>(uniform(0, static_cast<int>(r))), 1);
     view(fmt::format("reshape {}", shape_str(to)), [to](const Tensor& t) { return t.reshape(to); });
   } else if (kind == 1) {
     Dims order;
     for (int64_t d = 0; d < r; ++d) order.push_back(d);
     std::shuffle(order.begin(), order.end(), rng_);
-    view(fmt::format("permute {}", shape_str(order)),
-         [order](const Tensor& t) { return t.permute(order); });
+    view(fmt::format("permute {}", shape_str(order)), [order](const Tensor& t) { return t.permute(order); });
   } else if (kind == 2) {
     int64_t a = dim(r), b = dim(r) - (coin(0.5) ? r : 0);
-    view(fmt::format("transpose {} {}", a, b),
-         [a, b](const Tensor& t) { return t.transpose(a, b); });
+    view(fmt::format("transpose {} {}", a, b), [a, b](const Tensor& t) { return t.transpose(a, b); });
   } else if (kind == 3) {
     int64_t d = dim(r), n = s[d];
     int64_t start = uniform(0, static_cast<int>(n) - 1),
@@ -127,8 +104,7 @@ void Generator::view_step(size_t i, const Tensor& x) {
       if (e == 1 && x.numel() * 3 <= kMaxNumel) e = uniform(2, 3);
     if (to == s) to.insert(0, 2), s.insert(0, 1);
     Dims from = s;
-    view(fmt::format("expand {}", shape_str(to)),
-         [from, to](const Tensor& t) { return t.reshape(from).expand(to); });
+    view(fmt::format("expand {}", shape_str(to)), [from, to](const Tensor& t) { return t.reshape(from).expand(to); });
   } else if (kind == 5) {
     view("squeeze", [](const Tensor& t) { return t.squeeze(); });
   } else if (kind == 6) {
@@ -139,11 +115,9 @@ void Generator::view_step(size_t i, const Tensor& x) {
     view(fmt::format("flatten {} {}", a, b), [a, b](const Tensor& t) { return t.flatten(a, b); });
   } else if (kind == 8) {
     int64_t d = dim(r), idx = uniform(0, static_cast<int>(s[d]) - 1);
-    view(fmt::format("select {} {}", d, idx),
-         [d, idx](const Tensor& t) { return t.select(d, idx); });
+    view(fmt::format("select {} {}", d, idx), [d, idx](const Tensor& t) { return t.select(d, idx); });
   } else {
-    view("transpose(0,-1).contiguous",
-         [](const Tensor& t) { return t.transpose(0, -1).contiguous(); });
+    view("transpose(0,-1).contiguous", [](const Tensor& t) { return t.transpose(0, -1).contiguous(); });
   }
 }
 
@@ -155,8 +129,7 @@ void Generator::shape_step(size_t i, const Tensor& x, int kind) {
   if (kind == 0) {  // matmul
     int64_t k = x.shape()[r - 1], n = uniform(1, 4);
     if (r >= 2 && coin(0.3)) {
-      add(fmt::format("matmul %{}, %{}^T", i, i),
-          [i](auto, auto& v) { return matmul(v[i], v[i].transpose(-1, -2)); });
+      add(fmt::format("matmul %{}, %{}^T", i, i), [i](auto, auto& v) { return matmul(v[i], v[i].transpose(-1, -2)); });
       return;
     }
     Dims s;
@@ -171,9 +144,7 @@ void Generator::shape_step(size_t i, const Tensor& x, int kind) {
     s[d] = uniform(1, 3);
     size_t j = coin(0.3) ? i : same_type(s);
     int64_t at = coin(0.5) ? d : d - r;
-    add(fmt::format("cat %{}, %{} dim={}", i, j, at), [=](auto, auto& v) {
-      return cat({v[i], v[j]}, at);
-    });
+    add(fmt::format("cat %{}, %{} dim={}", i, j, at), [=](auto, auto& v) { return cat({v[i], v[j]}, at); });
   } else if (kind <= 3) {  // softmax, log_softmax
     int64_t d = uniform(static_cast<int>(-r), static_cast<int>(r) - 1);
     bool lg = kind == 3;
@@ -187,15 +158,11 @@ void Generator::shape_step(size_t i, const Tensor& x, int kind) {
     if (coin(0.6)) w = same_type(ns);
     if (coin(0.6)) b = same_type(ns);
     double eps = coin(0.5) ? 1e-5 : 1e-2;
-    add(fmt::format("layer_norm %{} {} w={} b={}", i, shape_str(ns), w ? int(*w) : -1,
-                    b ? int(*b) : -1),
-        [=](auto, auto& v) {
-          return layer_norm(v[i], ns, w ? v[*w] : Tensor(), b ? v[*b] : Tensor(), eps);
-        });
+    add(fmt::format("layer_norm %{} {} w={} b={}", i, shape_str(ns), w ? int(*w) : -1, b ? int(*b) : -1),
+        [=](auto, auto& v) { return layer_norm(v[i], ns, w ? v[*w] : Tensor(), b ? v[*b] : Tensor(), eps); });
   } else {  // cast
     DType to = dt == DType::F32 ? DType::F64 : DType::F32;
-    add(fmt::format("cast %{} {}", i, dtype_name(to)),
-        [i, to](auto, auto& v) { return v[i].to(to); });
+    add(fmt::format("cast %{} {}", i, dtype_name(to)), [i, to](auto, auto& v) { return v[i].to(to); });
   }
 }
 

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "jit/module_file.h"
@@ -17,11 +17,11 @@
 #include "jit_test_util.h"
 #include "nn/layers.h"
 #include "nn/module.h"
-#include "runtime/rearrange.h"
-#include "runtime/safetensors.h"
 #include "nn/optim.h"
 #include "runtime/api.h"
 #include "runtime/files.h"
+#include "runtime/rearrange.h"
+#include "runtime/safetensors.h"
 
 namespace kiln {
 namespace {
@@ -44,7 +44,8 @@ struct SavedNet : nn::Module {
 };
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kiln_save_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("kiln_save_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 std::string read_all(const std::string& path) {
@@ -289,7 +290,8 @@ TEST(Save, ConcurrentCallsAgree) {
     threads.emplace_back([&, t] {
       NoGradGuard ng;
       bool all = true;
-      for (int i = 0; i < 20; ++i) all = all && test::close_enough(f(xs[static_cast<size_t>(t)]), want[static_cast<size_t>(t)]);
+      for (int i = 0; i < 20; ++i)
+        all = all && test::close_enough(f(xs[static_cast<size_t>(t)]), want[static_cast<size_t>(t)]);
       ok[static_cast<size_t>(t)] = all;
     });
   for (auto& th : threads) th.join();
@@ -357,7 +359,8 @@ TEST(SaveAcrossProcesses, ForwardAndStepGiveTheOriginalsResults) {
   for (size_t i = 0; i < xs.size(); ++i) losses.push_back(step(xs[i], ys[i]));
 
   std::optional<std::string> out = files::run_program(
-      {fmt::format("/proc/{}/exe", ::getpid()), "--gtest_also_run_disabled_tests", "--gtest_filter=SaveChild.*"}, {"KILN_SAVE_CHILD=" + dir});
+      {fmt::format("/proc/{}/exe", ::getpid()), "--gtest_also_run_disabled_tests", "--gtest_filter=SaveChild.*"},
+      {"KILN_SAVE_CHILD=" + dir});
   ASSERT_TRUE(out.has_value()) << "the child process failed";
   EXPECT_TRUE(test::bitwise_equal(load_npy(dir + "/forward_out.npy"), load_npy(dir + "/forward_want.npy")));
   for (size_t i = 0; i < losses.size(); ++i)
@@ -452,8 +455,9 @@ TEST(SaveHostile, InconsistentSectionsAreErrors) {
   }();
   expect_error([&] { jit::load_bytes(module(meta, ir, wrong)); }, {"fc2.bias", "f32[6]", "f32[5]"});
   // Mis-typed and missing metadata fields.
-  expect_error([&] { jit::load_bytes(module(edit(meta, "\"training_step\": false", "\"training_step\": 3"), ir, tensors)); },
-               {"training_step", "true or false"});
+  expect_error(
+      [&] { jit::load_bytes(module(edit(meta, "\"training_step\": false", "\"training_step\": 3"), ir, tensors)); },
+      {"training_step", "true or false"});
   expect_error([&] { jit::load_bytes(module("[1,2]", ir, tensors)); }, {"metadata is not a JSON object"});
   expect_error([&] { jit::load_bytes(module("{", ir, tensors)); }, {"not valid JSON"});
   expect_error([&] { jit::load_bytes(module(std::string(200, '[') + std::string(200, ']'), ir, tensors)); },

@@ -37,15 +37,17 @@ Result train(int k, int steps) {
     }
   }
   optim::SGD opt(net.parameters(), 0.05, {.momentum = 0.9});
-  jit::Function step([&](std::span<const Tensor> in) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(net(in[0]), in[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss};
-  }, "step");
-  jit::Function loss_fn([&](std::span<const Tensor> in) { return std::vector<Tensor>{cross_entropy(net(in[0]), in[1])}; },
-                        "loss");
+  jit::Function step(
+      [&](std::span<const Tensor> in) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(net(in[0]), in[1]);
+        loss.backward();
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      "step");
+  jit::Function loss_fn(
+      [&](std::span<const Tensor> in) { return std::vector<Tensor>{cross_entropy(net(in[0]), in[1])}; }, "loss");
   Result run;
   for (int s = 0; s < steps; ++s) {
     Tensor x = cos(arange(8 * 6).to(f32).reshape({8, 6}) * (0.1 * (s + 1)) + k);
@@ -89,8 +91,10 @@ TEST(Threads, EightThreadsTrainingTheirOwnModelsMatchOneThreadBitwise) {
     const Result &a = alone[static_cast<size_t>(k)], &b = together[static_cast<size_t>(k)];
     ASSERT_EQ(a.losses.size(), b.losses.size());
     for (size_t s = 0; s < a.losses.size(); ++s)
-      EXPECT_TRUE(test::bitwise_equal(b.losses[s], a.losses[s])) << "step " << s << ": " << b.losses[s] << " alone " << a.losses[s];
-    for (size_t w = 0; w < a.weights.size(); ++w) EXPECT_TRUE(test::bitwise_equal(b.weights[w], a.weights[w])) << "weight " << w;
+      EXPECT_TRUE(test::bitwise_equal(b.losses[s], a.losses[s]))
+          << "step " << s << ": " << b.losses[s] << " alone " << a.losses[s];
+    for (size_t w = 0; w < a.weights.size(); ++w)
+      EXPECT_TRUE(test::bitwise_equal(b.weights[w], a.weights[w])) << "weight " << w;
   }
 }
 

@@ -10,8 +10,8 @@
 namespace kiln {
 namespace {
 
-using test::expect_same;
 using test::expect_error;
+using test::expect_same;
 
 struct ManyOps {
   Tensor w = randn({5, 6}), b = randn({6}), lnw = randn({6}), lnb = randn({6});
@@ -85,8 +85,11 @@ TEST(Trace, ParametersStayLive) {
 }
 
 TEST(Trace, LiteralTensorsBecomeConstants) {
-  auto fast = jit::trace([](Tensor x) { return x * from_vector<float>({0, 1, 2, 3}) + zeros({4}) + 1.5; },
-                         {ones({3, 4})});
+  auto fast = jit::trace(
+      [](Tensor x) {
+        return x * from_vector<float>({0, 1, 2, 3}) + zeros({4}) + 1.5;
+      },
+      {ones({3, 4})});
   const ir::Graph& g = fast.graph();
   EXPECT_TRUE(g.params.empty());
   bool has_literal = false;
@@ -140,11 +143,7 @@ TEST(Trace, FunctionsReturnTuplesAndVectors) {
   expect_same(got[1], x.sum());
   expect_same(got[2], x.t());
   expect_same(tup(x), x + 1);  // operator() returns the first output
-  auto vec = jit::trace(
-      [](Tensor a, Tensor b) {
-        return std::vector<Tensor>{a * b, a - b};
-      },
-      {x, x});
+  auto vec = jit::trace([](Tensor a, Tensor b) { return std::vector<Tensor>{a * b, a - b}; }, {x, x});
   Tensor y = randn({2, 3});
   got = vec.call(std::vector<Tensor>{x, y});
   ASSERT_EQ(got.size(), 2u);
@@ -154,14 +153,9 @@ TEST(Trace, FunctionsReturnTuplesAndVectors) {
 
 TEST(Trace, ReadingValuesThrowsNamingTheOp) {
   Tensor x = randn({3});
-  expect_error([&] { jit::trace([](Tensor a) { return a * exp(a).sum().item<float>(); }, {x}); },
-               {"traced", "sum"});
-  expect_error(
-      [&] {
-        jit::trace([](Tensor a) { return a * static_cast<float>(tanh(a).to_vector<float>()[0]); },
-                   {x});
-      },
-      {"traced", "tanh"});
+  expect_error([&] { jit::trace([](Tensor a) { return a * exp(a).sum().item<float>(); }, {x}); }, {"traced", "sum"});
+  expect_error([&] { jit::trace([](Tensor a) { return a * static_cast<float>(tanh(a).to_vector<float>()[0]); }, {x}); },
+               {"traced", "tanh"});
   expect_error(
       [&] {
         jit::trace(
@@ -179,16 +173,13 @@ TEST(Trace, ReadingValuesThrowsNamingTheOp) {
 }
 
 TEST(Trace, InPlaceWriteIntoAnArgumentThrows) {
-  expect_error([] { jit::trace([](Tensor a) { return a.add_(1.0); }, {ones({2})}); },
-               {"in-place", "argument"});
-  expect_error([] { jit::trace([](Tensor a) { return a.mul_(a); }, {ones({2})}); },
-               {"in-place", "argument"});
+  expect_error([] { jit::trace([](Tensor a) { return a.add_(1.0); }, {ones({2})}); }, {"in-place", "argument"});
+  expect_error([] { jit::trace([](Tensor a) { return a.mul_(a); }, {ones({2})}); }, {"in-place", "argument"});
 }
 
 TEST(Trace, WrongArityThrows) {
   Tensor x = ones({2});
-  expect_error([&] { jit::trace([](Tensor a, Tensor b) { return a + b; }, {x}); },
-               {"jit::trace", "1 tensors"});
+  expect_error([&] { jit::trace([](Tensor a, Tensor b) { return a + b; }, {x}); }, {"jit::trace", "1 tensors"});
   expect_error([&] { jit::trace([](Tensor a) { return a; }, {x, x, x}); }, {"3 tensors"});
   auto fast = jit::trace([](Tensor a, Tensor b) { return a + b; }, {x, x});
   expect_error([&] { fast(x); }, {"2 arguments", "got 1"});

@@ -61,7 +61,7 @@ struct StepOptions {
   bool zero_grad_first = true;  // PyTorch's order; else the demo's (zero_grad after the forward)
   bool decay = false;           // the learning rate halves between steps, as a schedule would
   Way way = Way::Traced;
-  bool accumulate = false;      // gradients of two batches summed over two calls, then one update
+  bool accumulate = false;  // gradients of two batches summed over two calls, then one update
 };
 
 Tensor loss_of(StepMlp& net, const Tensor& x, const Tensor& y) { return cross_entropy(net(x), y); }
@@ -141,9 +141,8 @@ void check_steps(const MakeOptimizer& make, bool zero_grad_first = true, bool de
 }
 
 MakeOptimizer sgd(optim::SgdOptions options) {
-  return [options](std::vector<Tensor> params) {
-    return std::make_unique<optim::SGD>(std::move(params), 0.1, options);
-  };
+  return
+      [options](std::vector<Tensor> params) { return std::make_unique<optim::SGD>(std::move(params), 0.1, options); };
 }
 
 TEST(TrainStep, SgdStepsMatchEagerSteps) { check_steps(sgd({})); }
@@ -158,22 +157,15 @@ TEST(TrainStep, SgdWithDampeningAndADecayingLearningRateMatchesEagerSteps) {
   check_steps(sgd({.momentum = 0.9, .dampening = 0.3}), true, true);
 }
 
-TEST(TrainStep, ZeroGradAfterTheForwardMatchesEagerSteps) {
-  check_steps(sgd({.momentum = 0.5}), false);
-}
+TEST(TrainStep, ZeroGradAfterTheForwardMatchesEagerSteps) { check_steps(sgd({.momentum = 0.5}), false); }
 
 TEST(TrainStep, AdamWithADecayingLearningRateMatchesEagerSteps) {
-  check_steps(
-      [](std::vector<Tensor> params) {
-        return std::make_unique<optim::Adam>(std::move(params), 0.01);
-      },
-      false, true);
+  check_steps([](std::vector<Tensor> params) { return std::make_unique<optim::Adam>(std::move(params), 0.01); }, false,
+              true);
 }
 
 TEST(TrainStep, AdamWStepsMatchEagerSteps) {
-  check_steps([](std::vector<Tensor> params) {
-    return std::make_unique<optim::AdamW>(std::move(params), 0.01);
-  });
+  check_steps([](std::vector<Tensor> params) { return std::make_unique<optim::AdamW>(std::move(params), 0.01); });
 }
 
 TEST(TrainStep, AdamWithL2WeightDecayAndAdamWWithOptionsMatchEagerSteps) {
@@ -183,8 +175,7 @@ TEST(TrainStep, AdamWithL2WeightDecayAndAdamWWithOptionsMatchEagerSteps) {
   });
   check_steps(
       [](std::vector<Tensor> params) {
-        return std::make_unique<optim::AdamW>(std::move(params), 0.02,
-                                              optim::AdamWOptions{.eps = 1e-6});
+        return std::make_unique<optim::AdamW>(std::move(params), 0.02, optim::AdamWOptions{.eps = 1e-6});
       },
       true, true);
 }
@@ -198,8 +189,7 @@ TEST(TrainStep, AStepThatCallsBackwardRunsUntapedAndFused) {
   optim::SGD eager_opt(t.eager.parameters(), 0.1), traced_opt(t.traced.parameters(), 0.1);
   auto step = test::train_step<StepMlp>;
   std::vector<Batch> data = batches(3);
-  auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, traced_opt, x, y); },
-                         {data[0].x, data[0].y});
+  auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, traced_opt, x, y); }, {data[0].x, data[0].y});
   for (const Batch& b : data) {
     manual_seed(3);
     Tensor loss = fast(b.x, b.y);
@@ -229,8 +219,7 @@ TEST(TrainStep, GradientsAccumulateAcrossCallsWithoutZeroGrad) {
     return loss;
   };
   std::vector<Batch> data = batches(4);
-  auto fast =
-      jit::trace([&](Tensor x, Tensor y) { return step(t.traced, x, y); }, {data[0].x, data[0].y});
+  auto fast = jit::trace([&](Tensor x, Tensor y) { return step(t.traced, x, y); }, {data[0].x, data[0].y});
   t.expect_same_weights();
   for (const auto& [name, p] : t.traced.named_parameters()) EXPECT_FALSE(p.grad().defined()) << name;
   for (size_t i = 0; i < data.size(); ++i) {

@@ -19,7 +19,8 @@ using examples::GPTTask;
 GPTConfig small() { return {.vocab = 256, .context = 16, .embed = 32, .heads = 4, .layers = 2, .dropout = 0.1}; }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kiln_gpt_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("kiln_gpt_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 // Two copies from one seed, trained on the same batches: one eagerly, one as a traced whole step

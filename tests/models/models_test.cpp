@@ -61,8 +61,9 @@ TEST_P(Model, TracedStepsTrainAsEagerOnesDo) {
     for (Tensor& t : batches.back())
       if (is_float(t.dtype())) t = t.to(DType::F64);
   }
-  jit::Function step = jit::trace_tensors(
-      [&](std::span<const Tensor> b) { return examples::train_step(*traced, *traced_opt, b); }, batches[0], name + "_step");
+  jit::Function step =
+      jit::trace_tensors([&](std::span<const Tensor> b) { return examples::train_step(*traced, *traced_opt, b); },
+                         batches[0], name + "_step");
   for (size_t i = 0; i < batches.size(); ++i) {
     SCOPED_TRACE(fmt::format("step {}", i));
     manual_seed(100 + i);  // the same dropout masks in both
@@ -121,7 +122,8 @@ TEST(Models, SavedForwardsLoadInAnotherProcess) {
     std::vector<Tensor> batch = task->batch(0);
     jit::SaveOptions options;
     if (name == "gpt") options.dynamic(0, 0, "B").dynamic(0, 1, "T");
-    else for (size_t i = 0; i < task->forward_arity(); ++i) options.dynamic(i, 0, "N");
+    else
+      for (size_t i = 0; i < task->forward_arity(); ++i) options.dynamic(i, 0, "N");
     examples::save_forward(*task, batch, fmt::format("{}/{}.kiln", dir, name), options);
     // Another batch size than the example's (and for the GPT another length too).
     std::vector<Tensor> in;

@@ -43,7 +43,8 @@ TEST(Activations, FollowTorchsDefinitions) {
   expect_matches(nn::hardswish, [](double x) { return x * std::min(std::max(x + 3, 0.0), 6.0) / 6; });
   expect_matches([](const Tensor& x) { return nn::leaky_relu(x, 0.2); }, [](double x) { return x > 0 ? x : 0.2 * x; });
   expect_matches([](const Tensor& x) { return nn::softplus(x); }, [](double x) { return softplus_ref(x, 1, 20); });
-  expect_matches([](const Tensor& x) { return nn::softplus(x, 2.0, 5.0); }, [](double x) { return softplus_ref(x, 2, 5); });
+  expect_matches([](const Tensor& x) { return nn::softplus(x, 2.0, 5.0); },
+                 [](double x) { return softplus_ref(x, 2, 5); });
   expect_matches(nn::mish, [](double x) { return x * std::tanh(softplus_ref(x, 1, 20)); });
   // The modules are the functions, with torch's defaults.
   Tensor x = from_vector(kPoints);
@@ -53,7 +54,6 @@ TEST(Activations, FollowTorchsDefinitions) {
   expect_close(nn::ReLU6()(x), nn::relu6(x).to_vector<double>(), 0, 0);
   expect_close(nn::Hardswish()(x), nn::hardswish(x).to_vector<double>(), 0, 0);
 }
-
 
 TEST(Activations, DifferentiateAsTorchDoes) {
   for (double x : {-2.0, -0.5, 0.7, 1.9, 4.0}) {

@@ -94,15 +94,24 @@ TEST(FusedAttention, RefusesWhatItCannotTake) {
   Tensor q = randn({2, 3, 4}), k = randn({2, 5, 4}), v = randn({2, 5, 6});
   Attrs a;
   a.scale = 0.5;
-  test::expect_error([&] { apply(OpId::Attention, {q, k, randn({3, 5, 6})}, a); },
-                     {"attention", "f32[2,3,4]", "f32[3,5,6]", "batch dims"});
-  test::expect_error([&] { apply(OpId::Attention, {q, k, v, randn({4, 5})}, a); },
-                     {"attention", "mask f32[4,5]", "[2,3,5]"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Attention, {q, k, randn({3, 5, 6})}, a);
+      },
+      {"attention", "f32[2,3,4]", "f32[3,5,6]", "batch dims"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Attention, {q, k, v, randn({4, 5})}, a);
+      },
+      {"attention", "mask f32[4,5]", "[2,3,5]"});
   test::expect_error([&] { apply(OpId::Attention, {q, k.to(f64), v}, a); }, {"attention", "float dtype"});
   Attrs causal = a;
   causal.causal = true;
-  test::expect_error([&] { apply(OpId::Attention, {q, k, v, ones({3, 5}, DType::Bool)}, causal); },
-                     {"attention", "not both"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Attention, {q, k, v, ones({3, 5}, DType::Bool)}, causal);
+      },
+      {"attention", "not both"});
   Attrs drop = a;
   drop.dropout_p = 0.5;
   test::expect_error([&] { apply(OpId::Attention, {q, k, v}, drop); }, {"attention", "generator state", "got 3"});

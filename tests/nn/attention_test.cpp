@@ -55,37 +55,52 @@ auto no_bias = [](int64_t, int64_t, int64_t) { return 0.0; };
 
 TEST(ScaledDotProductAttention, MatchesTheFormulaWithEveryMask) {
   Tensor q = randn({2, 3, 4}, f64), k = randn({2, 5, 4}, f64), v = randn({2, 5, 6}, f64);
-  expect_close(nn::scaled_dot_product_attention(q, k, v), attention_ref(q, k, v, 0.5, all_allowed, no_bias), 1e-12, 1e-12);
-  expect_close(nn::scaled_dot_product_attention(q, k, v, {}, 0, false, 0.3), attention_ref(q, k, v, 0.3, all_allowed, no_bias),
-               1e-12, 1e-12);
+  expect_close(nn::scaled_dot_product_attention(q, k, v), attention_ref(q, k, v, 0.5, all_allowed, no_bias), 1e-12,
+               1e-12);
+  expect_close(nn::scaled_dot_product_attention(q, k, v, {}, 0, false, 0.3),
+               attention_ref(q, k, v, 0.3, all_allowed, no_bias), 1e-12, 1e-12);
   Tensor keep = lt(rand({3, 5}), 0.7);
   keep = logical_or(keep, eq(arange(0, 5, 1, DType::I64).reshape({1, 5}), 0));  // each query sees one key
   std::vector<double> kv = keep.to_vector<double>();
   expect_close(nn::scaled_dot_product_attention(q, k, v, keep),
-               attention_ref(q, k, v, 0.5, [&](int64_t, int64_t i, int64_t j) { return kv[size_t(i * 5 + j)] != 0; }, no_bias),
+               attention_ref(
+                   q, k, v, 0.5, [&](int64_t, int64_t i, int64_t j) { return kv[size_t(i * 5 + j)] != 0; }, no_bias),
                1e-12, 1e-12);
   Tensor add = randn({2, 3, 5}, f64);
   std::vector<double> av = add.to_vector<double>();
   expect_close(nn::scaled_dot_product_attention(q, k, v, add),
-               attention_ref(q, k, v, 0.5, all_allowed, [&](int64_t n, int64_t i, int64_t j) { return av[size_t((n * 3 + i) * 5 + j)]; }),
+               attention_ref(q, k, v, 0.5, all_allowed,
+                             [&](int64_t n, int64_t i, int64_t j) { return av[size_t((n * 3 + i) * 5 + j)]; }),
                1e-12, 1e-12);
   expect_close(nn::scaled_dot_product_attention(q, k, v, {}, 0, true),
-               attention_ref(q, k, v, 0.5, [](int64_t, int64_t i, int64_t j) { return j <= i; }, no_bias), 1e-12, 1e-12);
+               attention_ref(
+                   q, k, v, 0.5, [](int64_t, int64_t i, int64_t j) { return j <= i; }, no_bias),
+               1e-12, 1e-12);
 }
 
 TEST(ScaledDotProductAttention, DifferentiatesAndTraces) {
   Tensor q = randn({2, 3, 4}, f64).requires_grad_(), k = randn({2, 3, 4}, f64).requires_grad_(),
          v = randn({2, 3, 2}, f64).requires_grad_();
-  auto fn = [](std::span<const Tensor> in) { return nn::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0, true); };
+  auto fn = [](std::span<const Tensor> in) {
+    return nn::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0, true);
+  };
   EXPECT_EQ(autograd::gradcheck(fn, std::vector<Tensor>{q, k, v}), "");
-  jit::Function f = jit::trace([](Tensor a, Tensor b, Tensor c) { return nn::scaled_dot_product_attention(a, b, c, {}, 0, true); },
-                               {q.detach(), k.detach(), v.detach()});
+  jit::Function f =
+      jit::trace([](Tensor a, Tensor b, Tensor c) { return nn::scaled_dot_product_attention(a, b, c, {}, 0, true); },
+                 {q.detach(), k.detach(), v.detach()});
   expect_close(f(q.detach(), k.detach(), v.detach()),
-               nn::scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, 0, true).to_vector<double>(), 1e-12, 1e-12);
-  expect_error([&] { nn::scaled_dot_product_attention(q, k, v, ones({3, 3}, DType::Bool), 0, true); },
-               {"scaled_dot_product_attention", "not both"});
-  expect_error([&] { nn::scaled_dot_product_attention(q, randn({2, 3, 5}, f64), v); },
-               {"scaled_dot_product_attention", "f64[2,3,4]", "f64[2,3,5]"});
+               nn::scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, 0, true).to_vector<double>(),
+               1e-12, 1e-12);
+  expect_error(
+      [&] {
+        nn::scaled_dot_product_attention(q, k, v, ones({3, 3}, DType::Bool), 0, true);
+      },
+      {"scaled_dot_product_attention", "not both"});
+  expect_error(
+      [&] {
+        nn::scaled_dot_product_attention(q, randn({2, 3, 5}, f64), v);
+      },
+      {"scaled_dot_product_attention", "f64[2,3,4]", "f64[2,3,5]"});
 }
 
 TEST(MultiheadAttention, MatchesProjectedAttentionPerHead) {
@@ -109,8 +124,9 @@ TEST(MultiheadAttention, MatchesProjectedAttentionPerHead) {
         return matmul(x.to(f64), W.slice(0, r, r + 4).t()) + B.slice(0, r, r + 4);
       };
       std::vector<double> wh;
-      std::vector<double> o = attention_ref(proj(q, 0), proj(kv, 1), proj(kv, 2), 0.5,
-                                            [&](int64_t b, int64_t, int64_t j) { return !(b == 1 && j == 3); }, no_bias, &wh);
+      std::vector<double> o = attention_ref(
+          proj(q, 0), proj(kv, 1), proj(kv, 2), 0.5, [&](int64_t b, int64_t, int64_t j) { return !(b == 1 && j == 3); },
+          no_bias, &wh);
       for (int64_t b = 0; b < n; ++b)
         for (int64_t i = 0; i < l; ++i)
           for (int64_t c = 0; c < 4; ++c) heads[size_t((b * l + i) * 8 + h * 4 + c)] = o[size_t((b * l + i) * 4 + c)];
@@ -139,7 +155,11 @@ TEST(MultiheadAttention, HasTorchsParameterNamesAndRefusesBadMasks) {
   auto [oc, wc] = mha.forward(x, x, x, {}, true, causal);
   auto [of, wf] = mha.forward(x, x, x, {}, true, {}, true, true);
   expect_close(of, oc.to_vector<double>(), 1e-6, 1e-6);
-  expect_error([&] { mha(x, x, x, {}, true, ones({3, 3}, DType::Bool)); }, {"MultiheadAttention", "attn_mask", "[4,4]"});
+  expect_error(
+      [&] {
+        mha(x, x, x, {}, true, ones({3, 3}, DType::Bool));
+      },
+      {"MultiheadAttention", "attn_mask", "[4,4]"});
   expect_error([&] { mha(randn({4, 2, 5}), x, x); }, {"MultiheadAttention", "ending in 6", "f32[4,2,5]"});
   expect_error([] { nn::MultiheadAttention(10, 3); }, {"MultiheadAttention", "multiple of num_heads 3"});
 }

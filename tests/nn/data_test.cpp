@@ -66,8 +66,7 @@ TEST(TensorDataset, MismatchedFirstDimsThrow) {
         data::TensorDataset({zeros({4, 2}), zeros({5})});
       },
       {"TensorDataset", "same first dim", "f32[4,2]", "f32[5]"});
-  expect_error([] { data::TensorDataset(std::vector<Tensor>{}); },
-               {"TensorDataset", "at least one"});
+  expect_error([] { data::TensorDataset(std::vector<Tensor>{}); }, {"TensorDataset", "at least one"});
   expect_error([] { data::TensorDataset({scalar_tensor(1.0)}); }, {"TensorDataset"});
   expect_error([] { data::TensorDataset({zeros({3}), Tensor()}); }, {"TensorDataset", "undefined"});
   expect_error([] { data::TensorDataset({Tensor(), zeros({3})}); }, {"TensorDataset", "undefined"});

@@ -38,8 +38,8 @@ TEST(DistributedSampler, OnePermutationPerEpochOnEveryRankAndANewOneNextEpoch) {
   std::vector<int64_t> sorted = order;
   std::sort(sorted.begin(), sorted.end());
   for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
-  EXPECT_EQ(shard(10, 2, 0, 3), a);  // the same seed and epoch: the same shard
-  EXPECT_NE(shard(10, 2, 0, 4), a);  // the next epoch reshuffles
+  EXPECT_EQ(shard(10, 2, 0, 3), a);                                      // the same seed and epoch: the same shard
+  EXPECT_NE(shard(10, 2, 0, 4), a);                                      // the next epoch reshuffles
   EXPECT_EQ(shard(6, 2, 1, 9, false), (std::vector<int64_t>{1, 3, 5}));  // no shuffle: in order
 }
 

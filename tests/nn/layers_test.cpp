@@ -37,8 +37,8 @@ TEST(Layers, LinearComputesXWTransposePlusB) {
   Tensor x = randn({4, 3});
   Tensor y = lin(x);
   ASSERT_EQ(y.shape(), (Dims{4, 2}));
-  std::vector<double> xv = x.to_vector<double>(), w = lin.weight.to_vector<double>(),
-                      b = lin.bias.to_vector<double>(), want;
+  std::vector<double> xv = x.to_vector<double>(), w = lin.weight.to_vector<double>(), b = lin.bias.to_vector<double>(),
+                      want;
   for (int n = 0; n < 4; ++n)
     for (int o = 0; o < 2; ++o) {
       double acc = b[o];
@@ -112,8 +112,7 @@ TEST(Layers, Conv2dGroupsShapeTheWeightAndInit) {
   EXPECT_LE(std::max(-w.min, w.max), bound);
   EXPECT_LE(std::max(-b.min, b.max), bound);
   Tensor x = randn({1, 4, 5, 5});
-  EXPECT_TRUE(
-      allclose(conv(x), conv2d(x, conv.weight, conv.bias, {1, 1}, {0, 0}, {1, 1}, 2), 0, 0));
+  EXPECT_TRUE(allclose(conv(x), conv2d(x, conv.weight, conv.bias, {1, 1}, {0, 0}, {1, 1}, 2), 0, 0));
   nn::Conv2d nobias(4, 6, {1, 1}, {.bias = false});
   EXPECT_FALSE(nobias.bias.defined());
   expect_error([] { nn::Conv2d(4, 6, {3, 3}, {.groups = 3}); }, {"Conv2d", "groups 3"});
@@ -157,8 +156,7 @@ TEST(Layers, LayerNormNormalizesTheTrailingDims) {
     double m = 0, v = 0;
     for (int i = 0; i < 6; ++i) m += xv[r * 6 + i] / 6;
     for (int i = 0; i < 6; ++i) v += (xv[r * 6 + i] - m) * (xv[r * 6 + i] - m) / 6;
-    for (int i = 0; i < 6; ++i)
-      want.push_back((xv[r * 6 + i] - m) / std::sqrt(v + 1e-5) * (i + 1) + 0.5);
+    for (int i = 0; i < 6; ++i) want.push_back((xv[r * 6 + i] - m) / std::sqrt(v + 1e-5) * (i + 1) + 0.5);
   }
   expect_close(y, want, 1e-5, 1e-5);
   EXPECT_TRUE(allclose(y, layer_norm(x, {2, 3}, ln.weight, ln.bias), 0, 0));
@@ -219,10 +217,8 @@ TEST(Layers, DropoutInTrainZeroesAboutPAndScalesTheRest) {
     std::vector<double> y = drop(x).to_vector<double>();
     int zeros = 0;
     for (double v : y) {
-      if (v == 0)
-        ++zeros;
-      else
-        EXPECT_NEAR(v, 2.0 / (1 - p), 1e-5) << "p " << p;
+      if (v == 0) ++zeros;
+      else EXPECT_NEAR(v, 2.0 / (1 - p), 1e-5) << "p " << p;
     }
     // Binomial(n, p): 5 standard deviations.
     double sd = std::sqrt(n * p * (1 - p));
@@ -261,8 +257,7 @@ TEST(Init, KaimingAndXavierHaveTheRightSpread) {
   EXPECT_LE(m.max, xb);
   EXPECT_NEAR(m.std, std::sqrt(2 / (fan_in + fan_out)), 0.02 * std::sqrt(2 / (fan_in + fan_out)));
   nn::xavier_normal_(w, 2.0);
-  EXPECT_NEAR(moments(w).std, 2 * std::sqrt(2 / (fan_in + fan_out)),
-              0.04 * std::sqrt(2 / (fan_in + fan_out)));
+  EXPECT_NEAR(moments(w).std, 2 * std::sqrt(2 / (fan_in + fan_out)), 0.04 * std::sqrt(2 / (fan_in + fan_out)));
 }
 
 TEST(Init, FansCountTheReceptiveField) {
@@ -301,7 +296,8 @@ TEST(Embedding, APaddingRowStartsAtZeroAndGetsNoGradient) {
   Tensor ids = from_vector(std::vector<int64_t>{1, 2, 1, 0}, {2, 2});
   Tensor out = e(ids);
   EXPECT_EQ(out.shape(), (Dims{2, 2, 3}));
-  expect_close(out.select(0, 0).select(0, 1).contiguous(), e.weight.select(0, 2).contiguous().to_vector<double>(), 0, 0);
+  expect_close(out.select(0, 0).select(0, 1).contiguous(), e.weight.select(0, 2).contiguous().to_vector<double>(), 0,
+               0);
   (out * 2.0).sum().backward();
   std::vector<double> g = e.weight.grad().to_vector<double>();
   std::vector<double> want{2, 2, 2, 0, 0, 0, 2, 2, 2, 0, 0, 0, 0, 0, 0};  // rows 0 and 2 read once; row 1 padding

@@ -24,8 +24,8 @@ std::vector<double> log_softmax_row(const std::vector<double>& x, int r, int C) 
 }
 
 // Cross-entropy per row with label smoothing s; rows whose target is `ignore` give NaN.
-std::vector<double> ce_rows(const std::vector<double>& x, const std::vector<int64_t>& t, int C,
-                            double s = 0, int64_t ignore = -100) {
+std::vector<double> ce_rows(const std::vector<double>& x, const std::vector<int64_t>& t, int C, double s = 0,
+                            int64_t ignore = -100) {
   std::vector<double> out;
   for (size_t r = 0; r < t.size(); ++r) {
     if (t[r] == ignore) {
@@ -57,8 +57,7 @@ TEST(Loss, MseMatchesTheReferenceForEachReduction) {
   Tensor p = randn({3, 4}), t = randn({3, 4});
   std::vector<double> pv = p.to_vector<double>(), tv = t.to_vector<double>(), sq;
   double sum = 0;
-  for (size_t i = 0; i < pv.size(); ++i)
-    sq.push_back((pv[i] - tv[i]) * (pv[i] - tv[i])), sum += sq.back();
+  for (size_t i = 0; i < pv.size(); ++i) sq.push_back((pv[i] - tv[i]) * (pv[i] - tv[i])), sum += sq.back();
   expect_close(mse_loss(p, t), {sum / 12}, 1e-6, 1e-6);
   expect_close(mse_loss(p, t, Reduction::Sum), {sum}, 1e-5, 1e-6);
   Tensor none = mse_loss(p, t, Reduction::None);
@@ -125,10 +124,8 @@ TEST(Loss, CrossEntropyWithLabelSmoothingAndIgnoreIndex) {
   }
   std::vector<int64_t> tv2{1, 3, 2, 0, 3};  // ignore a real class
   std::vector<double> rows = ce_rows(xv, tv2, C, 0.2, 3);
-  expect_close(cross_entropy(x, from_vector(tv2), Reduction::Mean, 0.2, 3), {mean_of_counted(rows)},
-               1e-12);
-  expect_error([&] { cross_entropy(x, t, Reduction::Mean, 1.5); },
-               {"cross_entropy", "label_smoothing", "1.5"});
+  expect_close(cross_entropy(x, from_vector(tv2), Reduction::Mean, 0.2, 3), {mean_of_counted(rows)}, 1e-12);
+  expect_error([&] { cross_entropy(x, t, Reduction::Mean, 1.5); }, {"cross_entropy", "label_smoothing", "1.5"});
 }
 
 TEST(Loss, CrossEntropyOnExtraDims) {
@@ -206,22 +203,10 @@ TEST(Loss, ClassificationLossesRejectBadTargets) {
       {"cross_entropy", "does not match"});
   expect_error([&] { cross_entropy(randn({3}), from_vector<int64_t>({0})); },
                {"cross_entropy", "input must be [N, C]"});
-  expect_error(
-      [&] {
-        nll_loss(x, from_vector<bool>({true, false, true, false}));
-      },
-      {"nll_loss", "integer"});
-  expect_error(
-      [&] {
-        nll_loss(x, from_vector<int64_t>({0, 1, 3, 0}));
-      },
-      {"out of range"});  // class 3 of 3
+  expect_error([&] { nll_loss(x, from_vector<bool>({true, false, true, false})); }, {"nll_loss", "integer"});
+  expect_error([&] { nll_loss(x, from_vector<int64_t>({0, 1, 3, 0})); }, {"out of range"});  // class 3 of 3
   expect_error([&] { nll_loss(x, from_vector<int64_t>({0, -1, 2, 0})); }, {"out of range"});
-  expect_error(
-      [&] {
-        cross_entropy(x, from_vector<int64_t>({0, -2, 2, 0}), Reduction::Sum, 0.1);
-      },
-      {"out of range"});
+  expect_error([&] { cross_entropy(x, from_vector<int64_t>({0, -2, 2, 0}), Reduction::Sum, 0.1); }, {"out of range"});
   Tensor undefined;
   expect_error([&] { nll_loss(x, undefined); }, {"nll_loss", "undefined"});
 }

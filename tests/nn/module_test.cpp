@@ -83,9 +83,7 @@ std::map<std::string, Tensor> cloned(const std::map<std::string, Tensor>& sd) {
   return out;
 }
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "kiln_module_test_" + name;
-}
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "kiln_module_test_" + name; }
 
 }  // namespace
 
@@ -204,9 +202,8 @@ TEST(Module, LoadStateDictStrictReportsMissingAndUnexpectedKeys) {
   auto missing = sd;
   missing.erase("block.fc.bias");
   missing.erase("head.0.weight");
-  expect_error(
-      [&] { net.load_state_dict(missing); },
-      {"load_state_dict", "missing keys [block.fc.bias, head.0.weight]", "unexpected keys []"});
+  expect_error([&] { net.load_state_dict(missing); },
+               {"load_state_dict", "missing keys [block.fc.bias, head.0.weight]", "unexpected keys []"});
   auto extra = sd;
   extra["head.9.weight"] = zeros({1});
   expect_error([&] { net.load_state_dict(extra); },
@@ -223,8 +220,7 @@ TEST(Module, LoadStateDictRejectsAShapeMismatch) {
   auto sd = cloned(net.state_dict());
   Tensor before = net.block.fc.weight.detach().clone();
   sd["block.fc.weight"] = zeros({3, 4});
-  expect_error([&] { net.load_state_dict(sd); },
-               {"load_state_dict", "\"block.fc.weight\"", "f32[3,4]", "f32[4,3]"});
+  expect_error([&] { net.load_state_dict(sd); }, {"load_state_dict", "\"block.fc.weight\"", "f32[3,4]", "f32[4,3]"});
   EXPECT_TRUE(allclose(net.block.fc.weight, before, 0, 0));
 }
 
@@ -245,8 +241,7 @@ TEST(Module, SaveAndLoadThroughAFile) {
   std::string path = temp_path("save.safetensors");
   a.save(path);
   b.load(path);
-  for (auto& [name, t] : a.state_dict())
-    EXPECT_TRUE(allclose(t, b.state_dict().at(name), 0, 0)) << name;
+  for (auto& [name, t] : a.state_dict()) EXPECT_TRUE(allclose(t, b.state_dict().at(name), 0, 0)) << name;
   std::remove(path.c_str());
 }
 
@@ -281,8 +276,7 @@ TEST(Module, ToF64KeepsHandlesValid) {
   Tensor g = w.grad().clone();
   opt.step();  // the optimizer's handles see the converted parameters
   std::vector<double> want;
-  for (size_t i = 0; i < w_before.size(); ++i)
-    want.push_back(w_before[i] - 0.1 * g.to_vector<double>()[i]);
+  for (size_t i = 0; i < w_before.size(); ++i) want.push_back(w_before[i] - 0.1 * g.to_vector<double>()[i]);
   expect_close(w, want, 1e-12);
   expect_error([&] { net.to(i64); }, {"Module::to", "i64"});
 }
@@ -292,11 +286,9 @@ TEST(Module, SequentialRunsItsLayersInOrder) {
   auto& l1 = seq.add<nn::Linear>(3, 4);
   seq.add<nn::Tanh>();
   auto& l2 = seq.add<nn::Linear>(4, 2, /*bias=*/false);
-  EXPECT_EQ(names_of(seq.named_parameters()),
-            (std::vector<std::string>{"0.weight", "0.bias", "2.weight"}));
+  EXPECT_EQ(names_of(seq.named_parameters()), (std::vector<std::string>{"0.weight", "0.bias", "2.weight"}));
   Tensor x = randn({5, 3});
-  EXPECT_TRUE(allclose(seq(x), matmul(tanh(matmul(x, l1.weight.t()) + l1.bias), l2.weight.t()),
-                       1e-6, 1e-6));
+  EXPECT_TRUE(allclose(seq(x), matmul(tanh(matmul(x, l1.weight.t()) + l1.bias), l2.weight.t()), 1e-6, 1e-6));
   expect_error([&] { seq.push_back(nullptr); }, {"Sequential", "null"});
 }
 
@@ -328,7 +320,6 @@ TEST(Containers, ModuleListAndModuleDictRegisterTheirItems) {
   Tensor y = randn({2, 2});
   EXPECT_EQ(nn::Identity()(y).data_ptr(), y.data_ptr());
 }
-
 
 TEST(Containers, ATiedWeightIsOneParameter) {
   struct Lm : nn::Module {

@@ -22,7 +22,8 @@ std::vector<std::vector<double>> by_channel(const Tensor& x) {
   std::vector<std::vector<double>> out(static_cast<size_t>(c));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t j = 0; j < l; ++j) out[static_cast<size_t>(ch)].push_back(v[static_cast<size_t>((i * c + ch) * l + j)]);
+      for (int64_t j = 0; j < l; ++j)
+        out[static_cast<size_t>(ch)].push_back(v[static_cast<size_t>((i * c + ch) * l + j)]);
   return out;
 }
 
@@ -93,7 +94,8 @@ TEST(BatchNorm, StatisticsKeepTheirPrecisionWhenTheMeanDwarfsTheSpread) {
   nn::BatchNorm2d bn(3, {.momentum = 1.0, .affine = false});
   Tensor x = randn({8, 3, 6, 5}) * 0.01 + 1000.0;
   Stats s = channel_stats(x);
-  expect_close(bn(x), normalize_ref(x, s.mean, s.var, {1, 1, 1}, {0, 0, 0}, 1e-5), 1e-2, 0);  // (the f32 mean rounds by 3e-3 of the spread)
+  expect_close(bn(x), normalize_ref(x, s.mean, s.var, {1, 1, 1}, {0, 0, 0}, 1e-5), 1e-2,
+               0);  // (the f32 mean rounds by 3e-3 of the spread)
   expect_close(bn.running_mean, s.mean, 1e-9, 1e-6);
   expect_close(bn.running_var, s.unbiased, 1e-9, 1e-3);
 }
@@ -117,8 +119,8 @@ TEST(BatchNorm, WithoutRunningStatisticsUsesTheBatchEvenInEval) {
   bn.eval();
   Tensor x = randn({8, 4});
   Stats s = channel_stats(x);
-  expect_close(bn(x), normalize_ref(x, s.mean, s.var, std::vector<double>(4, 1), std::vector<double>(4, 0), 1e-5),
-               1e-5, 1e-5);
+  expect_close(bn(x), normalize_ref(x, s.mean, s.var, std::vector<double>(4, 1), std::vector<double>(4, 0), 1e-5), 1e-5,
+               1e-5);
   auto sd = bn.state_dict();
   EXPECT_EQ(sd.size(), 2u);  // weight and bias
   nn::BatchNorm2d tracked(3);
@@ -186,7 +188,8 @@ TEST(GroupNorm, NormalizesEachGroupOfEachSample) {
   gn.weight.detach().copy_(randn({4}));
   gn.bias.detach().copy_(randn({4}));
   Tensor x = randn({3, 4, 5}, f32) * 3.0;
-  std::vector<double> v = x.to_vector<double>(), w = gn.weight.to_vector<double>(), b = gn.bias.to_vector<double>(), want;
+  std::vector<double> v = x.to_vector<double>(), w = gn.weight.to_vector<double>(), b = gn.bias.to_vector<double>(),
+                      want;
   for (int64_t n = 0; n < 3; ++n)
     for (int64_t g = 0; g < 2; ++g) {
       size_t start = static_cast<size_t>((n * 4 + g * 2) * 5);
@@ -220,8 +223,11 @@ TEST(RMSNorm, ScalesByTheRootMeanSquareWithTheDtypesEpsilon) {
   // A zero row: the epsilon keeps it finite.
   expect_close(nn::rms_norm(zeros({1, 4}), {4}), {0, 0, 0, 0}, 0, 0);
   Tensor p = randn({2, 3, 4}, f64).requires_grad_();
-  EXPECT_EQ(autograd::gradcheck([](std::span<const Tensor> in) { return nn::rms_norm(in[0], {3, 4}, {}, 1e-6); },
-                                std::vector<Tensor>{p}),
+  EXPECT_EQ(autograd::gradcheck(
+                [](std::span<const Tensor> in) {
+                  return nn::rms_norm(in[0], {3, 4}, {}, 1e-6);
+                },
+                std::vector<Tensor>{p}),
             "");
   expect_error([] { nn::rms_norm(randn({2, 3}), {2}); }, {"rms_norm", "trailing", "f32[2,3]"});
 }

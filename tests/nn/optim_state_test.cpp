@@ -29,9 +29,20 @@ TEST(OptimizerState, ACheckpointResumesBitForBit) {
   using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(Net&)>;
   std::vector<std::pair<const char*, MakeOpt>> kinds = {
       {"AdamW", [](Net& n) { return std::make_unique<optim::AdamW>(n.parameters(), 0.01); }},
-      {"SGD", [](Net& n) { return std::make_unique<optim::SGD>(n.parameters(), 0.05, optim::SgdOptions{.momentum = 0.9, .dampening = 0.1}); }},
-      {"RMSprop", [](Net& n) { return std::make_unique<optim::RMSprop>(n.parameters(), 0.01, optim::RmspropOptions{.momentum = 0.5, .centered = true}); }},
-      {"Adagrad", [](Net& n) { return std::make_unique<optim::Adagrad>(n.parameters(), 0.05, optim::AdagradOptions{.lr_decay = 0.01}); }},
+      {"SGD",
+       [](Net& n) {
+         return std::make_unique<optim::SGD>(n.parameters(), 0.05,
+                                             optim::SgdOptions{.momentum = 0.9, .dampening = 0.1});
+       }},
+      {"RMSprop",
+       [](Net& n) {
+         return std::make_unique<optim::RMSprop>(n.parameters(), 0.01,
+                                                 optim::RmspropOptions{.momentum = 0.5, .centered = true});
+       }},
+      {"Adagrad",
+       [](Net& n) {
+         return std::make_unique<optim::Adagrad>(n.parameters(), 0.05, optim::AdagradOptions{.lr_decay = 0.01});
+       }},
   };
   for (auto& [name, make] : kinds) {
     SCOPED_TRACE(name);

@@ -42,8 +42,7 @@ TEST(Optim, SgdMomentumWithDampening) {
   optim::SGD opt({p}, 0.05, {.momentum = 0.9, .dampening = 0.2});
   std::vector<double> v;
   run_against(p, opt, [&](std::vector<double>& w, const std::vector<double>& g) {
-    if (v.empty())
-      v = g;  // PyTorch: the first buffer is the gradient itself
+    if (v.empty()) v = g;  // PyTorch: the first buffer is the gradient itself
     else
       for (size_t i = 0; i < w.size(); ++i) v[i] = 0.9 * v[i] + (1 - 0.2) * g[i];
     for (size_t i = 0; i < w.size(); ++i) w[i] -= 0.05 * v[i];
@@ -57,8 +56,7 @@ TEST(Optim, SgdNesterovWithWeightDecay) {
   run_against(p, opt, [&](std::vector<double>& w, const std::vector<double>& g0) {
     std::vector<double> g = g0;
     for (size_t i = 0; i < w.size(); ++i) g[i] += 0.1 * w[i];
-    if (v.empty())
-      v = g;
+    if (v.empty()) v = g;
     else
       for (size_t i = 0; i < w.size(); ++i) v[i] = 0.8 * v[i] + g[i];
     for (size_t i = 0; i < w.size(); ++i) w[i] -= 0.05 * (g[i] + 0.8 * v[i]);
@@ -87,10 +85,8 @@ struct RefAdam {
     ++t;
     for (size_t i = 0; i < w.size(); ++i) {
       double g = g0[i];
-      if (decoupled)
-        w[i] *= 1 - lr * wd;
-      else
-        g += wd * w[i];
+      if (decoupled) w[i] *= 1 - lr * wd;
+      else g += wd * w[i];
       m[i] = b1 * m[i] + (1 - b1) * g;
       v[i] = b2 * v[i] + (1 - b2) * g * g;
       double mhat = m[i] / (1 - std::pow(b1, t)), vhat = v[i] / (1 - std::pow(b2, t));
@@ -165,8 +161,7 @@ TEST(Optim, ZeroGradDropsEveryGradient) {
 TEST(Optim, ConstructorChecks) {
   Tensor p = param();
   expect_error([&] { optim::SGD({p * 2.0}, 0.1); }, {"optimizer", "parameter 0", "leaf"});
-  expect_error([&] { optim::SGD({from_vector<double>({1.0})}, 0.1); },
-               {"optimizer", "requires grad"});
+  expect_error([&] { optim::SGD({from_vector<double>({1.0})}, 0.1); }, {"optimizer", "requires grad"});
   expect_error([&] { optim::SGD({p}, -1); }, {"optimizer", "learning rate", "-1"});
   expect_error([&] { optim::SGD({p}, 0.1, {.nesterov = true}); }, {"SGD", "nesterov"});
   expect_error([&] { optim::Adam({p}, 0.1, {.beta1 = 1.0}); }, {"Adam", "betas"});
@@ -241,8 +236,7 @@ struct RefRule {
       if (s0.size() <= j) s0.resize(j + 1), s1.resize(j + 1);
       if (s0[j].empty()) s0[j].assign(p[j].size(), 0), s1[j].assign(p[j].size(), 0);
       for (size_t i = 0; i < p[j].size(); ++i)
-        kind == Sgd ? sgd_one(p[j][i], grads[j][i], s0[j][i])
-                    : adam_one(p[j][i], grads[j][i], s0[j][i], s1[j][i]);
+        kind == Sgd ? sgd_one(p[j][i], grads[j][i], s0[j][i]) : adam_one(p[j][i], grads[j][i], s0[j][i], s1[j][i]);
     }
     if (kind == Sgd) ++steps;
   }
@@ -257,10 +251,8 @@ struct RefRule {
   void adam_one(double& w, double g, double& m, double& v) const {
     const optim::AdamOptions& o = adam;
     if (o.weight_decay != 0) {
-      if (kind == AdamW)
-        w *= 1 - lr * o.weight_decay;
-      else
-        g += o.weight_decay * w;
+      if (kind == AdamW) w *= 1 - lr * o.weight_decay;
+      else g += o.weight_decay * w;
     }
     m = o.beta1 * m + (1 - o.beta1) * g;
     v = o.beta2 * v + (1 - o.beta2) * g * g;
@@ -293,21 +285,17 @@ Problem make_problem(RefRule::Kind kind, double lr, DType dtype) {
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Problem& s) {
-  if (s.ref.kind == RefRule::Sgd)
-    return std::make_unique<optim::SGD>(s.params, s.ref.lr, s.ref.sgd);
-  if (s.ref.kind == RefRule::Adam)
-    return std::make_unique<optim::Adam>(s.params, s.ref.lr, s.ref.adam);
+  if (s.ref.kind == RefRule::Sgd) return std::make_unique<optim::SGD>(s.params, s.ref.lr, s.ref.sgd);
+  if (s.ref.kind == RefRule::Adam) return std::make_unique<optim::Adam>(s.params, s.ref.lr, s.ref.adam);
   const optim::AdamOptions& o = s.ref.adam;
   return std::make_unique<optim::AdamW>(
       s.params, s.ref.lr,
-      optim::AdamWOptions{
-          .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+      optim::AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
 }
 
 // Gradients for one step: random, some strided (a transpose's or a slice's), and at step 1
 // none for parameter 2 (and at step 0 none for parameter 4: its state starts later).
-void set_grads(Problem& s, int step, std::vector<std::vector<double>>& grads,
-               std::vector<bool>& has) {
+void set_grads(Problem& s, int step, std::vector<std::vector<double>>& grads, std::vector<bool>& has) {
   grads.assign(s.params.size(), {});
   has.assign(s.params.size(), true);
   for (size_t j = 0; j < s.params.size(); ++j) {
@@ -318,12 +306,9 @@ void set_grads(Problem& s, int step, std::vector<std::vector<double>>& grads,
       continue;
     }
     Tensor g;
-    if (p.dim() == 2 && step % 2 == 0)
-      g = randn({p.size(1), p.size(0)}, p.dtype()).t();
-    else if (p.dim() == 1 && j % 3 == 0)
-      g = randn({2 * p.size(0)}, p.dtype()).slice(0, 0, 2 * p.size(0), 2);
-    else
-      g = randn(p.shape(), p.dtype());
+    if (p.dim() == 2 && step % 2 == 0) g = randn({p.size(1), p.size(0)}, p.dtype()).t();
+    else if (p.dim() == 1 && j % 3 == 0) g = randn({2 * p.size(0)}, p.dtype()).slice(0, 0, 2 * p.size(0), 2);
+    else g = randn(p.shape(), p.dtype());
     p.set_grad(g);
     grads[j] = g.to_vector<double>();
   }
@@ -360,9 +345,8 @@ TEST(OptimFused, SgdEveryOptionMatchesTheRule) {
   };
   for (DType t : {f32, f64})
     for (const optim::SgdOptions& o : options) {
-      SCOPED_TRACE(testing::Message()
-                   << dtype_name(t) << " momentum " << o.momentum << " dampening " << o.dampening
-                   << " nesterov " << o.nesterov << " decay " << o.weight_decay);
+      SCOPED_TRACE(testing::Message() << dtype_name(t) << " momentum " << o.momentum << " dampening " << o.dampening
+                                      << " nesterov " << o.nesterov << " decay " << o.weight_decay);
       manual_seed(11);
       Problem s = make_problem(RefRule::Sgd, 0.05, t);
       s.ref.sgd = o;
@@ -380,9 +364,9 @@ TEST(OptimFused, AdamAndAdamWMatchTheRule) {
   for (RefRule::Kind kind : {RefRule::Adam, RefRule::AdamW})
     for (DType t : {f32, f64})
       for (const optim::AdamOptions& o : options) {
-        SCOPED_TRACE(testing::Message() << (kind == RefRule::Adam ? "Adam " : "AdamW ")
-                                        << dtype_name(t) << " betas " << o.beta1 << " " << o.beta2
-                                        << " eps " << o.eps << " decay " << o.weight_decay);
+        SCOPED_TRACE(testing::Message() << (kind == RefRule::Adam ? "Adam " : "AdamW ") << dtype_name(t) << " betas "
+                                        << o.beta1 << " " << o.beta2 << " eps " << o.eps << " decay "
+                                        << o.weight_decay);
         manual_seed(12);
         Problem s = make_problem(kind, 0.01, t);
         s.ref.adam = o;
@@ -402,9 +386,8 @@ TEST(OptimFused, AdamWKeepsItsWeightDecayWhenOtherOptionsAreGiven) {
 namespace {
 
 // Runs a few steps of `make`'s optimizer on copies of the same parameters and gradients.
-std::vector<Tensor> train(
-    const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make,
-    const std::vector<Tensor>& init, int threads = 0, bool transposed = false) {
+std::vector<Tensor> train(const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make,
+                          const std::vector<Tensor>& init, int threads = 0, bool transposed = false) {
   int saved = num_threads();
   if (threads) set_num_threads(threads);
   std::vector<Tensor> params;
@@ -424,21 +407,17 @@ std::vector<Tensor> train(
   return params;
 }
 
-std::vector<std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>>
-all_optimizers() {
+std::vector<std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>> all_optimizers() {
   return {
       [](std::vector<Tensor> p) {
-        return std::make_unique<optim::SGD>(
-            std::move(p), 0.1,
-            optim::SgdOptions{.momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
-      },
-      [](std::vector<Tensor> p) {
         return std::make_unique<optim::SGD>(std::move(p), 0.1,
-                                            optim::SgdOptions{.momentum = 0.9, .nesterov = true});
+                                            optim::SgdOptions{.momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
       },
       [](std::vector<Tensor> p) {
-        return std::make_unique<optim::Adam>(std::move(p), 0.01,
-                                             optim::AdamOptions{.weight_decay = 0.1});
+        return std::make_unique<optim::SGD>(std::move(p), 0.1, optim::SgdOptions{.momentum = 0.9, .nesterov = true});
+      },
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::Adam>(std::move(p), 0.01, optim::AdamOptions{.weight_decay = 0.1});
       },
       [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(std::move(p), 0.01); },
   };
@@ -471,8 +450,8 @@ TEST(OptimFused, ResultsDoNotDependOnTheThreadCount) {
 }
 
 TEST(OptimFused, AStepAllocatesNothing) {
-  std::vector<Tensor> params = {randn({100000}).requires_grad_(),
-                                randn({64, 33}, f64).requires_grad_(), randn({5}).requires_grad_()};
+  std::vector<Tensor> params = {randn({100000}).requires_grad_(), randn({64, 33}, f64).requires_grad_(),
+                                randn({5}).requires_grad_()};
   for (const auto& make : all_optimizers()) {
     auto opt = make(params);
     for (Tensor& p : params) p.set_grad(randn(p.shape(), p.dtype()));

@@ -40,19 +40,21 @@ struct RnnRef {
 // The recurrence of `kind` ("lstm" or "gru") over x [T, N, in] (time-major), from named
 // parameters, with zero initial states.
 RnnRef recurrent_ref(const std::string& kind, const Tensor& x, std::map<std::string, Tensor> params, int64_t layers,
-                  bool bidirectional, int64_t hidden) {
+                     bool bidirectional, int64_t hidden) {
   int64_t t_len = x.shape()[0], n = x.shape()[1], dirs = bidirectional ? 2 : 1;
   std::vector<std::vector<Vec>> in(static_cast<size_t>(t_len), std::vector<Vec>(static_cast<size_t>(n)));
   Vec xv = x.contiguous().to_vector<double>();
   int64_t f = x.shape()[2];
   for (int64_t t = 0; t < t_len; ++t)
-    for (int64_t b = 0; b < n; ++b) in[size_t(t)][size_t(b)] = Vec(xv.begin() + (t * n + b) * f, xv.begin() + (t * n + b + 1) * f);
+    for (int64_t b = 0; b < n; ++b)
+      in[size_t(t)][size_t(b)] = Vec(xv.begin() + (t * n + b) * f, xv.begin() + (t * n + b + 1) * f);
   RnnRef ref;
   for (int64_t l = 0; l < layers; ++l) {
     std::vector<std::vector<Vec>> next(static_cast<size_t>(t_len), std::vector<Vec>(static_cast<size_t>(n)));
     for (int64_t d = 0; d < dirs; ++d) {
       std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
-      Vec wih = params.at("weight_ih" + sfx).to_vector<double>(), whh = params.at("weight_hh" + sfx).to_vector<double>();
+      Vec wih = params.at("weight_ih" + sfx).to_vector<double>(),
+          whh = params.at("weight_hh" + sfx).to_vector<double>();
       Vec bih = params.at("bias_ih" + sfx).to_vector<double>(), bhh = params.at("bias_hh" + sfx).to_vector<double>();
       Vec hn, cn;
       for (int64_t b = 0; b < n; ++b) {
@@ -63,8 +65,8 @@ RnnRef recurrent_ref(const std::string& kind, const Tensor& x, std::map<std::str
           for (int64_t k = 0; k < hidden; ++k) {
             size_t K = size_t(k), H = size_t(hidden);
             if (kind == "lstm") {
-              double i = sig(gx[K] + gh[K]), fg = sig(gx[H + K] + gh[H + K]), g = std::tanh(gx[2 * H + K] + gh[2 * H + K]),
-                     o = sig(gx[3 * H + K] + gh[3 * H + K]);
+              double i = sig(gx[K] + gh[K]), fg = sig(gx[H + K] + gh[H + K]),
+                     g = std::tanh(gx[2 * H + K] + gh[2 * H + K]), o = sig(gx[3 * H + K] + gh[3 * H + K]);
               c[K] = fg * c[K] + i * g;
               gx[K] = o * std::tanh(c[K]);  // the new h, kept aside until every k is done
             } else {
@@ -141,15 +143,20 @@ TEST(LSTM, CarriesStatesAndTakesUnbatchedInput) {
   expect_close(u, whole.select(1, 1).contiguous().to_vector<double>(), 1e-6, 1e-6);
   // The cell is one step of the layer.
   nn::LSTMCell cell(3, 4);
-  cell.load_state_dict({{"weight_ih", lstm.state_dict().at("weight_ih_l0")}, {"weight_hh", lstm.state_dict().at("weight_hh_l0")},
-                        {"bias_ih", lstm.state_dict().at("bias_ih_l0")}, {"bias_hh", lstm.state_dict().at("bias_hh_l0")}});
+  cell.load_state_dict({{"weight_ih", lstm.state_dict().at("weight_ih_l0")},
+                        {"weight_hh", lstm.state_dict().at("weight_hh_l0")},
+                        {"bias_ih", lstm.state_dict().at("bias_ih_l0")},
+                        {"bias_hh", lstm.state_dict().at("bias_hh_l0")}});
   auto [h1, c1] = cell(x.select(0, 0));
   expect_close(h1, first.select(0, 0).contiguous().to_vector<double>(), 1e-6, 1e-6);
   nn::GRU gru(3, 4);
   nn::GRUCell gcell(3, 4);
-  gcell.load_state_dict({{"weight_ih", gru.state_dict().at("weight_ih_l0")}, {"weight_hh", gru.state_dict().at("weight_hh_l0")},
-                         {"bias_ih", gru.state_dict().at("bias_ih_l0")}, {"bias_hh", gru.state_dict().at("bias_hh_l0")}});
-  expect_close(gcell(x.select(0, 0)), std::get<0>(gru(x.slice(0, 0, 1))).select(0, 0).contiguous().to_vector<double>(), 1e-6, 1e-6);
+  gcell.load_state_dict({{"weight_ih", gru.state_dict().at("weight_ih_l0")},
+                         {"weight_hh", gru.state_dict().at("weight_hh_l0")},
+                         {"bias_ih", gru.state_dict().at("bias_ih_l0")},
+                         {"bias_hh", gru.state_dict().at("bias_hh_l0")}});
+  expect_close(gcell(x.select(0, 0)), std::get<0>(gru(x.slice(0, 0, 1))).select(0, 0).contiguous().to_vector<double>(),
+               1e-6, 1e-6);
 }
 
 TEST(LSTM, HasTorchsNamesAndDifferentiates) {
@@ -164,11 +171,17 @@ TEST(LSTM, HasTorchsNamesAndDifferentiates) {
   small.to(f64);
   // With respect to the input here; the weights' gradients are LibTorch's (tests/torch).
   Tensor x = randn({3, 1, 2}, f64).requires_grad_();
-  EXPECT_EQ(autograd::gradcheck([&](std::span<const Tensor> in) { return std::get<0>(small(in[0])); }, std::vector<Tensor>{x}), "");
+  EXPECT_EQ(autograd::gradcheck([&](std::span<const Tensor> in) { return std::get<0>(small(in[0])); },
+                                std::vector<Tensor>{x}),
+            "");
   jit::Function f = jit::trace([&](Tensor a) { return std::get<0>(small(a)); }, {x.detach()});
   expect_close(f(x.detach()), std::get<0>(small(x.detach())).to_vector<double>(), 1e-12, 1e-12);
   expect_error([&] { lstm(randn({4, 2, 5})); }, {"LSTM", "[T, N, 2]", "f32[4,2,5]"});
-  expect_error([&] { lstm(randn({4, 2, 2}), {zeros({2, 2, 3}), zeros({4, 2, 3})}); }, {"LSTM", "initial state", "[4,2,3]"});
+  expect_error(
+      [&] {
+        lstm(randn({4, 2, 2}), {zeros({2, 2, 3}), zeros({4, 2, 3})});
+      },
+      {"LSTM", "initial state", "[4,2,3]"});
 }
 
 // The rnn op (what a trace on CUDA records) names itself, the operand and what it expected.

@@ -52,8 +52,16 @@ TEST(AdaptiveAvgPool2d, AveragesTorchsWindows) {
     EXPECT_EQ(y.shape(), (Dims{2, 3, o[0], o[1]}));
     expect_close(y, want, 1e-12, 1e-12);
   }
-  expect_gradient([](std::span<const Tensor> in) { return nn::adaptive_avg_pool2d(in[0], {2, 3}); }, {randn({1, 2, 5, 4}, f64)});
-  expect_error([] { nn::adaptive_avg_pool2d(randn({2, 3, 4}), {1, 1}); }, {"adaptive_avg_pool2d", "[N, C, H, W]", "f32[2,3,4]"});
+  expect_gradient(
+      [](std::span<const Tensor> in) {
+        return nn::adaptive_avg_pool2d(in[0], {2, 3});
+      },
+      {randn({1, 2, 5, 4}, f64)});
+  expect_error(
+      [] {
+        nn::adaptive_avg_pool2d(randn({2, 3, 4}), {1, 1});
+      },
+      {"adaptive_avg_pool2d", "[N, C, H, W]", "f32[2,3,4]"});
 }
 
 TEST(Interpolate, NearestAndBilinearReadTorchsSourceIndices) {
@@ -79,16 +87,19 @@ TEST(Interpolate, NearestAndBilinearReadTorchsSourceIndices) {
       for (int64_t i = 0; i < 5; ++i)
         for (int64_t j = 0; j < 7; ++j) {
           double sy = src(i, 3, 5), sx = src(j, 4, 7);
-          int64_t y0 = std::min<int64_t>(static_cast<int64_t>(sy), 2), x0 = std::min<int64_t>(static_cast<int64_t>(sx), 3);
+          int64_t y0 = std::min<int64_t>(static_cast<int64_t>(sy), 2),
+                  x0 = std::min<int64_t>(static_cast<int64_t>(sx), 3);
           int64_t y1 = std::min<int64_t>(y0 + 1, 2), x1 = std::min<int64_t>(x0 + 1, 3);
           double ly = sy - y0, lx = sx - x0;
           bil.push_back((1 - ly) * ((1 - lx) * im.at(0, c, y0, x0) + lx * im.at(0, c, y0, x1)) +
                         ly * ((1 - lx) * im.at(0, c, y1, x0) + lx * im.at(0, c, y1, x1)));
         }
     expect_close(nn::interpolate(x, {.size = {5, 7}, .mode = "bilinear", .align_corners = corners}), bil, 1e-12, 1e-12);
-    expect_gradient([corners](std::span<const Tensor> in) {
-      return nn::interpolate(in[0], {.size = {4, 3}, .mode = "bilinear", .align_corners = corners});
-    }, {randn({1, 1, 3, 5}, f64)});
+    expect_gradient(
+        [corners](std::span<const Tensor> in) {
+          return nn::interpolate(in[0], {.size = {4, 3}, .mode = "bilinear", .align_corners = corners});
+        },
+        {randn({1, 1, 3, 5}, f64)});
   }
   expect_error([&] { nn::interpolate(x, {}); }, {"interpolate", "size or scale_factor"});
   expect_error([&] { nn::interpolate(x, {.size = {2, 2}, .mode = "bicubic"}); }, {"interpolate", "bicubic"});
@@ -96,17 +107,25 @@ TEST(Interpolate, NearestAndBilinearReadTorchsSourceIndices) {
 
 TEST(ConvTranspose2d, ScattersEachInputThroughTheKernel) {
   for (auto [stride, pad, outpad, groups, dil] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 0, 0, 1, 1}, {2, 1, 1, 1, 1}, {2, 0, 0, 2, 1}, {1, 1, 0, 1, 2}}) {
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 0, 0, 1, 1},
+        {2, 1, 1, 1, 1},
+        {2, 0, 0, 2, 1},
+        {1, 1, 0, 1, 2}}) {
     SCOPED_TRACE(testing::Message() << stride << " " << pad << " " << outpad << " " << groups << " " << dil);
     int64_t cin = 4, cout = 2 * groups, kh = 3, kw = 2;
     Tensor x = randn({2, cin, 3, 4}, f64), w = randn({cin, cout / groups, kh, kw}, f64), b = randn({cout}, f64);
-    nn::ConvTranspose2d m(cin, cout, {kh, kw}, {.stride = {stride, stride}, .padding = {pad, pad},
-                                                .output_padding = {outpad, outpad}, .dilation = {dil, dil}, .groups = groups});
+    nn::ConvTranspose2d m(cin, cout, {kh, kw},
+                          {.stride = {stride, stride},
+                           .padding = {pad, pad},
+                           .output_padding = {outpad, outpad},
+                           .dilation = {dil, dil},
+                           .groups = groups});
     m.to(f64);
     m.weight.detach().copy_(w);
     m.bias.detach().copy_(b);
     Tensor y = m(x);
-    int64_t oh = (3 - 1) * stride - 2 * pad + dil * (kh - 1) + outpad + 1, ow = (4 - 1) * stride - 2 * pad + dil * (kw - 1) + outpad + 1;
+    int64_t oh = (3 - 1) * stride - 2 * pad + dil * (kh - 1) + outpad + 1,
+            ow = (4 - 1) * stride - 2 * pad + dil * (kw - 1) + outpad + 1;
     ASSERT_EQ(y.shape(), (Dims{2, cout, oh, ow}));
     std::vector<double> want(static_cast<size_t>(2 * cout * oh * ow));
     Image xi(x), wi(w);
@@ -114,7 +133,8 @@ TEST(ConvTranspose2d, ScattersEachInputThroughTheKernel) {
     for (int64_t n = 0; n < 2; ++n)
       for (int64_t co = 0; co < cout; ++co)
         for (int64_t i = 0; i < oh; ++i)
-          for (int64_t j = 0; j < ow; ++j) want[static_cast<size_t>(((n * cout + co) * oh + i) * ow + j)] = bv[size_t(co)];
+          for (int64_t j = 0; j < ow; ++j)
+            want[static_cast<size_t>(((n * cout + co) * oh + i) * ow + j)] = bv[size_t(co)];
     int64_t cg_in = cin / groups, cg_out = cout / groups;
     for (int64_t n = 0; n < 2; ++n)
       for (int64_t ci = 0; ci < cin; ++ci)
@@ -123,15 +143,27 @@ TEST(ConvTranspose2d, ScattersEachInputThroughTheKernel) {
             for (int64_t k = 0; k < cg_out; ++k)
               for (int64_t p = 0; p < kh; ++p)
                 for (int64_t q = 0; q < kw; ++q) {
-                  int64_t i = a * stride - pad + p * dil, j = c * stride - pad + q * dil, co = (ci / cg_in) * cg_out + k;
+                  int64_t i = a * stride - pad + p * dil, j = c * stride - pad + q * dil,
+                          co = (ci / cg_in) * cg_out + k;
                   if (i < 0 || i >= oh || j < 0 || j >= ow) continue;
-                  want[static_cast<size_t>(((n * cout + co) * oh + i) * ow + j)] += xi.at(n, ci, a, c) * wi.at(ci, k, p, q);
+                  want[static_cast<size_t>(((n * cout + co) * oh + i) * ow + j)] +=
+                      xi.at(n, ci, a, c) * wi.at(ci, k, p, q);
                 }
     expect_close(y, want, 1e-10, 1e-10);
   }
-  expect_gradient([](std::span<const Tensor> in) { return nn::conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 0}); },
-                  {randn({1, 2, 3, 3}, f64), randn({2, 3, 2, 3}, f64), randn({3}, f64)});
-  expect_error([] { nn::conv_transpose2d(randn({1, 2, 3, 3}), randn({3, 2, 2, 2})); }, {"conv_transpose2d", "[2, out/groups, kh, kw]"});
-  expect_error([] { nn::conv_transpose2d(randn({1, 2, 3, 3}), randn({2, 2, 2, 2}), {}, {1, 1}, {0, 0}, {1, 1}); },
-               {"conv_transpose2d", "output_padding"});
+  expect_gradient(
+      [](std::span<const Tensor> in) {
+        return nn::conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 0});
+      },
+      {randn({1, 2, 3, 3}, f64), randn({2, 3, 2, 3}, f64), randn({3}, f64)});
+  expect_error(
+      [] {
+        nn::conv_transpose2d(randn({1, 2, 3, 3}), randn({3, 2, 2, 2}));
+      },
+      {"conv_transpose2d", "[2, out/groups, kh, kw]"});
+  expect_error(
+      [] {
+        nn::conv_transpose2d(randn({1, 2, 3, 3}), randn({2, 2, 2, 2}), {}, {1, 1}, {0, 0}, {1, 1});
+      },
+      {"conv_transpose2d", "output_padding"});
 }

@@ -103,8 +103,13 @@ TEST(Optimizers, TheTensorPathTakesTheFusedPassesSteps) {
     }
     return p.detach().clone();
   };
-  auto rms = [](Tensor p) { return std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, 0.01, optim::RmspropOptions{.momentum = 0.5, .centered = true}); };
-  auto ada = [](Tensor p) { return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, 0.1, optim::AdagradOptions{.lr_decay = 0.1}); };
+  auto rms = [](Tensor p) {
+    return std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, 0.01,
+                                            optim::RmspropOptions{.momentum = 0.5, .centered = true});
+  };
+  auto ada = [](Tensor p) {
+    return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, 0.1, optim::AdagradOptions{.lr_decay = 0.1});
+  };
   expect_close(run(true, rms), run(false, rms).to_vector<double>(), 1e-12, 1e-12);
   expect_close(run(true, ada), run(false, ada).to_vector<double>(), 1e-12, 1e-12);
 }

@@ -45,9 +45,7 @@ std::string u64le(uint64_t n) {
 }
 
 // A file made by hand, as another library would write it.
-std::string file_of(const std::string& header, const std::string& data) {
-  return u64le(header.size()) + header + data;
-}
+std::string file_of(const std::string& header, const std::string& data) { return u64le(header.size()) + header + data; }
 
 std::string f32_bytes(std::initializer_list<float> v) {
   std::string s;
@@ -106,8 +104,7 @@ TEST_F(Safetensors, MetadataRoundTrips) {
 }
 
 TEST_F(Safetensors, FileLayoutIsTheStandardOne) {
-  save_safetensors({{"b", from_vector<float>({1, 2})}, {"a", from_vector<int64_t>({7}, {1, 1})}},
-                   path_);
+  save_safetensors({{"b", from_vector<float>({1, 2})}, {"a", from_vector<int64_t>({7}, {1, 1})}}, path_);
   std::string bytes = read_bytes(path_);
   ASSERT_GE(bytes.size(), 8u);
   uint64_t n = 0;
@@ -133,9 +130,8 @@ TEST_F(Safetensors, FileLayoutIsTheStandardOne) {
 }
 
 TEST_F(Safetensors, LoadsAHandWrittenFile) {
-  std::string header =
-      R"({"__metadata__":{"k":"v"},"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},)"
-      R"("m":{"dtype":"BOOL","shape":[],"data_offsets":[0,1]}})";
+  std::string header = R"({"__metadata__":{"k":"v"},"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},)"
+                       R"("m":{"dtype":"BOOL","shape":[],"data_offsets":[0,1]}})";
   write_bytes(path_, file_of(header, std::string("\x01\0\0\0", 4) + f32_bytes({2.5f, -1})));
   auto t = load_safetensors(path_);
   expect_close(t.at("w"), {2.5, -1}, 0);
@@ -145,16 +141,8 @@ TEST_F(Safetensors, LoadsAHandWrittenFile) {
 }
 
 TEST_F(Safetensors, SaveRejectsWhatTheFormatCannotHold) {
-  expect_error(
-      [&] {
-        save_safetensors({{"__metadata__", ones({1})}}, path_);
-      },
-      {"save_safetensors", "reserved"});
-  expect_error(
-      [&] {
-        save_safetensors({{"x", Tensor()}}, path_);
-      },
-      {"save_safetensors", "\"x\"", "undefined"});
+  expect_error([&] { save_safetensors({{"__metadata__", ones({1})}}, path_); }, {"save_safetensors", "reserved"});
+  expect_error([&] { save_safetensors({{"x", Tensor()}}, path_); }, {"save_safetensors", "\"x\"", "undefined"});
   expect_error(
       [&] {
         save_safetensors({{"x", ones({1})}}, "/nonexistent-dir/x.safetensors");
@@ -163,15 +151,13 @@ TEST_F(Safetensors, SaveRejectsWhatTheFormatCannotHold) {
 }
 
 TEST_F(Safetensors, MissingOrTooShortFilesThrow) {
-  expect_error([&] { load_safetensors(temp_path("does-not-exist")); },
-               {"load_safetensors", "cannot open"});
+  expect_error([&] { load_safetensors(temp_path("does-not-exist")); }, {"load_safetensors", "cannot open"});
   expect_rejected("", {"too short"});
   expect_rejected("abc", {"too short"});
 }
 
 TEST_F(Safetensors, EveryTruncationOfAValidFileThrows) {
-  save_safetensors({{"a", from_vector<float>({1, 2, 3})}, {"b", from_vector<int64_t>({4, 5})}},
-                   path_);
+  save_safetensors({{"a", from_vector<float>({1, 2, 3})}, {"b", from_vector<int64_t>({4, 5})}}, path_);
   std::string bytes = read_bytes(path_);
   for (size_t n = 0; n < bytes.size(); ++n) {
     write_bytes(path_, bytes.substr(0, n));
@@ -194,25 +180,21 @@ TEST_F(Safetensors, HeaderLengthBeyondTheFileThrows) {
 
 TEST_F(Safetensors, InvalidJsonThrows) {
   expect_rejected(file_of("{not json", ""), {"not valid JSON"});
-  expect_rejected(
-      file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", f32_bytes({1})),
-      {"not valid JSON"});
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", f32_bytes({1})),
+                  {"not valid JSON"});
   expect_rejected(file_of("", ""), {"not valid JSON"});
   expect_rejected(file_of(std::string("{\"a\0\":1}", 9), ""), {"load_safetensors"});
   expect_rejected(file_of("[1, 2]", ""), {"JSON object"});
   expect_rejected(file_of("17", ""), {"JSON object"});
   // Deep nesting must not exhaust the stack.
-  expect_rejected(file_of(std::string(100000, '[') + std::string(100000, ']'), ""),
+  expect_rejected(file_of(std::string(100000, '[') + std::string(100000, ']'), ""), {"load_safetensors"});
+  expect_rejected(file_of("{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""),
                   {"load_safetensors"});
-  expect_rejected(
-      file_of("{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""),
-      {"load_safetensors"});
 }
 
 TEST_F(Safetensors, EntriesMissingFieldsThrow) {
   std::string d = f32_bytes({1});
-  expect_rejected(file_of(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", d),
-                  {"\"a\"", "needs dtype"});
+  expect_rejected(file_of(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", d), {"\"a\"", "needs dtype"});
   expect_rejected(file_of(R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", d), {"\"a\"", "shape"});
   expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[1]}})", d), {"\"a\"", "data_offsets"});
   expect_rejected(file_of(R"({"a":[1,2,3]})", d), {"\"a\"", "needs dtype"});
@@ -223,10 +205,8 @@ TEST_F(Safetensors, UnknownOrMistypedDtypesThrow) {
   std::string d = f32_bytes({1});
   expect_rejected(file_of(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", d),
                   {"\"a\"", "unsupported dtype", "F8_E4M3"});
-  expect_rejected(file_of(R"({"a":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", d),
-                  {"unsupported dtype"});
-  expect_rejected(file_of(R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", d),
-                  {"dtype must be a string"});
+  expect_rejected(file_of(R"({"a":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", d), {"unsupported dtype"});
+  expect_rejected(file_of(R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", d), {"dtype must be a string"});
 }
 
 TEST_F(Safetensors, BadShapesThrow) {
@@ -245,18 +225,16 @@ TEST_F(Safetensors, BadShapesThrow) {
   expect_rejected(with_shape("[1099511627776,1099511627776]"), {"too large"});
   expect_rejected(with_shape("[18446744073709551615]"), {"too large"});
   // No elements, but sizes whose strides would overflow.
-  expect_rejected(
-      file_of(R"({"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776,1099511627776],)"
-              R"("data_offsets":[0,0]}})",
-              d),
-      {"\"a\"", "too large"});
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776,1099511627776],)"
+                          R"("data_offsets":[0,0]}})",
+                          d),
+                  {"\"a\"", "too large"});
 }
 
 TEST_F(Safetensors, OffsetsOutOfRangeThrow) {
   std::string d = f32_bytes({1, 2, 3, 4});
   auto with_offsets = [&](const std::string& offsets, const std::string& shape = "[4]") {
-    return file_of(
-        R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}", d);
+    return file_of(R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}", d);
   };
   expect_rejected(with_offsets("[0,20]", "[5]"), {"\"a\"", "outside the 16 data bytes"});
   expect_rejected(with_offsets("[16,32]"), {"outside"});
@@ -275,8 +253,7 @@ TEST_F(Safetensors, OffsetsNotMatchingTheShapeThrow) {
                   {"\"a\"", "span 12 bytes", "needs 16"});
   expect_rejected(file_of(R"({"a":{"dtype":"F64","shape":[2,2],"data_offsets":[0,16]}})", d),
                   {"span 16 bytes", "needs 32"});
-  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[],"data_offsets":[0,0]}})", d),
-                  {"needs 4"});
+  expect_rejected(file_of(R"({"a":{"dtype":"F32","shape":[],"data_offsets":[0,0]}})", d), {"needs 4"});
 }
 
 TEST_F(Safetensors, OverlappingTensorsThrow) {
@@ -306,18 +283,14 @@ TEST_F(Safetensors, OverlappingTensorsThrow) {
 }
 
 TEST_F(Safetensors, BoolBytesOtherThanZeroOrOneThrow) {
-  expect_rejected(file_of(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
-                          std::string("\x01\x02\x00", 3)),
+  expect_rejected(file_of(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x01\x02\x00", 3)),
                   {"\"m\"", "bool entries must be 0 or 1"});
-  expect_rejected(file_of(R"({"m":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})", "\xff"),
-                  {"bool"});
+  expect_rejected(file_of(R"({"m":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})", "\xff"), {"bool"});
 }
 
 TEST_F(Safetensors, BadMetadataThrows) {
   std::string d = f32_bytes({1});
-  write_bytes(
-      path_,
-      file_of(R"({"__metadata__":[1],"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d));
+  write_bytes(path_, file_of(R"({"__metadata__":[1],"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", d));
   expect_error([&] { safetensors_metadata(path_); }, {"__metadata__", "object"});
   write_bytes(path_, file_of(R"({"__metadata__":{"k":3}})", ""));
   expect_error([&] { safetensors_metadata(path_); }, {"metadata \"k\"", "string"});
@@ -333,11 +306,9 @@ TEST_F(Safetensors, MutatedFilesLoadOrThrowButNeverCrash) {
   save_safetensors(in, path_, {{"format", "pt"}});
   const std::string valid = read_bytes(path_);
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i)
-    header_len = (header_len << 8) | static_cast<unsigned char>(valid[i]);
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(valid[i]);
   std::mt19937_64 rng(12345);
-  const char* tokens[] = {
-      "\"", "{", "}", "[", "]", ",", ":", "-1", "1e30", "null", "99999999999999999999", "0"};
+  const char* tokens[] = {"\"", "{", "}", "[", "]", ",", ":", "-1", "1e30", "null", "99999999999999999999", "0"};
   int loaded = 0, rejected = 0;
   for (int iter = 0; iter < 2000; ++iter) {
     std::string bytes = valid;
@@ -345,20 +316,13 @@ TEST_F(Safetensors, MutatedFilesLoadOrThrowButNeverCrash) {
     for (int e = 0; e < edits; ++e) {
       size_t kind = rng() % 10, pos;
       // Most edits land in the length prefix and header, where the parsing is.
-      if (rng() % 4 != 0)
-        pos = rng() % std::min<size_t>(bytes.size(), 8 + header_len);
-      else
-        pos = rng() % bytes.size();
-      if (kind < 4)
-        bytes[pos] = static_cast<char>(rng());  // random byte
-      else if (kind < 6)
-        bytes[pos] = static_cast<char>('0' + rng() % 10);  // a digit
-      else if (kind < 8)
-        bytes.insert(pos, tokens[rng() % std::size(tokens)]);  // a JSON token
-      else if (kind < 9)
-        bytes.erase(pos, 1 + rng() % 8);
-      else
-        bytes.resize(rng() % bytes.size());
+      if (rng() % 4 != 0) pos = rng() % std::min<size_t>(bytes.size(), 8 + header_len);
+      else pos = rng() % bytes.size();
+      if (kind < 4) bytes[pos] = static_cast<char>(rng());                      // random byte
+      else if (kind < 6) bytes[pos] = static_cast<char>('0' + rng() % 10);      // a digit
+      else if (kind < 8) bytes.insert(pos, tokens[rng() % std::size(tokens)]);  // a JSON token
+      else if (kind < 9) bytes.erase(pos, 1 + rng() % 8);
+      else bytes.resize(rng() % bytes.size());
       if (bytes.empty()) break;
     }
     write_bytes(path_, bytes);
@@ -379,7 +343,6 @@ TEST_F(Safetensors, MutatedFilesLoadOrThrowButNeverCrash) {
   EXPECT_GT(rejected, 1000);  // the mutations do reach the checks
   EXPECT_GT(loaded, 0);       // and some keep the file valid (e.g. a changed data byte)
 }
-
 
 // A hostile header fails as it parses, before it is built: a huge array, or nesting deeper
 // than the format's. (100 MB of one array once took seconds and gigabytes of JSON values.)
@@ -413,4 +376,3 @@ TEST_F(Safetensors, SaveReplacesTheFileAtomically) {
   for (const auto& f : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(f.path().filename().string().find("." + stem + ".tmp-"), std::string::npos) << f.path();
 }
-

@@ -32,7 +32,11 @@ TEST(ClipGrad, ScalesToTheMaxNormAndReturnsTheNormBefore) {
   set();
   EXPECT_NEAR(nn::utils::clip_grad_norm_({a, b}, 100, 1).item<double>(), 19, 1e-12);
   a.set_grad(from_vector(std::vector<double>{std::numeric_limits<double>::infinity(), 0}));
-  expect_error([&] { nn::utils::clip_grad_norm_({a, b}, 1, 2, true); }, {"clip_grad_norm_", "inf", "error_if_nonfinite"});
+  expect_error(
+      [&] {
+        nn::utils::clip_grad_norm_({a, b}, 1, 2, true);
+      },
+      {"clip_grad_norm_", "inf", "error_if_nonfinite"});
   set();
   nn::utils::clip_grad_value_({a, b}, 3.5);
   expect_close(a.grad(), {3, 3.5}, 0, 0);

@@ -43,16 +43,20 @@ std::vector<Method> tensor_methods() {
     return Method{std::move(name), in_place, out};
   };
   return {
-      method("add_", [](Tensor& s, const Tensor& o) { s.add_(o); },
-             [](const Tensor& s, const Tensor& o) { return s + o; }),
-      method("sub_", [](Tensor& s, const Tensor& o) { s.sub_(o); },
-             [](const Tensor& s, const Tensor& o) { return s - o; }),
-      method("mul_", [](Tensor& s, const Tensor& o) { s.mul_(o); },
-             [](const Tensor& s, const Tensor& o) { return s * o; }),
-      method("div_", [](Tensor& s, const Tensor& o) { s.div_(o); },
-             [](const Tensor& s, const Tensor& o) { return s / o; }),
-      method("copy_", [](Tensor& s, const Tensor& o) { s.copy_(o); },
-             [](const Tensor&, const Tensor& o) { return o; }),
+      method(
+          "add_", [](Tensor& s, const Tensor& o) { s.add_(o); },
+          [](const Tensor& s, const Tensor& o) { return s + o; }),
+      method(
+          "sub_", [](Tensor& s, const Tensor& o) { s.sub_(o); },
+          [](const Tensor& s, const Tensor& o) { return s - o; }),
+      method(
+          "mul_", [](Tensor& s, const Tensor& o) { s.mul_(o); },
+          [](const Tensor& s, const Tensor& o) { return s * o; }),
+      method(
+          "div_", [](Tensor& s, const Tensor& o) { s.div_(o); },
+          [](const Tensor& s, const Tensor& o) { return s / o; }),
+      method(
+          "copy_", [](Tensor& s, const Tensor& o) { s.copy_(o); }, [](const Tensor&, const Tensor& o) { return o; }),
   };
 }
 
@@ -65,18 +69,22 @@ std::vector<Method> scalar_methods(Scalar v) {
   };
   std::optional<Scalar> none;
   return {
-      method("add_", [v](Tensor& s) { s.add_(v); }, [v](const Tensor& s) { return s + v; }),
-      method("sub_", [v](Tensor& s) { s.sub_(v); }, [v](const Tensor& s) { return s - v; }),
-      method("mul_", [v](Tensor& s) { s.mul_(v); }, [v](const Tensor& s) { return s * v; }),
-      method("div_", [v](Tensor& s) { s.div_(v); }, [v](const Tensor& s) { return s / v; }),
-      method("fill_", [v](Tensor& s) { s.fill_(v); },
-             [v](const Tensor& s) { return full({}, v, s.dtype()); }),
-      method("clamp_", [=](Tensor& s) { s.clamp_(v, none); },
-             [=](const Tensor& s) { return clamp(s, v, none); }),
-      method("clamp_", [=](Tensor& s) { s.clamp_(none, v); },
-             [=](const Tensor& s) { return clamp(s, none, v); }),
-      method("clamp_", [v](Tensor& s) { s.clamp_(v, 3); },
-             [v](const Tensor& s) { return clamp(s, v, 3); }),
+      method(
+          "add_", [v](Tensor& s) { s.add_(v); }, [v](const Tensor& s) { return s + v; }),
+      method(
+          "sub_", [v](Tensor& s) { s.sub_(v); }, [v](const Tensor& s) { return s - v; }),
+      method(
+          "mul_", [v](Tensor& s) { s.mul_(v); }, [v](const Tensor& s) { return s * v; }),
+      method(
+          "div_", [v](Tensor& s) { s.div_(v); }, [v](const Tensor& s) { return s / v; }),
+      method(
+          "fill_", [v](Tensor& s) { s.fill_(v); }, [v](const Tensor& s) { return full({}, v, s.dtype()); }),
+      method(
+          "clamp_", [=](Tensor& s) { s.clamp_(v, none); }, [=](const Tensor& s) { return clamp(s, v, none); }),
+      method(
+          "clamp_", [=](Tensor& s) { s.clamp_(none, v); }, [=](const Tensor& s) { return clamp(s, none, v); }),
+      method(
+          "clamp_", [v](Tensor& s) { s.clamp_(v, 3); }, [v](const Tensor& s) { return clamp(s, v, 3); }),
   };
 }
 
@@ -88,16 +96,20 @@ Tensor nonzero_values(const Dims& shape, DType t) {
 
 // Self layouts: contiguous, transposed, strided slices, and a broadcast-free column.
 std::vector<Tensor> selves(DType t) {
-  return {nonzero_values({3, 5}, t), nonzero_values({5, 3}, t).t(), nonzero_values({3, 10}, t).slice(1, 0, 10, 2),
-          nonzero_values({6, 5}, t).slice(0, 1, 6, 2), nonzero_values({3, 5, 2}, t).select(2, 1), nonzero_values({}, t)};
+  return {nonzero_values({3, 5}, t),
+          nonzero_values({5, 3}, t).t(),
+          nonzero_values({3, 10}, t).slice(1, 0, 10, 2),
+          nonzero_values({6, 5}, t).slice(0, 1, 6, 2),
+          nonzero_values({3, 5, 2}, t).select(2, 1),
+          nonzero_values({}, t)};
 }
 
 // Runs m on a clone of `self` in place and out of place from the same values: the in-place
 // result must be the out-of-place one converted to self's dtype, bit for bit; where the
 // out-of-place op throws, the in-place one throws the same message and writes nothing.
 void check(const Method& m, const Tensor& self, const Tensor& other) {
-  SCOPED_TRACE(m.name + " into " + self.type().str() + " strides " + shape_str(self.strides()) +
-               " from " + (other.defined() ? other.type().str() : "a number"));
+  SCOPED_TRACE(m.name + " into " + self.type().str() + " strides " + shape_str(self.strides()) + " from " +
+               (other.defined() ? other.type().str() : "a number"));
   Tensor base = self.clone();
   std::string want_error;
   Tensor want;
@@ -105,8 +117,8 @@ void check(const Method& m, const Tensor& self, const Tensor& other) {
     Tensor r = m.out_of_place(self, other);
     bool fits = error_of([&] { broadcast_shapes(r.shape(), self.shape()); }).empty() &&
                 broadcast_shapes(r.shape(), self.shape()) == self.shape();
-    bool castable = !(is_float(r.dtype()) && !is_float(self.dtype())) &&
-                    !(r.dtype() != boolean && self.dtype() == boolean);
+    bool castable =
+        !(is_float(r.dtype()) && !is_float(self.dtype())) && !(r.dtype() != boolean && self.dtype() == boolean);
     if (fits && castable) want = r.to(self.dtype()).expand(self.shape()).contiguous();
   } catch (const Error& e) {
     want_error = e.what();
@@ -118,8 +130,7 @@ void check(const Method& m, const Tensor& self, const Tensor& other) {
   } else if (!want.defined()) {
     // The result does not broadcast to self's shape, or is of a dtype self cannot hold.
     EXPECT_EQ(got_error.rfind(m.name + ": ", 0), 0u) << got_error;
-    EXPECT_NE(got_error.find(self.shape().empty() ? "[]" : shape_str(self.shape())),
-              std::string::npos) << got_error;
+    EXPECT_NE(got_error.find(self.shape().empty() ? "[]" : shape_str(self.shape())), std::string::npos) << got_error;
   } else {
     EXPECT_EQ(got_error, "");
     EXPECT_TRUE(same_bits(target, want)) << "got\n" << target << "\nwant\n" << want;
@@ -148,9 +159,9 @@ TEST(InPlaceKernel, NonContiguousOperandsMatchOutOfPlaceBitwise) {
       for (const Method& m : tensor_methods())
         for (const Tensor& self : selves(st)) {
           if (self.dim() != 2) continue;
-          check(m, self, nonzero_values({5, 3}, ot).t());              // transposed
+          check(m, self, nonzero_values({5, 3}, ot).t());                  // transposed
           check(m, self, nonzero_values({3, 10}, ot).slice(1, 1, 10, 2));  // strided
-          check(m, self, nonzero_values({1, 5}, ot).expand({3, 5}));   // expanded (stride 0)
+          check(m, self, nonzero_values({1, 5}, ot).expand({3, 5}));       // expanded (stride 0)
         }
 }
 
@@ -192,10 +203,10 @@ TEST(InPlaceKernel, AllocatesNoTemporaryForSameDtypeOperands) {
   p.sub_(q).mul_(q).div_(q);
   p.add_(0.5).mul_(2).clamp_(-1, 1).clamp_(0.0, std::nullopt);
   p.copy_(q);
-  p.copy_(r);  // converting copies convert row by row
-  p.add_(r);   // mixed dtypes: the kernel converts chunks in its own buffers
+  p.copy_(r);                       // converting copies convert row by row
+  p.add_(r);                        // mixed dtypes: the kernel converts chunks in its own buffers
   p.reshape({1024, 1024}).mul_(s);  // broadcast
-  p.add_(p);   // the tensor itself, same layout: read and written element by element
+  p.add_(p);                        // the tensor itself, same layout: read and written element by element
   EXPECT_EQ(a.stats().allocations, before);
   Tensor want = (q + r).to(f32);
   p.copy_(q).add_(r);
@@ -279,8 +290,8 @@ TEST(InPlaceKernel, TheSameViewIsReadInPlace) {
 TEST(InPlaceKernel, WritingIntoAnExpandedTensorThrows) {
   Tensor base = zeros({3});
   Tensor e = base.expand({4, 3});
-  const std::vector<std::string> parts = {"unsupported operation", "more than one element",
-                                          "f32[4,3]", "single memory location"};
+  const std::vector<std::string> parts = {"unsupported operation", "more than one element", "f32[4,3]",
+                                          "single memory location"};
   auto expect_throws = [&](const char* op, const std::function<void()>& fn) {
     SCOPED_TRACE(op);
     std::string msg = error_of(fn);

@@ -34,7 +34,8 @@ inline AttentionRef attention_weights(const Ref& q, const Ref& k, const Ref* mas
       double m = -inf;
       for (int64_t j = 0; j < a.s; ++j) {
         double dot = 0;
-        for (int64_t c = 0; c < a.e; ++c) dot += q.v[size_t((b * a.l + i) * a.e + c)] * k.v[size_t((b * a.s + j) * a.e + c)];
+        for (int64_t c = 0; c < a.e; ++c)
+          dot += q.v[size_t((b * a.l + i) * a.e + c)] * k.v[size_t((b * a.s + j) * a.e + c)];
         double v = dot * scale;
         if (causal && j > i) v = -inf;
         if (mask) {
@@ -88,14 +89,20 @@ inline Ref attention_backward_ref(const AttentionRef& a, const Ref& q, const Ref
   shape.push_back(width);
   Ref o{shape, std::vector<double>(size_t(a.batch * width)), std::vector<double>(size_t(a.batch * width))};
   for (int64_t b = 0; b < a.batch; ++b) {
-    auto at = [&](const Ref& x, int64_t rows, int64_t cols, int64_t r, int64_t c) { return x.v[size_t((b * rows + r) * cols + c)]; };
+    auto at = [&](const Ref& x, int64_t rows, int64_t cols, int64_t r, int64_t c) {
+      return x.v[size_t((b * rows + r) * cols + c)];
+    };
     std::vector<double> ds(size_t(l * s)), dsmag(size_t(l * s));
     for (int64_t i = 0; i < l; ++i) {
       double d = 0, dmag = 0;
-      for (int64_t c = 0; c < ev; ++c) d += at(grad, l, ev, i, c) * at(out, l, ev, i, c), dmag += std::abs(at(grad, l, ev, i, c) * at(out, l, ev, i, c));
+      for (int64_t c = 0; c < ev; ++c)
+        d += at(grad, l, ev, i, c) * at(out, l, ev, i, c),
+            dmag += std::abs(at(grad, l, ev, i, c) * at(out, l, ev, i, c));
       for (int64_t j = 0; j < s; ++j) {
         double dw = 0, dwmag = 0;
-        for (int64_t c = 0; c < ev; ++c) dw += at(grad, l, ev, i, c) * at(v, s, ev, j, c), dwmag += std::abs(at(grad, l, ev, i, c) * at(v, s, ev, j, c));
+        for (int64_t c = 0; c < ev; ++c)
+          dw += at(grad, l, ev, i, c) * at(v, s, ev, j, c),
+              dwmag += std::abs(at(grad, l, ev, i, c) * at(v, s, ev, j, c));
         double w = a.w[size_t((b * l + i) * s + j)];
         ds[size_t(i * s + j)] = w * (dw - d) * scale;
         dsmag[size_t(i * s + j)] = w * (dwmag + dmag) * std::abs(scale);
@@ -173,7 +180,8 @@ template <> struct Spec<OpId::Attention> {
     for (const AttentionShape& g : attention_shapes()) {
       auto run = [g](std::span<const Tensor> in) { return apply(OpId::Attention, in, attention_attrs(g)); };
       auto ref = [g](std::span<const Ref> r) {
-        AttentionRef a = attention_weights(r[0], r[1], g.mask_kind ? &r[3] : nullptr, g.mask_kind == 1, g.causal, g.scale);
+        AttentionRef a =
+            attention_weights(r[0], r[1], g.mask_kind ? &r[3] : nullptr, g.mask_kind == 1, g.causal, g.scale);
         return attention_forward_ref(a, r[0], r[2]);
       };
       out.push_back({g.name, attention_inputs(g, t), run, ref});
@@ -194,7 +202,8 @@ template <> struct Spec<OpId::AttentionBackward> {
       in.insert(in.begin() + 3, {values(o, t), values(o, t)});
       auto run = [g](std::span<const Tensor> x) { return apply(OpId::AttentionBackward, x, attention_attrs(g)); };
       auto ref = [g](std::span<const Ref> r) {
-        AttentionRef a = attention_weights(r[0], r[1], g.mask_kind ? &r[5] : nullptr, g.mask_kind == 1, g.causal, g.scale);
+        AttentionRef a =
+            attention_weights(r[0], r[1], g.mask_kind ? &r[5] : nullptr, g.mask_kind == 1, g.causal, g.scale);
         return attention_backward_ref(a, r[0], r[1], r[2], r[3], r[4], g.scale);
       };
       out.push_back({g.name, in, run, ref});

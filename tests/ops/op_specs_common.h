@@ -54,8 +54,8 @@ template <class F> void for_each_index(const Dims& shape, F fn) {
 struct Case {
   std::string name;
   std::vector<Tensor> inputs;
-  std::function<Tensor(std::span<const Tensor>)> run;    // the op, through the public API
-  std::function<Ref(std::span<const Ref>)> reference;   // the same on the inputs' values
+  std::function<Tensor(std::span<const Tensor>)> run;  // the op, through the public API
+  std::function<Ref(std::span<const Ref>)> reference;  // the same on the inputs' values
 };
 
 /// Values of dtype t in [lo, hi] (u8 and bool clip lo at 0), made in `shape`.
@@ -64,8 +64,7 @@ inline Tensor values(const Dims& shape, DType t, double lo = -3, double hi = 3, 
   return uniform(shape, t, lo, hi, whole);
 }
 /// A transposed view of a fresh [b, a] tensor: shape [a, b], not contiguous.
-inline Tensor transposed(int64_t a, int64_t b, DType t, double lo = -3, double hi = 3,
-                         bool whole = false) {
+inline Tensor transposed(int64_t a, int64_t b, DType t, double lo = -3, double hi = 3, bool whole = false) {
   return values({b, a}, t, lo, hi, whole).t();
 }
 /// Indices in [0, n) as i64.

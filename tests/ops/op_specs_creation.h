@@ -26,7 +26,8 @@ template <> struct Spec<OpId::Iota> {
       };
     };
     auto direct = [&](std::string name, int64_t n) {
-      return Case{std::move(name), {zeros({1}, t)},
+      return Case{std::move(name),
+                  {zeros({1}, t)},
                   [n](std::span<const Tensor> in) {
                     Attrs a;
                     a.shape = {n};
@@ -35,9 +36,13 @@ template <> struct Spec<OpId::Iota> {
                   },
                   positions(0, n, 1)};
     };
-    return {direct("empty", 0), direct("seven", 7), direct("past_a_block", 70001),
-            {"arange_start_step", {zeros({1}, t)},
-             [](std::span<const Tensor> in) { return arange(20, 3, -4).to(in[0].device()); }, positions(20, 5, -4)}};
+    return {direct("empty", 0),
+            direct("seven", 7),
+            direct("past_a_block", 70001),
+            {"arange_start_step",
+             {zeros({1}, t)},
+             [](std::span<const Tensor> in) { return arange(20, 3, -4).to(in[0].device()); },
+             positions(20, 5, -4)}};
   }
 };
 
@@ -54,14 +59,17 @@ template <> struct Spec<OpId::Numel> {
     auto make = [t](std::string name, Dims shape) {
       double n = 1;
       for (int64_t d : shape) n *= double(d);
-      return Case{std::move(name), {zeros({1}, t)},
+      return Case{std::move(name),
+                  {zeros({1}, t)},
                   [shape, t](std::span<const Tensor> in) {
                     Attrs a;
                     a.shape = shape;
                     a.dtype = t;
                     return apply(OpId::Numel, {}, a).to(in[0].device());
                   },
-                  [n](std::span<const Ref>) { return Ref{{}, {n}, {}}; }};
+                  [n](std::span<const Ref>) {
+                    return Ref{{}, {n}, {}};
+                  }};
     };
     return {make("product", {3, 4, 5}), make("empty", {2, 0}), make("scalar", {})};
   }
@@ -102,7 +110,8 @@ inline double draw_ref(OpId id, DType t, uint64_t seed, uint64_t first, int64_t 
 }
 inline std::vector<Case> draw_cases(OpId id, DType t) {
   auto make = [id, t](std::string name, Dims shape, int64_t seed, int64_t first) {
-    return Case{std::move(name), {from_vector<int64_t>({seed, first}, {2})},
+    return Case{std::move(name),
+                {from_vector<int64_t>({seed, first}, {2})},
                 [id, t, shape](std::span<const Tensor> in) {
                   Attrs a;
                   a.dtype = t, a.shape = shape;

@@ -20,21 +20,35 @@ template <class F> Ref gather_ref(const Ref& in, const Dims& out_shape, F source
 template <> struct Spec<OpId::Reshape> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    auto ref = [](Dims shape) {
-      return [shape](std::span<const Ref> r) { return Ref{shape, r[0].v, {}}; };
-    };
-    return {{"contiguous", {values({4, 6}, t)}, [](std::span<const Tensor> in) { return in[0].reshape({2, -1, 3}); }, ref({2, 4, 3})},
-            {"transposed", {transposed(4, 6, t)}, [](std::span<const Tensor> in) { return in[0].reshape({-1}); }, ref({24})}};
+    auto ref = [](Dims shape) { return [shape](std::span<const Ref> r) { return Ref{shape, r[0].v, {}}; }; };
+    return {{"contiguous",
+             {values({4, 6}, t)},
+             [](std::span<const Tensor> in) {
+               return in[0].reshape({2, -1, 3});
+             },
+             ref({2, 4, 3})},
+            {"transposed",
+             {transposed(4, 6, t)},
+             [](std::span<const Tensor> in) { return in[0].reshape({-1}); },
+             ref({24})}};
   }
 };
 template <> struct Spec<OpId::Permute> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"rank3", {values({2, 3, 4}, t)}, [](std::span<const Tensor> in) { return in[0].permute({2, 0, 1}); },
+    return {{"rank3",
+             {values({2, 3, 4}, t)},
+             [](std::span<const Tensor> in) {
+               return in[0].permute({2, 0, 1});
+             },
              [](std::span<const Ref> r) {
                return gather_ref(r[0], {4, 2, 3}, [](const Dims& i) { return Dims{i[1], i[2], i[0]}; });
              }},
-            {"of_a_slice", {values({3, 8}, t).slice(1, 1, 8, 3)}, [](std::span<const Tensor> in) { return in[0].permute({1, 0}); },
+            {"of_a_slice",
+             {values({3, 8}, t).slice(1, 1, 8, 3)},
+             [](std::span<const Tensor> in) {
+               return in[0].permute({1, 0});
+             },
              [](std::span<const Ref> r) {
                return gather_ref(r[0], {r[0].shape[1], r[0].shape[0]}, [](const Dims& i) { return Dims{i[1], i[0]}; });
              }}};
@@ -43,11 +57,15 @@ template <> struct Spec<OpId::Permute> {
 template <> struct Spec<OpId::Slice> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"step2", {values({3, 9}, t)}, [](std::span<const Tensor> in) { return in[0].slice(1, 1, 8, 2); },
+    return {{"step2",
+             {values({3, 9}, t)},
+             [](std::span<const Tensor> in) { return in[0].slice(1, 1, 8, 2); },
              [](std::span<const Ref> r) {
                return gather_ref(r[0], {3, 4}, [](const Dims& i) { return Dims{i[0], 1 + 2 * i[1]}; });
              }},
-            {"of_a_transpose", {transposed(6, 4, t)}, [](std::span<const Tensor> in) { return in[0].slice(0, 2, 5); },
+            {"of_a_transpose",
+             {transposed(6, 4, t)},
+             [](std::span<const Tensor> in) { return in[0].slice(0, 2, 5); },
              [](std::span<const Ref> r) {
                return gather_ref(r[0], {3, 4}, [](const Dims& i) { return Dims{i[0] + 2, i[1]}; });
              }}};
@@ -56,8 +74,14 @@ template <> struct Spec<OpId::Slice> {
 template <> struct Spec<OpId::Expand> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"new_and_size1_dims", {values({3, 1, 4}, t)}, [](std::span<const Tensor> in) { return in[0].expand({2, 3, 5, 4}); },
-             [](std::span<const Ref> r) { return Ref{{2, 3, 5, 4}, broadcast_values(r[0].v, r[0].shape, {2, 3, 5, 4}), {}}; }}};
+    return {{"new_and_size1_dims",
+             {values({3, 1, 4}, t)},
+             [](std::span<const Tensor> in) {
+               return in[0].expand({2, 3, 5, 4});
+             },
+             [](std::span<const Ref> r) {
+               return Ref{{2, 3, 5, 4}, broadcast_values(r[0].v, r[0].shape, {2, 3, 5, 4}), {}};
+             }}};
   }
 };
 
@@ -66,8 +90,12 @@ inline Ref same_values(std::span<const Ref> r) { return Ref{r[0].shape, r[0].v, 
 template <> struct Spec<OpId::Copy> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"transposed", {transposed(5, 7, t)}, [](std::span<const Tensor> in) { return in[0].clone(); }, same_values},
-            {"expanded", {values({4, 1}, t).expand({4, 6})}, [](std::span<const Tensor> in) { return in[0].contiguous(); }, same_values}};
+    return {
+        {"transposed", {transposed(5, 7, t)}, [](std::span<const Tensor> in) { return in[0].clone(); }, same_values},
+        {"expanded",
+         {values({4, 1}, t).expand({4, 6})},
+         [](std::span<const Tensor> in) { return in[0].contiguous(); },
+         same_values}};
   }
 };
 template <> struct Spec<OpId::ToDevice> {
@@ -102,20 +130,31 @@ template <> struct Spec<OpId::Cat> {
         return o;
       };
     };
-    return {{"dim1_with_views", {values({2, 3}, t), transposed(2, 1, t), values({2, 8}, t).slice(1, 0, 8, 2)},
-             [](std::span<const Tensor> in) { return cat({in[0], in[1], in[2]}, 1); }, ref(1)},
-            {"dim0", {values({1, 4}, t), values({3, 4}, t)}, [](std::span<const Tensor> in) { return cat({in[0], in[1]}, 0); }, ref(0)}};
+    return {{"dim1_with_views",
+             {values({2, 3}, t), transposed(2, 1, t), values({2, 8}, t).slice(1, 0, 8, 2)},
+             [](std::span<const Tensor> in) {
+               return cat({in[0], in[1], in[2]}, 1);
+             },
+             ref(1)},
+            {"dim0",
+             {values({1, 4}, t), values({3, 4}, t)},
+             [](std::span<const Tensor> in) {
+               return cat({in[0], in[1]}, 0);
+             },
+             ref(0)}};
   }
 };
 template <> struct Spec<OpId::Gather> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"dim1", {transposed(4, 5, t), indices({4, 3}, 5)},
+    return {{"dim1",
+             {transposed(4, 5, t), indices({4, 3}, 5)},
              [](std::span<const Tensor> in) { return gather(in[0], 1, in[1]); },
              [](std::span<const Ref> r) {
                return gather_ref(r[0], r[1].shape, [&](const Dims& i) { return Dims{i[0], int64_t(r[1].at(i))}; });
              }},
-            {"dim0", {values({5, 3}, t), indices({2, 3}, 5)},
+            {"dim0",
+             {values({5, 3}, t), indices({2, 3}, 5)},
              [](std::span<const Tensor> in) { return gather(in[0], 0, in[1]); },
              [](std::span<const Ref> r) {
                return gather_ref(r[0], r[1].shape, [&](const Dims& i) { return Dims{int64_t(r[1].at(i)), i[1]}; });
@@ -125,16 +164,19 @@ template <> struct Spec<OpId::Gather> {
 template <> struct Spec<OpId::IndexSelect> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"dim0_repeats", {values({5, 4}, t), indices({7}, 5)},
-             [](std::span<const Tensor> in) { return index_select(in[0], 0, in[1]); },
-             [](std::span<const Ref> r) {
-               return gather_ref(r[0], {7, 4}, [&](const Dims& i) { return Dims{int64_t(r[1].v[size_t(i[0])]), i[1]}; });
-             }},
-            {"dim1_view", {transposed(3, 6, t), indices({4}, 6)},
-             [](std::span<const Tensor> in) { return index_select(in[0], 1, in[1]); },
-             [](std::span<const Ref> r) {
-               return gather_ref(r[0], {3, 4}, [&](const Dims& i) { return Dims{i[0], int64_t(r[1].v[size_t(i[1])])}; });
-             }}};
+    return {
+        {"dim0_repeats",
+         {values({5, 4}, t), indices({7}, 5)},
+         [](std::span<const Tensor> in) { return index_select(in[0], 0, in[1]); },
+         [](std::span<const Ref> r) {
+           return gather_ref(r[0], {7, 4}, [&](const Dims& i) { return Dims{int64_t(r[1].v[size_t(i[0])]), i[1]}; });
+         }},
+        {"dim1_view",
+         {transposed(3, 6, t), indices({4}, 6)},
+         [](std::span<const Tensor> in) { return index_select(in[0], 1, in[1]); },
+         [](std::span<const Ref> r) {
+           return gather_ref(r[0], {3, 4}, [&](const Dims& i) { return Dims{i[0], int64_t(r[1].v[size_t(i[1])])}; });
+         }}};
   }
 };
 template <> struct Spec<OpId::ScatterAdd> {
@@ -145,10 +187,14 @@ template <> struct Spec<OpId::ScatterAdd> {
       for_each_index(r[1].shape, [&](const Dims& i) { o.at({i[0], int64_t(r[1].at(i))}) += r[2].at(i); });
       return o;
     };
-    return {{"dim1_repeats", {values({4, 5}, t), indices({4, 6}, 5), values({4, 6}, t)},
-             [](std::span<const Tensor> in) { return scatter_add(in[0], 1, in[1], in[2]); }, ref},
-            {"views", {transposed(4, 5, t), indices({4, 2}, 5), transposed(4, 2, t)},
-             [](std::span<const Tensor> in) { return scatter_add(in[0], 1, in[1], in[2]); }, ref}};
+    return {{"dim1_repeats",
+             {values({4, 5}, t), indices({4, 6}, 5), values({4, 6}, t)},
+             [](std::span<const Tensor> in) { return scatter_add(in[0], 1, in[1], in[2]); },
+             ref},
+            {"views",
+             {transposed(4, 5, t), indices({4, 2}, 5), transposed(4, 2, t)},
+             [](std::span<const Tensor> in) { return scatter_add(in[0], 1, in[1], in[2]); },
+             ref}};
   }
 };
 template <> struct Spec<OpId::IndexAdd> {
@@ -159,10 +205,14 @@ template <> struct Spec<OpId::IndexAdd> {
       for_each_index(r[2].shape, [&](const Dims& i) { o.at({int64_t(r[1].v[size_t(i[0])]), i[1]}) += r[2].at(i); });
       return o;
     };
-    return {{"dim0_repeats", {values({5, 4}, t), indices({7}, 5), values({7, 4}, t)},
-             [](std::span<const Tensor> in) { return index_add(in[0], 0, in[1], in[2]); }, ref},
-            {"views", {transposed(5, 3, t), indices({2}, 5), transposed(2, 3, t)},
-             [](std::span<const Tensor> in) { return index_add(in[0], 0, in[1], in[2]); }, ref}};
+    return {{"dim0_repeats",
+             {values({5, 4}, t), indices({7}, 5), values({7, 4}, t)},
+             [](std::span<const Tensor> in) { return index_add(in[0], 0, in[1], in[2]); },
+             ref},
+            {"views",
+             {transposed(5, 3, t), indices({2}, 5), transposed(2, 3, t)},
+             [](std::span<const Tensor> in) { return index_add(in[0], 0, in[1], in[2]); },
+             ref}};
   }
 };
 template <> struct Spec<OpId::Pad> {
@@ -184,8 +234,18 @@ template <> struct Spec<OpId::Pad> {
         return o;
       };
     };
-    return {{"two_dims", {values({3, 4}, t)}, [](std::span<const Tensor> in) { return pad(in[0], {1, 2, 2, 0}, 1); }, ref({1, 2, 2, 0}, 1)},
-            {"last_dim_of_a_view", {transposed(3, 5, t)}, [](std::span<const Tensor> in) { return pad(in[0], {0, 3}); }, ref({0, 3}, 0)}};
+    return {{"two_dims",
+             {values({3, 4}, t)},
+             [](std::span<const Tensor> in) {
+               return pad(in[0], {1, 2, 2, 0}, 1);
+             },
+             ref({1, 2, 2, 0}, 1)},
+            {"last_dim_of_a_view",
+             {transposed(3, 5, t)},
+             [](std::span<const Tensor> in) {
+               return pad(in[0], {0, 3});
+             },
+             ref({0, 3}, 0)}};
   }
 };
 

@@ -16,17 +16,16 @@ struct Domain {
   bool condition = false;  // a bool operand whatever the dtype under test (where's condition)
 };
 
-#define KILN_UNARY_SPEC(Name, lo_, hi_, ...)                 \
-  template <> struct Spec<OpId::Name> {                      \
-    static constexpr Domain domain[1] = {{lo_, hi_}};        \
-    static double ref(double x) { return __VA_ARGS__; }      \
+#define KILN_UNARY_SPEC(Name, lo_, hi_, ...)            \
+  template <> struct Spec<OpId::Name> {                 \
+    static constexpr Domain domain[1] = {{lo_, hi_}};   \
+    static double ref(double x) { return __VA_ARGS__; } \
   };
-#define KILN_BINARY_SPEC(Name, lo_, hi_, lo_b, hi_b, whole_, ...)              \
-  template <> struct Spec<OpId::Name> {                                       \
+#define KILN_BINARY_SPEC(Name, lo_, hi_, lo_b, hi_b, whole_, ...)                   \
+  template <> struct Spec<OpId::Name> {                                             \
     static constexpr Domain domain[2] = {{lo_, hi_, whole_}, {lo_b, hi_b, whole_}}; \
-    static double ref(double a, double b) { return __VA_ARGS__; } \
+    static double ref(double a, double b) { return __VA_ARGS__; }                   \
   };
-
 
 KILN_UNARY_SPEC(Neg, -10, 10, -x)
 KILN_UNARY_SPEC(Abs, -10, 10, std::fabs(x))
@@ -54,7 +53,7 @@ KILN_UNARY_SPEC(LogicalNot, -2, 2, x == 0 ? 1.0 : 0.0)
 
 KILN_BINARY_SPEC(Add, -10, 10, -10, 10, false, a + b)
 KILN_BINARY_SPEC(Sub, -10, 10, -10, 10, false, a - b)
-KILN_BINARY_SPEC(Mul, -10, 10, -10, 10, false, a * b)
+KILN_BINARY_SPEC(Mul, -10, 10, -10, 10, false, a* b)
 KILN_BINARY_SPEC(Div, -10, 10, -10, 10, false, a / b)
 KILN_BINARY_SPEC(Pow, 0.1, 4, -3, 3, false, std::pow(a, b))
 KILN_BINARY_SPEC(Maximum, -10, 10, -10, 10, false, std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b))

@@ -57,19 +57,26 @@ template <> struct Spec<OpId::MaxPool2d> {
     const PoolGeometry g = kMaxPool;  // a copy: the lambdas keep it
     auto ref = [g](std::span<const Ref> r) {
       Ref o = zeros_ref(g.out());
-      g.windows([&](const Dims& oi, const std::vector<Dims>& cells, double) { o.at(oi) = r[0].at(max_cell(r[0], cells)); });
+      g.windows(
+          [&](const Dims& oi, const std::vector<Dims>& cells, double) { o.at(oi) = r[0].at(max_cell(r[0], cells)); });
       return o;
     };
-    return {{"ceil_mode", {values(g.x, t)}, [g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); }, ref},
-            {"channels_last_view", {values({2, 7, 8, 3}, t).permute({0, 3, 1, 2})},
-             [g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); }, ref}};
+    return {{"ceil_mode",
+             {values(g.x, t)},
+             [g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); },
+             ref},
+            {"channels_last_view",
+             {values({2, 7, 8, 3}, t).permute({0, 3, 1, 2})},
+             [g](std::span<const Tensor> in) { return max_pool2d(in[0], g.kernel, g.stride, g.padding, g.ceil_mode); },
+             ref}};
   }
 };
 template <> struct Spec<OpId::MaxPool2dIndices> {
   static std::vector<DType> dtypes() { return kFloatDTypes; }
   static std::vector<Case> cases(DType t) {
     const PoolGeometry g = kMaxPool;  // a copy: the lambdas keep it
-    return {{"ceil_mode_with_ties", {values(g.x, t, -3, 3, true)},
+    return {{"ceil_mode_with_ties",
+             {values(g.x, t, -3, 3, true)},
              [g](std::span<const Tensor> in) { return apply(OpId::MaxPool2dIndices, {in[0]}, g.attrs()); },
              [g](std::span<const Ref> r) {
                Ref o = zeros_ref(g.out());
@@ -85,11 +92,16 @@ template <> struct Spec<OpId::MaxPool2dBackward> {
   static std::vector<DType> dtypes() { return kFloatDTypes; }
   static std::vector<Case> cases(DType t) {
     const PoolGeometry g = kMaxPool;  // a copy: the lambdas keep it
-    return {{"ceil_mode", {values(g.x, t), values(g.out(), t)},
-             [g](std::span<const Tensor> in) { return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, g.attrs()); },
+    return {{"ceil_mode",
+             {values(g.x, t), values(g.out(), t)},
+             [g](std::span<const Tensor> in) {
+               return apply(OpId::MaxPool2dBackward, {in[0], in[1]}, g.attrs());
+             },
              [g](std::span<const Ref> r) {
                Ref o = zeros_ref(g.x);
-               g.windows([&](const Dims& oi, const std::vector<Dims>& cells, double) { o.at(max_cell(r[0], cells)) += r[1].at(oi); });
+               g.windows([&](const Dims& oi, const std::vector<Dims>& cells, double) {
+                 o.at(max_cell(r[0], cells)) += r[1].at(oi);
+               });
                return o;
              }}};
   }
@@ -99,7 +111,8 @@ template <> struct Spec<OpId::AvgPool2d> {
   static std::vector<Case> cases(DType t) {
     std::vector<Case> out;
     for (const PoolGeometry& g : kAvgPools) {
-      out.push_back({g.count_include_pad ? "count_include_pad" : "count_exclude_pad", {values(g.x, t)},
+      out.push_back({g.count_include_pad ? "count_include_pad" : "count_exclude_pad",
+                     {values(g.x, t)},
                      [&g](std::span<const Tensor> in) {
                        return avg_pool2d(in[0], g.kernel, g.stride, g.padding, g.count_include_pad);
                      },
@@ -119,7 +132,8 @@ template <> struct Spec<OpId::AvgPool2dBackward> {
   static std::vector<Case> cases(DType t) {
     std::vector<Case> out;
     for (const PoolGeometry& g : kAvgPools) {
-      out.push_back({g.count_include_pad ? "count_include_pad" : "count_exclude_pad", {values(g.out(), t)},
+      out.push_back({g.count_include_pad ? "count_include_pad" : "count_exclude_pad",
+                     {values(g.out(), t)},
                      [&g](std::span<const Tensor> in) {
                        Attrs a = g.attrs();
                        a.shape = g.x;

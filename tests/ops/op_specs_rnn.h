@@ -45,7 +45,8 @@ inline Attrs rnn_attrs(const RnnShape& g) {
 /// x, the states when given, then w_ih, w_hh (, b_ih, b_hh) per layer and direction.
 inline std::vector<Tensor> rnn_inputs(const RnnShape& g, DType t) {
   std::vector<Tensor> in;
-  in.push_back(g.transposed_x ? values({g.n, g.t, g.in}, t, -1, 1).transpose(0, 1) : values({g.t, g.n, g.in}, t, -1, 1));
+  in.push_back(g.transposed_x ? values({g.n, g.t, g.in}, t, -1, 1).transpose(0, 1)
+                              : values({g.t, g.n, g.in}, t, -1, 1));
   if (g.states)
     for (size_t k = 0; k < g.kinds(); ++k) in.push_back(values({g.layers * g.dirs(), g.n, g.h}, t, -1, 1));
   for (int64_t l = 0; l < g.layers; ++l)
@@ -65,8 +66,7 @@ template <class S> S rnn_sigmoid(S z) { return S(1) / (S(1) + std::exp(-z)); }
 
 /// rnn's packed result (y [T, N, D*H], h_n, c_n) from the inputs' values, in S (double or
 /// complex<double>).
-template <class S>
-std::vector<S> rnn_forward_values(const RnnShape& g, const std::vector<std::vector<S>>& in) {
+template <class S> std::vector<S> rnn_forward_values(const RnnShape& g, const std::vector<std::vector<S>>& in) {
   const int64_t T = g.t, N = g.n, H = g.h, D = g.dirs(), G = g.gates();
   size_t k = 1;
   const std::vector<S>* h0 = g.states ? &in[k++] : nullptr;
@@ -116,7 +116,8 @@ std::vector<S> rnn_forward_values(const RnnShape& g, const std::vector<std::vect
             }
           }
           h = h2;
-          for (int64_t j = 0; j < H; ++j) out[static_cast<size_t>((t * N + n) * D * H + d * H + j)] = h[static_cast<size_t>(j)];
+          for (int64_t j = 0; j < H; ++j)
+            out[static_cast<size_t>((t * N + n) * D * H + d * H + j)] = h[static_cast<size_t>(j)];
         }
         for (int64_t j = 0; j < H; ++j) {
           size_t s = static_cast<size_t>((cell * N + n) * H + j);
@@ -192,7 +193,8 @@ template <> struct Spec<OpId::RnnBackward> {
             std::vector<std::complex<double>> y = rnn_forward_values<std::complex<double>>(g, z);
             z[i][e] = r[i].v[e];
             double s = 0, m = 0;
-            for (size_t k = 0; k < y.size(); ++k) s += grad[k] * y[k].imag() / eps, m += std::abs(grad[k] * y[k].imag() / eps);
+            for (size_t k = 0; k < y.size(); ++k)
+              s += grad[k] * y[k].imag() / eps, m += std::abs(grad[k] * y[k].imag() / eps);
             dx.push_back(s);
             scale.push_back(m);
           }

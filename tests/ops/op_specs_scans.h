@@ -55,7 +55,8 @@ inline Ref order_ref(const Ref& r, int64_t dim, bool descending, int64_t k) {
     auto key = [&](int64_t i) { return r.at(row[static_cast<size_t>(i)]); };
     std::stable_sort(idx.begin(), idx.end(), [&](int64_t i, int64_t j) {
       double a = key(i), b = key(j);
-      if (std::isnan(a) || std::isnan(b)) return descending ? std::isnan(a) && !std::isnan(b) : std::isnan(b) && !std::isnan(a);
+      if (std::isnan(a) || std::isnan(b))
+        return descending ? std::isnan(a) && !std::isnan(b) : std::isnan(b) && !std::isnan(a);
       return descending ? a > b : a < b;
     });
     for (int64_t p = 0; p < k; ++p) {
@@ -82,19 +83,27 @@ template <> struct Spec<OpId::Cumsum> {
       a.reverse = true;
       return apply(OpId::Cumsum, {in[0]}, a);
     };
-    return {{"dim1", {values({3, 7, 4}, t)}, [](std::span<const Tensor> in) { return cumsum(in[0], 1); },
-             [](std::span<const Ref> r) { return cumsum_ref(r[0], 1, false); }},
-            {"last_view", {transposed(5, 6, t)}, [](std::span<const Tensor> in) { return cumsum(in[0], -1); },
-             [](std::span<const Ref> r) { return cumsum_ref(r[0], 1, false); }},
-            {"reverse", {transposed(6, 3, t)}, reversed, [](std::span<const Ref> r) { return cumsum_ref(r[0], 0, true); }}};
+    return {
+        {"dim1",
+         {values({3, 7, 4}, t)},
+         [](std::span<const Tensor> in) { return cumsum(in[0], 1); },
+         [](std::span<const Ref> r) { return cumsum_ref(r[0], 1, false); }},
+        {"last_view",
+         {transposed(5, 6, t)},
+         [](std::span<const Tensor> in) { return cumsum(in[0], -1); },
+         [](std::span<const Ref> r) { return cumsum_ref(r[0], 1, false); }},
+        {"reverse", {transposed(6, 3, t)}, reversed, [](std::span<const Ref> r) { return cumsum_ref(r[0], 0, true); }}};
   }
 };
 template <> struct Spec<OpId::Argsort> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"last_ties_nans", {with_nans({4, 9}, t)}, [](std::span<const Tensor> in) { return argsort(in[0]); },
+    return {{"last_ties_nans",
+             {with_nans({4, 9}, t)},
+             [](std::span<const Tensor> in) { return argsort(in[0]); },
              [](std::span<const Ref> r) { return order_ref(r[0], 1, false, 9); }},
-            {"dim0_descending_view", {transposed(7, 3, t, -3, 3, true)},
+            {"dim0_descending_view",
+             {transposed(7, 3, t, -3, 3, true)},
              [](std::span<const Tensor> in) { return argsort(in[0], 0, true); },
              [](std::span<const Ref> r) { return order_ref(r[0], 0, true, 7); }}};
   }
@@ -102,10 +111,12 @@ template <> struct Spec<OpId::Argsort> {
 template <> struct Spec<OpId::TopkIndices> {
   static std::vector<DType> dtypes() { return kAllDTypes; }
   static std::vector<Case> cases(DType t) {
-    return {{"largest3_ties_nans", {with_nans({5, 8}, t)},
+    return {{"largest3_ties_nans",
+             {with_nans({5, 8}, t)},
              [](std::span<const Tensor> in) { return std::get<1>(topk(in[0], 3)); },
              [](std::span<const Ref> r) { return order_ref(r[0], 1, true, 3); }},
-            {"smallest2_dim0_view", {transposed(6, 4, t)},
+            {"smallest2_dim0_view",
+             {transposed(6, 4, t)},
              [](std::span<const Tensor> in) { return std::get<1>(topk(in[0], 2, 0, false)); },
              [](std::span<const Ref> r) { return order_ref(r[0], 0, false, 2); }}};
   }

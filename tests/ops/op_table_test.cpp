@@ -42,8 +42,7 @@ TEST_P(OpTable, HasShapeRuleAndExactlyOneImplementation) {
   const OpEntry& e = GetParam();
   const OpDef& def = op_def(e.id);
   EXPECT_NE(def.infer, nullptr) << e.name << " has no shape/dtype rule";
-  EXPECT_TRUE((def.cpu != nullptr) != (def.view != nullptr))
-      << e.name << " must set exactly one of .cpu and .view";
+  EXPECT_TRUE((def.cpu != nullptr) != (def.view != nullptr)) << e.name << " must set exactly one of .cpu and .view";
   // Views alias their input; every other family writes a fresh output.
   if (e.family == OpFamily::View) {
     EXPECT_NE(def.view, nullptr) << e.name;
@@ -80,9 +79,7 @@ TEST_P(OpTable, PointwiseOpHasKindsAndAKernelForEachKind) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpTable, ::testing::ValuesIn(kAllOps),
-                         [](const ::testing::TestParamInfo<OpEntry>& info) {
-                           return std::string(info.param.name);
-                         });
+                         [](const ::testing::TestParamInfo<OpEntry>& info) { return std::string(info.param.name); });
 
 TEST(OpTableList, IdsAreDenseAndInOrder) {
   int i = 0;
@@ -101,8 +98,7 @@ TEST(KernelTable, HonoursKilnIsa) {
     EXPECT_EQ(isa, "scalar");
   }
 #if defined(__x86_64__)
-  if (env && std::string(env) == "avx2" && __builtin_cpu_supports("avx2") &&
-      __builtin_cpu_supports("fma")) {
+  if (env && std::string(env) == "avx2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     EXPECT_EQ(isa, "avx2");
   }
 #endif
@@ -117,11 +113,11 @@ namespace {
 
 // A pointwise op's numbers take operand slots; tensors fill the rest in order (runtime/op.h).
 TEST(OperandSlots, NumbersAndTensorsShareTheSlots) {
-  for (int k = 0; k < 3; ++k) EXPECT_EQ(input_of_slot(0, k), k);   // no numbers: slot k is input k
-  EXPECT_EQ(input_of_slot(0b010, 0), 0);                            // where(c, 2.0, y)
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(input_of_slot(0, k), k);  // no numbers: slot k is input k
+  EXPECT_EQ(input_of_slot(0b010, 0), 0);                          // where(c, 2.0, y)
   EXPECT_EQ(input_of_slot(0b010, 1), -1);
   EXPECT_EQ(input_of_slot(0b010, 2), 1);
-  EXPECT_EQ(input_of_slot(0b101, 1), 0);                            // clamp(2.0, x, 5.0)
+  EXPECT_EQ(input_of_slot(0b101, 1), 0);  // clamp(2.0, x, 5.0)
   for (uint8_t mask : {0b000, 0b001, 0b010, 0b100, 0b011, 0b101, 0b110})
     for (int k = 0; k < 3; ++k) {
       int t = input_of_slot(mask, k);

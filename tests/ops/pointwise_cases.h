@@ -39,8 +39,8 @@ template <OpId id> UnaryCase unary_case(const char* name, Tensor (*fn)(const Ten
 }
 template <OpId id> BinaryCase binary_case(const char* name, Tensor (*fn)(const Tensor&, const Tensor&)) {
   using S = Spec<id>;
-  return {name, id, fn, &S::ref, S::domain[0].lo, S::domain[0].hi, S::domain[1].lo, S::domain[1].hi,
-          S::domain[0].whole};
+  return {
+      name, id, fn, &S::ref, S::domain[0].lo, S::domain[0].hi, S::domain[1].lo, S::domain[1].hi, S::domain[0].whole};
 }
 /// Both lists, filled in one pass over ops.def.
 struct PointwiseCases {
@@ -50,7 +50,8 @@ struct PointwiseCases {
 inline const PointwiseCases& pointwise_cases() {
   static const PointwiseCases cases = [] {
     PointwiseCases c;
-#define KILN_CASE_1(Name, name) c.unary.push_back(unary_case<OpId::Name>(#name, [](const Tensor& x) { return name(x); }));
+#define KILN_CASE_1(Name, name) \
+  c.unary.push_back(unary_case<OpId::Name>(#name, [](const Tensor& x) { return name(x); }));
 #define KILN_CASE_2(Name, name) \
   c.binary.push_back(binary_case<OpId::Name>(#name, [](const Tensor& a, const Tensor& b) { return name(a, b); }));
 #define KILN_CASE_3(Name, name)  // where and clamp have tests of their own
@@ -71,9 +72,7 @@ inline const std::vector<BinaryCase>& binary_cases() { return pointwise_cases().
 
 /// The dtype op `id` computes in for tensor operands of dtype t (PyTorch's rules: true
 /// division and transcendental functions take integers and bool to f32).
-inline DType compute_dtype(OpId id, DType t) {
-  return op_def(id).promote == Promote::Float ? to_float_dtype(t) : t;
-}
+inline DType compute_dtype(OpId id, DType t) { return op_def(id).promote == Promote::Float ? to_float_dtype(t) : t; }
 /// Whether op `id` accepts tensor operands of dtype t.
 inline bool accepts(OpId id, DType t) { return op_def(id).kinds & kind_bit(compute_dtype(id, t)); }
 /// The result dtype of op `id` on operands of dtype t.
@@ -86,8 +85,8 @@ inline DType result_dtype(OpId id, DType t) {
 inline std::vector<double> unary_ref(const UnaryCase& c, const std::vector<double>& x, DType out) {
   return map(x, [&](double v) { return stored_as(out, c.ref(v)); });
 }
-inline std::vector<double> binary_ref(const BinaryCase& c, const std::vector<double>& a,
-                                      const std::vector<double>& b, DType out) {
+inline std::vector<double> binary_ref(const BinaryCase& c, const std::vector<double>& a, const std::vector<double>& b,
+                                      DType out) {
   return map(a, b, [&](double u, double v) { return stored_as(out, c.ref(u, v)); });
 }
 

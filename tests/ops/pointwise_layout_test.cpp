@@ -49,12 +49,9 @@ TEST_P(BinaryLayout, ReadsTransposedSlicedAndExpandedOperands) {
     Tensor b = base_b.slice(0, 0, 24, 2).slice(1, 1, 75, 2);  // [12,37], step 2 both ways
     Tensor r = row_b.expand({12, 37});                        // stride 0 rows
     DType out = result_dtype(c.id, t);
-    EXPECT_TRUE(all_close(c.fn(a, b), binary_ref(c, view_values(a, va), view_values(b, vb), out),
-                          {12, 37}));
-    EXPECT_TRUE(all_close(c.fn(b, r), binary_ref(c, view_values(b, vb), view_values(r, vr), out),
-                          {12, 37}));
-    EXPECT_TRUE(all_close(c.fn(r, a), binary_ref(c, view_values(r, vr), view_values(a, va), out),
-                          {12, 37}));
+    EXPECT_TRUE(all_close(c.fn(a, b), binary_ref(c, view_values(a, va), view_values(b, vb), out), {12, 37}));
+    EXPECT_TRUE(all_close(c.fn(b, r), binary_ref(c, view_values(b, vb), view_values(r, vr), out), {12, 37}));
+    EXPECT_TRUE(all_close(c.fn(r, a), binary_ref(c, view_values(r, vr), view_values(a, va), out), {12, 37}));
   }
 }
 
@@ -68,11 +65,9 @@ TEST_P(BinaryLayout, LargeOperandsUseEveryThreadAndTail) {
     SCOPED_TRACE(dname(t));
     Tensor a = values({n}, t, c.lo, c.hi, c.whole), b = values({n}, t, c.lo_b, c.hi_b, c.whole);
     DType out = result_dtype(c.id, t);
-    EXPECT_TRUE(all_close(c.fn(a, b),
-                          binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), {n}));
+    EXPECT_TRUE(all_close(c.fn(a, b), binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), {n}));
     // Many rows of a broadcast row vector, split across threads by rows.
-    Tensor m = values({331, 317}, t, c.lo, c.hi, c.whole),
-           v = values({317}, t, c.lo_b, c.hi_b, c.whole);
+    Tensor m = values({331, 317}, t, c.lo, c.hi, c.whole), v = values({317}, t, c.lo_b, c.hi_b, c.whole);
     std::vector<double> vv = broadcast_values(v.to_vector<double>(), {317}, {331, 317});
     EXPECT_TRUE(all_close(c.fn(m, v), binary_ref(c, m.to_vector<double>(), vv, out), {331, 317}));
     // Large and transposed: every row is strided.
@@ -80,8 +75,7 @@ TEST_P(BinaryLayout, LargeOperandsUseEveryThreadAndTail) {
     Tensor bt = big.t();
     std::vector<double> vt = view_values(bt, big.to_vector<double>());
     Tensor other = values({401, 263}, t, c.lo_b, c.hi_b, c.whole);
-    EXPECT_TRUE(
-        all_close(c.fn(bt, other), binary_ref(c, vt, other.to_vector<double>(), out), {401, 263}));
+    EXPECT_TRUE(all_close(c.fn(bt, other), binary_ref(c, vt, other.to_vector<double>(), out), {401, 263}));
   }
 }
 
@@ -103,9 +97,8 @@ TEST_P(UnaryLayout, ReadsTransposedSlicedAndExpandedInputs) {
     std::vector<double> vc = cube.to_vector<double>();
     Tensor row = values({1, 37}, t, c.lo, c.hi);
     std::vector<double> vr = row.to_vector<double>();
-    for (const Tensor& x :
-         {base.t(), base.slice(0, 1, 10, 2), base.slice(1, 0, 37, 2), cube.permute({2, 0, 1}),
-          cube.slice(2, 5, 6).squeeze(2), base.select(1, 3)}) {
+    for (const Tensor& x : {base.t(), base.slice(0, 1, 10, 2), base.slice(1, 0, 37, 2), cube.permute({2, 0, 1}),
+                            cube.slice(2, 5, 6).squeeze(2), base.select(1, 3)}) {
       SCOPED_TRACE(x.type().str());
       bool of_base = x.impl()->storage == base.impl()->storage;
       ASSERT_TRUE(of_base || x.impl()->storage == cube.impl()->storage) << "not a view";
@@ -130,8 +123,7 @@ TEST_P(UnaryLayout, LargeInputsUseEveryThreadAndTail) {
     EXPECT_TRUE(all_close(c.fn(x), unary_ref(c, x.to_vector<double>(), out), {n}));
     Tensor m = values({401, 263}, t, c.lo, c.hi);
     Tensor mt = m.t();
-    EXPECT_TRUE(
-        all_close(c.fn(mt), unary_ref(c, view_values(mt, m.to_vector<double>()), out), {263, 401}));
+    EXPECT_TRUE(all_close(c.fn(mt), unary_ref(c, view_values(mt, m.to_vector<double>()), out), {263, 401}));
   }
 }
 
@@ -190,8 +182,7 @@ INSTANTIATE_TEST_SUITE_P(AllOps, UnaryLayout, ::testing::ValuesIn(unary_cases())
 TEST(WhereLayout, StridedAndLargeOperands) {
   ThreadsGuard threads(4);
   manual_seed(26);
-  Tensor c = uniform({300, 401}, boolean, 0, 1), a = uniform({401, 300}, f32, -5, 5),
-         b = uniform({1, 401}, f32, -5, 5);
+  Tensor c = uniform({300, 401}, boolean, 0, 1), a = uniform({401, 300}, f32, -5, 5), b = uniform({1, 401}, f32, -5, 5);
   Tensor ct = c.t(), be = b.t().expand({401, 300});
   std::vector<double> cv = view_values(ct, c.to_vector<double>()), av = a.to_vector<double>(),
                       bv = view_values(be, b.to_vector<double>()), want(cv.size());
@@ -201,14 +192,12 @@ TEST(WhereLayout, StridedAndLargeOperands) {
 
 TEST(ClampLayout, StridedAndBroadcastBounds) {
   manual_seed(27);
-  Tensor x = uniform({20, 30}, f32, -10, 10), lo = uniform({30}, f32, -6, 0),
-         hi = uniform({15, 1}, f32, 0, 6);
+  Tensor x = uniform({20, 30}, f32, -10, 10), lo = uniform({30}, f32, -6, 0), hi = uniform({15, 1}, f32, 0, 6);
   Tensor xs = x.slice(0, 0, 20, 2).slice(1, 0, 30, 1);  // [10,30], rows step 2
   Tensor hs = hi.slice(0, 0, 15, 1).slice(0, 0, 10, 1);
   std::vector<double> xv = view_values(xs, x.to_vector<double>());
   std::vector<double> lv = broadcast_values(lo.to_vector<double>(), {30}, {10, 30});
-  std::vector<double> hv =
-      broadcast_values(view_values(hs, hi.to_vector<double>()), {10, 1}, {10, 30});
+  std::vector<double> hv = broadcast_values(view_values(hs, hi.to_vector<double>()), {10, 1}, {10, 30});
   std::vector<double> want(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) want[i] = std::min(std::max(xv[i], lv[i]), hv[i]);
   EXPECT_TRUE(all_close(clamp(xs, lo, hs), want, {10, 30}));

@@ -14,30 +14,19 @@ struct ScalarCase {
 };
 
 const ScalarCase kScalarCases[] = {
-    {"add", [](const Tensor& a, Scalar b) { return a + b; },
-     [](Scalar a, const Tensor& b) { return a + b; }},
-    {"sub", [](const Tensor& a, Scalar b) { return a - b; },
-     [](Scalar a, const Tensor& b) { return a - b; }},
-    {"mul", [](const Tensor& a, Scalar b) { return a * b; },
-     [](Scalar a, const Tensor& b) { return a * b; }},
-    {"div", [](const Tensor& a, Scalar b) { return a / b; },
-     [](Scalar a, const Tensor& b) { return a / b; }},
-    {"pow", [](const Tensor& a, Scalar b) { return pow(a, b); },
-     [](Scalar a, const Tensor& b) { return pow(a, b); }},
+    {"add", [](const Tensor& a, Scalar b) { return a + b; }, [](Scalar a, const Tensor& b) { return a + b; }},
+    {"sub", [](const Tensor& a, Scalar b) { return a - b; }, [](Scalar a, const Tensor& b) { return a - b; }},
+    {"mul", [](const Tensor& a, Scalar b) { return a * b; }, [](Scalar a, const Tensor& b) { return a * b; }},
+    {"div", [](const Tensor& a, Scalar b) { return a / b; }, [](Scalar a, const Tensor& b) { return a / b; }},
+    {"pow", [](const Tensor& a, Scalar b) { return pow(a, b); }, [](Scalar a, const Tensor& b) { return pow(a, b); }},
     {"maximum", [](const Tensor& a, Scalar b) { return maximum(a, b); }, nullptr},
     {"minimum", [](const Tensor& a, Scalar b) { return minimum(a, b); }, nullptr},
-    {"eq", [](const Tensor& a, Scalar b) { return a == b; },
-     [](Scalar a, const Tensor& b) { return a == b; }},
-    {"ne", [](const Tensor& a, Scalar b) { return a != b; },
-     [](Scalar a, const Tensor& b) { return a != b; }},
-    {"lt", [](const Tensor& a, Scalar b) { return a < b; },
-     [](Scalar a, const Tensor& b) { return a < b; }},
-    {"le", [](const Tensor& a, Scalar b) { return a <= b; },
-     [](Scalar a, const Tensor& b) { return a <= b; }},
-    {"gt", [](const Tensor& a, Scalar b) { return a > b; },
-     [](Scalar a, const Tensor& b) { return a > b; }},
-    {"ge", [](const Tensor& a, Scalar b) { return a >= b; },
-     [](Scalar a, const Tensor& b) { return a >= b; }},
+    {"eq", [](const Tensor& a, Scalar b) { return a == b; }, [](Scalar a, const Tensor& b) { return a == b; }},
+    {"ne", [](const Tensor& a, Scalar b) { return a != b; }, [](Scalar a, const Tensor& b) { return a != b; }},
+    {"lt", [](const Tensor& a, Scalar b) { return a < b; }, [](Scalar a, const Tensor& b) { return a < b; }},
+    {"le", [](const Tensor& a, Scalar b) { return a <= b; }, [](Scalar a, const Tensor& b) { return a <= b; }},
+    {"gt", [](const Tensor& a, Scalar b) { return a > b; }, [](Scalar a, const Tensor& b) { return a > b; }},
+    {"ge", [](const Tensor& a, Scalar b) { return a >= b; }, [](Scalar a, const Tensor& b) { return a >= b; }},
     {"logical_and", [](const Tensor& a, Scalar b) { return logical_and(a, b); },
      [](Scalar a, const Tensor& b) { return logical_and(a, b); }},
     {"logical_or", [](const Tensor& a, Scalar b) { return logical_or(a, b); },
@@ -64,12 +53,9 @@ bool fits(Scalar s, DType t) {
   if (s.kind() != Scalar::Kind::Int) return true;
   int64_t v = s.to_int();
   switch (t) {
-    case DType::U8:
-      return v >= 0 && v <= 255;
-    case DType::I32:
-      return v >= INT32_MIN && v <= INT32_MAX;
-    default:
-      return true;
+    case DType::U8: return v >= 0 && v <= 255;
+    case DType::I32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return true;
   }
 }
 
@@ -81,8 +67,7 @@ TEST_P(ScalarOperand, OnEitherSideMatchesReferenceAndPromotes) {
   const ScalarCase& sc = GetParam();
   const BinaryCase& c = binary_case(sc.name);
   manual_seed(31);
-  const Scalar scalars[] = {Scalar(0.5), Scalar(2.5),  Scalar(-1.5), Scalar(2),
-                            Scalar(-3),  Scalar(true), Scalar(0)};
+  const Scalar scalars[] = {Scalar(0.5), Scalar(2.5), Scalar(-1.5), Scalar(2), Scalar(-3), Scalar(true), Scalar(0)};
   for (DType t : kAllDTypes) {
     Tensor x = values(kScalarShape, t, std::max(c.lo, c.lo_b), std::min(c.hi, c.hi_b), c.whole);
     std::vector<double> xv = x.to_vector<double>();
@@ -96,8 +81,7 @@ TEST_P(ScalarOperand, OnEitherSideMatchesReferenceAndPromotes) {
         continue;
       }
       if (!fits(s, ct)) {  // -3 has no u8 value: an error, as in PyTorch, not a wrapped 253
-        EXPECT_TRUE(
-            throws_error([&] { sc.tensor_scalar(x, s); }, {op_name(c.id), dname(ct), "-3"}));
+        EXPECT_TRUE(throws_error([&] { sc.tensor_scalar(x, s); }, {op_name(c.id), dname(ct), "-3"}));
         continue;
       }
       DType out = result_dtype(c.id, ct);
@@ -117,9 +101,8 @@ INSTANTIATE_TEST_SUITE_P(AllOps, ScalarOperand, ::testing::ValuesIn(kScalarCases
 
 TEST(ScalarPromotion, FollowsPyTorchForPythonNumbers) {
   manual_seed(32);
-  Tensor xi = uniform({4}, i32, -5, 5), xh = uniform({4}, f16, -5, 5),
-         xb = uniform({4}, boolean, 0, 1), xu = uniform({4}, u8, 0, 9),
-         xd = uniform({4}, f64, -5, 5);
+  Tensor xi = uniform({4}, i32, -5, 5), xh = uniform({4}, f16, -5, 5), xb = uniform({4}, boolean, 0, 1),
+         xu = uniform({4}, u8, 0, 9), xd = uniform({4}, f64, -5, 5);
   EXPECT_EQ((xi * 2.5).dtype(), f32);  // a float number makes integers f32
   EXPECT_EQ((xi * 2).dtype(), i32);    // an integer number keeps i32 (not i64)
   EXPECT_EQ((xh * 2.0).dtype(), f16);  // a float number keeps f16 (not f32, not f64)
@@ -139,15 +122,13 @@ TEST(ScalarPromotion, FollowsPyTorchForPythonNumbers) {
                             vi, [](double a) { return double(a < 2.5); }),
                         {4}));
   EXPECT_TRUE(all_close(xi / 2, map(vi, [](double a) { return a / 2; }), {4}));
-  EXPECT_TRUE(all_close(
-      xu + 200, map(xu.to_vector<double>(), [](double a) { return stored_as(u8, a + 200); }), {4}));
+  EXPECT_TRUE(all_close(xu + 200, map(xu.to_vector<double>(), [](double a) { return stored_as(u8, a + 200); }), {4}));
 }
 
 TEST(ScalarOperand, ExpressionsMixTensorsAndNumbers) {
   manual_seed(33);
   Tensor x = uniform({3, 7}, f32, -4, 4), y = uniform({7}, f32, 0.5, 3);
-  std::vector<double> xv = x.to_vector<double>(),
-                      yv = broadcast_values(y.to_vector<double>(), {7}, {3, 7});
+  std::vector<double> xv = x.to_vector<double>(), yv = broadcast_values(y.to_vector<double>(), {7}, {3, 7});
   std::vector<double> want(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) want[i] = (2 - xv[i]) * 0.5 + (-xv[i]) / yv[i];
   EXPECT_TRUE(all_close((2 - x) * 0.5 + (-x) / y, want, {3, 7}));

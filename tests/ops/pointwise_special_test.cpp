@@ -5,16 +5,14 @@
 namespace kiln::test {
 namespace {
 
-const std::vector<double> kSpecial = {NAN, INFINITY, -INFINITY, 0.0,  -0.0,
-                                      1.0, -1.0,     0.5,       -2.0, 3.0};
+const std::vector<double> kSpecial = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0};
 
 // Zeros must carry the reference's sign (abs(-0) is +0, floor(-0) is -0).
 ::testing::AssertionResult same_zero_signs(const Tensor& got, const std::vector<double>& want) {
   std::vector<double> g = got.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i)
     if (g[i] == 0 && want[i] == 0 && std::signbit(g[i]) != std::signbit(want[i]))
-      return ::testing::AssertionFailure()
-             << "[" << i << "] got " << g[i] << ", expected " << want[i];
+      return ::testing::AssertionFailure() << "[" << i << "] got " << g[i] << ", expected " << want[i];
   return ::testing::AssertionSuccess();
 }
 
@@ -63,9 +61,8 @@ TEST(Special, NanPropagatesThroughMaximumMinimumReluAndClamp) {
     SCOPED_TRACE(dname(t));
     Tensor nan = full({37}, NAN, t), one = full({37}, 1.0, t);
     for (const Tensor& y :
-         {maximum(nan, one), maximum(one, nan), minimum(nan, one), minimum(one, nan),
-          maximum(one, NAN), minimum(nan, 1.0), relu(nan), clamp(nan, -1.0, 1.0),
-          clamp(nan, one, one), clamp(nan, std::nullopt, 0.0)})
+         {maximum(nan, one), maximum(one, nan), minimum(nan, one), minimum(one, nan), maximum(one, NAN),
+          minimum(nan, 1.0), relu(nan), clamp(nan, -1.0, 1.0), clamp(nan, one, one), clamp(nan, std::nullopt, 0.0)})
       EXPECT_TRUE(all_close(y, std::vector<double>(37, NAN), {37}));
   }
 }
@@ -100,16 +97,8 @@ TEST(PointwiseErrors, ShapesThatDoNotBroadcastNameTheOpAndShapes) {
 TEST(PointwiseErrors, WhereNeedsABoolCondition) {
   Tensor a = zeros({2, 3}), b = ones({2, 3});
   EXPECT_TRUE(throws_error([&] { return where(a, a, b); }, {"where", "bool", "f32[2,3]"}));
-  EXPECT_TRUE(throws_error(
-      [&] {
-        return where(zeros({2, 3}, i32), 1.0, b);
-      },
-      {"where", "bool", "i32[2,3]"}));
-  EXPECT_TRUE(throws_error(
-      [&] {
-        return where(zeros({2, 3}, u8), 1, 2);
-      },
-      {"where", "bool", "u8[2,3]"}));
+  EXPECT_TRUE(throws_error([&] { return where(zeros({2, 3}, i32), 1.0, b); }, {"where", "bool", "i32[2,3]"}));
+  EXPECT_TRUE(throws_error([&] { return where(zeros({2, 3}, u8), 1, 2); }, {"where", "bool", "u8[2,3]"}));
 }
 
 TEST(PointwiseErrors, ArithmeticOnBoolIsRejected) {
@@ -129,8 +118,7 @@ TEST(PointwiseErrors, GeluRejectsAnUnknownApproximation) {
 }
 
 TEST(PointwiseErrors, ClampNeedsABound) {
-  EXPECT_TRUE(
-      throws_error([] { return clamp(zeros({2}), std::nullopt, std::nullopt); }, {"clamp"}));
+  EXPECT_TRUE(throws_error([] { return clamp(zeros({2}), std::nullopt, std::nullopt); }, {"clamp"}));
 }
 
 TEST(PointwiseErrors, UndefinedTensorsAndBadCasts) {
@@ -139,8 +127,7 @@ TEST(PointwiseErrors, UndefinedTensorsAndBadCasts) {
   EXPECT_TRUE(throws_error([&] { return add(zeros({2}), undefined); }, {"add", "undefined"}));
   EXPECT_TRUE(throws_error([&] { return clamp(undefined, 0.0, 1.0); }, {"clamp", "undefined"}));
   EXPECT_TRUE(throws_error([&] { return cast(undefined, f32); }, {"cast", "undefined"}));
-  EXPECT_TRUE(throws_error([] { return cast(zeros({2}), static_cast<DType>(kNumDTypes)); },
-                           {"cast", "dtype"}));
+  EXPECT_TRUE(throws_error([] { return cast(zeros({2}), static_cast<DType>(kNumDTypes)); }, {"cast", "dtype"}));
 }
 
 TEST(Cast, ConvertsBetweenEveryPairOfDTypes) {
@@ -155,12 +142,10 @@ TEST(Cast, ConvertsBetweenEveryPairOfDTypes) {
       std::vector<double> xv = x.to_vector<double>();
       Tensor y = cast(x, to);
       EXPECT_EQ(y.dtype(), to);
-      EXPECT_TRUE(
-          all_close(y, map(xv, [&](double a) { return stored_as(to, a); }), {3, 29}, {0, 0}));
+      EXPECT_TRUE(all_close(y, map(xv, [&](double a) { return stored_as(to, a); }), {3, 29}, {0, 0}));
       Tensor yt = cast(x.t(), to);  // strided source
-      EXPECT_TRUE(all_close(yt,
-                            view_values(x.t(), map(xv, [&](double a) { return stored_as(to, a); })),
-                            {29, 3}, {0, 0}));
+      EXPECT_TRUE(
+          all_close(yt, view_values(x.t(), map(xv, [&](double a) { return stored_as(to, a); })), {29, 3}, {0, 0}));
     }
 }
 
@@ -177,21 +162,16 @@ TEST(Cast, FloatToIntegerTruncatesSaturatesAndMapsNanToZero) {
     for (DType to : {i32, u8}) {
       SCOPED_TRACE(dname(to));
       double lo = to == i32 ? INT32_MIN : 0, hi = to == i32 ? INT32_MAX : 255;
-      EXPECT_TRUE(
-          all_close(cast(x, to), map(xv, [&](double a) { return sat(a, lo, hi); }), {n}, {0, 0}));
+      EXPECT_TRUE(all_close(cast(x, to), map(xv, [&](double a) { return sat(a, lo, hi); }), {n}, {0, 0}));
     }
     // i64 exactly, as integers: its largest value has no double.
     std::vector<int64_t> got = cast(x, i64).to_vector<int64_t>();
     for (size_t i = 0; i < xv.size(); ++i) {
       double a = xv[i];
-      int64_t want = std::isnan(a)  ? 0
-                     : a >= 0x1p63  ? INT64_MAX
-                     : a <= -0x1p63 ? INT64_MIN
-                                    : static_cast<int64_t>(a);
+      int64_t want = std::isnan(a) ? 0 : a >= 0x1p63 ? INT64_MAX : a <= -0x1p63 ? INT64_MIN : static_cast<int64_t>(a);
       EXPECT_EQ(got[i], want) << "element " << i << " = " << a;
     }
-    EXPECT_TRUE(
-        all_close(cast(x, boolean), map(xv, [](double a) { return double(a != 0); }), {n}, {0, 0}));
+    EXPECT_TRUE(all_close(cast(x, boolean), map(xv, [](double a) { return double(a != 0); }), {n}, {0, 0}));
   }
 }
 

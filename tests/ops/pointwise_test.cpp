@@ -47,8 +47,7 @@ TEST_P(Binary, MatchesReferenceInEveryDType) {
     Tensor y = c.fn(a, b);
     DType out = result_dtype(c.id, t);
     EXPECT_EQ(y.dtype(), out);
-    EXPECT_TRUE(
-        all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kPointwiseShape));
+    EXPECT_TRUE(all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kPointwiseShape));
   }
 }
 
@@ -72,8 +71,7 @@ TEST_P(Binary, PromotesMixedDTypes) {
     Tensor y = c.fn(a, b);
     DType out = result_dtype(c.id, m.common);
     EXPECT_EQ(y.dtype(), out);
-    EXPECT_TRUE(
-        all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kPointwiseShape));
+    EXPECT_TRUE(all_close(y, binary_ref(c, a.to_vector<double>(), b.to_vector<double>(), out), kPointwiseShape));
   }
 }
 
@@ -88,8 +86,8 @@ TEST(Where, PicksByConditionInEveryDType) {
     Tensor a = values(kPointwiseShape, t, -10, 10), b = values(kPointwiseShape, t, -10, 10);
     Tensor y = where(c, a, b);
     EXPECT_EQ(y.dtype(), t);
-    std::vector<double> cv = c.to_vector<double>(), av = a.to_vector<double>(),
-                        bv = b.to_vector<double>(), want(cv.size());
+    std::vector<double> cv = c.to_vector<double>(), av = a.to_vector<double>(), bv = b.to_vector<double>(),
+                        want(cv.size());
     for (size_t i = 0; i < cv.size(); ++i) want[i] = cv[i] != 0 ? av[i] : bv[i];
     EXPECT_TRUE(all_close(y, want, kPointwiseShape, {0, 0}));
   }
@@ -108,9 +106,7 @@ TEST(Where, PromotesItsValueOperandsAndBroadcastsAllThree) {
   EXPECT_TRUE(all_close(y, want, {4, 3}));
 }
 
-double clamp_ref(double x, double lo, double hi) {
-  return std::isnan(x) ? x : std::min(std::max(x, lo), hi);
-}
+double clamp_ref(double x, double lo, double hi) { return std::isnan(x) ? x : std::min(std::max(x, lo), hi); }
 
 TEST(Clamp, MatchesReferenceWithTensorBoundsInEveryDType) {
   manual_seed(16);
@@ -124,8 +120,8 @@ TEST(Clamp, MatchesReferenceWithTensorBoundsInEveryDType) {
     }
     Tensor y = clamp(x, lo, hi);
     EXPECT_EQ(y.dtype(), t);
-    std::vector<double> xv = x.to_vector<double>(), lv = lo.to_vector<double>(),
-                        hv = hi.to_vector<double>(), want(xv.size());
+    std::vector<double> xv = x.to_vector<double>(), lv = lo.to_vector<double>(), hv = hi.to_vector<double>(),
+                        want(xv.size());
     for (size_t i = 0; i < xv.size(); ++i) want[i] = clamp_ref(xv[i], lv[i], hv[i]);
     EXPECT_TRUE(all_close(y, want, kPointwiseShape));
   }
@@ -152,18 +148,15 @@ TEST(Clamp, MissingBoundIsSkippedAndHighWinsWhenBoundsCross) {
   Tensor xi = values(kPointwiseShape, i32, -10, 10);
   Tensor y = clamp(xi, -2.5, std::nullopt);
   EXPECT_EQ(y.dtype(), f32);
-  EXPECT_TRUE(all_close(y, map(xi.to_vector<double>(), [](double v) { return std::max(v, -2.5); }),
-                        kPointwiseShape));
+  EXPECT_TRUE(all_close(y, map(xi.to_vector<double>(), [](double v) { return std::max(v, -2.5); }), kPointwiseShape));
 }
 
 TEST(Round, RoundsHalfToEvenInEveryFloatDType) {
-  std::vector<double> v = {-3.5, -2.5, -1.5, -0.5,  0.5,    1.5, 2.5,
-                           3.5,  4.5,  0.25, -0.75, 1023.5, -6.5};
+  std::vector<double> v = {-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 4.5, 0.25, -0.75, 1023.5, -6.5};
   for (DType t : kFloatDTypes) {
     SCOPED_TRACE(dname(t));
     Tensor x = from_vector(v).to(t);
-    EXPECT_TRUE(all_close(round(x),
-                          map(x.to_vector<double>(), [](double a) { return std::nearbyint(a); }),
+    EXPECT_TRUE(all_close(round(x), map(x.to_vector<double>(), [](double a) { return std::nearbyint(a); }),
                           {static_cast<int64_t>(v.size())}, {0, 0}));
   }
 }

@@ -102,19 +102,28 @@ TEST(MaskedFill, DifferentiatesInTheTensorAndTheValue) {
 
 TEST(MaskedFill, RefusesAMaskThatIsNotBoolOrDoesNotBroadcastToTheTensor) {
   expect_error([] { masked_fill(randn({3}), zeros({3}), 1.0); }, {"masked_fill", "bool", "f32[3]"});
-  expect_error([] { masked_fill(randn({3}), zeros({2, 3}, DType::Bool), 1.0); },
-               {"masked_fill", "bool[2,3]", "f32[3]"});
+  expect_error(
+      [] {
+        masked_fill(randn({3}), zeros({2, 3}, DType::Bool), 1.0);
+      },
+      {"masked_fill", "bool[2,3]", "f32[3]"});
   expect_error([] { masked_fill(randn({3}), zeros({3}, DType::Bool), zeros({1})); }, {"masked_fill", "0-d"});
 }
 
 TEST(Flip, ReversesEachGivenDim) {
   for (const Tensor& x : inputs()) {
-    expect_close(flip(x, {0, 2}), gathered(x, x.shape(), [](std::vector<int64_t> i) {
-                   return std::vector<int64_t>{1 - i[0], i[1], 3 - i[2]};
-                 }), 0, 0);
-    expect_close(flip(x, {-2}), gathered(x, x.shape(), [](std::vector<int64_t> i) {
-                   return std::vector<int64_t>{i[0], 2 - i[1], i[2]};
-                 }), 0, 0);
+    expect_close(flip(x, {0, 2}),
+                 gathered(x, x.shape(),
+                          [](std::vector<int64_t> i) {
+                            return std::vector<int64_t>{1 - i[0], i[1], 3 - i[2]};
+                          }),
+                 0, 0);
+    expect_close(flip(x, {-2}),
+                 gathered(x, x.shape(),
+                          [](std::vector<int64_t> i) {
+                            return std::vector<int64_t>{i[0], 2 - i[1], i[2]};
+                          }),
+                 0, 0);
   }
   Tensor x = randn({3});
   Tensor same = flip(x, {});
@@ -132,9 +141,12 @@ TEST(Roll, ShiftsWithWrapAround) {
       int64_t s1 = shift.first, s2 = shift.second;  // (clang 14 cannot capture structured bindings)
       SCOPED_TRACE(testing::Message() << s1 << ", " << s2);
       auto mod = [](int64_t a, int64_t n) { return ((a % n) + n) % n; };
-      expect_close(roll(x, {s1, s2}, {1, -1}), gathered(x, x.shape(), [&](std::vector<int64_t> i) {
-                     return std::vector<int64_t>{i[0], mod(i[1] - s1, 3), mod(i[2] - s2, 4)};
-                   }), 0, 0);
+      expect_close(roll(x, {s1, s2}, {1, -1}),
+                   gathered(x, x.shape(),
+                            [&](std::vector<int64_t> i) {
+                              return std::vector<int64_t>{i[0], mod(i[1] - s1, 3), mod(i[2] - s2, 4)};
+                            }),
+                   0, 0);
     }
   // Without dims: over the flattened tensor, then the shape back.
   Tensor x = arange(0, 6, 1, f64).reshape({2, 3});
@@ -150,9 +162,12 @@ TEST(Repeat, TilesEachDimAndAddsLeadingOnes) {
   for (const Tensor& x : inputs()) {
     Tensor r = repeat(x, {2, 1, 3, 2});
     ASSERT_EQ(r.shape(), (Dims{2, 2, 9, 8}));
-    expect_close(r, gathered(x, r.shape(), [](std::vector<int64_t> i) {
-                   return std::vector<int64_t>{i[1] % 2, i[2] % 3, i[3] % 4};
-                 }), 0, 0);
+    expect_close(r,
+                 gathered(x, r.shape(),
+                          [](std::vector<int64_t> i) {
+                            return std::vector<int64_t>{i[1] % 2, i[2] % 3, i[3] % 4};
+                          }),
+                 0, 0);
   }
   EXPECT_EQ(repeat(randn({2, 3}), {0, 2}).shape(), (Dims{0, 6}));
   expect_gradient([](const Tensor& t) { return repeat(t, {2, 3}); }, randn({2, 2}, f64));
@@ -173,7 +188,12 @@ TEST(Split, GivesViewsOfTheGivenSizes) {
   ASSERT_EQ(cols.size(), 3u);
   EXPECT_EQ(cols[1].shape(), (Dims{7, 0}));
   expect_close(cols[2], x.slice(1, 1, 3).contiguous().to_vector<double>(), 0, 0);
-  expect_gradient([](const Tensor& t) { auto p = split(t, 2, 1); return p[0] * p[1]; }, randn({3, 4}, f64));
+  expect_gradient(
+      [](const Tensor& t) {
+        auto p = split(t, 2, 1);
+        return p[0] * p[1];
+      },
+      randn({3, 4}, f64));
   expect_error([&] { split(x, std::vector<int64_t>{3, 3}); }, {"split", "sum to 6", "f64[7,3]", "7"});
   expect_error([&] { split(x, 0); }, {"split", "positive"});
 }
@@ -188,6 +208,11 @@ TEST(Chunk, GivesPiecesOfTheCeilingSize) {
   std::vector<Tensor> e = chunk(zeros({0}), 3);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].numel(), 0);
-  expect_traced_matches([](const Tensor& t) { auto p = chunk(t, 2, 0); return p[0] - p[1]; }, randn({4, 3}, f64));
+  expect_traced_matches(
+      [](const Tensor& t) {
+        auto p = chunk(t, 2, 0);
+        return p[0] - p[1];
+      },
+      randn({4, 3}, f64));
   expect_error([] { chunk(randn({4}), 0); }, {"chunk", "positive"});
 }

@@ -40,10 +40,8 @@ inline Reduction reduction(const Dims& shape, const Dims& axes, bool keepdim) {
   for (int64_t i = 0; i < shape.product(); ++i) {
     int64_t o = 0, p = 0;
     for (size_t d = 0; d < r; ++d) {
-      if (reduced[d])
-        p = p * shape[d] + idx[d];
-      else
-        o = o * shape[d] + idx[d];
+      if (reduced[d]) p = p * shape[d] + idx[d];
+      else o = o * shape[d] + idx[d];
     }
     red.groups[static_cast<size_t>(o)].push_back(i);
     red.positions[static_cast<size_t>(o)].push_back(p);

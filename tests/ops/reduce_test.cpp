@@ -41,22 +41,20 @@ Tensor reduce_input(const ReduceCase& c, const Dims& shape, DType t, int64_t fac
 }
 
 // sum's error is relative to sum |x| (cancellation); prod's grows with the number of factors.
-std::vector<double> error_scale(const ReduceCase& c, const std::vector<double>& x,
-                                const Reduction& red, const std::vector<double>& want) {
+std::vector<double> error_scale(const ReduceCase& c, const std::vector<double>& x, const Reduction& red,
+                                const std::vector<double>& want) {
   std::string name = c.name;
   if (name == "sum") return reduce_ref(x, red, ref_abs_sum);
   std::vector<double> s(want.size(), 0.0);
   if (name == "prod")
-    for (size_t i = 0; i < s.size(); ++i)
-      s[i] = std::abs(want[i]) * std::sqrt(double(red.groups[i].size()));
+    for (size_t i = 0; i < s.size(); ++i) s[i] = std::abs(want[i]) * std::sqrt(double(red.groups[i].size()));
   return s;
 }
 
-::testing::AssertionResult check(const ReduceCase& c, const Tensor& got,
-                                 const std::vector<double>& x, const Reduction& red, DType in) {
+::testing::AssertionResult check(const ReduceCase& c, const Tensor& got, const std::vector<double>& x,
+                                 const Reduction& red, DType in) {
   DType out = c.widens && !is_float(in) ? i64 : in;
-  if (got.dtype() != out)
-    return ::testing::AssertionFailure() << got.type() << ", expected dtype " << dtype_name(out);
+  if (got.dtype() != out) return ::testing::AssertionFailure() << got.type() << ", expected dtype " << dtype_name(out);
   std::vector<double> want = reduce_ref(x, red, c.ref);
   for (double& w : want) w = stored_as(out, w);
   Tolerance tol = tolerance(out);
@@ -114,21 +112,26 @@ TEST_P(Reduce, EveryLoopPathOnLargeInputs) {
     Dims shape;
     Dims axes;
   };
-  const Case cases[] = {{{64, 300, 70}, {1}},    {{64, 300, 70}, {0}},    {{64, 300, 70}, {2}},
-                        {{64, 300, 70}, {0, 2}}, {{64, 300, 70}, {0, 1}}, {{37, 1031}, {0}},
-                        {{1031, 37}, {1}},       {{64, 300, 70}, {}},
+  const Case cases[] = {{{64, 300, 70}, {1}},
+                        {{64, 300, 70}, {0}},
+                        {{64, 300, 70}, {2}},
+                        {{64, 300, 70}, {0, 2}},
+                        {{64, 300, 70}, {0, 1}},
+                        {{37, 1031}, {0}},
+                        {{1031, 37}, {1}},
+                        {{64, 300, 70}, {}},
                         // Few outputs, long reductions: cut into runs reduced on every thread.
-                        {{150000, 5}, {0}},      {{2, 70000, 3}, {1}},    {{3, 100000}, {1}},
+                        {{150000, 5}, {0}},
+                        {{2, 70000, 3}, {1}},
+                        {{3, 100000}, {1}},
                         {{5, 3, 40000}, {0, 2}}};
   for (DType t : {f32, i64}) {
     for (const Case& k : cases) {
       if (is_prod && k.axes.empty()) continue;  // a product of a million factors has no scale
       SCOPED_TRACE(dname(t) + " " + shape_str(k.shape) + " axes " + shape_str(k.axes));
       // Factors within 1 +- 0.01 keep products of thousands of them in range.
-      Tensor x =
-          is_prod && is_float(t) ? uniform(k.shape, t, 0.99, 1.01) : reduce_input(c, k.shape, t);
-      EXPECT_TRUE(check(c, c.fn(x, k.axes, false), x.to_vector<double>(),
-                        reduction(k.shape, k.axes, false), t));
+      Tensor x = is_prod && is_float(t) ? uniform(k.shape, t, 0.99, 1.01) : reduce_input(c, k.shape, t);
+      EXPECT_TRUE(check(c, c.fn(x, k.axes, false), x.to_vector<double>(), reduction(k.shape, k.axes, false), t));
     }
   }
 }
@@ -139,8 +142,8 @@ TEST_P(Reduce, SameBitsOnAnyThreadCount) {
   const ReduceCase& c = GetParam();
   manual_seed(54);
   const bool is_prod = std::string(c.name) == "prod";
-  const std::pair<Dims, Dims> cases[] = {{{1 << 20}, {}},        {{3, 300000}, {1}},  {{300000, 3}, {0}},
-                                         {{2, 200000, 3}, {1}},  {{40, 100, 70}, {}}, {{7, 64, 3000}, {0, 2}}};
+  const std::pair<Dims, Dims> cases[] = {{{1 << 20}, {}},       {{3, 300000}, {1}},  {{300000, 3}, {0}},
+                                         {{2, 200000, 3}, {1}}, {{40, 100, 70}, {}}, {{7, 64, 3000}, {0, 2}}};
   for (DType t : {f32, f64, i64}) {
     for (const auto& [shape, axes] : cases) {
       SCOPED_TRACE(dname(t) + " " + shape_str(shape) + " axes " + shape_str(axes));
@@ -165,15 +168,13 @@ TEST(Reduce, LargeFloatSumStaysAccurate) {
   double got = sum(x).item<double>();
   EXPECT_LT(std::abs(got - want) / want, 1e-6) << got << " vs " << want;
   Tensor rows = x.reshape({4, n / 4});
-  for (double g : sum(rows, {1}).to_vector<double>())
-    EXPECT_LT(std::abs(g - want / 4) / (want / 4), 1e-6);
+  for (double g : sum(rows, {1}).to_vector<double>()) EXPECT_LT(std::abs(g - want / 4) / (want / 4), 1e-6);
   EXPECT_LT(std::abs(mean(x).item<double>() - double(0.1f)) / 0.1, 1e-6);
   // The same over a leading axis (column path) and a middle axis.
   for (const auto& [shape, axis] : {std::pair<Dims, int64_t>{{n / 4, 4}, 0}, {{4, n / 16, 4}, 1}}) {
     SCOPED_TRACE(shape_str(shape));
     double w = double(n / 16 * (shape.size() == 2 ? 4 : 1)) * double(0.1f);
-    for (double g : sum(x.reshape(shape), {axis}).to_vector<double>())
-      EXPECT_LT(std::abs(g - w) / w, 1e-6) << g;
+    for (double g : sum(x.reshape(shape), {axis}).to_vector<double>()) EXPECT_LT(std::abs(g - w) / w, 1e-6) << g;
   }
 }
 

@@ -29,16 +29,11 @@ struct Tolerance {
 /// Integers and bool must match exactly.
 inline Tolerance tolerance(DType t) {
   switch (t) {
-    case DType::F64:
-      return {1e-12, 1e-13};
-    case DType::F32:
-      return {1e-5, 1e-6};
-    case DType::F16:
-      return {1e-3, 1e-5};
-    case DType::BF16:
-      return {8e-3, 1e-5};
-    default:
-      return {0, 0};
+    case DType::F64: return {1e-12, 1e-13};
+    case DType::F32: return {1e-5, 1e-6};
+    case DType::F16: return {1e-3, 1e-5};
+    case DType::BF16: return {8e-3, 1e-5};
+    default: return {0, 0};
   }
 }
 
@@ -56,18 +51,12 @@ inline double stored_as(DType t, double v) {
     return std::abs(v) >= limit ? std::copysign(INFINITY, v) : v;
   };
   switch (t) {
-    case DType::U8:
-      return std::fmod(std::fmod(v, 256.0) + 256.0, 256.0);
-    case DType::Bool:
-      return v != 0 ? 1.0 : 0.0;
-    case DType::F16:
-      return overflow(10, 15);
-    case DType::BF16:
-      return overflow(7, 127);
-    case DType::F32:
-      return overflow(23, 127);
-    default:
-      return v;
+    case DType::U8: return std::fmod(std::fmod(v, 256.0) + 256.0, 256.0);
+    case DType::Bool: return v != 0 ? 1.0 : 0.0;
+    case DType::F16: return overflow(10, 15);
+    case DType::BF16: return overflow(7, 127);
+    case DType::F32: return overflow(23, 127);
+    default: return v;
   }
 }
 
@@ -75,34 +64,27 @@ inline std::string join(const Dims& d) { return shape_str(d); }
 
 /// Elementwise comparison of `got` with `want` (row-major), with the tolerance of got's dtype
 /// unless one is given. NaN must meet NaN, infinities must match exactly.
-inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want,
-                                            const Dims& shape, Tolerance tol,
-                                            const std::vector<double>& scale = {}) {
+inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want, const Dims& shape,
+                                            Tolerance tol, const std::vector<double>& scale = {}) {
   if (got.shape() != shape)
-    return ::testing::AssertionFailure()
-           << "shape " << join(got.shape()) << ", expected " << join(shape);
+    return ::testing::AssertionFailure() << "shape " << join(got.shape()) << ", expected " << join(shape);
   std::vector<double> v = got.to_vector<double>();
-  if (v.size() != want.size())
-    return ::testing::AssertionFailure() << v.size() << " values, expected " << want.size();
+  if (v.size() != want.size()) return ::testing::AssertionFailure() << v.size() << " values, expected " << want.size();
   int bad = 0;
   auto fail = ::testing::AssertionFailure();
   for (size_t i = 0; i < v.size(); ++i) {
     double g = v[i], w = want[i];
     bool ok;
-    if (std::isnan(w) || std::isnan(g))
-      ok = std::isnan(w) && std::isnan(g);
-    else if (std::isinf(w) || std::isinf(g))
-      ok = g == w;
-    else
-      ok = std::abs(g - w) <= tol.atol + tol.rtol * (std::abs(w) + (scale.empty() ? 0 : scale[i]));
+    if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
+    else if (std::isinf(w) || std::isinf(g)) ok = g == w;
+    else ok = std::abs(g - w) <= tol.atol + tol.rtol * (std::abs(w) + (scale.empty() ? 0 : scale[i]));
     if (!ok && ++bad <= 5) fail << "\n  [" << i << "] got " << g << ", expected " << w;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return fail << "\n  " << bad << " of " << v.size() << " elements differ (" << got.type()
-              << ", rtol " << tol.rtol << ", atol " << tol.atol << ")";
+  return fail << "\n  " << bad << " of " << v.size() << " elements differ (" << got.type() << ", rtol " << tol.rtol
+              << ", atol " << tol.atol << ")";
 }
-inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want,
-                                            const Dims& shape) {
+inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want, const Dims& shape) {
   return all_close(got, want, shape, tolerance(got.dtype()));
 }
 
@@ -111,8 +93,7 @@ inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector
 inline Tensor uniform(const Dims& shape, DType t, double lo, double hi, bool whole = false) {
   if (t == DType::Bool) return randint(0, 2, shape, DType::I64).to(t);
   if (!is_float(t) || whole)
-    return randint(static_cast<int64_t>(std::ceil(lo)), static_cast<int64_t>(std::floor(hi)) + 1,
-                   shape, DType::I64)
+    return randint(static_cast<int64_t>(std::ceil(lo)), static_cast<int64_t>(std::floor(hi)) + 1, shape, DType::I64)
         .to(t);
   std::vector<double> u = rand(shape, DType::F64).to_vector<double>();
   for (double& x : u) x = lo + (hi - lo) * x;
@@ -138,8 +119,7 @@ inline std::vector<double> view_values(const Tensor& view, const std::vector<dou
 }
 
 /// Row-major values of `v` (shape `from`) broadcast to shape `to`, NumPy style.
-inline std::vector<double> broadcast_values(const std::vector<double>& v, const Dims& from,
-                                            const Dims& to) {
+inline std::vector<double> broadcast_values(const std::vector<double>& v, const Dims& from, const Dims& to) {
   size_t r = to.size(), fr = from.size();
   std::vector<double> out(static_cast<size_t>(to.product()));
   Dims idx(r, 0);
@@ -159,8 +139,7 @@ inline std::vector<double> broadcast_values(const std::vector<double>& v, const 
 }
 
 /// Applies f to each element.
-inline std::vector<double> map(const std::vector<double>& a,
-                               const std::function<double(double)>& f) {
+inline std::vector<double> map(const std::vector<double>& a, const std::function<double(double)>& f) {
   std::vector<double> out(a.size());
   for (size_t i = 0; i < a.size(); ++i) out[i] = f(a[i]);
   return out;
@@ -173,8 +152,7 @@ inline std::vector<double> map(const std::vector<double>& a, const std::vector<d
 }
 
 /// Checks that `fn` throws kiln::Error whose message contains every one of `parts`.
-template <class F>
-::testing::AssertionResult throws_error(F&& fn, std::initializer_list<std::string> parts) {
+template <class F>::testing::AssertionResult throws_error(F&& fn, std::initializer_list<std::string> parts) {
   try {
     fn();
   } catch (const Error& e) {

@@ -141,7 +141,11 @@ TEST(Multinomial, DrawsWithoutReplacementInTheOrderOfSequentialDraws) {
 }
 
 TEST(Multinomial, RefusesWhatTorchRefuses) {
-  expect_error([] { multinomial(from_vector(std::vector<double>{1, 2}), 3); }, {"multinomial", "3 samples", "2 categories"});
+  expect_error(
+      [] {
+        multinomial(from_vector(std::vector<double>{1, 2}), 3);
+      },
+      {"multinomial", "3 samples", "2 categories"});
   expect_error([] { multinomial(from_vector(std::vector<double>{1, 0, 0}), 2); }, {"multinomial", "1 non-zero"});
   expect_error([] { multinomial(from_vector(std::vector<double>{1, -1}), 1, true); }, {"multinomial", "non-negative"});
   expect_error([] { multinomial(zeros({2, 3}, DType::F64), 1, true); }, {"multinomial", "sums to 0"});

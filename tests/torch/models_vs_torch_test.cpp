@@ -42,7 +42,8 @@ void expect_close_to_scale(const KTensor& got, const TTensor& want, const std::s
   ASSERT_EQ(sizes(got), want.sizes().vec()) << name;
   std::vector<double> g = got.to_vector<double>(), w = values(want);
   double scale = 0, diff = 0;
-  for (size_t i = 0; i < g.size(); ++i) scale = std::max(scale, std::abs(w[i])), diff = std::max(diff, std::abs(g[i] - w[i]));
+  for (size_t i = 0; i < g.size(); ++i)
+    scale = std::max(scale, std::abs(w[i])), diff = std::max(diff, std::abs(g[i] - w[i]));
   EXPECT_LE(diff, 1e-4 * scale + 1e-6) << name << ": largest difference " << diff << ", largest gradient " << scale;
 }
 
@@ -75,14 +76,16 @@ TEST(ModelsVsTorch, AlexNet) {
   kiln::manual_seed(1);
   ex::ImageTask task(std::make_unique<ex::AlexNet>(10, 16, 0.0), 10, 4, 63);
   TAlexNet t(10, 16);
-  compare(task, t, task.batch(0), [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
+  compare(task, t, task.batch(0),
+          [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
 }
 
 TEST(ModelsVsTorch, VGG19BN) {
   kiln::manual_seed(2);
   ex::ImageTask task(std::make_unique<ex::VGG19BN>(10, 16, 0.0), 10, 4, 32);
   TVGG19BN t(10, 16);
-  compare(task, t, task.batch(0), [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
+  compare(task, t, task.batch(0),
+          [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
 }
 
 TEST(ModelsVsTorch, ResNet50) {
@@ -91,21 +94,24 @@ TEST(ModelsVsTorch, ResNet50) {
   // backward divides the two libraries' rounding by a better-determined deviation.
   ex::ImageTask task(std::make_unique<ex::ResNet50>(10, 16), 10, 8, 64);
   TResNet50 t(10, 16);
-  compare(task, t, task.batch(0), [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
+  compare(task, t, task.batch(0),
+          [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
 }
 
 TEST(ModelsVsTorch, MobileNetV2) {
   kiln::manual_seed(4);
   ex::ImageTask task(std::make_unique<ex::MobileNetV2>(10, 4, 0.0), 10, 4, 64);
   TMobileNetV2 t(10, 4);
-  compare(task, t, task.batch(0), [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
+  compare(task, t, task.batch(0),
+          [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
 }
 
 TEST(ModelsVsTorch, UNet) {
   kiln::manual_seed(5);
   ex::SegmentationTask task(2, 8, 2, 4, 16);
   TUNet t(2, 8, 2);
-  compare(task, t, task.batch(0), [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
+  compare(task, t, task.batch(0),
+          [&](const std::vector<TTensor>& b) { return F::cross_entropy(t.forward(b[0]), b[1]); });
 }
 
 TEST(ModelsVsTorch, NCF) {

@@ -22,8 +22,8 @@ namespace ex = kiln::examples;
 namespace tnn = torch::nn;
 namespace F = torch::nn::functional;
 
-inline tnn::Conv2dOptions conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t padding = 0, bool bias = true,
-                        int64_t groups = 1) {
+inline tnn::Conv2dOptions conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t padding = 0,
+                               bool bias = true, int64_t groups = 1) {
   return tnn::Conv2dOptions(in, out, k).stride(stride).padding(padding).bias(bias).groups(groups);
 }
 
@@ -33,18 +33,19 @@ struct TAlexNet : tnn::Module {
   tnn::AdaptiveAvgPool2d avgpool{tnn::AdaptiveAvgPool2dOptions({6, 6})};
   TAlexNet(int64_t classes, int64_t width) {
     auto c = [width](int64_t n) { return ex::scaled(n, width); };
-    features = register_module(
-        "features", tnn::Sequential(tnn::Conv2d(conv(3, c(64), 11, 4, 2)), tnn::ReLU(),
-                                    tnn::MaxPool2d(tnn::MaxPool2dOptions(3).stride(2)), tnn::Conv2d(conv(c(64), c(192), 5, 1, 2)),
-                                    tnn::ReLU(), tnn::MaxPool2d(tnn::MaxPool2dOptions(3).stride(2)),
-                                    tnn::Conv2d(conv(c(192), c(384), 3, 1, 1)), tnn::ReLU(),
-                                    tnn::Conv2d(conv(c(384), c(256), 3, 1, 1)), tnn::ReLU(),
-                                    tnn::Conv2d(conv(c(256), c(256), 3, 1, 1)), tnn::ReLU(),
-                                    tnn::MaxPool2d(tnn::MaxPool2dOptions(3).stride(2))));
+    features = register_module("features", tnn::Sequential(tnn::Conv2d(conv(3, c(64), 11, 4, 2)), tnn::ReLU(),
+                                                           tnn::MaxPool2d(tnn::MaxPool2dOptions(3).stride(2)),
+                                                           tnn::Conv2d(conv(c(64), c(192), 5, 1, 2)), tnn::ReLU(),
+                                                           tnn::MaxPool2d(tnn::MaxPool2dOptions(3).stride(2)),
+                                                           tnn::Conv2d(conv(c(192), c(384), 3, 1, 1)), tnn::ReLU(),
+                                                           tnn::Conv2d(conv(c(384), c(256), 3, 1, 1)), tnn::ReLU(),
+                                                           tnn::Conv2d(conv(c(256), c(256), 3, 1, 1)), tnn::ReLU(),
+                                                           tnn::MaxPool2d(tnn::MaxPool2dOptions(3).stride(2))));
     register_module("avgpool", avgpool);
-    classifier = register_module(
-        "classifier", tnn::Sequential(tnn::Dropout(0.0), tnn::Linear(c(256) * 36, c(4096)), tnn::ReLU(), tnn::Dropout(0.0),
-                                      tnn::Linear(c(4096), c(4096)), tnn::ReLU(), tnn::Linear(c(4096), classes)));
+    classifier =
+        register_module("classifier", tnn::Sequential(tnn::Dropout(0.0), tnn::Linear(c(256) * 36, c(4096)), tnn::ReLU(),
+                                                      tnn::Dropout(0.0), tnn::Linear(c(4096), c(4096)), tnn::ReLU(),
+                                                      tnn::Linear(c(4096), classes)));
   }
   TTensor forward(const TTensor& x) { return classifier->forward(torch::flatten(avgpool(features->forward(x)), 1)); }
 };
@@ -68,9 +69,9 @@ struct TVGG19BN : tnn::Module {
     register_module("features", features);
     register_module("avgpool", avgpool);
     int64_t h = ex::scaled(4096, width);
-    classifier = register_module("classifier", tnn::Sequential(tnn::Linear(in * 49, h), tnn::ReLU(), tnn::Dropout(0.0),
-                                                               tnn::Linear(h, h), tnn::ReLU(), tnn::Dropout(0.0),
-                                                               tnn::Linear(h, classes)));
+    classifier = register_module(
+        "classifier", tnn::Sequential(tnn::Linear(in * 49, h), tnn::ReLU(), tnn::Dropout(0.0), tnn::Linear(h, h),
+                                      tnn::ReLU(), tnn::Dropout(0.0), tnn::Linear(h, classes)));
   }
   TTensor forward(const TTensor& x) { return classifier->forward(torch::flatten(avgpool(features->forward(x)), 1)); }
 };
@@ -87,8 +88,8 @@ struct TBottleneck : tnn::Module {
     conv3 = register_module("conv3", tnn::Conv2d(conv(planes, planes * 4, 1, 1, 0, false)));
     bn3 = register_module("bn3", tnn::BatchNorm2d(planes * 4));
     if (stride != 1 || in != planes * 4)
-      downsample = register_module(
-          "downsample", tnn::Sequential(tnn::Conv2d(conv(in, planes * 4, 1, stride, 0, false)), tnn::BatchNorm2d(planes * 4)));
+      downsample = register_module("downsample", tnn::Sequential(tnn::Conv2d(conv(in, planes * 4, 1, stride, 0, false)),
+                                                                 tnn::BatchNorm2d(planes * 4)));
   }
   TTensor forward(const TTensor& x) {
     TTensor out = torch::relu(bn1(conv1(x)));
@@ -135,8 +136,7 @@ struct TSeqImpl : tnn::SequentialImpl {
 TORCH_MODULE(TSeq);
 
 inline TSeq t_conv_bn_relu6(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t groups = 1) {
-  return TSeq(tnn::Conv2d(conv(in, out, k, stride, (k - 1) / 2, false, groups)), tnn::BatchNorm2d(out),
-                         tnn::ReLU6());
+  return TSeq(tnn::Conv2d(conv(in, out, k, stride, (k - 1) / 2, false, groups)), tnn::BatchNorm2d(out), tnn::ReLU6());
 }
 
 struct TInvertedResidual : tnn::Module {
@@ -156,7 +156,7 @@ struct TInvertedResidual : tnn::Module {
 struct TMobileNetV2 : tnn::Module {
   tnn::Sequential features, classifier;
   TMobileNetV2(int64_t classes, int64_t width) {
-    const int64_t table[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2},
+    const int64_t table[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
                                 {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
     int64_t in = ex::scaled(32, width), last = ex::scaled(1280, width);
     features->push_back(t_conv_bn_relu6(3, in, 3, 2));
@@ -176,7 +176,7 @@ struct TMobileNetV2 : tnn::Module {
 
 inline TSeq t_double_conv(int64_t in, int64_t out) {
   return TSeq(tnn::Conv2d(conv(in, out, 3, 1, 1, false)), tnn::BatchNorm2d(out), tnn::ReLU(),
-                         tnn::Conv2d(conv(out, out, 3, 1, 1, false)), tnn::BatchNorm2d(out), tnn::ReLU());
+              tnn::Conv2d(conv(out, out, 3, 1, 1, false)), tnn::BatchNorm2d(out), tnn::ReLU());
 }
 
 struct TUNet : tnn::Module {
@@ -239,9 +239,10 @@ struct TGNMT : tnn::Module {
   TGNMT(int64_t vocab, int64_t hidden, int64_t layers) {
     src_embed = register_module("src_embed", tnn::Embedding(vocab, hidden));
     tgt_embed = register_module("tgt_embed", tnn::Embedding(vocab, hidden));
-    enc_first = register_module(
-        "enc_first", tnn::LSTM(tnn::LSTMOptions(hidden, hidden / 2).batch_first(true).bidirectional(true)));
-    for (int64_t i = 1; i < layers; ++i) enc_rest->push_back(tnn::LSTM(tnn::LSTMOptions(hidden, hidden).batch_first(true)));
+    enc_first = register_module("enc_first",
+                                tnn::LSTM(tnn::LSTMOptions(hidden, hidden / 2).batch_first(true).bidirectional(true)));
+    for (int64_t i = 1; i < layers; ++i)
+      enc_rest->push_back(tnn::LSTM(tnn::LSTMOptions(hidden, hidden).batch_first(true)));
     register_module("enc_rest", enc_rest);
     dec_first = register_module("dec_first", tnn::LSTM(tnn::LSTMOptions(hidden, hidden).batch_first(true)));
     for (int64_t i = 1; i < layers; ++i)

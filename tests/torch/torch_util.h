@@ -40,7 +40,8 @@ inline void expect_same(const KTensor& got, const TTensor& want, double rtol = 1
   std::vector<double> g = got.to_vector<double>(), w = values(want);
   int bad = 0;
   for (size_t i = 0; i < g.size() && bad < 5; ++i) {
-    bool ok = (std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
+    bool ok =
+        (std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
     if (!ok) ++bad, ADD_FAILURE() << "element " << i << ": kiln " << g[i] << ", torch " << w[i];
   }
 }

@@ -58,10 +58,13 @@ TEST(VsTorch, BatchNorm2dTrainsAndEvaluatesAsTorchs) {
   KTensor x = kiln::randn({4, 3, 5, 5}) * 2.0 + 0.5;
   expect_forward_and_backward(
       {x, kbn.weight, kbn.bias},
-      [&](const std::vector<KTensor>& in) { return kiln::nn::batch_norm(in[0], kbn.running_mean, kbn.running_var, in[1], in[2], true); },
+      [&](const std::vector<KTensor>& in) {
+        return kiln::nn::batch_norm(in[0], kbn.running_mean, kbn.running_var, in[1], in[2], true);
+      },
       [&](const std::vector<TTensor>& in) {
-        return torch::nn::functional::batch_norm(in[0], tbn->running_mean, tbn->running_var,
-                                                 torch::nn::functional::BatchNormFuncOptions().weight(in[1]).bias(in[2]).training(true));
+        return torch::nn::functional::batch_norm(
+            in[0], tbn->running_mean, tbn->running_var,
+            torch::nn::functional::BatchNormFuncOptions().weight(in[1]).bias(in[2]).training(true));
       });
   expect_same(kbn.running_mean, tbn->running_mean);
   expect_same(kbn.running_var, tbn->running_var);
@@ -96,8 +99,9 @@ TEST(VsTorch, Activations) {
   KTensor x = kiln::randn({64}) * 4.0;
   namespace F = torch::nn::functional;
   auto check = [&](std::function<KTensor(const KTensor&)> kf, std::function<TTensor(const TTensor&)> tf) {
-    expect_forward_and_backward({x}, [&](const std::vector<KTensor>& in) { return kf(in[0]); },
-                                [&](const std::vector<TTensor>& in) { return tf(in[0]); });
+    expect_forward_and_backward(
+        {x}, [&](const std::vector<KTensor>& in) { return kf(in[0]); },
+        [&](const std::vector<TTensor>& in) { return tf(in[0]); });
   };
   check(kiln::nn::relu6, [](const TTensor& t) { return F::relu6(t); });
   check(kiln::nn::hardswish, [](const TTensor& t) { return torch::hardswish(t); });
@@ -110,8 +114,9 @@ TEST(VsTorch, Activations) {
 
 TEST(VsTorch, ScansAndOrderings) {
   KTensor x = kiln::randn({4, 7});
-  expect_forward_and_backward({x}, [](const std::vector<KTensor>& in) { return kiln::cumsum(in[0], 1); },
-                              [](const std::vector<TTensor>& in) { return torch::cumsum(in[0], 1); });
+  expect_forward_and_backward(
+      {x}, [](const std::vector<KTensor>& in) { return kiln::cumsum(in[0], 1); },
+      [](const std::vector<TTensor>& in) { return torch::cumsum(in[0], 1); });
   KTensor ints = kiln::randint(-5, 5, {3, 4}).to(kiln::DType::I32);
   EXPECT_EQ(kiln::cumsum(ints, 0).dtype(), kiln::DType::I64);
   EXPECT_EQ(torch::cumsum(to_torch(ints), 0).scalar_type(), torch::kLong);
@@ -124,7 +129,8 @@ TEST(VsTorch, ScansAndOrderings) {
     auto [tv, ti] = torch::sort(to_torch(ties), /*stable=*/true, 1, descending);
     expect_same(kv, tv, 0, 0);
     expect_same(ki, ti, 0, 0);
-    expect_same(kiln::argsort(ties, 0, descending), std::get<1>(torch::sort(to_torch(ties), true, 0, descending)), 0, 0);
+    expect_same(kiln::argsort(ties, 0, descending), std::get<1>(torch::sort(to_torch(ties), true, 0, descending)), 0,
+                0);
   }
   // topk: values always; indices where the values are distinct (torch leaves ties' order open).
   for (bool largest : {true, false}) {
@@ -133,8 +139,9 @@ TEST(VsTorch, ScansAndOrderings) {
     expect_same(kv, tv, 0, 0);
     expect_same(ki, ti, 0, 0);
   }
-  expect_forward_and_backward({x}, [](const std::vector<KTensor>& in) { return std::get<0>(kiln::topk(in[0], 2, 0)); },
-                              [](const std::vector<TTensor>& in) { return std::get<0>(torch::topk(in[0], 2, 0)); });
+  expect_forward_and_backward(
+      {x}, [](const std::vector<KTensor>& in) { return std::get<0>(kiln::topk(in[0], 2, 0)); },
+      [](const std::vector<TTensor>& in) { return std::get<0>(torch::topk(in[0], 2, 0)); });
 }
 
 TEST(VsTorch, MaskingReorderingAndTiling) {
@@ -144,21 +151,41 @@ TEST(VsTorch, MaskingReorderingAndTiling) {
   std::vector<std::pair<KF, TF>> cases = {
       {[](auto& in) { return kiln::tril(in[0], -1); }, [](auto& in) { return torch::tril(in[0], -1); }},
       {[](auto& in) { return kiln::triu(in[0], 2); }, [](auto& in) { return torch::triu(in[0], 2); }},
-      {[](auto& in) { return kiln::flip(in[0], {0, 2}); }, [](auto& in) { return torch::flip(in[0], {0, 2}); }},
-      {[](auto& in) { return kiln::roll(in[0], {2, -1}, {1, 2}); }, [](auto& in) { return torch::roll(in[0], {2, -1}, {1, 2}); }},
+      {[](auto& in) {
+         return kiln::flip(in[0], {0, 2});
+       },
+       [](auto& in) {
+         return torch::flip(in[0], {0, 2});
+       }},
+      {[](auto& in) {
+         return kiln::roll(in[0], {2, -1}, {1, 2});
+       },
+       [](auto& in) {
+         return torch::roll(in[0], {2, -1}, {1, 2});
+       }},
       {[](auto& in) { return kiln::roll(in[0], {7}); }, [](auto& in) { return torch::roll(in[0], {7}); }},
-      {[](auto& in) { return kiln::repeat(in[0], {2, 1, 1, 2}); }, [](auto& in) { return in[0].repeat({2, 1, 1, 2}); }},
+      {[](auto& in) {
+         return kiln::repeat(in[0], {2, 1, 1, 2});
+       },
+       [](auto& in) {
+         return in[0].repeat({2, 1, 1, 2});
+       }},
       {[](auto& in) { return kiln::chunk(in[0], 3, 2)[1]; }, [](auto& in) { return in[0].chunk(3, 2)[1]; }},
-      {[](auto& in) { return kiln::split(in[0], std::vector<int64_t>{1, 3}, 1)[1]; },
-       [](auto& in) { return in[0].split_with_sizes({1, 3}, 1)[1]; }},
+      {[](auto& in) {
+         return kiln::split(in[0], std::vector<int64_t>{1, 3}, 1)[1];
+       },
+       [](auto& in) {
+         return in[0].split_with_sizes({1, 3}, 1)[1];
+       }},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(testing::Message() << "case " << i);
     expect_forward_and_backward({x}, cases[i].first, cases[i].second);
   }
   KTensor mask = kiln::lt(kiln::rand({4, 1}), 0.5);
-  expect_forward_and_backward({x}, [&](auto& in) { return kiln::masked_fill(in[0], mask, -2.5); },
-                              [&](auto& in) { return in[0].masked_fill(to_torch(mask), -2.5); });
+  expect_forward_and_backward(
+      {x}, [&](auto& in) { return kiln::masked_fill(in[0], mask, -2.5); },
+      [&](auto& in) { return in[0].masked_fill(to_torch(mask), -2.5); });
 }
 
 TEST(VsTorch, MultiheadAttention) {
@@ -194,28 +221,55 @@ TEST(VsTorch, MultiheadAttention) {
 TEST(VsTorch, Resampling) {
   namespace F = torch::nn::functional;
   KTensor x = kiln::randn({2, 3, 7, 5});
-  expect_forward_and_backward({x}, [](auto& in) { return kiln::nn::adaptive_avg_pool2d(in[0], {3, 2}); },
-                              [](auto& in) { return torch::adaptive_avg_pool2d(in[0], {3, 2}); });
-  expect_forward_and_backward({x}, [](auto& in) { return kiln::nn::interpolate(in[0], {.size = {9, 4}}); },
-                              [](auto& in) {
-                                return F::interpolate(in[0], F::InterpolateFuncOptions().size(std::vector<int64_t>{9, 4}).mode(torch::kNearest));
-                              });
-  expect_forward_and_backward({x}, [](auto& in) { return kiln::nn::interpolate(in[0], {.scale_factor = {2.5, 1.5}}); },
-                              [](auto& in) {
-                                return F::interpolate(in[0], F::InterpolateFuncOptions().scale_factor(std::vector<double>{2.5, 1.5}).mode(torch::kNearest));
-                              });
+  expect_forward_and_backward(
+      {x},
+      [](auto& in) {
+        return kiln::nn::adaptive_avg_pool2d(in[0], {3, 2});
+      },
+      [](auto& in) {
+        return torch::adaptive_avg_pool2d(in[0], {3, 2});
+      });
+  expect_forward_and_backward(
+      {x},
+      [](auto& in) {
+        return kiln::nn::interpolate(in[0], {.size = {9, 4}});
+      },
+      [](auto& in) {
+        return F::interpolate(in[0],
+                              F::InterpolateFuncOptions().size(std::vector<int64_t>{9, 4}).mode(torch::kNearest));
+      });
+  expect_forward_and_backward(
+      {x},
+      [](auto& in) {
+        return kiln::nn::interpolate(in[0], {.scale_factor = {2.5, 1.5}});
+      },
+      [](auto& in) {
+        return F::interpolate(
+            in[0], F::InterpolateFuncOptions().scale_factor(std::vector<double>{2.5, 1.5}).mode(torch::kNearest));
+      });
   for (bool corners : {false, true})
     expect_forward_and_backward(
-        {x}, [corners](auto& in) { return kiln::nn::interpolate(in[0], {.size = {11, 8}, .mode = "bilinear", .align_corners = corners}); },
+        {x},
         [corners](auto& in) {
-          return F::interpolate(in[0], F::InterpolateFuncOptions().size(std::vector<int64_t>{11, 8}).mode(torch::kBilinear).align_corners(corners));
+          return kiln::nn::interpolate(in[0], {.size = {11, 8}, .mode = "bilinear", .align_corners = corners});
+        },
+        [corners](auto& in) {
+          return F::interpolate(in[0], F::InterpolateFuncOptions()
+                                           .size(std::vector<int64_t>{11, 8})
+                                           .mode(torch::kBilinear)
+                                           .align_corners(corners));
         });
   KTensor w = kiln::randn({4, 3, 3, 2}), b = kiln::randn({6});
   KTensor xi = kiln::randn({2, 4, 5, 4});
   expect_forward_and_backward(
-      {xi, w, b}, [](auto& in) { return kiln::nn::conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 1}, 2, {1, 1}); },
+      {xi, w, b},
       [](auto& in) {
-        return F::conv_transpose2d(in[0], in[1], F::ConvTranspose2dFuncOptions().bias(in[2]).stride(2).padding({1, 0}).output_padding(1).groups(2));
+        return kiln::nn::conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 1}, 2, {1, 1});
+      },
+      [](auto& in) {
+        return F::conv_transpose2d(
+            in[0], in[1],
+            F::ConvTranspose2dFuncOptions().bias(in[2]).stride(2).padding({1, 0}).output_padding(1).groups(2));
       });
 }
 
@@ -235,15 +289,24 @@ TEST(VsTorch, RmspropAndAdagradSteps) {
       expect_same(kp, tp, 1e-5, 1e-6);
     }
   };
-  run([](KTensor p) { return kiln::optim::RMSprop({p}, 0.01, {.weight_decay = 0.1, .momentum = 0.5, .centered = true}); },
+  run(
+      [](KTensor p) {
+        return kiln::optim::RMSprop({p}, 0.01, {.weight_decay = 0.1, .momentum = 0.5, .centered = true});
+      },
       [](TTensor p) {
-        return torch::optim::RMSprop({p}, torch::optim::RMSpropOptions(0.01).weight_decay(0.1).momentum(0.5).centered(true));
+        return torch::optim::RMSprop({p},
+                                     torch::optim::RMSpropOptions(0.01).weight_decay(0.1).momentum(0.5).centered(true));
       });
   run([](KTensor p) { return kiln::optim::RMSprop({p}, 0.01); },
       [](TTensor p) { return torch::optim::RMSprop({p}, torch::optim::RMSpropOptions(0.01)); });
-  run([](KTensor p) { return kiln::optim::Adagrad({p}, 0.1, {.lr_decay = 0.05, .weight_decay = 0.01, .initial_accumulator_value = 0.1}); },
+  run(
+      [](KTensor p) {
+        return kiln::optim::Adagrad({p}, 0.1,
+                                    {.lr_decay = 0.05, .weight_decay = 0.01, .initial_accumulator_value = 0.1});
+      },
       [](TTensor p) {
-        return torch::optim::Adagrad({p}, torch::optim::AdagradOptions(0.1).lr_decay(0.05).weight_decay(0.01).initial_accumulator_value(0.1));
+        return torch::optim::Adagrad(
+            {p}, torch::optim::AdagradOptions(0.1).lr_decay(0.05).weight_decay(0.01).initial_accumulator_value(0.1));
       });
 }
 
@@ -254,7 +317,8 @@ TEST(VsTorch, LstmAndGruWithTorchsWeights) {
     for (const auto& item : t.named_parameters()) {
       TTensor v = item.value().detach().to(torch::kDouble).contiguous();
       std::vector<double> data(v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
-      sd[item.key()] = kiln::from_vector(data, kiln::Dims(std::vector<int64_t>(v.sizes().begin(), v.sizes().end()))).to(kiln::DType::F32);
+      sd[item.key()] = kiln::from_vector(data, kiln::Dims(std::vector<int64_t>(v.sizes().begin(), v.sizes().end())))
+                           .to(kiln::DType::F32);
     }
     k.load_state_dict(sd);
   };
@@ -264,8 +328,9 @@ TEST(VsTorch, LstmAndGruWithTorchsWeights) {
   KTensor x = kiln::randn({5, 2, 3});
   std::vector<KTensor> kparams = klstm.parameters();
   std::vector<KTensor> inputs{x};
-  expect_forward_and_backward(inputs, [&](const std::vector<KTensor>& in) { return std::get<0>(klstm(in[0])); },
-                              [&](const std::vector<TTensor>& in) { return std::get<0>(tlstm->forward(in[0])); });
+  expect_forward_and_backward(
+      inputs, [&](const std::vector<KTensor>& in) { return std::get<0>(klstm(in[0])); },
+      [&](const std::vector<TTensor>& in) { return std::get<0>(tlstm->forward(in[0])); });
   // The weights' gradients too: one backward of the same projection through each.
   KTensor r = kiln::randn({5, 2, 8});
   for (KTensor& p : kparams) p.zero_grad();
@@ -281,14 +346,16 @@ TEST(VsTorch, LstmAndGruWithTorchsWeights) {
   torch::nn::GRU tgru(torch::nn::GRUOptions(3, 5));
   load_from(kgru, *tgru);
   KTensor h0 = kiln::randn({1, 2, 5});
-  expect_forward_and_backward({x, h0}, [&](const std::vector<KTensor>& in) { return std::get<0>(kgru(in[0], in[1])); },
-                              [&](const std::vector<TTensor>& in) { return std::get<0>(tgru->forward(in[0], in[1])); });
+  expect_forward_and_backward(
+      {x, h0}, [&](const std::vector<KTensor>& in) { return std::get<0>(kgru(in[0], in[1])); },
+      [&](const std::vector<TTensor>& in) { return std::get<0>(tgru->forward(in[0], in[1])); });
 }
 
 TEST(VsTorch, EmbeddingWithPaddingIdx) {
   KTensor w = kiln::randn({6, 4});
   KTensor ids = kiln::from_vector(std::vector<int64_t>{2, 5, 2, 0, 5, 3}, {2, 3});
   namespace F = torch::nn::functional;
-  expect_forward_and_backward({w}, [&](auto& in) { return kiln::nn::embedding(ids, in[0], 5); },
-                              [&](auto& in) { return F::embedding(to_torch(ids), in[0], F::EmbeddingFuncOptions().padding_idx(5)); });
+  expect_forward_and_backward(
+      {w}, [&](auto& in) { return kiln::nn::embedding(ids, in[0], 5); },
+      [&](auto& in) { return F::embedding(to_torch(ids), in[0], F::EmbeddingFuncOptions().padding_idx(5)); });
 }

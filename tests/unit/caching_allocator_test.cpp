@@ -210,7 +210,7 @@ TEST(CachingAllocator, OutOfMemoryWaitsForPendingBlocksBeforeGivingUp) {
   f.device.budget = 40 * MiB;
   void* a = f.a.allocate(30 * MiB, 1);
   f.a.record_stream(a, 2);
-  f.a.deallocate(a, 0);  // pending on stream 2's event, which nobody completes
+  f.a.deallocate(a, 0);                 // pending on stream 2's event, which nobody completes
   void* b = f.a.allocate(30 * MiB, 3);  // the retry synchronizes the event, frees the segment
   EXPECT_NE(b, nullptr);
   EXPECT_EQ(f.device.frees, 1);

@@ -41,7 +41,7 @@ const Case kCases[] = {
 };
 
 struct Reference {
-  std::vector<double> y, dx, dw;           // forward, and the gradients for upstream g
+  std::vector<double> y, dx, dw;              // forward, and the gradients for upstream g
   std::vector<double> y_mag, dx_mag, dw_mag;  // sums of |terms|, for rounding bounds
 };
 
@@ -197,13 +197,18 @@ TEST(Conv2dGrad, OneDnnRunsEveryCase) {
     Tensor y = apply(OpId::Conv2d, {x, w}, attrs_of(k));
     Tensor dx = zeros(x.shape()), dw = zeros(w.shape());
     int64_t oh = y.size(2), ow = y.size(3);
-    conv::Problem p{k.n, k.c, k.o, k.groups,
+    conv::Problem p{k.n,
+                    k.c,
+                    k.o,
+                    k.groups,
                     {cg, k.h, k.w, k.kh, k.kw, k.stride[0], k.stride[1], k.padding[0], k.padding[1], k.dilation[0],
                      k.dilation[1], oh, ow}};
     const float *xp = static_cast<const float*>(x.data_ptr()), *wp = static_cast<const float*>(w.data_ptr());
     EXPECT_TRUE(conv::onednn_forward(p, xp, wp, static_cast<float*>(y.data_ptr())));
-    EXPECT_TRUE(conv::onednn_input_grad(p, static_cast<const float*>(y.data_ptr()), wp, static_cast<float*>(dx.data_ptr())));
-    EXPECT_TRUE(conv::onednn_weight_grad(p, xp, static_cast<const float*>(y.data_ptr()), static_cast<float*>(dw.data_ptr())));
+    EXPECT_TRUE(
+        conv::onednn_input_grad(p, static_cast<const float*>(y.data_ptr()), wp, static_cast<float*>(dx.data_ptr())));
+    EXPECT_TRUE(
+        conv::onednn_weight_grad(p, xp, static_cast<const float*>(y.data_ptr()), static_cast<float*>(dw.data_ptr())));
   }
   conv::Problem large{8, 64, 64, 1, {64, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 32, 32}};
   EXPECT_FALSE(conv::onednn_weight_grad(large, nullptr, nullptr, nullptr));
@@ -212,16 +217,31 @@ TEST(Conv2dGrad, OneDnnRunsEveryCase) {
 TEST(Conv2dGrad, ErrorsNameTheOpAndTheShapes) {
   Tensor w = zeros({4, 3, 3, 3}), x = zeros({2, 3, 8, 8}), g = zeros({2, 4, 6, 6});
   Case k{2, 3, 8, 8, 4, 3, 3, {1, 1}, {0, 0}, {1, 1}, 1, ""};
-  test::expect_error([&] { apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, {2, 3, 9, 8})); },
-                     {"conv2d_input_grad", "f32[2,4,6,6]", "f32[2,4,7,6]"});
-  test::expect_error([&] { apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, {2, 3})); },
-                     {"conv2d_input_grad", "shape", "[2,3]"});
-  test::expect_error([&] { apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, {4, 3, 2, 2})); },
-                     {"conv2d_weight_grad", "f32[2,4,6,6]", "f32[2,4,7,7]"});
-  test::expect_error([&] { apply(OpId::Conv2dWeightGrad, {x, g.to(f64)}, attrs_of(k, w.shape())); },
-                     {"conv2d_weight_grad", "f64[2,4,6,6]"});
-  test::expect_error([&] { apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, {4, 3, -1, 3})); },
-                     {"conv2d_weight_grad", "concrete"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, {2, 3, 9, 8}));
+      },
+      {"conv2d_input_grad", "f32[2,4,6,6]", "f32[2,4,7,6]"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2dInputGrad, {g, w}, attrs_of(k, {2, 3}));
+      },
+      {"conv2d_input_grad", "shape", "[2,3]"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, {4, 3, 2, 2}));
+      },
+      {"conv2d_weight_grad", "f32[2,4,6,6]", "f32[2,4,7,7]"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2dWeightGrad, {x, g.to(f64)}, attrs_of(k, w.shape()));
+      },
+      {"conv2d_weight_grad", "f64[2,4,6,6]"});
+  test::expect_error(
+      [&] {
+        apply(OpId::Conv2dWeightGrad, {x, g}, attrs_of(k, {4, 3, -1, 3}));
+      },
+      {"conv2d_weight_grad", "concrete"});
 }
 
 }  // namespace

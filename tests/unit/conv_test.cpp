@@ -21,12 +21,10 @@ struct ConvCase {
 
 // out[n,o,y,x] = bias[o] + sum over the group's input channels and the kernel window.
 // Returns the values and, for a rounding bound, the sums of |products|.
-std::pair<std::vector<double>, std::vector<double>> reference_conv(const Tensor& x, const Tensor& w,
-                                                                   const Tensor& bias,
+std::pair<std::vector<double>, std::vector<double>> reference_conv(const Tensor& x, const Tensor& w, const Tensor& bias,
                                                                    const ConvCase& k) {
   std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
-  std::vector<double> bv =
-      bias.defined() ? bias.to_vector<double>() : std::vector<double>(k.o, 0.0);
+  std::vector<double> bv = bias.defined() ? bias.to_vector<double>() : std::vector<double>(k.o, 0.0);
   int64_t oh = (k.h + 2 * k.padding[0] - k.dilation[0] * (k.kh - 1) - 1) / k.stride[0] + 1;
   int64_t ow = (k.w + 2 * k.padding[1] - k.dilation[1] * (k.kw - 1) - 1) / k.stride[1] + 1;
   int64_t cg = k.c / k.groups, og = k.o / k.groups;
@@ -43,8 +41,7 @@ std::pair<std::vector<double>, std::vector<double>> reference_conv(const Tensor&
                 int64_t ix = ox * k.stride[1] - k.padding[1] + kx * k.dilation[1];
                 if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
                 int64_t c = (o / og) * cg + ci;
-                double p = xv[((b * k.c + c) * k.h + iy) * k.w + ix] *
-                           wv[((o * cg + ci) * k.kh + ky) * k.kw + kx];
+                double p = xv[((b * k.c + c) * k.h + iy) * k.w + ix] * wv[((o * cg + ci) * k.kh + ky) * k.kw + kx];
                 s += p;
                 m += std::abs(p);
               }
@@ -63,13 +60,12 @@ int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
 }
 
 // max_pool2d (NaN wins, as in PyTorch's CPU kernel) or avg_pool2d over planes of x.
-std::vector<double> reference_pool(const Tensor& x, bool is_max, const Dims& k, const Dims& s,
-                                   const Dims& p, bool flag) {
+std::vector<double> reference_pool(const Tensor& x, bool is_max, const Dims& k, const Dims& s, const Dims& p,
+                                   bool flag) {
   std::vector<double> xv = x.to_vector<double>();
   int64_t h = x.size(-2), w = x.size(-1), planes = x.numel() / (h * w);
   bool ceil_mode = is_max && flag, include_pad = !is_max && flag;
-  int64_t oh = pool_out(h, k[0], s[0], p[0], ceil_mode),
-          ow = pool_out(w, k[1], s[1], p[1], ceil_mode);
+  int64_t oh = pool_out(h, k[0], s[0], p[0], ceil_mode), ow = pool_out(w, k[1], s[1], p[1], ceil_mode);
   std::vector<double> out;
   for (int64_t q = 0; q < planes; ++q)
     for (int64_t oy = 0; oy < oh; ++oy)
@@ -119,8 +115,7 @@ TEST(Conv2d, MatchesANaiveConvolutionOverStridePaddingDilationAndGroups) {
       std::vector<double> got = y.to_vector<double>();
       int64_t terms = k.c / k.groups * k.kh * k.kw + 1;
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 2 * terms * 0x1p-24 * mag[i] + 1e-30)
-            << "case groups=" << k.groups << " i=" << i;
+        ASSERT_NEAR(got[i], want[i], 2 * terms * 0x1p-24 * mag[i] + 1e-30) << "case groups=" << k.groups << " i=" << i;
     }
   }
 }
@@ -150,11 +145,7 @@ TEST(Conv2d, ErrorsDescribeTheMismatch) {
   expect_error([&] { conv2d(zeros({3, 5, 5}), w); }, {"conv2d", "[N,C,H,W]", "f32[3,5,5]"});
   expect_error([&] { conv2d(x, zeros({4, 2, 3, 3})); }, {"conv2d", "f32[4,2,3,3]", "f32[1,3,5,5]"});
   expect_error([&] { conv2d(x, zeros({4, 3, 6, 6})); }, {"conv2d", "larger", "f32[1,3,5,5]"});
-  expect_error(
-      [&] {
-        conv2d(x, zeros({4, 1, 3, 3}), {}, {1, 1}, {0, 0}, {1, 1}, 2);
-      },
-      {"conv2d", "groups 2"});
+  expect_error([&] { conv2d(x, zeros({4, 1, 3, 3}), {}, {1, 1}, {0, 0}, {1, 1}, 2); }, {"conv2d", "groups 2"});
   expect_error([&] { conv2d(x, w, zeros({3})); }, {"conv2d", "bias", "f32[3]"});
   expect_error([&] { conv2d(x, w, {}, {0, 1}); }, {"conv2d", "stride"});
   expect_error([&] { conv2d(x, w, {}, {1, 1}, {-1, 0}); }, {"conv2d", "padding"});
@@ -180,10 +171,8 @@ TEST(MaxPool2d, MatchesPyTorchWithPaddingAndCeilMode) {
     Tensor x = randn(c.shape);
     Dims stride = c.stride.empty() ? c.kernel : c.stride;
     Tensor y = max_pool2d(x, c.kernel, c.stride, c.padding, c.ceil_mode);
-    EXPECT_EQ(y.size(-2), pool_out(c.shape[c.shape.size() - 2], c.kernel[0], stride[0],
-                                   c.padding[0], c.ceil_mode));
-    EXPECT_EQ(y.size(-1),
-              pool_out(c.shape.back(), c.kernel[1], stride[1], c.padding[1], c.ceil_mode));
+    EXPECT_EQ(y.size(-2), pool_out(c.shape[c.shape.size() - 2], c.kernel[0], stride[0], c.padding[0], c.ceil_mode));
+    EXPECT_EQ(y.size(-1), pool_out(c.shape.back(), c.kernel[1], stride[1], c.padding[1], c.ceil_mode));
     expect_close(y, reference_pool(x, true, c.kernel, stride, c.padding, c.ceil_mode), 0, 0);
   }
 }
@@ -216,8 +205,7 @@ TEST(AvgPool2d, CountsPaddingOnlyWhenAsked) {
     Dims stride = c.stride.empty() ? c.kernel : c.stride;
     for (bool include_pad : {true, false}) {
       Tensor y = avg_pool2d(x, c.kernel, c.stride, c.padding, include_pad);
-      expect_close(y, reference_pool(x, false, c.kernel, stride, c.padding, include_pad), 1e-6,
-                   1e-6);
+      expect_close(y, reference_pool(x, false, c.kernel, stride, c.padding, include_pad), 1e-6, 1e-6);
     }
   }
   Tensor d = avg_pool2d(randn({1, 1, 6, 6}, f64), {2, 2});
@@ -227,18 +215,10 @@ TEST(AvgPool2d, CountsPaddingOnlyWhenAsked) {
 TEST(Pool2d, ErrorsDescribeTheMismatch) {
   Tensor x = zeros({1, 2, 4, 4});
   expect_error([&] { max_pool2d(zeros({4, 4}), {2, 2}); }, {"max_pool2d", "f32[4,4]"});
-  expect_error(
-      [&] {
-        avg_pool2d(zeros({1, 1, 1, 4, 4}), {2, 2});
-      },
-      {"avg_pool2d", "f32[1,1,1,4,4]"});
+  expect_error([&] { avg_pool2d(zeros({1, 1, 1, 4, 4}), {2, 2}); }, {"avg_pool2d", "f32[1,1,1,4,4]"});
   expect_error([&] { max_pool2d(x, {5, 5}); }, {"max_pool2d", "larger", "f32[1,2,4,4]"});
   expect_error([&] { max_pool2d(x, {2, 2}, {}, {2, 2}); }, {"max_pool2d", "padding", "half"});
   expect_error([&] { avg_pool2d(x, {2}); }, {"avg_pool2d", "kernel"});
   expect_error([&] { max_pool2d(x, {2, 2}, {0, 1}); }, {"max_pool2d", "stride"});
-  expect_error(
-      [&] {
-        max_pool2d(zeros({1, 1, 4, 4}, i32), {2, 2});
-      },
-      {"max_pool2d", "i32[1,1,4,4]"});
+  expect_error([&] { max_pool2d(zeros({1, 1, 4, 4}, i32), {2, 2}); }, {"max_pool2d", "i32[1,1,4,4]"});
 }

@@ -80,8 +80,7 @@ TEST(Creation, ArangeCountsInIntegersOrFloats) {
   for (int i = 0; i < 30; ++i) want.push_back(-1.0 + 0.1 * i);  // ceil(3 / 0.1) = 30 values
   expect_close(arange(-1.0, 2.0, 0.1, f64), want, 1e-12, 0);
   EXPECT_EQ(arange(0, 5, 2, f32).dtype(), f32);
-  EXPECT_EQ(arange(int64_t{1} << 40, (int64_t{1} << 40) + 3).to_vector<int64_t>()[2],
-            (int64_t{1} << 40) + 2);
+  EXPECT_EQ(arange(int64_t{1} << 40, (int64_t{1} << 40) + 3).to_vector<int64_t>()[2], (int64_t{1} << 40) + 2);
 }
 
 TEST(Creation, ArangeRejectsAStepAwayFromStop) {
@@ -128,8 +127,7 @@ TEST(Creation, FromVectorCopiesValuesIntoAShape) {
   EXPECT_EQ(t.type().str(), "i32[2,3]");
   EXPECT_EQ(t[1][0].item<int32_t>(), 4);
   EXPECT_EQ(t[0][0].item<int32_t>(), 1);
-  EXPECT_EQ(from_vector<bool>({true, false, true}).to_vector<bool>(),
-            (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(from_vector<bool>({true, false, true}).to_vector<bool>(), (std::vector<bool>{true, false, true}));
   EXPECT_EQ(from_vector<Half>({Half(1.5f)}).dtype(), f16);
   EXPECT_EQ(tensor({1, 2}).dtype(), f32);
   expect_error([] { from_vector<float>({1, 2, 3}, {2, 2}); }, {"from_vector", "[2,2]", "3"});
@@ -271,8 +269,7 @@ TEST(Random, RandIsUniformOnTheHalfOpenUnitInterval) {
     // Five standard errors, plus the spacing of the dtype's grid of values in [0.5, 1).
     double grid = t == bf16 ? 0x1p-8 : t == f16 ? 0x1p-11 : 0;
     EXPECT_NEAR(mean, 0.5, 5 * 0.2887 / std::sqrt(double(n)) + grid) << dtype_name(t);
-    for (int b : bins)
-      EXPECT_NEAR(b / double(n), 0.1, 5 * 0.3 / std::sqrt(double(n)) + grid) << dtype_name(t);
+    for (int b : bins) EXPECT_NEAR(b / double(n), 0.1, 5 * 0.3 / std::sqrt(double(n)) + grid) << dtype_name(t);
   }
 }
 
@@ -337,8 +334,7 @@ TEST(Random, BernoulliFiresWithProbabilityP) {
   }
   EXPECT_NEAR(ones / n, 0.3, 5 * std::sqrt(0.21 / n));
   Tensor p = from_vector<double>({0.0, 1.0, 0.0, 1.0});
-  for (int i = 0; i < 20; ++i)
-    EXPECT_EQ(bernoulli(p).to_vector<double>(), (std::vector<double>{0, 1, 0, 1}));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(bernoulli(p).to_vector<double>(), (std::vector<double>{0, 1, 0, 1}));
   Tensor half = full({n}, 0.5, f32);
   EXPECT_NEAR(bernoulli(half).sum().item<double>() / n, 0.5, 5 * std::sqrt(0.25 / n));
   expect_error([] { bernoulli({2}, 1.5); }, {"bernoulli"});

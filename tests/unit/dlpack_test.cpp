@@ -82,7 +82,8 @@ TEST(DLPack, ExportsViewsWithTheirStridesAndOffset) {
   std::vector<float> read;
   for (int64_t i = 0; i < d.shape[0]; ++i)
     for (int64_t j = 0; j < d.shape[1]; ++j)
-      for (int64_t k = 0; k < d.shape[2]; ++k) read.push_back(p[i * d.strides[0] + j * d.strides[1] + k * d.strides[2]]);
+      for (int64_t k = 0; k < d.shape[2]; ++k)
+        read.push_back(p[i * d.strides[0] + j * d.strides[1] + k * d.strides[2]]);
   EXPECT_EQ(read, v.to_vector<float>());
   Tensor back = from_dlpack(m);
   EXPECT_EQ(back.strides(), v.strides());
@@ -151,7 +152,8 @@ TEST(DLPack, RejectsWhatItCannotExpress) {
         try {
           to_dlpack(flags);
         } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("bool[2] cannot be expressed in DLPack 0.6"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("bool[2] cannot be expressed in DLPack 0.6"), std::string::npos)
+              << e.what();
           throw;
         }
       },

@@ -25,15 +25,15 @@ class Files : public testing::Test {
     fs::create_directories(dir_);
     ::chmod(dir_.c_str(), 0700);
   }
-  void TearDown() override {
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { fs::remove_all(dir_); }
   static void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
   static std::string read(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
-  size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator())); }
+  size_t entries() const {
+    return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
+  }
   fs::path dir_;
 };
 
@@ -121,7 +121,8 @@ TEST_F(Files, ProgramsRunWithoutAShell) {
   EXPECT_EQ(files::run_program({"echo", "a b", "$(touch x)", "'; touch y; '"}).value_or("?"),
             "a b $(touch x) '; touch y; '\n");
   EXPECT_FALSE(fs::exists("x") || fs::exists("y"));
-  EXPECT_EQ(files::run_program({"sh", "-c", "echo $KILN_FILES_TEST"}, {"KILN_FILES_TEST=given"}).value_or("?"), "given\n");
+  EXPECT_EQ(files::run_program({"sh", "-c", "echo $KILN_FILES_TEST"}, {"KILN_FILES_TEST=given"}).value_or("?"),
+            "given\n");
   EXPECT_FALSE(files::run_program({"false"}).has_value());
   EXPECT_FALSE(files::run_program({"/nonexistent/program"}).has_value());
 }

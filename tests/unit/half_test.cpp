@@ -83,8 +83,7 @@ TEST(Half, RoundsToNearestEvenIncludingSubnormalsAndOverflow) {
   for (int i = 0; i < 20000; ++i) {
     float f;
     uint32_t u = bits(rng);
-    u = (u & 0x80000000u) |
-        ((0x30000000u + (u & 0x7fffffffu) % 0x18000000u));  // |f| in ~[2^-31, 2^17)
+    u = (u & 0x80000000u) | ((0x30000000u + (u & 0x7fffffffu) % 0x18000000u));  // |f| in ~[2^-31, 2^17)
     std::memcpy(&f, &u, 4);
     cases.push_back(f);
   }
@@ -144,8 +143,8 @@ TEST(Half, TensorCastsRoundLikeTheScalarConversions) {
   manual_seed(5);
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> xv = (randn({1000}) * 1000.0f).to_vector<float>();
-  for (float f : {65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x3p-25f, 0x1p-14f, 1e-8f,
-                  3.4e38f, -0.0f, inf, -inf, std::nanf("")})
+  for (float f : {65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x3p-25f, 0x1p-14f, 1e-8f, 3.4e38f, -0.0f, inf,
+                  -inf, std::nanf("")})
     xv.push_back(f);
   Tensor x = from_vector(xv);
   std::vector<double> want_h, want_b, want_hb;
@@ -162,8 +161,7 @@ TEST(Half, TensorCastsRoundLikeTheScalarConversions) {
 
 TEST(Half, TensorCastsToIntegersSaturateLikeF32) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
-  Tensor x =
-      from_vector<float>({2.75f, -2.75f, 60000.0f, -60000.0f, inf, -inf, nan, 300.0f, -1.0f});
+  Tensor x = from_vector<float>({2.75f, -2.75f, 60000.0f, -60000.0f, inf, -inf, nan, 300.0f, -1.0f});
   for (DType half : {f16, bf16}) {
     Tensor h = x.to(half);
     for (DType t : {i32, i64, u8}) {

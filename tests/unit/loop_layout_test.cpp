@@ -1,8 +1,8 @@
 // tests/unit/loop_layout_test.cpp -- the loop-layout rules every strided kernel shares.
 #include <gtest/gtest.h>
 
-#include "runtime/loop_layout.h"
 #include "runtime/error.h"
+#include "runtime/loop_layout.h"
 #include "tests/unit/test_util.h"
 
 namespace kiln {
@@ -14,7 +14,11 @@ TEST(LoopLayout, BroadcastStridesAlignAtTheRight) {
   EXPECT_EQ(broadcast_strides({}, {}, {5}, "t"), Dims({0}));
   EXPECT_EQ(broadcast_strides({2, 3}, {3, 1}, {2, 3}, "t"), Dims({3, 1}));
   test::expect_error([] { broadcast_strides({3}, {1}, {2, 4}, "copy"); }, {"copy: [3] does not broadcast to [2,4]"});
-  test::expect_error([] { broadcast_strides({2, 2, 2}, {4, 2, 1}, {2, 2}, "copy"); }, {"copy: [2,2,2] has more dims than [2,2]"});
+  test::expect_error(
+      [] {
+        broadcast_strides({2, 2, 2}, {4, 2, 1}, {2, 2}, "copy");
+      },
+      {"copy: [2,2,2] has more dims than [2,2]"});
 }
 
 TEST(LoopLayout, MergesDimsEveryOperandStepsThroughAsOne) {

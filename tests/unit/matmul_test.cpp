@@ -62,8 +62,7 @@ Product reference_matmul(const Tensor& a, const Tensor& b) {
 
 // Expects c == a @ b up to rounding: k products and sums at `eps` (the compute precision),
 // plus rounding the result to `out_eps`.
-void expect_product(const Tensor& c, const Tensor& a, const Tensor& b, double eps,
-                    double out_eps = 0) {
+void expect_product(const Tensor& c, const Tensor& a, const Tensor& b, double eps, double out_eps = 0) {
   Product p = reference_matmul(a, b);
   ASSERT_EQ(c.shape(), p.shape) << a.type() << " @ " << b.type();
   std::vector<double> got = c.to_vector<double>();
@@ -74,8 +73,8 @@ void expect_product(const Tensor& c, const Tensor& a, const Tensor& b, double ep
     if (out_eps > 0) tol += 0x1p-24;  // f16's subnormal spacing
     if (!(std::abs(got[i] - p.value[i]) <= tol)) {
       ++bad;
-      ADD_FAILURE() << a.type() << " @ " << b.type() << " element " << i << ": got " << got[i]
-                    << ", expected " << p.value[i];
+      ADD_FAILURE() << a.type() << " @ " << b.type() << " element " << i << ": got " << got[i] << ", expected "
+                    << p.value[i];
     }
   }
 }
@@ -191,8 +190,7 @@ TEST(Matmul, GivesZerosWhenTheInnerDimIsEmpty) {
   Tensor c = matmul(empty({3, 0}), empty({0, 4}));
   EXPECT_EQ(c.shape(), (Dims{3, 4}));
   EXPECT_EQ(c.to_vector<float>(), std::vector<float>(12, 0.0f));
-  EXPECT_EQ(matmul(empty({2, 3, 0}, i64), empty({0, 2}, i64)).to_vector<int64_t>(),
-            std::vector<int64_t>(12, 0));
+  EXPECT_EQ(matmul(empty({2, 3, 0}, i64), empty({0, 2}, i64)).to_vector<int64_t>(), std::vector<int64_t>(12, 0));
   EXPECT_EQ(matmul(empty({0, 5}), randn({5, 3})).shape(), (Dims{0, 3}));
   EXPECT_EQ(matmul(empty({0}), empty({0})).item<float>(), 0.0f);
 }
@@ -212,8 +210,7 @@ TEST(Matmul, ErrorsNameBothOperandTypes) {
 TEST(Linear, MultipliesByTheTransposedWeightAndAddsBias) {
   manual_seed(7);
   Tensor x = randn({4, 5}), w = randn({3, 5}), bias = randn({3});
-  std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(),
-                      bv = bias.to_vector<double>();
+  std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = bias.to_vector<double>();
   for (bool with_bias : {false, true}) {
     Tensor y = with_bias ? linear(x, w, bias) : linear(x, w);
     ASSERT_EQ(y.shape(), (Dims{4, 3}));
@@ -244,22 +241,28 @@ TEST(Matmul, ReadsEveryLayoutIncludingSize1DimsWithOddStrides) {
   Tensor base = randn({9, 11, 13});
   auto views = [&](int64_t r, int64_t c) {
     std::vector<Tensor> v;
-    v.push_back(randn({r, c}));                                                 // row-major
-    v.push_back(randn({c, r}).t());                                             // column-major
-    v.push_back(base.select(0, 2).slice(0, 1, 1 + r).slice(1, 2, 2 + c));       // ld 13
-    v.push_back(base.select(2, 3).slice(0, 0, r).slice(1, 1, 1 + c));           // both strided
+    v.push_back(randn({r, c}));                                                       // row-major
+    v.push_back(randn({c, r}).t());                                                   // column-major
+    v.push_back(base.select(0, 2).slice(0, 1, 1 + r).slice(1, 2, 2 + c));             // ld 13
+    v.push_back(base.select(2, 3).slice(0, 0, r).slice(1, 1, 1 + c));                 // both strided
     v.push_back(base.permute({2, 1, 0}).select(2, 4).slice(0, 0, r).slice(1, 0, c));  // ld 13*11
-    v.push_back(randn({r, 1, c}).select(1, 0));                                 // row stride c
-    v.push_back(randn({c, 9}).t().slice(0, 3, 3 + r));                          // transposed slice
+    v.push_back(randn({r, 1, c}).select(1, 0));                                       // row stride c
+    v.push_back(randn({c, 9}).t().slice(0, 3, 3 + r));                                // transposed slice
     return v;
   };
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 5, 4}, {4, 1, 5}, {5, 4, 1},
-                         {1, 1, 6}, {1, 6, 1}, {6, 1, 1}, {1, 1, 1}, {3, 4, 5}}) {
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 5, 4},
+                         {4, 1, 5},
+                         {5, 4, 1},
+                         {1, 1, 6},
+                         {1, 6, 1},
+                         {6, 1, 1},
+                         {1, 1, 1},
+                         {3, 4, 5}}) {
     std::vector<Tensor> as = views(m, k), bs = views(k, n);
     for (const Tensor& a : as)
       for (const Tensor& b : bs) {
-        SCOPED_TRACE(::testing::Message() << a.type() << " strides " << shape_str(a.strides())
-                                          << " @ " << b.type() << " strides " << shape_str(b.strides()));
+        SCOPED_TRACE(::testing::Message() << a.type() << " strides " << shape_str(a.strides()) << " @ " << b.type()
+                                          << " strides " << shape_str(b.strides()));
         expect_product(matmul(a, b), a, b, kF32);
         expect_product(matmul(a.to(f64), b.to(f64)), a.to(f64), b.to(f64), kF64);
       }
@@ -275,9 +278,9 @@ TEST(Matmul, ReadsEveryLayoutIncludingSize1DimsWithOddStrides) {
 
 TEST(Matmul, FoldsABatchAgainstOneWeightIntoOneProduct) {
   manual_seed(9);
-  for (const Tensor& x : {randn({3, 4, 5, 6}), randn({4, 3, 5, 6}).transpose(0, 1),
-                          randn({3, 4, 6, 5}).transpose(-1, -2), randn({1, 4, 1, 6}),
-                          randn({3, 1, 1, 6}).expand({3, 4, 5, 6})}) {
+  for (const Tensor& x :
+       {randn({3, 4, 5, 6}), randn({4, 3, 5, 6}).transpose(0, 1), randn({3, 4, 6, 5}).transpose(-1, -2),
+        randn({1, 4, 1, 6}), randn({3, 1, 1, 6}).expand({3, 4, 5, 6})}) {
     SCOPED_TRACE(::testing::Message() << x.type() << " strides " << shape_str(x.strides()));
     Tensor w = randn({6, 7});
     expect_product(matmul(x, w), x, w, kF32);

@@ -13,8 +13,7 @@ using kiln::test::flat_index;
 namespace {
 
 // cat along `dim` by index arithmetic on the flattened inputs.
-std::vector<double> cat_reference(const std::vector<Tensor>& xs, int64_t dim,
-                                  const Dims& out_shape) {
+std::vector<double> cat_reference(const std::vector<Tensor>& xs, int64_t dim, const Dims& out_shape) {
   std::vector<double> out;
   for (const auto& idx : all_indices(out_shape)) {
     int64_t i = idx[dim];
@@ -66,11 +65,7 @@ TEST(Cat, ReadsNonContiguousInputsAndPromotesDtypes) {
 
 TEST(Cat, RejectsShapesThatDifferOutsideTheDim) {
   expect_error([] { cat({zeros({2, 3}), zeros({2, 4})}, 0); }, {"cat", "f32[2,3]", "f32[2,4]"});
-  expect_error(
-      [] {
-        cat({zeros({2, 3}), zeros({2, 3, 1})}, 0);
-      },
-      {"cat", "f32[2,3]", "f32[2,3,1]"});
+  expect_error([] { cat({zeros({2, 3}), zeros({2, 3, 1})}, 0); }, {"cat", "f32[2,3]", "f32[2,3,1]"});
   expect_error([] { cat({zeros({2, 3}), zeros({2, 3})}, 2); }, {"cat", "dim 2"});
   expect_error([] { cat({scalar_tensor(1.0), scalar_tensor(2.0)}); }, {"cat", "0-d"});
   expect_error([] { cat(std::span<const Tensor>{}); }, {"cat"});
@@ -79,8 +74,7 @@ TEST(Cat, RejectsShapesThatDifferOutsideTheDim) {
 TEST(Stack, InsertsANewDim) {
   manual_seed(3);
   Tensor a = randn({2, 3}), b = randn({2, 3}), c = randn({2, 3});
-  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(),
-                      cv = c.to_vector<double>();
+  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), cv = c.to_vector<double>();
   const std::vector<double>* parts[3] = {&av, &bv, &cv};
   for (int64_t d = -3; d < 3; ++d) {
     Tensor s = stack({a, b, c}, d);
@@ -104,15 +98,13 @@ TEST(Pad, GrowsAndCropsWithAFillValue) {
   manual_seed(4);
   Tensor x = randn({3, 4, 5});
   // (last dim before, after), (middle dim before, after): pad, crop, or both.
-  const Dims cases[] = {{1, 2},           {2, 0, 0, 3},       {-1, 2, 1, -2},
-                        {-2, -1, -1, -1}, {0, 0, 0, 0, 1, 1}, {3, -4}};
+  const Dims cases[] = {{1, 2}, {2, 0, 0, 3}, {-1, 2, 1, -2}, {-2, -1, -1, -1}, {0, 0, 0, 0, 1, 1}, {3, -4}};
   for (const Tensor& in : {x, randn({5, 4, 3}).transpose(0, 2)}) {
     std::vector<double> xv = in.to_vector<double>();
     for (const Dims& pads : cases) {
       Tensor y = pad(in, pads, 1.5);
       Dims want_shape = x.shape();
-      for (size_t i = 0; i < pads.size() / 2; ++i)
-        want_shape[2 - i] += pads[2 * i] + pads[2 * i + 1];
+      for (size_t i = 0; i < pads.size() / 2; ++i) want_shape[2 - i] += pads[2 * i] + pads[2 * i + 1];
       ASSERT_EQ(y.shape(), want_shape) << shape_str(pads);
       std::vector<double> want;
       for (const auto& idx : all_indices(want_shape)) {
@@ -228,8 +220,7 @@ TEST(OneHot, MarksEachIndexWithAOne) {
   std::vector<int64_t> hv = h.to_vector<int64_t>(), iv = idx.to_vector<int64_t>();
   for (int64_t i = 0; i < 6; ++i)
     for (int64_t c = 0; c < 5; ++c) EXPECT_EQ(hv[i * 5 + c], iv[i] == c ? 1 : 0);
-  EXPECT_EQ(one_hot(from_vector<int32_t>({1}), 3).to_vector<int64_t>(),
-            (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(one_hot(from_vector<int32_t>({1}), 3).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 0}));
   expect_error([&] { one_hot(idx, 3); }, {"one_hot", "[0, 3)"});
   expect_error([] { one_hot(from_vector<int64_t>({-1}), 3); }, {"one_hot"});
   expect_error([] { one_hot(zeros({2})); }, {"one_hot", "f32[2]"});

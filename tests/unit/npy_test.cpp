@@ -17,9 +17,7 @@ namespace {
 
 using Bytes = std::string;
 
-std::string temp_path(const std::string& name) {
-  return testing::TempDir() + "kiln_npy_" + name + ".npy";
-}
+std::string temp_path(const std::string& name) { return testing::TempDir() + "kiln_npy_" + name + ".npy"; }
 
 void write_bytes(const std::string& path, const Bytes& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -42,13 +40,11 @@ Bytes make_npy(const std::string& dict, const Bytes& data, int major = 1) {
   Bytes out = "\x93NUMPY";
   out.push_back(static_cast<char>(major));
   out.push_back(0);
-  for (size_t i = 0; i < len_bytes; ++i)
-    out.push_back(static_cast<char>((h.size() >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < len_bytes; ++i) out.push_back(static_cast<char>((h.size() >> (8 * i)) & 0xff));
   return out + h + data;
 }
 
-template <class T>
-Bytes raw(const std::vector<T>& v) {
+template <class T> Bytes raw(const std::vector<T>& v) {
   return Bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
@@ -87,17 +83,14 @@ TEST(Npy, WritesTheHeaderNumpyExpects) {
   EXPECT_EQ(h.back(), '\n');
   EXPECT_EQ(h.rfind("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 0), 0u) << h;
   save_npy(zeros({7}, u8), path);
-  EXPECT_NE(read_bytes(path).find("{'descr': '|u1', 'fortran_order': False, 'shape': (7,), }"),
-            Bytes::npos);
+  EXPECT_NE(read_bytes(path).find("{'descr': '|u1', 'fortran_order': False, 'shape': (7,), }"), Bytes::npos);
   save_npy(scalar_tensor(true), path);
-  EXPECT_NE(read_bytes(path).find("{'descr': '|b1', 'fortran_order': False, 'shape': (), }"),
-            Bytes::npos);
+  EXPECT_NE(read_bytes(path).find("{'descr': '|b1', 'fortran_order': False, 'shape': (), }"), Bytes::npos);
 }
 
 TEST(Npy, RoundTripsZeroDimAndEmptyTensors) {
   std::string path = temp_path("edge");
-  for (const Tensor& x :
-       {scalar_tensor(2.5, f64), scalar_tensor(int64_t{-3}), zeros({0}), zeros({2, 0, 3}, i32)}) {
+  for (const Tensor& x : {scalar_tensor(2.5, f64), scalar_tensor(int64_t{-3}), zeros({0}), zeros({2, 0, 3}, i32)}) {
     save_npy(x, path);
     expect_same(load_npy(path), x);
   }
@@ -107,8 +100,7 @@ TEST(Npy, ReadsFortranOrderAndLaterVersions) {
   std::string path = temp_path("fortran");
   // A [2,3] array with a[i][j] = 10i + j, stored column by column.
   std::vector<float> cols = {0, 10, 1, 11, 2, 12};
-  write_bytes(path,
-              make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", raw(cols)));
+  write_bytes(path, make_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", raw(cols)));
   Tensor a = load_npy(path);
   EXPECT_EQ(a.type().str(), "f32[2,3]");
   EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{0, 1, 2, 10, 11, 12}));
@@ -120,8 +112,7 @@ TEST(Npy, ReadsFortranOrderAndLaterVersions) {
         f[i + 2 * j + 6 * k] = 100 * i + 10 * j + k;
         want[(i * 3 + j) * 4 + k] = 100 * i + 10 * j + k;
       }
-  write_bytes(path,
-              make_npy("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 3, 4), }", raw(f)));
+  write_bytes(path, make_npy("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 3, 4), }", raw(f)));
   EXPECT_EQ(load_npy(path).to_vector<int64_t>(), want);
   // Versions 2 and 3 have a 4-byte header length; keys may come in any order.
   for (int major : {2, 3}) {
@@ -130,8 +121,7 @@ TEST(Npy, ReadsFortranOrderAndLaterVersions) {
     EXPECT_EQ(load_npy(path).to_vector<int32_t>(), (std::vector<int32_t>{7, -8}));
   }
   // NumPy bools are bytes; anything but 0 reads as true.
-  write_bytes(path, make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
-                             Bytes("\x00\x02\x01", 3)));
+  write_bytes(path, make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", Bytes("\x00\x02\x01", 3)));
   EXPECT_EQ(load_npy(path).to_vector<bool>(), (std::vector<bool>{false, true, true}));
   EXPECT_EQ(load_npy(path).to(u8).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 1}));
 }
@@ -166,36 +156,26 @@ TEST(Npy, RejectsHostileFilesWithAnError) {
   expect_rejected(make_npy(f4 + "(3,", data12), {"load_npy", "shape"});
   expect_rejected(make_npy(f4 + "(-3,), }", data12), {"load_npy", "shape"});
   expect_rejected(make_npy(f4 + "(3.5,), }", data12), {"load_npy", "shape"});
-  expect_rejected(make_npy(f4 + "(1000000000000, 1000000000000), }", data12),
-                  {"load_npy", "too large"});
-  expect_rejected(make_npy(f4 + "(99999999999999999999999999,), }", data12),
-                  {"load_npy", "too large"});
-  expect_rejected(make_npy(f4 + "(0, 1000000000000, 1000000000000), }", data12),
-                  {"load_npy", "too large"});
-  expect_rejected(make_npy(f4 + "(4294967296, 4294967296, 16), }", data12),
-                  {"load_npy", "too large"});
+  expect_rejected(make_npy(f4 + "(1000000000000, 1000000000000), }", data12), {"load_npy", "too large"});
+  expect_rejected(make_npy(f4 + "(99999999999999999999999999,), }", data12), {"load_npy", "too large"});
+  expect_rejected(make_npy(f4 + "(0, 1000000000000, 1000000000000), }", data12), {"load_npy", "too large"});
+  expect_rejected(make_npy(f4 + "(4294967296, 4294967296, 16), }", data12), {"load_npy", "too large"});
   expect_rejected(make_npy(f4 + "(1000000, 1000000), }", data12), {"load_npy", "truncated"});
   std::string many = "(";
   for (int i = 0; i < 40; ++i) many += "1, ";
   expect_rejected(make_npy(f4 + many + "), }", data12), {"load_npy", "dimensions"});
   expect_rejected(make_npy("{'descr': '>f4', 'fortran_order': False, 'shape': (3, 4), }", data12),
                   {"load_npy", "big-endian"});
-  expect_rejected(make_npy("{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", data12),
-                  {"load_npy", "c8"});
-  expect_rejected(make_npy("{'descr': '<U4', 'fortran_order': False, 'shape': (3,), }", data12),
-                  {"load_npy", "U4"});
-  expect_rejected(
-      make_npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", data12),
-      {"load_npy", "descr"});
-  expect_rejected(make_npy("{'descr': '<f4', 'fortran_order': False, }", data12),
-                  {"load_npy", "shape"});
-  expect_rejected(make_npy("{'descr': '<f4', 'shape': (3,), }", data12),
-                  {"load_npy", "fortran_order"});
+  expect_rejected(make_npy("{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", data12), {"load_npy", "c8"});
+  expect_rejected(make_npy("{'descr': '<U4', 'fortran_order': False, 'shape': (3,), }", data12), {"load_npy", "U4"});
+  expect_rejected(make_npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", data12),
+                  {"load_npy", "descr"});
+  expect_rejected(make_npy("{'descr': '<f4', 'fortran_order': False, }", data12), {"load_npy", "shape"});
+  expect_rejected(make_npy("{'descr': '<f4', 'shape': (3,), }", data12), {"load_npy", "fortran_order"});
   expect_rejected(make_npy("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,), }", data12),
                   {"load_npy", "fortran_order"});
   expect_rejected(make_npy("", data12), {"load_npy"});
-  expect_error([] { load_npy(testing::TempDir() + "kiln_npy_does_not_exist.npy"); },
-               {"load_npy", "does_not_exist"});
+  expect_error([] { load_npy(testing::TempDir() + "kiln_npy_does_not_exist.npy"); }, {"load_npy", "does_not_exist"});
   std::string dir = testing::TempDir() + "kiln_npy_dir";
   std::filesystem::create_directories(dir);
   expect_error([&] { load_npy(dir); }, {"load_npy"});
@@ -204,14 +184,12 @@ TEST(Npy, RejectsHostileFilesWithAnError) {
 // Random corruptions of valid files: every one must load or throw kiln::Error, never crash.
 TEST(Npy, SurvivesMutatedFiles) {
   std::vector<Bytes> seeds;
-  seeds.push_back(make_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
-                           raw(std::vector<float>(12, 0.5f))));
-  seeds.push_back(make_npy("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 3, 2), }",
-                           raw(std::vector<int64_t>(12, -1))));
   seeds.push_back(
-      make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (5,), }", Bytes(5, '\x01'), 2));
-  seeds.push_back(make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }",
-                           raw(std::vector<double>{1.0})));
+      make_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", raw(std::vector<float>(12, 0.5f))));
+  seeds.push_back(
+      make_npy("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 3, 2), }", raw(std::vector<int64_t>(12, -1))));
+  seeds.push_back(make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (5,), }", Bytes(5, '\x01'), 2));
+  seeds.push_back(make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", raw(std::vector<double>{1.0})));
   const std::string tokens = "(),:'\" 0123456789{}<>|=TrueFalse-fibu\x93\xff";
   std::mt19937 rng(2024);
   auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };

@@ -39,8 +39,7 @@ struct Rendezvous {
     std::unique_lock<std::mutex> lock(mu);
     threads.insert(std::this_thread::get_id());
     if (++started == chunks) all.notify_all();
-    else if (!all.wait_for(lock, std::chrono::seconds(20), [&] { return started >= chunks; }))
-      timed_out = true;
+    else if (!all.wait_for(lock, std::chrono::seconds(20), [&] { return started >= chunks; })) timed_out = true;
   }
   const int chunks;
   std::mutex mu;
@@ -65,9 +64,7 @@ double idle_window_cpu_ms() {
 
 // A tracer stand-in: parallel_for only passes it on, nothing records through it here.
 struct NullRecorder : Recorder {
-  Tensor record(OpId, std::span<const Tensor>, const Attrs&, const TensorType&) override {
-    return {};
-  }
+  Tensor record(OpId, std::span<const Tensor>, const Attrs&, const TensorType&) override { return {}; }
   void record_assign(const Tensor&, const Tensor&) override {}
   void alias(const Tensor&, const Tensor&) override {}
   void on_new_storage(const Storage*) override {}
@@ -106,8 +103,7 @@ TEST(ParallelFor, UsesAtMostOneChunkPerThreadOfAtLeastGrainItems) {
   ThreadCountGuard guard;
   set_num_threads(4);
   EXPECT_EQ(num_threads(), 4);
-  for (auto [n, grain] :
-       {std::pair<int64_t, int64_t>{10, 4}, {100, 30}, {1000, 1}, {9, 2}, {5, 5}}) {
+  for (auto [n, grain] : {std::pair<int64_t, int64_t>{10, 4}, {100, 30}, {1000, 1}, {9, 2}, {5, 5}}) {
     std::mutex mu;
     std::vector<std::pair<int64_t, int64_t>> chunks;
     parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
@@ -235,8 +231,7 @@ TEST(ParallelFor, ConcurrentCallersEachGetThePoolsWorkers) {
             meet.arrive();
             for (int64_t i = b; i < e; ++i) hits[(c * kReps + rep) * kN + i].fetch_add(1);
           });
-          bool ok = chunks.load() == threads && !meet.timed_out &&
-                    static_cast<int>(meet.threads.size()) == threads &&
+          bool ok = chunks.load() == threads && !meet.timed_out && static_cast<int>(meet.threads.size()) == threads &&
                     meet.threads.count(std::this_thread::get_id()) == 1;  // the caller works too
           failures.fetch_add(!ok);
         }

@@ -39,8 +39,7 @@ std::vector<Pool> all_pools() {
       for (int64_t s = 1; s <= 3; ++s)
         for (int64_t p = 0; p <= 1; ++p) {
           if (p > kh / 2 || p > kw / 2) continue;
-          for (bool flag : {false, true})
-            out.push_back({{kh, kw}, {s, s == 3 ? 2 : s}, {p, p}, flag});
+          for (bool flag : {false, true}) out.push_back({{kh, kw}, {s, s == 3 ? 2 : s}, {p, p}, flag});
         }
   return out;
 }
@@ -105,8 +104,7 @@ Reference reference(const Tensor& x, const Tensor& g, const Pool& c, bool is_max
   ref.out_shape[r - 2] = out_len(h, c.kernel[0], c.stride[0], c.padding[0], ceil_mode);
   ref.out_shape[r - 1] = out_len(w, c.kernel[1], c.stride[1], c.padding[1], ceil_mode);
   std::vector<double> xv = x.to_vector<double>();
-  std::vector<double> gv =
-      g.defined() ? g.to_vector<double>() : std::vector<double>(planes * wins.size(), 0.0);
+  std::vector<double> gv = g.defined() ? g.to_vector<double>() : std::vector<double>(planes * wins.size(), 0.0);
   ref.grad.assign(xv.size(), 0.0);
   for (int64_t p = 0; p < planes; ++p) {
     std::vector<double> plane(xv.begin() + p * h * w, xv.begin() + (p + 1) * h * w);
@@ -142,13 +140,12 @@ void expect_near(const Tensor& got, const std::vector<double>& want, double rtol
   ASSERT_EQ(v.size(), want.size());
   int bad = 0;
   for (size_t i = 0; i < v.size() && bad < 5; ++i) {
-    bool ok = std::isnan(want[i])                        ? std::isnan(v[i])
+    bool ok = std::isnan(want[i])                       ? std::isnan(v[i])
               : std::isinf(want[i]) || std::isinf(v[i]) ? v[i] == want[i]
                                                         : std::abs(v[i] - want[i]) <= atol + rtol * std::abs(want[i]);
     if (!ok) {
       ++bad;
-      ADD_FAILURE() << got.type().str() << " element " << i << ": got " << v[i] << ", expected "
-                    << want[i];
+      ADD_FAILURE() << got.type().str() << " element " << i << ": got " << v[i] << ", expected " << want[i];
     }
   }
 }
@@ -197,15 +194,13 @@ TEST(Pool, ForwardMatchesADoubleReferenceForEveryWindow) {
         for (const Dims& shape : {Dims{1, 2, 7, 6}, Dims{3, 2, 5, 8}, Dims{2, 6, 5}}) {
           Tensor x = randn(shape, f64).to(t);
           Reference ref = reference(x, {}, c, is_max);
-          SCOPED_TRACE(fmt::format("{} {} kernel {} stride {} padding {} flag {} on {}",
-                                   dtype_name(t), is_max ? "max" : "avg", shape_str(c.kernel),
-                                   shape_str(c.stride), shape_str(c.padding), c.flag,
-                                   x.type().str()));
+          SCOPED_TRACE(fmt::format("{} {} kernel {} stride {} padding {} flag {} on {}", dtype_name(t),
+                                   is_max ? "max" : "avg", shape_str(c.kernel), shape_str(c.stride),
+                                   shape_str(c.padding), c.flag, x.type().str()));
           Tensor y = pool_of(x, c, is_max);
           ASSERT_EQ(y.type().str(), (TensorType{t, ref.out_shape, cpu}).str());
           expect_near(y, ref.out, is_max ? 0 : rtol_of(t), is_max ? 0 : 1e-5);
-          expect_near(pool_of(transposed_view(x), c, is_max), ref.out, is_max ? 0 : rtol_of(t),
-                      is_max ? 0 : 1e-5);
+          expect_near(pool_of(transposed_view(x), c, is_max), ref.out, is_max ? 0 : rtol_of(t), is_max ? 0 : 1e-5);
           if (is_max) {
             Tensor idx = apply(OpId::MaxPool2dIndices, {transposed_view(x)}, attrs_of(c));
             ASSERT_EQ(idx.type().str(), (TensorType{i64, ref.out_shape, cpu}).str());
@@ -227,10 +222,9 @@ TEST(Pool, BackwardMatchesADoubleReferenceForEveryWindow) {
           Tensor y = pool_of(xs, c, is_max);
           Tensor g = randn(y.shape(), f64).to(t);
           Reference ref = reference(x, g, c, is_max);
-          SCOPED_TRACE(fmt::format("{} {} kernel {} stride {} padding {} flag {} on {}",
-                                   dtype_name(t), is_max ? "max" : "avg", shape_str(c.kernel),
-                                   shape_str(c.stride), shape_str(c.padding), c.flag,
-                                   x.type().str()));
+          SCOPED_TRACE(fmt::format("{} {} kernel {} stride {} padding {} flag {} on {}", dtype_name(t),
+                                   is_max ? "max" : "avg", shape_str(c.kernel), shape_str(c.stride),
+                                   shape_str(c.padding), c.flag, x.type().str()));
           y.backward(transposed_view(g));
           ASSERT_TRUE(xs.grad().defined());
           ASSERT_EQ(xs.grad().type().str(), x.type().str());
@@ -249,8 +243,8 @@ TEST(MaxPool2d, BackwardEqualsTheSliceFormulationWithTies) {
       Tensor g = randint(-8, 9, y.shape(), i64).to(f64);  // whole numbers: sums are exact
       y.backward(g);
       Tensor want = old_max_pool_grad(x, g, c);
-      SCOPED_TRACE(fmt::format("kernel {} stride {} padding {} ceil {} on {}", shape_str(c.kernel),
-                               shape_str(c.stride), shape_str(c.padding), c.flag, x.type().str()));
+      SCOPED_TRACE(fmt::format("kernel {} stride {} padding {} ceil {} on {}", shape_str(c.kernel), shape_str(c.stride),
+                               shape_str(c.padding), c.flag, x.type().str()));
       EXPECT_EQ(bits(xg.grad()), bits(want));
     }
 }
@@ -273,11 +267,9 @@ TEST(MaxPool2d, NaNWinsItsWindowAndTakesItsGradient) {
     Attrs a;
     a.kernel = a.stride = {2, 2};
     a.padding = {0, 0};
-    EXPECT_EQ(apply(OpId::MaxPool2dIndices, {x.detach()}, a).to_vector<int64_t>(),
-              (std::vector<int64_t>{1, 6, 8, 10}));
+    EXPECT_EQ(apply(OpId::MaxPool2dIndices, {x.detach()}, a).to_vector<int64_t>(), (std::vector<int64_t>{1, 6, 8, 10}));
     y.backward(from_vector<double>({1, 2, 3, 4}, {1, 1, 2, 2}).to(t));
-    EXPECT_EQ(x.grad().to_vector<double>(),
-              (std::vector<double>{0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 4, 0, 0, 0, 0, 0}));
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 4, 0, 0, 0, 0, 0}));
   }
 }
 
@@ -330,11 +322,7 @@ TEST(Pool, BackwardOpsCheckTheirOperands) {
         apply(OpId::MaxPool2dBackward, {zeros({4, 4}), zeros({2, 2})}, a);
       },
       {"max_pool2d_backward", "f32[4,4]"});
-  expect_error(
-      [&] {
-        apply(OpId::MaxPool2dIndices, {zeros({1, 1, 4, 4}, i32)}, a);
-      },
-      {"max_pool2d_indices", "float"});
+  expect_error([&] { apply(OpId::MaxPool2dIndices, {zeros({1, 1, 4, 4}, i32)}, a); }, {"max_pool2d_indices", "float"});
   a.shape = {1, 2, 4, 4};
   expect_error(
       [&] {
@@ -347,16 +335,8 @@ TEST(Pool, BackwardOpsCheckTheirOperands) {
       },
       {"avg_pool2d_backward", "float"});
   a.shape = {2, 4, 4, 4, 4};
-  expect_error(
-      [&] {
-        apply(OpId::AvgPool2dBackward, {zeros({1, 2, 2, 2})}, a);
-      },
-      {"avg_pool2d_backward", "[N,C,H,W]"});
+  expect_error([&] { apply(OpId::AvgPool2dBackward, {zeros({1, 2, 2, 2})}, a); }, {"avg_pool2d_backward", "[N,C,H,W]"});
   a.shape = {1, 2, 4, 4};
   a.kernel = {5, 5};
-  expect_error(
-      [&] {
-        apply(OpId::AvgPool2dBackward, {zeros({1, 2, 2, 2})}, a);
-      },
-      {"avg_pool2d_backward", "larger"});
+  expect_error([&] { apply(OpId::AvgPool2dBackward, {zeros({1, 2, 2, 2})}, a); }, {"avg_pool2d_backward", "larger"});
 }

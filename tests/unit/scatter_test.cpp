@@ -34,8 +34,8 @@ Tensor random_values(const Dims& shape, DType t) {
 }
 
 // x with src[p] added at p with p[dim] replaced by index[p] (torch.scatter_add), in double.
-std::vector<double> scatter_reference(const Tensor& x, int64_t dim, const Tensor& idx,
-                                      const Tensor& src, std::vector<double>* scale) {
+std::vector<double> scatter_reference(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& src,
+                                      std::vector<double>* scale) {
   std::vector<double> out = x.to_vector<double>(), sv = src.to_vector<double>();
   std::vector<int64_t> iv = idx.to_vector<int64_t>();
   scale->assign(out.size(), 0.0);
@@ -53,8 +53,7 @@ std::vector<double> scatter_reference(const Tensor& x, int64_t dim, const Tensor
 }
 
 // f16 sums in f32 and rounds once; f32 and f64 sum in their own dtype; integers are exact.
-void expect_sums(const Tensor& got, const std::vector<double>& want,
-                 const std::vector<double>& scale) {
+void expect_sums(const Tensor& got, const std::vector<double>& want, const std::vector<double>& scale) {
   double rtol = got.dtype() == f16 ? 1e-3 : got.dtype() == bf16 ? 8e-3 : 0;
   double stol = got.dtype() == f64 ? 1e-14 : is_float(got.dtype()) ? 1e-6 : 0;
   std::vector<double> v = got.to_vector<double>();
@@ -64,8 +63,7 @@ void expect_sums(const Tensor& got, const std::vector<double>& want,
     double tol = rtol * std::abs(want[i]) + stol * scale[i];
     if (std::abs(v[i] - want[i]) > tol) {
       ++bad;
-      ADD_FAILURE() << got.type().str() << " element " << i << ": got " << v[i] << ", expected "
-                    << want[i];
+      ADD_FAILURE() << got.type().str() << " element " << i << ": got " << v[i] << ", expected " << want[i];
     }
   }
 }
@@ -166,8 +164,7 @@ TEST(IndexAdd, MatchesADoubleReferenceInEveryDimDtypeAndLayout) {
         Dims bs(3, 1);
         bs[d] = 13;
         std::vector<double> scale;
-        std::vector<double> want =
-            scatter_reference(x, d, idx.contiguous().reshape(bs).expand(ss), src, &scale);
+        std::vector<double> want = scatter_reference(x, d, idx.contiguous().reshape(bs).expand(ss), src, &scale);
         SCOPED_TRACE(fmt::format("{} dim {} layout {}", dtype_name(t), dim, layout));
         expect_sums(out, want, scale);
         expect_sums(index_add(x, dim, idx.to(i32), src), want, scale);
@@ -178,8 +175,7 @@ TEST(IndexAdd, MatchesADoubleReferenceInEveryDimDtypeAndLayout) {
 
 TEST(IndexAdd, ConvertsSrcToTheInputDtypeAndKeepsOneDimensionalInputs) {
   Tensor x = zeros({5}, f64);
-  Tensor out =
-      index_add(x, 0, from_vector<int64_t>({1, 1, 4, -1}), from_vector<float>({1, 2, 3, 4}));
+  Tensor out = index_add(x, 0, from_vector<int64_t>({1, 1, 4, -1}), from_vector<float>({1, 2, 3, 4}));
   EXPECT_EQ(out.dtype(), f64);
   EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{0, 3, 0, 0, 7}));
   EXPECT_TRUE(allclose(index_add(x, 0, zeros({0}, i64), zeros({0}, f64)), x, 0, 0));
@@ -192,33 +188,17 @@ TEST(IndexAdd, RejectsBadIndicesShapesAndDtypes) {
         index_add(x, 0, from_vector<int64_t>({0, 3}), zeros({2, 4}));
       },
       {"index_add", "index 3", "size 3"});
-  expect_error(
-      [&] {
-        index_add(x, 1, from_vector<int64_t>({-5}), zeros({3, 1}));
-      },
-      {"index_add", "-5", "size 4"});
+  expect_error([&] { index_add(x, 1, from_vector<int64_t>({-5}), zeros({3, 1})); }, {"index_add", "-5", "size 4"});
   // Large enough to run on several threads: still one kiln::Error.
   Tensor big = zeros({1 << 10, 256});
   Tensor idx = zeros({1 << 12}, i64);
   idx.data<int64_t>()[1000] = 1 << 10;
   expect_error([&] { index_add(big, 0, idx, ones({1 << 12, 256})); }, {"index_add", "index 1024"});
-  expect_error(
-      [&] {
-        index_add(x, 0, zeros({2}, f32), zeros({2, 4}));
-      },
-      {"index_add", "integer", "f32[2]"});
+  expect_error([&] { index_add(x, 0, zeros({2}, f32), zeros({2, 4})); }, {"index_add", "integer", "f32[2]"});
   expect_error([&] { index_add(x, 0, zeros({2, 1}, i64), zeros({2, 4})); }, {"index_add", "1-d"});
-  expect_error(
-      [&] {
-        index_add(x, 0, zeros({2}, i64), zeros({2, 5}));
-      },
-      {"index_add", "f32[2,5]", "f32[3,4]"});
+  expect_error([&] { index_add(x, 0, zeros({2}, i64), zeros({2, 5})); }, {"index_add", "f32[2,5]", "f32[3,4]"});
   expect_error([&] { index_add(x, 0, zeros({2}, i64), zeros({3, 4})); }, {"index_add", "length 2"});
-  expect_error(
-      [&] {
-        index_add(x, 0, zeros({2}, i64), zeros({2, 4, 1}));
-      },
-      {"index_add", "f32[2,4,1]"});
+  expect_error([&] { index_add(x, 0, zeros({2}, i64), zeros({2, 4, 1})); }, {"index_add", "f32[2,4,1]"});
   expect_error([&] { index_add(x, 2, zeros({2}, i64), zeros({2, 4})); }, {"index_add", "dim 2"});
   expect_error([&] { index_add(zeros({}), 0, zeros({1}, i64), zeros({1})); }, {"index_add", "dim"});
 }
@@ -230,34 +210,14 @@ TEST(ScatterAdd, RejectsBadIndicesShapesAndDtypes) {
         scatter_add(x, 0, from_vector<int64_t>({3}, {1, 1}), zeros({1, 1}));
       },
       {"scatter_add", "index 3", "size 3"});
-  expect_error(
-      [&] {
-        scatter_add(x, 1, from_vector<int64_t>({-5}, {1, 1}), zeros({1, 1}));
-      },
-      {"scatter_add", "-5"});
+  expect_error([&] { scatter_add(x, 1, from_vector<int64_t>({-5}, {1, 1}), zeros({1, 1})); }, {"scatter_add", "-5"});
   Tensor big = zeros({1 << 10, 256});
   Tensor idx = zeros({1 << 10, 256}, i64);
   idx.data<int64_t>()[5000] = -(1 << 10) - 1;
-  expect_error(
-      [&] {
-        scatter_add(big, 0, idx, ones({1 << 10, 256}));
-      },
-      {"scatter_add", "index -1025"});
-  expect_error(
-      [&] {
-        scatter_add(x, 0, zeros({1, 1}, f32), zeros({1, 1}));
-      },
-      {"scatter_add", "integer"});
-  expect_error(
-      [&] {
-        scatter_add(x, 0, zeros({1, 2}, i64), zeros({1, 3}));
-      },
-      {"scatter_add", "i64[1,2]", "f32[1,3]"});
-  expect_error(
-      [&] {
-        scatter_add(x, 0, zeros({1, 5}, i64), zeros({1, 5}));
-      },
-      {"scatter_add", "larger", "dim 1"});
+  expect_error([&] { scatter_add(big, 0, idx, ones({1 << 10, 256})); }, {"scatter_add", "index -1025"});
+  expect_error([&] { scatter_add(x, 0, zeros({1, 1}, f32), zeros({1, 1})); }, {"scatter_add", "integer"});
+  expect_error([&] { scatter_add(x, 0, zeros({1, 2}, i64), zeros({1, 3})); }, {"scatter_add", "i64[1,2]", "f32[1,3]"});
+  expect_error([&] { scatter_add(x, 0, zeros({1, 5}, i64), zeros({1, 5})); }, {"scatter_add", "larger", "dim 1"});
   expect_error([&] { scatter_add(x, 0, zeros({2}, i64), zeros({2})); }, {"scatter_add", "rank"});
   expect_error(
       [&] {
@@ -279,7 +239,8 @@ TEST(ScatterAdd, RejectsBadIndicesShapesAndDtypes) {
 TEST(IndexAdd, FromABroadcastZeroGivesTheGenericPathsBits) {
   manual_seed(15);
   for (DType t : {f32, f64, i32, i64}) {
-    for (auto [xs, dim] : {std::pair<Dims, int64_t>{{40, 7}, 0}, {{2000, 64}, 0}, {{1, 1, 30, 3, 2}, 2}, {{4, 30}, 1}}) {
+    for (auto [xs, dim] :
+         {std::pair<Dims, int64_t>{{40, 7}, 0}, {{2000, 64}, 0}, {{1, 1, 30, 3, 2}, 2}, {{4, 30}, 1}}) {
       SCOPED_TRACE(fmt::format("{} {} dim {}", dtype_name(t), shape_str(xs), dim));
       Dims ss = xs;
       ss[dim] = 500;
@@ -292,8 +253,11 @@ TEST(IndexAdd, FromABroadcastZeroGivesTheGenericPathsBits) {
       }
     }
   }
-  test::expect_error([] { index_add(zeros({}).expand({5, 3}), 0, from_vector<int64_t>({1, 5}), zeros({2, 3})); },
-                     {"index_add", "index 5", "size 5"});
+  test::expect_error(
+      [] {
+        index_add(zeros({}).expand({5, 3}), 0, from_vector<int64_t>({1, 5}), zeros({2, 3}));
+      },
+      {"index_add", "index 5", "size 5"});
 }
 
 TEST(IndexAdd, GivesTheSameBitsOnAnyThreadCount) {

@@ -125,8 +125,7 @@ TEST(Tensor, SqueezeUnsqueezeAndFlattenAreViews) {
   EXPECT_EQ(x.flatten(1, 2).shape(), (Dims{2, 3, 1}));
   EXPECT_EQ(x.flatten(-2).shape(), (Dims{2, 1, 3}));
   EXPECT_EQ(scalar_tensor(1.5).flatten().shape(), (Dims{1}));
-  for (const Tensor& v : {x.squeeze(), x.unsqueeze(2), x.flatten()})
-    EXPECT_EQ(storage_of(v), storage_of(x));
+  for (const Tensor& v : {x.squeeze(), x.unsqueeze(2), x.flatten()}) EXPECT_EQ(storage_of(v), storage_of(x));
   // A view of a strided tensor keeps the strides it can.
   Tensor s = arange_f32({4, 6}).slice(1, 0, 6, 2);  // [4,3] strides (6,2)
   EXPECT_EQ(s.unsqueeze(1).strides()[0], 6);
@@ -202,20 +201,14 @@ TEST(Tensor, CastToIntegersTruncatesSaturatesAndMapsNanToZero) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
   Tensor x = from_vector<float>({2.7f, -2.7f, 0.5f, -0.5f, 1e20f, -1e20f, inf, -inf, nan, 3e9f});
   EXPECT_EQ(x.to(i32).to_vector<int32_t>(),
-            (std::vector<int32_t>{2, -2, 0, 0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, 0,
-                                  INT32_MAX}));
+            (std::vector<int32_t>{2, -2, 0, 0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, 0, INT32_MAX}));
   EXPECT_EQ(x.to(i64).to_vector<int64_t>(),
-            (std::vector<int64_t>{2, -2, 0, 0, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0,
-                                  3000000000LL}));
-  EXPECT_EQ(x.to(u8).to_vector<uint8_t>(),
-            (std::vector<uint8_t>{2, 0, 0, 0, 255, 0, 255, 0, 0, 255}));
-  std::vector<bool> b =
-      from_vector<float>({0.0f, -0.0f, 0.25f, -3.0f, nan, inf}).to(boolean).to_vector<bool>();
+            (std::vector<int64_t>{2, -2, 0, 0, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0, 3000000000LL}));
+  EXPECT_EQ(x.to(u8).to_vector<uint8_t>(), (std::vector<uint8_t>{2, 0, 0, 0, 255, 0, 255, 0, 0, 255}));
+  std::vector<bool> b = from_vector<float>({0.0f, -0.0f, 0.25f, -3.0f, nan, inf}).to(boolean).to_vector<bool>();
   EXPECT_EQ(b, (std::vector<bool>{false, false, true, true, true, true}));
-  EXPECT_EQ(from_vector<int64_t>({0, 5, -1}).to(boolean).to_vector<bool>(),
-            (std::vector<bool>{false, true, true}));
-  EXPECT_EQ(from_vector<bool>({true, false}).to(f32).to_vector<float>(),
-            (std::vector<float>{1, 0}));
+  EXPECT_EQ(from_vector<int64_t>({0, 5, -1}).to(boolean).to_vector<bool>(), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(from_vector<bool>({true, false}).to(f32).to_vector<float>(), (std::vector<float>{1, 0}));
   Tensor same = x.to(f32);
   EXPECT_EQ(storage_of(same), storage_of(x));
 }

@@ -22,8 +22,7 @@ inline void PrintTo(const Dims& d, std::ostream* os) { *os << shape_str(d); }
 namespace kiln::test {
 
 /// Expects `fn` to throw kiln::Error whose message contains every one of `parts`.
-inline void expect_error(const std::function<void()>& fn,
-                         std::initializer_list<std::string> parts) {
+inline void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
   try {
     fn();
   } catch (const Error& e) {
@@ -36,18 +35,17 @@ inline void expect_error(const std::function<void()>& fn,
 }
 
 /// Expects `actual` to hold `expected` (row-major) within atol + rtol * |expected|.
-inline void expect_close(const Tensor& actual, const std::vector<double>& expected,
-                         double atol = 1e-6, double rtol = 1e-6) {
+inline void expect_close(const Tensor& actual, const std::vector<double>& expected, double atol = 1e-6,
+                         double rtol = 1e-6) {
   std::vector<double> got = actual.to_vector<double>();
   ASSERT_EQ(got.size(), expected.size());
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
     // NaN meets NaN; an infinity only itself (rtol |inf| would admit anything).
-    bool ok = got[i] == expected[i] ||
-              (std::isnan(expected[i]) ? std::isnan(got[i])
-               : std::isinf(expected[i]) || std::isinf(got[i])
-                   ? false
-                   : std::abs(got[i] - expected[i]) <= atol + rtol * std::abs(expected[i]));
+    bool ok = got[i] == expected[i] || (std::isnan(expected[i]) ? std::isnan(got[i])
+                                        : std::isinf(expected[i]) || std::isinf(got[i])
+                                            ? false
+                                            : std::abs(got[i] - expected[i]) <= atol + rtol * std::abs(expected[i]));
     if (!ok) {
       ++bad;
       ADD_FAILURE() << "element " << i << ": got " << got[i] << ", expected " << expected[i];

@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const jit::ParameterInfo& p : f.info().parameters)
       total += static_cast<uint64_t>(p.type.shape.product() * dtype_size(p.type.dtype));
     if (total > size) {
-      std::fprintf(stderr, "parameters of %llu bytes from a %zu-byte file\n", static_cast<unsigned long long>(total), size);
+      std::fprintf(stderr, "parameters of %llu bytes from a %zu-byte file\n", static_cast<unsigned long long>(total),
+                   size);
       std::abort();
     }
     (void)ir::print(f.graph());

@@ -26,8 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   if (again != printed) {
-    std::fprintf(stderr, "print/parse is not a fixed point:\n%s\n---\n%s", printed.c_str(),
-                 again.c_str());
+    std::fprintf(stderr, "print/parse is not a fixed point:\n%s\n---\n%s", printed.c_str(), again.c_str());
     std::abort();
   }
   return 0;

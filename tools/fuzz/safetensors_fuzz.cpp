@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "runtime/safetensors.h"
 #include "runtime/api.h"
 #include "runtime/error.h"
+#include "runtime/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;

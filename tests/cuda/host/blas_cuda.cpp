@@ -97,8 +97,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         for (int i = 0; i < m; ++i) {
           double acc = 0;
           for (int l = 0; l < k; ++l) {
-            long long ia = ta == CUBLAS_OP_N ? i + static_cast<long long>(l) * lda : l + static_cast<long long>(i) * lda;
-            long long ib = tb == CUBLAS_OP_N ? l + static_cast<long long>(j) * ldb : j + static_cast<long long>(l) * ldb;
+            long long ia =
+                ta == CUBLAS_OP_N ? i + static_cast<long long>(l) * lda : l + static_cast<long long>(i) * lda;
+            long long ib =
+                tb == CUBLAS_OP_N ? l + static_cast<long long>(j) * ldb : j + static_cast<long long>(l) * ldb;
             acc += load(a, at, q * sa + ia) * load(b, bt, q * sb + ib);
           }
           store(c, ct, q * sc + i + static_cast<long long>(j) * ldc, acc);
@@ -188,8 +190,9 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
-                                                    const void* buf, size_t size) {
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
   LtPreference& x = *as<LtPreference>(p);
   int k = attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES   ? 0
           : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ? 1
@@ -242,8 +245,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       for (uint64_t i = 0; i < m; ++i) {
         double acc = 0;
         for (uint64_t l = 0; l < k; ++l) {
-          long long ia = x.ta == CUBLAS_OP_N ? static_cast<long long>(i + l * A.ld) : static_cast<long long>(l + i * A.ld);
-          long long ib = x.tb == CUBLAS_OP_N ? static_cast<long long>(l + j * B.ld) : static_cast<long long>(j + l * B.ld);
+          long long ia =
+              x.ta == CUBLAS_OP_N ? static_cast<long long>(i + l * A.ld) : static_cast<long long>(l + i * A.ld);
+          long long ib =
+              x.tb == CUBLAS_OP_N ? static_cast<long long>(l + j * B.ld) : static_cast<long long>(j + l * B.ld);
           acc += load(a, A.type, ia) * load(b, B.type, ib);
         }
         // As cuBLASLt: the product rounded to the output's type is not formed; the bias is added

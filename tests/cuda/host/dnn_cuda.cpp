@@ -20,7 +20,6 @@ struct cudnnConvolutionStruct {
 
 namespace {
 
-
 long long at(const cudnnTensorStruct& d, int n, int c, int y, int x) {
   return static_cast<long long>(n) * d.sn + static_cast<long long>(c) * d.sc + static_cast<long long>(y) * d.sh +
          static_cast<long long>(x) * d.sw;
@@ -31,9 +30,8 @@ long long at(const cudnnFilterStruct& f, int k, int c, int y, int x) {
 
 // Calls fn(n, o, oy, ox, ci, ky, kx, iy, ix) for every tap of the convolution that lands inside
 // the input: the one loop nest the three directions share.
-template <class F>
-void taps(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnTensorStruct& y,
-          const cudnnConvolutionStruct& c, F fn) {
+template <class F> void taps(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnTensorStruct& y,
+                             const cudnnConvolutionStruct& c, F fn) {
   int per_group_out = w.k / c.groups;
   for (int n = 0; n < y.n; ++n)
     for (int o = 0; o < y.c; ++o)
@@ -52,7 +50,8 @@ bool packed(const cudnnTensorStruct& d) {
   return d.sw == 1 && d.sh == d.w && d.sc == d.h * d.w && d.sn == d.c * d.h * d.w;
 }
 cudnnStatus_t refused(const cudnnTensorStruct& a, const cudnnTensorStruct& b) {
-  bool no = host_dnn::listed(host_dnn::type_name(a.type)) || (host_dnn::listed("strided") && (!packed(a) || !packed(b)));
+  bool no =
+      host_dnn::listed(host_dnn::type_name(a.type)) || (host_dnn::listed("strided") && (!packed(a) || !packed(b)));
   return no ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
 }
 
@@ -63,8 +62,7 @@ size_t big_workspace() {
   const char* env = std::getenv("KILN_HOST_CUDNN_WORKSPACE_MB");
   return env ? static_cast<size_t>(std::atoll(env)) << 20 : 0;
 }
-template <class Perf, class Algo>
-int rank(Perf* p, Algo big, Algo plain, cudnnStatus_t status) {
+template <class Perf, class Algo> int rank(Perf* p, Algo big, Algo plain, cudnnStatus_t status) {
   int n = 0;
   if (size_t bytes = big_workspace()) {
     std::memset(&p[n], 0, sizeof p[n]);
@@ -75,8 +73,7 @@ int rank(Perf* p, Algo big, Algo plain, cudnnStatus_t status) {
   p[n].algo = plain, p[n].status = status;
   return n + 1;
 }
-template <class Algo>
-bool short_workspace(Algo algo, Algo big, size_t bytes) {
+template <class Algo> bool short_workspace(Algo algo, Algo big, size_t bytes) {
   return big_workspace() && algo == big && bytes < big_workspace();
 }
 
@@ -138,7 +135,9 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int 
   d->groups = g;
   return g >= 1 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
 }
-cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMathType_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMathType_t) {
+  return CUDNN_STATUS_SUCCESS;
+}
 
 // One algorithm, no workspace (two with KILN_HOST_CUDNN_WORKSPACE_MB).
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t,
@@ -201,7 +200,8 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, cudnnT
       for (int o = 0; o < Y.c; ++o)
         for (int oy = 0; oy < Y.h; ++oy)
           for (int ox = 0; ox < Y.w; ++ox)
-            host_dnn::store(y, Y.type, at(Y, n, o, oy, ox), acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
+            host_dnn::store(y, Y.type, at(Y, n, o, oy, ox),
+                            acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
   });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -225,15 +225,17 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
       for (int c = 0; c < X.c; ++c)
         for (int iy = 0; iy < X.h; ++iy)
           for (int ix = 0; ix < X.w; ++ix)
-            host_dnn::store(dx, X.type, at(X, n, c, iy, ix), acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
+            host_dnn::store(dx, X.type, at(X, n, c, iy, ix),
+                            acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
   });
   return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd,
                                              const void* x, cudnnTensorDescriptor_t dyd, const void* dy,
-                                             cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t algo, void*,
-                                             size_t bytes, const void* beta, cudnnFilterDescriptor_t dwd, void* dw) {
+                                             cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t algo,
+                                             void*, size_t bytes, const void* beta, cudnnFilterDescriptor_t dwd,
+                                             void* dw) {
   if (!unit_scales(alpha, beta, xd->type)) return CUDNN_STATUS_NOT_SUPPORTED;
   if (short_workspace(algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, bytes)) return CUDNN_STATUS_BAD_PARAM;
   cudnnTensorStruct X = *xd, Y = *dyd;
@@ -242,7 +244,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
   kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
     std::vector<double> acc(static_cast<size_t>(W.k) * W.c * W.h * W.w, 0.0);
     taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
-      acc[static_cast<size_t>(at(W, o, ci, ky, kx))] += host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox));
+      acc[static_cast<size_t>(at(W, o, ci, ky, kx))] +=
+          host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox));
     });
     for (size_t i = 0; i < acc.size(); ++i) host_dnn::store(dw, W.type, static_cast<long long>(i), acc[i]);
   });

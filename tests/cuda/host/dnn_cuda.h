@@ -24,13 +24,11 @@ struct cudnnTensorStruct {
 namespace host_dnn {
 
 // A descriptor's create and destroy calls.
-template <class T>
-cudnnStatus_t create(T** d) {
+template <class T> cudnnStatus_t create(T** d) {
   *d = new T;
   return CUDNN_STATUS_SUCCESS;
 }
-template <class T>
-cudnnStatus_t destroy(T* d) {
+template <class T> cudnnStatus_t destroy(T* d) {
   delete d;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -141,7 +141,7 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
 
 CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
   const int cc = env_int("KILN_HOST_CUDA_CC", 90);  // another architecture, for tests of NVRTC's targets
-  switch (a) {  // an sm_90-like device
+  switch (a) {                                      // an sm_90-like device
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = cc / 10; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = cc % 10; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 4; break;
@@ -374,7 +374,8 @@ CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA
 // The arguments are copied when the call returns, as the driver does: the caller may reuse
 // them at once.
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                        unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void** params, void** extra) {
+                        unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void** params,
+                        void** extra) {
   if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
     return CUDA_ERROR_INVALID_VALUE;
   auto* fn = reinterpret_cast<Function*>(f);

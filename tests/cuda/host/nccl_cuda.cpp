@@ -24,8 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -40,7 +40,7 @@
 struct ncclComm {
   std::string dir;
   int nranks = 0, rank = 0;
-  uint64_t seq = 0;  // collectives issued so far: every rank issues the same ones in order
+  uint64_t seq = 0;         // collectives issued so far: every rank issues the same ones in order
   CUstream last = nullptr;  // where the last one was queued
   std::atomic<bool> aborted{false};
   std::atomic<int> state{ncclSuccess};  // ncclInProgress until every rank has joined
@@ -52,8 +52,7 @@ constexpr long long kCommBytes = 8 << 20;
 namespace {
 
 // Calls f with a zero of the C++ type that holds t's elements (f16 and bf16 as their bits).
-template <class F>
-void by_type(ncclDataType_t t, F f) {
+template <class F> void by_type(ncclDataType_t t, F f) {
   switch (t) {
     case ncclInt8: return f(int8_t{});
     case ncclUint8: return f(uint8_t{});
@@ -61,7 +60,8 @@ void by_type(ncclDataType_t t, F f) {
     case ncclUint32: return f(uint32_t{});
     case ncclInt64: return f(int64_t{});
     case ncclUint64: return f(uint64_t{});
-    case ncclFloat16: case ncclBfloat16: return f(uint16_t{});
+    case ncclFloat16:
+    case ncclBfloat16: return f(uint16_t{});
     case ncclFloat32: return f(float{});
     default: return f(double{});
   }
@@ -129,13 +129,13 @@ std::vector<std::string> gather(const ncclComm& c, uint64_t seq) {
 }
 
 // a op b in T: integers wrap (as NCCL's do), floats keep a NaN.
-template <class T>
-T combine(ncclRedOp_t op, T a, T b) {
+template <class T> T combine(ncclRedOp_t op, T a, T b) {
   if (op == ncclMax) return a > b || a != a ? a : b;
   if (op == ncclMin) return a < b || a != a ? a : b;
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
-    return static_cast<T>(op == ncclProd ? static_cast<U>(a) * static_cast<U>(b) : static_cast<U>(a) + static_cast<U>(b));
+    return static_cast<T>(op == ncclProd ? static_cast<U>(a) * static_cast<U>(b)
+                                         : static_cast<U>(a) + static_cast<U>(b));
   } else {
     return op == ncclProd ? a * b : a + b;  // sum, avg
   }

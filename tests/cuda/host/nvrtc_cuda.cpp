@@ -5,8 +5,8 @@
 // kiln_host_entry_name is appended; the "cubin" is the magic of abi_cuda.h, the size and the
 // shared object, which the host driver loads. kiln loads it instead of libnvrtc when
 // KILN_CUDA_NVRTC names it. Compiled kernels are kept (below, kept_kernel): the host compiler's
-// work was most of the CUDA suites' time, and it is the stand-in's, not kiln's. Its version is 0.1, so kiln's disk cache never mixes its cubins
-// with a real NVRTC's.
+// work was most of the CUDA suites' time, and it is the stand-in's, not kiln's. Its version is 0.1, so kiln's disk
+// cache never mixes its cubins with a real NVRTC's.
 #include <nvrtc.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -203,8 +203,8 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
               (barriers ? ", true" : ", false") + ", l, p); }\n";
   const char* env_cxx = std::getenv("KILN_HOST_CUDA_CXX");
   std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
-  std::vector<std::string> flags = {"-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR,
-                                    "-I" KILN_SOURCE_DIR};
+  std::vector<std::string> flags = {
+      "-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR, "-I" KILN_SOURCE_DIR};
   std::string header = header_to_include(cxx, flags);
   std::string kept = kept_path(source), so;
   auto set_cubin = [&] {
@@ -231,8 +231,8 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::ofstream(src_path) << source;
   std::vector<std::string> argv = {cxx};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  for (const std::string& a : {std::string("-shared"), std::string("-include"), header,
-                               std::string("-x"), std::string("c++"), src_path, std::string("-o"), so_path})
+  for (const std::string& a : {std::string("-shared"), std::string("-include"), header, std::string("-x"),
+                               std::string("c++"), src_path, std::string("-o"), so_path})
     argv.push_back(a);
   int status = run(argv, log_path);
   prog->log = read_file(log_path);

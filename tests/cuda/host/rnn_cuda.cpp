@@ -63,7 +63,8 @@ struct Net {
   }
   long long total() const { return layer_start(lds()); }
   long long matrix_at(int p, int id) const {
-    long long w_block = static_cast<long long>(hidden) * in_of(p) + gap, r_block = static_cast<long long>(hidden) * hidden + gap;
+    long long w_block = static_cast<long long>(hidden) * in_of(p) + gap,
+              r_block = static_cast<long long>(hidden) * hidden + gap;
     return layer_start(p) + (id < g ? id * w_block : g * w_block + (id - g) * r_block);
   }
   long long bias_at(int p, int id) const {
@@ -108,7 +109,8 @@ Vec layer_input(const Net& net, const void* x, double* r, int p, int t, int b) {
   int in = net.in_of(p);
   Vec v(static_cast<size_t>(in));
   if (p / net.dirs == 0) {
-    for (int j = 0; j < in; ++j) v[size_t(j)] = host_dnn::load(x, net.type, (static_cast<long long>(t) * net.n + b) * in + j);
+    for (int j = 0; j < in; ++j)
+      v[size_t(j)] = host_dnn::load(x, net.type, (static_cast<long long>(t) * net.n + b) * in + j);
     return v;
   }
   int below = (p / net.dirs - 1) * net.dirs;
@@ -128,7 +130,8 @@ double state_before(const Net& net, double* r, const void* initial, long long pa
 // W x (rows of matrix block id) for one sample: out[k] = sum_j W[k][j] v[j] (+ bias).
 double row_dot(const Net& net, const void* w, long long at, int cols, int k, const Vec& v) {
   double acc = 0;
-  for (int j = 0; j < cols; ++j) acc += host_dnn::load(w, net.type, at + static_cast<long long>(k) * cols + j) * v[size_t(j)];
+  for (int j = 0; j < cols; ++j)
+    acc += host_dnn::load(w, net.type, at + static_cast<long long>(k) * cols + j) * v[size_t(j)];
   return acc;
 }
 
@@ -148,7 +151,9 @@ void forward(const Net& net, const void* x, void* y, const void* hx, void* hy, c
           for (int gi = 0; gi < G; ++gi) {
             wx[gi] = row_dot(net, w, net.matrix_at(p, gi), net.in_of(p), k, in);
             rh[gi] = row_dot(net, w, net.matrix_at(p, G + gi), H, k, hp);
-            if (net.bias) wx[gi] += host_dnn::load(w, net.type, net.bias_at(p, gi) + k), rh[gi] += host_dnn::load(w, net.type, net.bias_at(p, G + gi) + k);
+            if (net.bias)
+              wx[gi] += host_dnn::load(w, net.type, net.bias_at(p, gi) + k),
+                  rh[gi] += host_dnn::load(w, net.type, net.bias_at(p, G + gi) + k);
           }
           long long i = static_cast<long long>(b) * H + k;
           double h;
@@ -182,7 +187,7 @@ void forward(const Net& net, const void* x, void* y, const void* hx, void* hy, c
       for (int b = 0; b < net.n; ++b)
         for (int k = 0; k < H; ++k)
           host_dnn::store(y, net.type, (static_cast<long long>(t) * net.n + b) * H * net.dirs + d * H + k,
-                net.step_at(r, top + d, t)[net.hid() + static_cast<long long>(b) * H + k]);
+                          net.step_at(r, top + d, t)[net.hid() + static_cast<long long>(b) * H + k]);
 }
 
 void backward_data(const Net& net, const void* dy, void* dx, const void* hx, const void* dhy, void* dhx, const void* cx,
@@ -214,7 +219,8 @@ void backward_data(const Net& net, const void* dy, void* dx, const void* hx, con
           if (net.lstm) {
             double ig = a[i], fg = a[NH + i], gg = a[2 * NH + i], og = a[3 * NH + i], tc = std::tanh(s[net.cell() + i]);
             double dcc = dc[size_t(i)] + g * og * (1 - tc * tc);
-            double pre[4] = {dcc * gg * ig * (1 - ig), dcc * state_before(net, r, cx, net.cell(), p, step, i) * fg * (1 - fg),
+            double pre[4] = {dcc * gg * ig * (1 - ig),
+                             dcc * state_before(net, r, cx, net.cell(), p, step, i) * fg * (1 - fg),
                              dcc * ig * (1 - gg * gg), g * tc * og * (1 - og)};
             for (int gi = 0; gi < 4; ++gi) s[net.dwx() + gi * NH + i] = s[net.drh() + gi * NH + i] = pre[gi];
             dc[size_t(i)] = dcc * fg;
@@ -237,7 +243,8 @@ void backward_data(const Net& net, const void* dy, void* dx, const void* hx, con
               long long i = static_cast<long long>(b) * H + k;
               double gr = s[net.drh() + gi * NH + i], gx = s[net.dwx() + gi * NH + i];
               for (int j = 0; j < H; ++j)
-                dh_prev[size_t(b * H + j)] += host_dnn::load(w, net.type, net.matrix_at(p, G + gi) + static_cast<long long>(k) * H + j) * gr;
+                dh_prev[size_t(b * H + j)] +=
+                    host_dnn::load(w, net.type, net.matrix_at(p, G + gi) + static_cast<long long>(k) * H + j) * gr;
               for (int j = 0; j < in; ++j)
                 d_in[size_t((static_cast<long long>(t) * N + b) * in + j)] +=
                     host_dnn::load(w, net.type, net.matrix_at(p, gi) + static_cast<long long>(k) * in + j) * gx;
@@ -269,17 +276,21 @@ void backward_weights(const Net& net, const void* x, const void* hx, void* dw, d
           for (int k = 0; k < H; ++k) {
             long long i = static_cast<long long>(b) * H + k;
             double gx = s[net.dwx() + gi * NH + i], gr = s[net.drh() + gi * NH + i];
-            for (int j = 0; j < in; ++j) acc[size_t(net.matrix_at(p, gi) + static_cast<long long>(k) * in + j)] += gx * v[size_t(j)];
+            for (int j = 0; j < in; ++j)
+              acc[size_t(net.matrix_at(p, gi) + static_cast<long long>(k) * in + j)] += gx * v[size_t(j)];
             for (int j = 0; j < H; ++j)
               acc[size_t(net.matrix_at(p, G + gi) + static_cast<long long>(k) * H + j)] +=
-                  gr * state_before(net, const_cast<double*>(r), hx, net.hid(), p, step, static_cast<long long>(b) * H + j);
+                  gr *
+                  state_before(net, const_cast<double*>(r), hx, net.hid(), p, step, static_cast<long long>(b) * H + j);
             if (net.bias) acc[size_t(net.bias_at(p, gi) + k)] += gx, acc[size_t(net.bias_at(p, G + gi) + k)] += gr;
           }
       }
     }
   }
   for (size_t i = 0; i < acc.size(); ++i)
-    if (acc[i] != 0) host_dnn::store(dw, net.type, static_cast<long long>(i), host_dnn::load(dw, net.type, static_cast<long long>(i)) + acc[i]);
+    if (acc[i] != 0)
+      host_dnn::store(dw, net.type, static_cast<long long>(i),
+                      host_dnn::load(dw, net.type, static_cast<long long>(i)) + acc[i]);
 }
 
 // What a reserve last went through, so the weight gradient can insist on following the data
@@ -351,18 +362,18 @@ cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_
 cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* d) { return host_dnn::create(d); }
 cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t d) { return host_dnn::destroy(d); }
 cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t d, cudnnRNNAlgo_t algo, cudnnRNNMode_t mode,
-                                       cudnnRNNBiasMode_t bias, cudnnDirectionMode_t dir, cudnnRNNInputMode_t input_mode,
-                                       cudnnDataType_t type, cudnnDataType_t prec, cudnnMathType_t, int32_t input,
-                                       int32_t hidden, int32_t proj, int32_t layers, cudnnDropoutDescriptor_t dropout,
-                                       uint32_t aux) {
+                                       cudnnRNNBiasMode_t bias, cudnnDirectionMode_t dir,
+                                       cudnnRNNInputMode_t input_mode, cudnnDataType_t type, cudnnDataType_t prec,
+                                       cudnnMathType_t, int32_t input, int32_t hidden, int32_t proj, int32_t layers,
+                                       cudnnDropoutDescriptor_t dropout, uint32_t aux) {
   if (input <= 0 || hidden <= 0 || layers <= 0 || proj != hidden) return CUDNN_STATUS_BAD_PARAM;
   bool prec_ok = type == CUDNN_DATA_DOUBLE ? prec == CUDNN_DATA_DOUBLE
                  : type == CUDNN_DATA_HALF ? prec == CUDNN_DATA_HALF || prec == CUDNN_DATA_FLOAT
                                            : prec == CUDNN_DATA_FLOAT;
   if (!prec_ok) return CUDNN_STATUS_BAD_PARAM;
-  if (algo != CUDNN_RNN_ALGO_STANDARD || (mode != CUDNN_LSTM && mode != CUDNN_GRU) || input_mode != CUDNN_LINEAR_INPUT ||
-      (bias != CUDNN_RNN_DOUBLE_BIAS && bias != CUDNN_RNN_NO_BIAS) || (dropout && dropout->p != 0) || host_dnn::listed("rnn") ||
-      host_dnn::listed(host_dnn::type_name(type)))
+  if (algo != CUDNN_RNN_ALGO_STANDARD || (mode != CUDNN_LSTM && mode != CUDNN_GRU) ||
+      input_mode != CUDNN_LINEAR_INPUT || (bias != CUDNN_RNN_DOUBLE_BIAS && bias != CUDNN_RNN_NO_BIAS) ||
+      (dropout && dropout->p != 0) || host_dnn::listed("rnn") || host_dnn::listed(host_dnn::type_name(type)))
     return CUDNN_STATUS_NOT_SUPPORTED;
   d->set = true;
   d->mode = mode, d->bias = bias == CUDNN_RNN_DOUBLE_BIAS, d->bidirectional = dir == CUDNN_BIDIRECTIONAL;
@@ -407,7 +418,8 @@ cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t, cudnnRNNDescriptor_t d, int
   cudnnRNNDataStruct one;
   one.max_t = one.batch = 1;
   Net net = net_of(*d, one);
-  if (p < 0 || p >= net.lds() || id < 0 || id >= 2 * net.g || bytes != static_cast<size_t>(net.total() * bytes_of(net.type)))
+  if (p < 0 || p >= net.lds() || id < 0 || id >= 2 * net.g ||
+      bytes != static_cast<size_t>(net.total() * bytes_of(net.type)))
     return CUDNN_STATUS_BAD_PARAM;
   auto* base = static_cast<char*>(const_cast<void*>(w));
   int cols = id < net.g ? net.in_of(p) : net.hidden;
@@ -418,11 +430,11 @@ cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t, cudnnRNNDescriptor_t d, int
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnRNNForward(cudnnHandle_t h, cudnnRNNDescriptor_t rnn, cudnnForwardMode_t mode, const int32_t lengths[],
-                              cudnnRNNDataDescriptor_t xd, const void* x, cudnnRNNDataDescriptor_t yd, void* y,
-                              cudnnTensorDescriptor_t hd, const void* hx, void* hy, cudnnTensorDescriptor_t cd,
-                              const void* cx, void* cy, size_t weight_bytes, const void* w, size_t work_bytes,
-                              void* work, size_t reserve_bytes, void* reserve) {
+cudnnStatus_t cudnnRNNForward(cudnnHandle_t h, cudnnRNNDescriptor_t rnn, cudnnForwardMode_t mode,
+                              const int32_t lengths[], cudnnRNNDataDescriptor_t xd, const void* x,
+                              cudnnRNNDataDescriptor_t yd, void* y, cudnnTensorDescriptor_t hd, const void* hx,
+                              void* hy, cudnnTensorDescriptor_t cd, const void* cx, void* cy, size_t weight_bytes,
+                              const void* w, size_t work_bytes, void* work, size_t reserve_bytes, void* reserve) {
   Net net;
   cudnnStatus_t s = check_call(rnn, xd, yd, hd, cd, lengths, weight_bytes, w, work_bytes, work, &net);
   if (s != CUDNN_STATUS_SUCCESS) return s;
@@ -433,7 +445,8 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t h, cudnnRNNDescriptor_t rnn, cudnnFo
     return CUDNN_STATUS_BAD_PARAM;
   if (!x || !y || !hy || !on_device(x, static_cast<long long>(net.t_len) * net.n * net.input, net) ||
       !on_device(y, static_cast<long long>(net.t_len) * net.n * net.hidden * net.dirs, net) ||
-      !on_device(hx, states, net) || !on_device(hy, states, net) || !on_device(cx, states, net) || !on_device(cy, states, net))
+      !on_device(hx, states, net) || !on_device(hy, states, net) || !on_device(cx, states, net) ||
+      !on_device(cy, states, net))
     return CUDNN_STATUS_BAD_PARAM;
   if (training) {
     std::lock_guard<std::mutex> lock(g_mu);

@@ -145,7 +145,7 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
 CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
   Stream* st = stream_of(s);
   std::lock_guard<std::mutex> lock(st->mu);
-  *status = !st->capture       ? CU_STREAM_CAPTURE_STATUS_NONE
+  *status = !st->capture      ? CU_STREAM_CAPTURE_STATUS_NONE
             : st->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                               : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
