@@ -3,7 +3,7 @@
 #   scripts/run.sh demo    Release build, then the main demo: train_digits trains and saves the
 #                          model, classify loads it in a fresh process and scores it, then
 #                          train_digits again on 2 processes (data-parallel)
-#   scripts/run.sh test    the include and docs checks, each fuzz target for KILN_FUZZ_SECONDS
+#   scripts/run.sh test    the include, format and docs checks, each fuzz target for KILN_FUZZ_SECONDS
 #                          (default 20; 0 skips fuzzing), Release build (-O3, line tables),
 #                          the link check, then the whole suite (ctest)
 #   scripts/run.sh bench   Release build with LibTorch if available, then the benchmark table
@@ -44,6 +44,7 @@ case "$what" in
   test)
     stage deps scripts/deps.sh
     stage "include check" scripts/check_includes.sh
+    stage "format check" scripts/check_format.sh
     stage "docs check" python3 scripts/check_docs.py
     # The fuzzers first (a brief run), so ctest's summary of the whole suite is the last line.
     fuzz_seconds="${KILN_FUZZ_SECONDS:-20}"
