@@ -16,6 +16,7 @@
 #include "ir/partition.h"
 #include "ir/passes.h"
 #include "jit/executable.h"
+#include "jit/group_runner.h"
 #include "jit/tracer.h"
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
@@ -307,15 +308,15 @@ void set_fusion_enabled(bool on) { g_fusion.store(on ? 1 : 0, std::memory_order_
 namespace {
 
 // The graph as it runs: fused (unless fusion is off) and verified. A group holds values of one
-// device (the fuse pass's rule) and runs as a kernel there: LLVM's on the CPU, NVRTC's on a
-// CUDA device (jit/executable.cpp).
+// device that has a group backend (jit/group_runner.h: LLVM's on the CPU, the CUDA layer's
+// NVRTC kernels on a CUDA device) and runs as a kernel there (jit/executable.cpp).
 ir::Graph fused(ir::Graph g) {
   if (!fusion_enabled()) return g;
   // Through the pass pipeline (verified after each pass, logged under KILN_LOG=jit, a failure
   // written to a reproducer): rewrites within rounding, as fused results are, then fuse.
   ir::PipelineOptions options;
   options.fuse.keep_out = [](const ir::Node& n) { return n.grad; };
-  options.fuse.has_kernels = [](Device d) { return d.is_cpu() || d.is_cuda(); };
+  options.fuse.has_kernels = [](Device d) { return has_group_backend(d.type); };
   return ir::run_passes(std::move(g), ir::lowering_pipeline(), options);
 }
 

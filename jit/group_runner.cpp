@@ -20,6 +20,10 @@ void register_group_backend(DeviceType type, GroupBackend backend) {
   group_backends()[static_cast<size_t>(type)].store(backend, std::memory_order_release);
 }
 
+bool has_group_backend(DeviceType type) {
+  return group_backends()[static_cast<size_t>(type)].load(std::memory_order_acquire) != nullptr;
+}
+
 std::unique_ptr<GroupRunner> prepare_group(const ir::Node& fused, Device device, std::span<const Tensor> inputs) {
   GroupBackend b = group_backends()[static_cast<size_t>(device.type)].load(std::memory_order_acquire);
   KILN_CHECK(b, "fused group: no code generator for {}", device.str());

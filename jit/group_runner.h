@@ -27,6 +27,8 @@ class GroupRunner {
 /// Prepares fused node `fused` for operands shaped and strided as `inputs`, all on one device.
 using GroupBackend = std::unique_ptr<GroupRunner> (*)(const ir::Node& fused, std::span<const Tensor> inputs);
 void register_group_backend(DeviceType type, GroupBackend backend);
+/// Whether devices of `type` have a group backend (the fuse pass forms groups only there).
+bool has_group_backend(DeviceType type);
 /// The runner of the backend of `device`'s type. Throws kiln::Error when that device has no
 /// backend, or its code generator cannot lower the group (the group then runs op by op).
 std::unique_ptr<GroupRunner> prepare_group(const ir::Node& fused, Device device, std::span<const Tensor> inputs);
