@@ -56,7 +56,7 @@ struct Launch {
   std::vector<Tensor> keep;  // the converted operands, alive until the launches are queued
 };
 
-Launch prepare(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+Launch prepare_launch(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   attention::Operands o = attention::operands_of(id, in, a);
   Launch l;
   l.z = attention::sizes_of(o);
@@ -163,7 +163,7 @@ void attention_op(OpId id, std::span<const Tensor> in, const Attrs& a, const Ten
   attention::Sizes z = attention::sizes_of(o);
   if (z.s == 0) return copy_on_device(zeros({}, out.dtype(), out.device()), out);  // no keys: empty sums
   if (!fits_kernels(z, o.q.dtype())) return by_composite(id, in, a, out);
-  Launch l = prepare(id, in, a, out);
+  Launch l = prepare_launch(id, in, a, out);
   if (id == OpId::Attention) return run_pass(l, CudaAttentionPass::Forward, out.data_ptr(), nullptr, z.l);
   DType ct = o.q.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor stats = Tensor::empty({ct, {z.batch * z.l, 2}, out.device()});

@@ -27,12 +27,20 @@ namespace {
 // Workspace a call may ask for (cuBLAS's default for Hopper), from the caching allocator.
 constexpr size_t kMaxWorkspace = 32 << 20;
 
-#define KILN_CUBLASLT_FUNCTIONS(X)                                                                                     \
-  X(cublasLtCreate)                                                                                                    \
-  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                           \
-      X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate)                   \
-          X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) \
-              X(cublasLtMatmul)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_CUBLASLT_FUNCTIONS(X)        \
+  X(cublasLtCreate)                       \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmul)
+// clang-format on
 
 struct CublasLt {
 #define KILN_DECLARE(fn) decltype(&::fn) fn = nullptr;

@@ -16,25 +16,52 @@
 
 namespace kiln::cuda {
 
-#define KILN_CUDNN_CORE_FUNCTIONS(X)                                                                               \
-  X(cudnnCreate)                                                                                                   \
-  X(cudnnSetStream) X(cudnnGetErrorString) X(cudnnCreateTensorDescriptor) X(cudnnSetTensor4dDescriptorEx)          \
-      X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor) X(cudnnSetFilter4dDescriptor)                 \
-          X(cudnnDestroyFilterDescriptor) X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolution2dDescriptor)   \
-              X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType) X(cudnnDestroyConvolutionDescriptor) \
-                  X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnGetConvolutionForwardWorkspaceSize)             \
-                      X(cudnnConvolutionForward) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                    \
-                          X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnConvolutionBackwardData)          \
-                              X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                     \
-                                  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) X(cudnnConvolutionBackwardFilter)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_CUDNN_CORE_FUNCTIONS(X)                \
+  X(cudnnCreate)                                    \
+  X(cudnnSetStream)                                 \
+  X(cudnnGetErrorString)                            \
+  X(cudnnCreateTensorDescriptor)                    \
+  X(cudnnSetTensor4dDescriptorEx)                   \
+  X(cudnnDestroyTensorDescriptor)                   \
+  X(cudnnCreateFilterDescriptor)                    \
+  X(cudnnSetFilter4dDescriptor)                     \
+  X(cudnnDestroyFilterDescriptor)                   \
+  X(cudnnCreateConvolutionDescriptor)               \
+  X(cudnnSetConvolution2dDescriptor)                \
+  X(cudnnSetConvolutionGroupCount)                  \
+  X(cudnnSetConvolutionMathType)                    \
+  X(cudnnDestroyConvolutionDescriptor)              \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)         \
+  X(cudnnGetConvolutionForwardWorkspaceSize)        \
+  X(cudnnConvolutionForward)                        \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
+  X(cudnnConvolutionBackwardData)                   \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)  \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
+  X(cudnnConvolutionBackwardFilter)
+// clang-format on
 
-#define KILN_CUDNN_RNN_FUNCTIONS(X)                                                                      \
-  X(cudnnSetTensorNdDescriptor)                                                                          \
-  X(cudnnCreateDropoutDescriptor) X(cudnnDestroyDropoutDescriptor) X(cudnnSetDropoutDescriptor)          \
-      X(cudnnCreateRNNDescriptor) X(cudnnDestroyRNNDescriptor) X(cudnnSetRNNDescriptor_v8)               \
-          X(cudnnGetRNNWeightSpaceSize) X(cudnnGetRNNWeightParams) X(cudnnCreateRNNDataDescriptor)       \
-              X(cudnnDestroyRNNDataDescriptor) X(cudnnSetRNNDataDescriptor) X(cudnnGetRNNTempSpaceSizes) \
-                  X(cudnnRNNForward) X(cudnnRNNBackwardData_v8) X(cudnnRNNBackwardWeights_v8)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_CUDNN_RNN_FUNCTIONS(X) \
+  X(cudnnSetTensorNdDescriptor)     \
+  X(cudnnCreateDropoutDescriptor)   \
+  X(cudnnDestroyDropoutDescriptor)  \
+  X(cudnnSetDropoutDescriptor)      \
+  X(cudnnCreateRNNDescriptor)       \
+  X(cudnnDestroyRNNDescriptor)      \
+  X(cudnnSetRNNDescriptor_v8)       \
+  X(cudnnGetRNNWeightSpaceSize)     \
+  X(cudnnGetRNNWeightParams)        \
+  X(cudnnCreateRNNDataDescriptor)   \
+  X(cudnnDestroyRNNDataDescriptor)  \
+  X(cudnnSetRNNDataDescriptor)      \
+  X(cudnnGetRNNTempSpaceSizes)      \
+  X(cudnnRNNForward)                \
+  X(cudnnRNNBackwardData_v8)        \
+  X(cudnnRNNBackwardWeights_v8)
+// clang-format on
 
 struct Cudnn {
 #define KILN_CUDNN_DECLARE(fn) decltype(&::fn) fn = nullptr;

@@ -355,7 +355,7 @@ class CudaRunner final : public jit::GroupRunner {
   PreparedGroup group_;
 };
 
-const bool g_installed = [] {
+const bool g_group_backend = [] {
   jit::register_group_backend(DeviceType::CUDA, [](const ir::Node& fused, std::span<const Tensor> inputs) {
     return std::unique_ptr<jit::GroupRunner>(std::make_unique<CudaRunner>(fused, inputs));
   });

@@ -17,10 +17,20 @@
 namespace kiln::cuda {
 namespace {
 
-#define KILN_NVRTC_FUNCTIONS(X)                                                                                        \
-  X(nvrtcVersion)                                                                                                      \
-  X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) \
-      X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetPTXSize) X(nvrtcGetPTX)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_NVRTC_FUNCTIONS(X) \
+  X(nvrtcVersion)               \
+  X(nvrtcGetErrorString)        \
+  X(nvrtcCreateProgram)         \
+  X(nvrtcDestroyProgram)        \
+  X(nvrtcCompileProgram)        \
+  X(nvrtcGetProgramLogSize)     \
+  X(nvrtcGetProgramLog)         \
+  X(nvrtcGetCUBINSize)          \
+  X(nvrtcGetCUBIN)              \
+  X(nvrtcGetPTXSize)            \
+  X(nvrtcGetPTX)
+// clang-format on
 
 struct Nvrtc {
 #define KILN_NVRTC_DECLARE(fn) decltype(&::fn) fn = nullptr;

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "cuda/op_kernels.h"
-#include "ir/fusion.h"
 #include "runtime/cuda_internal.h"
 
 namespace kiln::cuda {
@@ -18,8 +17,12 @@ void all_reduce(OpId id, std::span<const Tensor> in, const Attrs& a, const Tenso
   op_def(id).cpu(id, in, a, out);
 }
 
-// The kernels of their own, one entry an op.
+// Every other op with a CUDA kernel, one entry an op.
 constexpr OpKernelEntry kKernels[] = {
+    {OpId::Sum, single_op},  // the fusible reductions: groups of one op too
+    {OpId::Prod, single_op},
+    {OpId::MaxReduce, single_op},
+    {OpId::MinReduce, single_op},
     {OpId::Copy, copy},
     {OpId::Cat, cat},
     {OpId::Pad, pad},
@@ -54,15 +57,14 @@ constexpr OpKernelEntry kKernels[] = {
     {OpId::AllReduce, all_reduce},
 };
 
-// Every pointwise op, cast and fusible reduction runs as a group of one op (single_op.cpp); by
-// family, which ops.def gives as constant data.
-const bool g_installed = [] {
+// Every pointwise op and cast runs as a group of one op (single_op.cpp); by family, which
+// ops.def gives as constant data (no OpDef is read while the library loads: they are made
+// then too, in another order).
+const bool g_op_table = [] {
   std::vector<OpKernelEntry> table;
   for (int i = 0; i < kNumOps; ++i) {
     auto id = static_cast<OpId>(i);
-    OpFamily f = op_family(id);
-    if (f == OpFamily::Pointwise || f == OpFamily::Cast || (f == OpFamily::Reduce && ir::fusible_reduction(id)))
-      table.push_back({id, single_op});
+    if (op_family(id) == OpFamily::Pointwise || op_family(id) == OpFamily::Cast) table.push_back({id, single_op});
   }
   table.insert(table.end(), std::begin(kKernels), std::end(kKernels));
   install_kernels(table, copy_on_device);

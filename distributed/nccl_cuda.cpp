@@ -38,10 +38,19 @@
 namespace kiln::distributed {
 namespace {
 
-#define KILN_NCCL_FUNCTIONS(X)                                                                              \
-  X(ncclGetErrorString)                                                                                     \
-  X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError) X(ncclCommAbort) X(ncclCommDestroy) \
-      X(ncclAllReduce) X(ncclBroadcast) X(ncclAllGather) X(ncclReduceScatter)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_NCCL_FUNCTIONS(X) \
+  X(ncclGetErrorString)        \
+  X(ncclGetUniqueId)           \
+  X(ncclCommInitRankConfig)    \
+  X(ncclCommGetAsyncError)     \
+  X(ncclCommAbort)             \
+  X(ncclCommDestroy)           \
+  X(ncclAllReduce)             \
+  X(ncclBroadcast)             \
+  X(ncclAllGather)             \
+  X(ncclReduceScatter)
+// clang-format on
 
 struct Nccl {
 #define KILN_NCCL_DECLARE(fn) decltype(&::fn) fn = nullptr;

@@ -1,7 +1,7 @@
 // jit/group_runner.h -- how a fused group's kernel runs on one device. The Executable prepares a
 // GroupRunner once, for the operands' layout, and launches it at each call; a device with a
 // code generator adds a backend here instead of a branch there: the CPU's (LLVM kernels split
-// over the thread pool, jit/group_runner.cpp) and CUDA's (NVRTC kernels on the current stream,
+// over the thread pool, jit/cpu_group.cpp) and CUDA's (NVRTC kernels on the current stream,
 // cuda/group.cpp) register themselves when the library loads.
 #pragma once
 

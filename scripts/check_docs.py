@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """scripts/check_docs.py -- the docs cannot drift from the tree. In README.md,
-docs/ARCHITECTURE.md and docs/CONTRIBUTING.md:
+docs/ARCHITECTURE.md, docs/CONTRIBUTING.md and docs/CI.md:
 
 - every path they name under one of the project's folders exists (brace lists are expanded,
   `*` must match something, a program may be named as its source without `.cpp`, and
   placeholders like `tests/ir/<pass>/` or `cuda/model/NAME` are skipped);
 - every count they state of what the source lists matches it: "N ops" (runtime/ops.def),
   "N passes" (ir/passes.def), "N fuzz targets" (tools/fuzz/*_fuzz.cpp), the number written
-  in digits or as a word right before the noun ("5 full-size passes" is another noun).
+  in digits or as a word right before the noun. Another count says another noun: "5 full-size
+  passes", "two kernel passes".
 
 Exits 1 naming each file, line and what is wrong. `scripts/check_docs.py DIR` checks the tree
 at DIR (the tests plant stale docs in a copy)."""
@@ -16,14 +17,14 @@ import os
 import re
 import sys
 
-DOCS = ["README.md", "docs/ARCHITECTURE.md", "docs/CONTRIBUTING.md"]
+DOCS = ["README.md", "docs/ARCHITECTURE.md", "docs/CONTRIBUTING.md", "docs/CI.md"]
 ROOTS = ("runtime autograd ir codegen jit cuda distributed nn tools tests scripts benchmarks examples "
          "docs cmake kiln .ci").split()
 PATH = re.compile(r"(?<![\w./@-])((?:%s)/[\w./{},*<>+-]*)" % "|".join(re.escape(r) for r in ROOTS))
 WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
     "sixteen seventeen eighteen nineteen twenty".split())}
-COUNT = re.compile(r"\b(\d+|%s) (ops|passes|fuzz targets)\b" % "|".join(WORDS), re.IGNORECASE)
+COUNT = re.compile(r"(?<![\d,.])\b(\d+|%s) (ops|passes|fuzz targets)\b" % "|".join(WORDS), re.IGNORECASE)
 
 
 def expand(token):

@@ -8,6 +8,11 @@
 # Exits 1 with the diff that would fix it; `git clang-format BASE` applies it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command -v git-clang-format >/dev/null || { echo "check_format: git-clang-format is missing (Debian's clang-format)" >&2; exit 2; }
+if [[ "$(git rev-parse --is-shallow-repository)" == true ]]; then
+  echo "check_format: a shallow clone may not hold the commit that formatted the tree; fetch its history" >&2
+  exit 2
+fi
 base="${1:-$(git log -1 --format=%H -- .clang-format)}"
 [[ -n "$base" ]] || { echo "check_format: no commit has a .clang-format yet" >&2; exit 2; }
 out="$(git clang-format --diff --extensions cpp,h "$base" -- . \

@@ -37,6 +37,14 @@ while IFS= read -r hit; do
 done < <(grep -rnE '#include\s*[<"](cuda|cuda_runtime|nvrtc|cublas|cudnn|nccl)[^>"/]*\.h' --include='*.h' --include='*.cpp' \
            runtime autograd ir codegen jit cuda distributed nn tools kiln 2>/dev/null || true)
 
+# A header that includes CUDA's (named *_cuda.h) only in files named *cuda* too: any other
+# file also builds without the toolkit.
+while IFS= read -r hit; do
+  file="${hit%%:*}"
+  [[ "$(basename "$file")" == *cuda* ]] || report "a *_cuda.h header outside a *cuda* file: $hit"
+done < <(grep -rnE '#include\s*"[a-z_/]+_cuda\.h"' --include='*.h' --include='*.cpp' \
+           runtime autograd ir codegen jit cuda distributed nn tools kiln benchmarks examples 2>/dev/null || true)
+
 while IFS= read -r hit; do
   file="${hit%%:*}"
   [[ "$file" == runtime/ops/conv_onednn.cpp || "$file" == benchmarks/onednn_bench.cpp ]] ||

@@ -9,7 +9,9 @@
 # the kiln library's, as the Ninja build in BUILD_DIR links them; a folder tree of objects laid
 # out the same way (CMakeFiles/kiln.dir/<folder>/*.o, without Ninja) is read too, which the
 # planted test uses. Strong definitions only (weak ones, inline functions and templates, are
-# emitted wherever used). Exits 1 naming each object, symbol and the layer that defines it.
+# emitted wherever used). Also refused: a symbol of namespace kiln that an object needs and no
+# object defines (a stand-in missing from a build without CUDA: the shared library would link,
+# and its users would not). Exits 1 naming each object, symbol and the layer that defines it.
 set -euo pipefail
 build="${1:?usage: scripts/check_links.sh BUILD_DIR}"
 layers=(runtime autograd ir codegen jit cuda distributed nn)
@@ -17,9 +19,13 @@ declare -A rank
 for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
 
 if [[ -f "$build/build.ninja" ]]; then
-  mapfile -t objects < <(ninja -C "$build" -t inputs kiln | grep '\.o$' | sed "s#^#$build/#")
-else
-  mapfile -t objects < <(find "$build/CMakeFiles" -name '*.o' | sort)
+  inputs="$(ninja -C "$build" -t inputs kiln)" || {
+    echo "check_links: 'ninja -t inputs' failed (it needs Ninja 1.11 or later)" >&2
+    exit 2
+  }
+  mapfile -t objects < <(grep '\.o$' <<<"$inputs" | sed "s#^#$build/#")
+else  # (the planted test's tree; a real build folder may hold objects of files since renamed)
+  mapfile -t objects < <(find "$build/CMakeFiles" -path '*/kiln*.dir/*' -name '*.o' | sort)
 fi
 ((${#objects[@]})) || { echo "check_links: no objects of the kiln library under $build" >&2; exit 2; }
 
@@ -40,13 +46,19 @@ done
 # For each symbol, the lowest layer that defines it; a need is bad when that is above the
 # needing object's layer.
 sort -t$'\t' -k1,1 -k2,2n "$tmp/defined.tsv" | awk -F'\t' '$1 != last {print; last = $1}' >"$tmp/lowest.tsv"
-bad="$(awk -F'\t' 'NR == FNR {low[$1] = $2; where[$1] = $3; next}
+bad="$(awk -F'\t' 'FILENAME == ARGV[1] {low[$1] = $2; where[$1] = $3; next}
                    ($1 in low) && low[$1] > $2 {print $3 "\t" $1 "\t" low[$1] "\t" where[$1]}' \
        "$tmp/lowest.tsv" "$tmp/needed.tsv" | sort -u)"
-if [[ -n "$bad" ]]; then
-  while IFS=$'\t' read -r obj sym r def; do
+# kiln's own symbols (_ZN4kiln...) that an object needs and none defines, weakly or not.
+nm -P --defined-only -g "${objects[@]}" 2>/dev/null | awk '{print $1}' | sort -u >"$tmp/all_defined.txt"
+missing="$(cut -f1 "$tmp/needed.tsv" | { grep '^_ZN4kiln' || true; } | sort -u | comm -23 - "$tmp/all_defined.txt")"
+if [[ -n "$bad" || -n "$missing" ]]; then
+  [[ -z "$bad" ]] || while IFS=$'\t' read -r obj sym r def; do
     echo "check_links: $(layer_of "$obj") needs $(c++filt "$sym"), defined only in ${layers[$r]} ($obj -> $def)"
   done <<<"$bad"
+  [[ -z "$missing" ]] || while read -r sym; do
+    echo "check_links: $(c++filt "$sym") is needed and no object of the library defines it"
+  done <<<"$missing"
   exit 1
 fi
 echo "check_links: ok (${#objects[@]} objects in ${#layers[@]} layers)"

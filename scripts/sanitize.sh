@@ -38,6 +38,9 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_
   -DKILN_UNITY_BUILD=OFF \
   -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null
 stage "tsan build" ninja -C build-tsan -j "$jobs" kiln_tsan_tests  # those tests alone (tests/CMakeLists.txt)
+# The layers by symbol in the build without CUDA too, whose stand-ins must define what the
+# CUDA layer's other files call.
+stage "tsan link check" scripts/check_links.sh build-tsan
 rm -rf build-tsan/kernel-cache
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$PWD/scripts/tsan.supp"
 export KILN_CACHE_DIR="$PWD/build-tsan/kernel-cache"

@@ -12,18 +12,55 @@
 namespace kiln::cuda {
 
 // Every driver function kiln calls, once.
-#define KILN_CUDA_DRIVER_FUNCTIONS(X)                                                                                  \
-  X(cuInit)                                                                                                            \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)    \
-      X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxGetCurrent)    \
-          X(cuCtxSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuMemFreeHost)            \
-              X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async)    \
-                  X(cuMemsetD32Async) X(cuMemsetD2D32Async) X(cuStreamCreateWithPriority) X(cuStreamSynchronize)       \
-                      X(cuStreamWaitEvent) X(cuStreamQuery) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)        \
-                          X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime) X(cuModuleLoadData)              \
-                              X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuFuncSetAttribute)         \
-                                  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
-                                      X(cuGraphExecDestroy) X(cuGraphDestroy)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_CUDA_DRIVER_FUNCTIONS(X) \
+  X(cuInit)                           \
+  X(cuDriverGetVersion)               \
+  X(cuGetErrorName)                   \
+  X(cuGetErrorString)                 \
+  X(cuDeviceGetCount)                 \
+  X(cuDeviceGet)                      \
+  X(cuDeviceGetName)                  \
+  X(cuDeviceGetAttribute)             \
+  X(cuDeviceTotalMem)                 \
+  X(cuDevicePrimaryCtxRetain)         \
+  X(cuCtxSetCurrent)                  \
+  X(cuCtxGetCurrent)                  \
+  X(cuCtxSynchronize)                 \
+  X(cuMemAlloc)                       \
+  X(cuMemFree)                        \
+  X(cuMemGetInfo)                     \
+  X(cuMemHostAlloc)                   \
+  X(cuMemFreeHost)                    \
+  X(cuMemcpyHtoDAsync)                \
+  X(cuMemcpyDtoHAsync)                \
+  X(cuMemcpyDtoDAsync)                \
+  X(cuMemsetD8Async)                  \
+  X(cuMemsetD16Async)                 \
+  X(cuMemsetD32Async)                 \
+  X(cuMemsetD2D32Async)               \
+  X(cuStreamCreateWithPriority)       \
+  X(cuStreamSynchronize)              \
+  X(cuStreamWaitEvent)                \
+  X(cuStreamQuery)                    \
+  X(cuEventCreate)                    \
+  X(cuEventDestroy)                   \
+  X(cuEventRecord)                    \
+  X(cuEventSynchronize)               \
+  X(cuEventQuery)                     \
+  X(cuEventElapsedTime)               \
+  X(cuModuleLoadData)                 \
+  X(cuModuleUnload)                   \
+  X(cuModuleGetFunction)              \
+  X(cuLaunchKernel)                   \
+  X(cuFuncSetAttribute)               \
+  X(cuStreamBeginCapture)             \
+  X(cuStreamEndCapture)               \
+  X(cuGraphInstantiate)               \
+  X(cuGraphLaunch)                    \
+  X(cuGraphExecDestroy)               \
+  X(cuGraphDestroy)
+// clang-format on
 
 struct Driver {
 #define KILN_CUDA_DECLARE(fn) decltype(&::fn) fn = nullptr;

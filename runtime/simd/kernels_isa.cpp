@@ -117,14 +117,21 @@ template <class E, int W> Vec<E, W> rint(Vec<E, W> x) requires(!kIsFloat<E>) { r
 
 // One-lane math: the C library. (Only the scalar build computes with one lane; wider builds
 // take a row's tail through their vectors too, so these go unused there.)
-#define KILN_SCALAR_MATH(X)                                                                            \
-  X(exp, __builtin_expf, __builtin_exp)                                                                \
-  X(log, __builtin_logf, __builtin_log) X(log1p, __builtin_log1pf, __builtin_log1p)                    \
-      X(expm1, __builtin_expm1f, __builtin_expm1) X(sqrt, __builtin_sqrtf, __builtin_sqrt)             \
-          X(sin, __builtin_sinf, __builtin_sin) X(cos, __builtin_cosf, __builtin_cos)                  \
-              X(tanh, __builtin_tanhf, __builtin_tanh) X(erf, __builtin_erff, __builtin_erf)           \
-                  X(floor, __builtin_floorf, __builtin_floor) X(ceil, __builtin_ceilf, __builtin_ceil) \
-                      X(rint, __builtin_rintf, __builtin_rint)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_SCALAR_MATH(X)                   \
+  X(exp, __builtin_expf, __builtin_exp)       \
+  X(log, __builtin_logf, __builtin_log)       \
+  X(log1p, __builtin_log1pf, __builtin_log1p) \
+  X(expm1, __builtin_expm1f, __builtin_expm1) \
+  X(sqrt, __builtin_sqrtf, __builtin_sqrt)    \
+  X(sin, __builtin_sinf, __builtin_sin)       \
+  X(cos, __builtin_cosf, __builtin_cos)       \
+  X(tanh, __builtin_tanhf, __builtin_tanh)    \
+  X(erf, __builtin_erff, __builtin_erf)       \
+  X(floor, __builtin_floorf, __builtin_floor) \
+  X(ceil, __builtin_ceilf, __builtin_ceil)    \
+  X(rint, __builtin_rintf, __builtin_rint)
+// clang-format on
 #define KILN_DEFINE(name, ff, fd)                                 \
   [[maybe_unused]] inline Vec<float, 1> name(Vec<float, 1> x) {   \
     return lanewise(x, [](float a) { return ff(a); });            \
@@ -163,10 +170,20 @@ using MD = __m256d;
 inline F sqrt(F x) { return F((F::V)_mm256_sqrt_ps((MF)x.v)); }
 inline D sqrt(D x) { return D((D::V)_mm256_sqrt_pd((MD)x.v)); }
 #endif
-#define KILN_VEC_MATH(X)                                                                                      \
-  X(exp, _u10)                                                                                                \
-  X(log, _u10) X(log1p, _u10) X(expm1, _u10) X(sin, _u10) X(cos, _u10) X(tanh, _u10) X(erf, _u10) X(floor, _) \
-      X(ceil, _) X(rint, _)
+// clang-format off: one entry a line (the formatter would stair-step them)
+#define KILN_VEC_MATH(X) \
+  X(exp, _u10)           \
+  X(log, _u10)           \
+  X(log1p, _u10)         \
+  X(expm1, _u10)         \
+  X(sin, _u10)           \
+  X(cos, _u10)           \
+  X(tanh, _u10)          \
+  X(erf, _u10)           \
+  X(floor, _)            \
+  X(ceil, _)             \
+  X(rint, _)
+// clang-format on
 #define KILN_DEFINE(fn, acc)                                           \
   inline F fn(F x) { return F((F::V)KILN_SLEEF_F(fn, acc)((MF)x.v)); } \
   inline D fn(D x) { return D((D::V)KILN_SLEEF_D(fn, acc)((MD)x.v)); }
