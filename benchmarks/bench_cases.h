@@ -85,32 +85,13 @@ inline void count_flops(benchmark::State& s, double per_iteration) {
 /// The example models' step cases (models_bench.cpp, torch_models_bench.cpp): "model_<name>".
 inline std::string model_case(const std::string& name) { return "model_" + name; }
 
-/// The GEMM and convolution FLOPs of a graph (2 per multiply-add): matmuls and addmm by their
-/// result times the inner dim, convolutions and their two gradients by the output (or output
-/// gradient) times each window's multiply-adds. What a step could not do faster than
-/// matmul_1024's rate.
+/// The FLOPs of a graph's tensor-core work (2 per multiply-add): its matmuls, addmm, convolutions
+/// and their gradients, attention and RNNs, as the cost model counts them (jit/cost.h). What a
+/// step could not do faster than matmul_1024's rate.
 inline double gemm_conv_flops(const ir::Graph& g) {
   double total = 0;
-  for (const ir::Node& n : g.nodes) {
-    if (n.kind != ir::NodeKind::Op) continue;
-    auto type = [&](size_t i) -> const TensorType& { return g.type(n.inputs.at(i)); };
-    double out = static_cast<double>(g.type(n.result).shape.product());
-    auto window = [](const Dims& w) { return static_cast<double>(w[1] * w[2] * w[3]); };  // weight [out, in/g, kh, kw]
-    switch (n.op) {
-      case OpId::Matmul: total += 2 * out * static_cast<double>(type(0).shape.back()); break;
-      case OpId::Addmm:
-      case OpId::AddmmRelu:
-      case OpId::AddmmGeluTanh: total += 2 * out * static_cast<double>(type(1).shape.back()); break;
-      case OpId::Conv2d: total += 2 * out * window(type(1).shape); break;
-      case OpId::Conv2dInputGrad:
-        total += 2 * static_cast<double>(type(0).shape.product()) * window(type(1).shape);
-        break;
-      case OpId::Conv2dWeightGrad:
-        total += 2 * static_cast<double>(type(1).shape.product()) * window(g.type(n.result).shape);
-        break;
-      default: break;
-    }
-  }
+  for (const jit::KernelCost& k : jit::plan_cost(g).kernels)
+    if (k.unit == jit::MathUnit::TensorCores) total += k.flops;
   return total;
 }
 

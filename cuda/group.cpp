@@ -20,6 +20,8 @@
 #include "ir/fusion.h"
 #include "ir/graph.h"
 #include "ir/group_analysis.h"
+#include "jit/cost.h"
+#include "jit/executable.h"
 #include "jit/group_runner.h"
 #include "jit/plan.h"
 #include "runtime/api.h"
@@ -27,6 +29,7 @@
 #include "runtime/check.h"
 #include "runtime/cuda_internal.h"
 #include "runtime/log.h"
+#include "runtime/profiler.h"
 
 namespace kiln::cuda {
 namespace {
@@ -212,7 +215,10 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
     g.source = std::move(source);
     return g;
   }
-  CompiledKernel k = kernel_for(source, body.type(body.outputs[0]).device.index);
+  // The profiler's name of the kernel: its op's, or its group's.
+  const bool one_op = body.nodes.size() == 1 && body.nodes[0].kind == ir::NodeKind::Op;
+  CompiledKernel k = kernel_for(source, body.type(body.outputs[0]).device.index,
+                                one_op ? std::string(op_name(body.nodes[0].op)) : jit::group_label(body));
   g.fn = k.fn;
   g.symbol = std::move(k.symbol);
   return g;
@@ -227,6 +233,20 @@ std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int 
   for (const PreparedGroup::Stage& st : g.stages) out.push_back(st.group->launch);
   if (out.empty()) out.push_back(g.launch);
   return out;
+}
+
+int64_t count_group_launches(const ir::Node& fused, int sms) {
+  std::vector<Dims> strides, shapes = contiguous_operands(*fused.body, strides);
+  PreparedGroup g = prepare(fused, shapes, strides, {.sms = sms, .mode = Prepare::Plan});
+  auto kernels = [](const PreparedGroup& k) {
+    int64_t n = k.launch.blocks > 0 ? 1 : 0;
+    for (const PreparedGroup::Combine& c : k.combines) n += !c.in_last_block && c.group->launch.blocks > 0;
+    return n;
+  };
+  if (g.stages.empty()) return kernels(g);
+  int64_t n = 0;
+  for (const PreparedGroup::Stage& st : g.stages) n += kernels(*st.group);
+  return n;
 }
 
 std::vector<std::string> group_kernel_sources(const ir::Node& fused, int sms) {
@@ -345,20 +365,42 @@ namespace {
 class CudaRunner final : public jit::GroupRunner {
  public:
   CudaRunner(const ir::Node& fused, std::span<const Tensor> inputs)
-      : group_(prepare_group(fused, inputs, /*eager=*/false)) {}
+      : group_(prepare_group(fused, inputs, /*eager=*/false)) {
+    // The profiler's names for its kernels (a CUDA graph replays them without this runner),
+    // with one launch's bytes and FLOPs on the kernel that computes the group.
+    std::vector<TensorType> types;
+    for (const Tensor& t : inputs) types.push_back(t.type());
+    jit::KernelCost c = jit::fused_cost(fused, types, sm_count(group_.fn.device));
+    label_ = c.name;
+    bytes_ = c.bytes();
+    flops_ = c.flops;
+    auto name = [&](const PreparedGroup& g, const std::string& label, int64_t bytes, double flops) {
+      profiler::name_kernel(g.symbol, label, bytes, flops);
+      for (const PreparedGroup::Combine& k : g.combines)
+        if (!k.in_last_block) profiler::name_kernel(k.group->symbol, label + " (combine)", -1, -1);
+    };
+    if (group_.stages.empty()) name(group_, label_, bytes_, flops_);
+    for (size_t k = 0; k < group_.stages.size(); ++k)
+      name(*group_.stages[k].group, fmt::format("{} (stage {} of {})", label_, k + 1, group_.stages.size()), -1, -1);
+  }
   const std::string& symbol() const override { return group_.symbol; }
   void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const override {
+    profiler::DeviceWork work(label_, bytes_, flops_);
     launch_group(group_, inputs, outputs);
   }
 
  private:
   PreparedGroup group_;
+  std::string label_;
+  int64_t bytes_ = 0;
+  double flops_ = 0;
 };
 
 const bool g_group_backend = [] {
   jit::register_group_backend(DeviceType::CUDA, [](const ir::Node& fused, std::span<const Tensor> inputs) {
     return std::unique_ptr<jit::GroupRunner>(std::make_unique<CudaRunner>(fused, inputs));
   });
+  jit::register_group_launches(DeviceType::CUDA, count_group_launches);
   return true;
 }();
 

@@ -60,6 +60,10 @@ struct PreparedGroup {
 /// One launch per kernel (a group run as stages has several; the combines of partial results
 /// that run as kernels of their own are not counted).
 std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int sms);
+/// The kernels `fused` launches on a device of `sms` multiprocessors: plan_group_launches's,
+/// and the combines of partial results that run as kernels of their own (the cost model's
+/// count, jit::group_launches).
+int64_t count_group_launches(const ir::Node& fused, int sms);
 /// The text of every kernel those launches run, in order, then the combines that are kernels
 /// of their own (what `kiln-ir codegen --target=cuda` prints).
 std::vector<std::string> group_kernel_sources(const ir::Node& fused, int sms);

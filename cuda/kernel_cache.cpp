@@ -16,7 +16,7 @@ namespace kiln::cuda {
 
 std::string named_source(const std::string& source, std::string* symbol) { return jit::name_by_hash(source, symbol); }
 
-CompiledKernel kernel_for(const std::string& source, int device) {
+CompiledKernel kernel_for(const std::string& source, int device, std::string_view label) {
   // By symbol and device ("kiln_...@cuda:0"): a module is loaded per device. Never destroyed:
   // kernels stay callable during exit.
   static auto* kernels = new jit::KernelMemo<DeviceFunction>();
@@ -25,6 +25,7 @@ CompiledKernel kernel_for(const std::string& source, int device) {
   std::string src = named_source(source, &k.symbol);
   k.fn = kernels->get(fmt::format("{}@cuda:{}", k.symbol, device), [&](bool* from_disk) {
     auto t0 = std::chrono::steady_clock::now();
+    if (!label.empty()) profiler::name_kernel(k.symbol, label, -1, -1);
     int arch = compute_capability(device);
     // A device newer than NVRTC knows gets PTX for the newest architecture it does, which the
     // driver compiles for the device.

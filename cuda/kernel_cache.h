@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "runtime/cuda_internal.h"
 
@@ -14,8 +15,9 @@ struct CompiledKernel {
   std::string symbol;  // kiln_<hash of the source>
 };
 /// `source` (whose entry point is named kiln_kernel) compiled for device `device` and loaded
-/// there.
-CompiledKernel kernel_for(const std::string& source, int device);
+/// there; `label` names it for the profiler (the op or fused group it computes: a CUDA graph
+/// replays it under no kiln span) when it is first compiled.
+CompiledKernel kernel_for(const std::string& source, int device, std::string_view label = {});
 /// `source` with its entry point renamed to the hash of its text (what kernel_for runs).
 std::string named_source(const std::string& source, std::string* symbol = nullptr);
 

@@ -23,12 +23,20 @@ int sm_count(int device) {
 void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
                    int64_t shared_bytes) {
   blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
-  CompiledKernel k = kernel_for(source, device);
+  const char* op = current_op();
+  CompiledKernel k = kernel_for(source, device, op ? op : "");
   unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = const_cast<uint64_t*>(args.data());
   size_t shared = static_cast<size_t>(shared_bytes < 0 ? codegen::kCudaSharedBytes : shared_bytes);
   launch(k.fn, grid, block, shared, &param);
 }
+namespace {
+thread_local const char* t_op = nullptr;
+}
+const char* current_op() { return t_op; }
+CurrentOp::CurrentOp(const char* op) : previous_(t_op) { t_op = op; }
+CurrentOp::~CurrentOp() { t_op = previous_; }
+
 int64_t blocks_for(int64_t threads) { return (threads + codegen::kCudaBlock - 1) / codegen::kCudaBlock; }
 
 void put(std::vector<uint64_t>& w, int64_t v) { w.push_back(static_cast<uint64_t>(v)); }

@@ -19,6 +19,20 @@ int sm_count(int device);
 /// memory: `shared_bytes`, or kCudaSharedBytes when negative.
 void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
                    int64_t shared_bytes = -1);
+/// The op whose kernel runs on this thread (cuda/op_table.cpp's dispatch sets it), or nullptr:
+/// what names the hand-written kernels it launches for the profiler.
+const char* current_op();
+/// Sets current_op() while it lives.
+class CurrentOp {
+ public:
+  explicit CurrentOp(const char* op);
+  ~CurrentOp();
+  CurrentOp(const CurrentOp&) = delete;
+  CurrentOp& operator=(const CurrentOp&) = delete;
+
+ private:
+  const char* previous_;
+};
 /// Blocks of kCudaBlock threads for `threads` threads.
 int64_t blocks_for(int64_t threads);
 /// Appends argument words for a hand-written kernel.

@@ -3,8 +3,10 @@
 // (runtime/cuda_internal.h: install_kernels). The runtime sits below the code generators, so
 // the kernels come from here, as the collective engine comes from distributed/. An op without
 // an entry is refused with its name when it meets a CUDA tensor.
+#include <array>
 #include <vector>
 
+#include "cuda/launch.h"
 #include "cuda/op_kernels.h"
 #include "runtime/cuda_internal.h"
 
@@ -57,16 +59,28 @@ constexpr OpKernelEntry kKernels[] = {
     {OpId::AllReduce, all_reduce},
 };
 
+// Every op's kernel, by id.
+std::array<OpKernel, kNumOps> g_kernels{};
+
+// Runs op `id`'s kernel, its name the current op of the thread (cuda/launch.h: it names the
+// hand-written kernels for the profiler).
+void dispatch(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
+  CurrentOp op(op_name(id));
+  g_kernels[static_cast<size_t>(id)](id, in, a, out);
+}
+
 // Every pointwise op and cast runs as a group of one op (single_op.cpp); by family, which
 // ops.def gives as constant data (no OpDef is read while the library loads: they are made
 // then too, in another order).
 const bool g_op_table = [] {
-  std::vector<OpKernelEntry> table;
   for (int i = 0; i < kNumOps; ++i) {
     auto id = static_cast<OpId>(i);
-    if (op_family(id) == OpFamily::Pointwise || op_family(id) == OpFamily::Cast) table.push_back({id, single_op});
+    if (op_family(id) == OpFamily::Pointwise || op_family(id) == OpFamily::Cast) g_kernels[i] = single_op;
   }
-  table.insert(table.end(), std::begin(kKernels), std::end(kKernels));
+  for (const OpKernelEntry& e : kKernels) g_kernels[static_cast<size_t>(e.op)] = e.kernel;
+  std::vector<OpKernelEntry> table;
+  for (int i = 0; i < kNumOps; ++i)
+    if (g_kernels[i]) table.push_back({static_cast<OpId>(i), dispatch});
   install_kernels(table, copy_on_device);
   return true;
 }();

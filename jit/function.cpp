@@ -178,6 +178,7 @@ struct Plan {
   std::vector<ir::SavedValue> saved;
   std::shared_ptr<const CompiledBackward> backward;
   size_t saved_bytes = 0;  // per call: the computed values kept for the backward
+  EagerFloor eager;        // what the function's eager run must move (read from the trace)
   // What jit::save writes: the graph after the optimization passes, before taping and fusion
   // (inference and whole-step plans only), and the signature it was traced for.
   ir::Graph optimized;
@@ -404,8 +405,11 @@ struct Function::State {
     }
     plan->grad_mode = grad_enabled();
     profiler::Scope event(profiler::Kind::Jit, "optimize, partition, fuse");
-    ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
     for (const Tensor& p : plan->trace.params) plan->param_requires_grad.push_back(p.requires_grad());
+    std::vector<char> args_need_grad;
+    for (const Tensor& x : inputs) args_need_grad.push_back(x.defined() && x.requires_grad());
+    plan->eager = jit::eager_floor(plan->trace.graph, args_need_grad, plan->param_requires_grad);
+    ir::Graph g = ir::run_passes(std::move(plan->trace.graph), ir::default_pipeline());
     if (plan->trace.joint) {
       g = make_differentiable(*plan, std::move(g), composite ? &fn : nullptr);
     } else {
@@ -495,6 +499,14 @@ std::vector<Tensor> Function::call(std::span<const Tensor> inputs) const {
 }
 
 void Function::compile(std::span<const Tensor> inputs) const { plan_for(*state_, inputs); }
+
+PlanCost Function::cost(int multiprocessors) const { return plan_cost(graph(), multiprocessors); }
+
+EagerFloor Function::eager_floor() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  KILN_CHECK(state_->last != nullptr, "jit::Function::eager_floor: the function has not been called yet");
+  return state_->last->eager;
+}
 
 ir::Graph Function::graph() const {
   std::shared_ptr<Plan> last;  // keeps the plan alive if another thread evicts it meanwhile

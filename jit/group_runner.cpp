@@ -14,7 +14,21 @@ std::array<std::atomic<GroupBackend>, kNumDeviceTypes>& group_backends() {
   return b;
 }
 
+std::array<std::atomic<GroupLaunches>, kNumDeviceTypes>& launch_planners() {
+  static std::array<std::atomic<GroupLaunches>, kNumDeviceTypes> p{};
+  return p;
+}
+
 }  // namespace
+
+void register_group_launches(DeviceType type, GroupLaunches launches) {
+  launch_planners()[static_cast<size_t>(type)].store(launches, std::memory_order_release);
+}
+
+int64_t group_launches(const ir::Node& fused, Device device, int multiprocessors) {
+  GroupLaunches p = launch_planners()[static_cast<size_t>(device.type)].load(std::memory_order_acquire);
+  return p ? p(fused, multiprocessors) : 1;
+}
 
 void register_group_backend(DeviceType type, GroupBackend backend) {
   group_backends()[static_cast<size_t>(type)].store(backend, std::memory_order_release);

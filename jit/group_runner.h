@@ -27,6 +27,13 @@ class GroupRunner {
 /// Prepares fused node `fused` for operands shaped and strided as `inputs`, all on one device.
 using GroupBackend = std::unique_ptr<GroupRunner> (*)(const ir::Node& fused, std::span<const Tensor> inputs);
 void register_group_backend(DeviceType type, GroupBackend backend);
+/// The kernels fused node `fused` launches on a device of `multiprocessors`, planned without one
+/// (a CUDA group may run as stages, and combine its parts in a kernel of its own). A device's
+/// layer registers its planner beside its backend; without one, a group is one launch.
+using GroupLaunches = int64_t (*)(const ir::Node& fused, int multiprocessors);
+void register_group_launches(DeviceType type, GroupLaunches launches);
+int64_t group_launches(const ir::Node& fused, Device device, int multiprocessors);
+
 /// Whether devices of `type` have a group backend (the fuse pass forms groups only there).
 bool has_group_backend(DeviceType type);
 /// The runner of the backend of `device`'s type. Throws kiln::Error when that device has no

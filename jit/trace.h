@@ -41,6 +41,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "jit/cost.h"
 #include "runtime/tensor.h"
 
 namespace kiln::ir {
@@ -118,6 +119,12 @@ class Function {
   /// resolved (throws before the first call). A snapshot: safe while other threads call the
   /// function and its cache evicts plans.
   ir::Graph graph() const;
+  /// What one call of that graph should cost (jit/cost.h): bytes, FLOPs and launches per
+  /// kernel, fused groups planned for a device of `multiprocessors` (an H100's and H200's 132).
+  PlanCost cost(int multiprocessors = 132) const;
+  /// The least the same call must move run eagerly, op by op (jit/cost.h): the figure
+  /// PyTorch's eager step is held against.
+  EagerFloor eager_floor() const;
   Stats stats() const;
   /// Bound on cached signatures; past it the least recently used plan is dropped.
   void set_cache_limit(size_t plans);

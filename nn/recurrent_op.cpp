@@ -89,18 +89,40 @@ Grads rnn_vjp(const VjpArgs& v) {
 namespace {
 
 constexpr uint64_t kRnnAttrs = kAttrLstm | kAttrHiddenSize | kAttrNumLayers | kAttrBidirectional;
+
+// The gates' products at every step, layer and direction: each step multiplies its input and
+// its state into gates * H values. The backward runs the forward again (for cuDNN's reserve),
+// then the products of the data and the weight gradients: three times the forward's.
+double rnn_forward_flops(const TensorType& x, const Attrs& a) {
+  const double t = static_cast<double>(x.shape[0]), n = static_cast<double>(x.shape[1]);
+  const double h = static_cast<double>(a.hidden_size), gates = a.lstm ? 4 : 3, d = a.bidirectional ? 2 : 1;
+  double per_step = 0;
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    double width = l == 0 ? static_cast<double>(x.shape[2]) : d * h;
+    per_step += d * 2 * n * gates * h * (width + h);
+  }
+  return t * per_step;
+}
+double rnn_flops(std::span<const TensorType> in, const TensorType&, const Attrs& a) {
+  return rnn_forward_flops(in[0], a);
+}
+double rnn_backward_flops(std::span<const TensorType> in, const TensorType&, const Attrs& a) {
+  return 3 * rnn_forward_flops(in[0], a);
+}
 // rnn(x, [h0 [, c0]], params...): y, h_n (, c_n) packed.
 const OpDef kRnn{.infer = rnn_op::rnn_rule,
                  .cpu = rnn_op::by_composite,
                  .vjp = rnn_op::rnn_vjp,
                  .saves = kSaveBoth,
-                 .attrs = kRnnAttrs};
+                 .attrs = kRnnAttrs,
+                 .flops = rnn_flops};
 // rnn_backward(x, [h0 [, c0]], params..., out, grad): the inputs' gradients packed.
 const OpDef kRnnBackward{.infer = rnn_op::rnn_rule,
                          .cpu = rnn_op::by_composite,
                          .differentiable = false,
                          .saves = kSaveNothing,
-                         .attrs = kRnnAttrs};
+                         .attrs = kRnnAttrs,
+                         .flops = rnn_backward_flops};
 const bool g_registered = (register_op_def(OpId::Rnn, kRnn), register_op_def(OpId::RnnBackward, kRnnBackward), true);
 
 }  // namespace

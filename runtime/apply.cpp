@@ -57,6 +57,15 @@ uint8_t kind_bit(DType t) { return t == DType::Bool ? kBool : is_float(t) ? kFlo
 
 const OpDef& op_def(OpId id) { return *g_ops[static_cast<size_t>(id)].def; }
 const char* op_name(OpId id) { return g_ops[static_cast<size_t>(id)].name; }
+
+double op_flops(OpId id, std::span<const TensorType> in, const TensorType& out, const Attrs& attrs) {
+  if (FlopsFn f = op_def(id).flops) return f(in, out, attrs);
+  switch (op_family(id)) {
+    case OpFamily::Pointwise: return static_cast<double>(out.shape.product());
+    case OpFamily::Reduce: return in.empty() ? 0 : static_cast<double>(in[0].shape.product());
+    default: return 0;
+  }
+}
 std::ostream& operator<<(std::ostream& os, OpId id) { return os << op_name(id); }
 int op_arity(OpId id) { return g_ops[static_cast<size_t>(id)].arity; }
 OpFamily op_family(OpId id) { return g_ops[static_cast<size_t>(id)].family; }

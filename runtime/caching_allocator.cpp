@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 
@@ -79,6 +80,14 @@ struct CachingAllocator::State {
   std::map<StreamHandle, StreamHandle> capturing;  // stream -> its private pool's key
   std::set<StreamHandle> private_pools;            // keys of the pools graphs still use
   StreamHandle next_pool = 1;
+  std::string track;  // the profiler's counter track: "cuda:0 memory"
+
+  // The profiler's memory track of the device (one relaxed load when it is off).
+  void sample() {
+    if (!profiler::enabled()) return;
+    if (track.empty()) track = memory->name() + " memory";
+    profiler::counter(track, {{"allocated", stats.in_use}, {"reserved", stats.reserved}});
+  }
 
   // The pool key of work on `stream`: its own, or its private pool's while captured.
   StreamHandle key_of(StreamHandle stream) const {
@@ -241,6 +250,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   s.stats.in_use += static_cast<int64_t>(b->size);
   s.stats.peak_in_use = std::max(s.stats.peak_in_use, s.stats.in_use);
   s.stats.cached = s.stats.reserved - s.stats.in_use;
+  s.sample();
   return b->ptr;
 }
 
@@ -254,6 +264,7 @@ void CachingAllocator::deallocate(void* p, size_t) {
   s.live.erase(it);
   b->allocated = false;
   s.stats.in_use -= static_cast<int64_t>(b->size);
+  s.sample();
   if (b->stream_uses.empty()) {
     s.release(b);
     return;

@@ -139,6 +139,9 @@ using InferFn = TensorType (*)(OpId, std::span<const Tensor>, const Attrs&);
 using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out);
 using ViewFn = Tensor (*)(const Tensor&, const Attrs&);
 using VjpFn = Grads (*)(const VjpArgs&);
+/// An op's floating-point operations on operands of types `in` giving `out` (a multiply-add is
+/// two), for the cost model (jit/cost.h).
+using FlopsFn = double (*)(std::span<const TensorType> in, const TensorType& out, const Attrs& attrs);
 
 /// The dtype a combining reduction of dtype `t` accumulates in: f32 for f16 and bf16, f32 and
 /// f64 as they are, i64 for integers and bool.
@@ -181,10 +184,16 @@ struct OpDef {
   Combine combine = Combine::None;  // combining reductions: how elements combine
   bool effect = false;              // an ordered side effect (a collective): the passes never
                                     // fold, merge, drop or reorder it among effects
+  FlopsFn flops = nullptr;          // loop-shaped ops (matmul, conv, attention, pools, rnn):
+                                    // their FLOPs; the others count one per element computed
+                                    // (pointwise) or read (reductions), none for movement
 };
 
 const OpDef& op_def(OpId id);
 const char* op_name(OpId id);  // "add"
+/// Op `id`'s FLOPs on operands of types `in` giving `out`: its OpDef's rule, else one per
+/// element computed (pointwise) or read (reductions), and none for movement, casts and the rest.
+double op_flops(OpId id, std::span<const TensorType> in, const TensorType& out, const Attrs& attrs);
 /// Writes the op's name (gtest prints parameters with it).
 std::ostream& operator<<(std::ostream& os, OpId id);
 int op_arity(OpId id);  // operands, tensors and immediates; -1: any number

@@ -54,7 +54,7 @@ run() {
   done
   export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # Empty names the real libraries (as scripts/run.sh gpu).
-  export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUBLASLT= KILN_CUDA_CUDNN= KILN_CUDA_NCCL=
+  export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUBLASLT= KILN_CUDA_CUDNN= KILN_CUDA_NCCL= KILN_CUDA_CUPTI=
   export KILN_CACHE_DIR="$k/kernel-cache"
   { uname -r; grep PRETTY /etc/os-release; } >"$out/env.txt"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$out/env.txt"

@@ -79,7 +79,7 @@ case "$what" in
     configure_and_build build-gpu Release -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCHMARKS=ON -DKILN_CUDA=ON
     # Empty names the real libraries (libcuda.so.1, the toolkit's NVRTC, cuBLAS, cuDNN, NCCL);
     # the test binaries would otherwise point themselves at the host CUDA.
-    export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUBLASLT= KILN_CUDA_CUDNN= KILN_CUDA_NCCL=
+    export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUBLASLT= KILN_CUDA_CUDNN= KILN_CUDA_NCCL= KILN_CUDA_CUPTI=
     export KILN_CACHE_DIR="$PWD/build-gpu/kernel-cache"
     status=0
     ./build-gpu/tests/kiln_cuda_tests || status=1

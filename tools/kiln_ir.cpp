@@ -7,6 +7,7 @@
 //   kiln-ir run f.ir --input x.npy --repeat 100   (--fuse: the jit's passes and fusion first)
 //   kiln-ir codegen f.ir --target=cpu          LLVM IR of each fused group's kernel
 //   kiln-ir codegen f.ir --target=cuda [--ptx --arch sm_90]   CUDA C (or PTX) of each
+//   kiln-ir cost f.ir --device H200            bytes, FLOPs, launches and a roofline bound per kernel
 //   kiln-ir inspect m.kiln                     a saved module: versions, signature, parameters, kernels
 //   kiln-ir extract m.kiln -o w.safetensors    a saved module's tensors, as a file other tools read
 //
@@ -32,7 +33,8 @@
 namespace kiln::tools {
 namespace {
 
-constexpr std::string_view kCommands[] = {"dump", "verify", "opt", "dot", "run", "codegen", "inspect", "extract"};
+constexpr std::string_view kCommands[] = {"dump",    "verify",  "opt",     "dot", "run",
+                                          "codegen", "inspect", "extract", "cost"};
 
 struct Args {
   std::string file;
@@ -40,6 +42,7 @@ struct Args {
   bool print_after_all = false;
   std::string output = "-";
   CodegenOptions codegen;
+  CostOptions cost;
   std::vector<std::string> dims;  // inspect: NAME=SIZE
   RunOptions run;
 };
@@ -86,6 +89,8 @@ int dispatch(const CLI::App& app, const Args& a) {
     run_module(load_verified(a.file), a.run);
   } else if (app.got_subcommand("codegen")) {
     write_text(a.output, codegen_module(load_verified(a.file), a.codegen));
+  } else if (app.got_subcommand("cost")) {
+    write_text(a.output, cost_module(load_verified(a.file), a.cost));
   } else if (app.got_subcommand("inspect")) {
     write_text("-", inspect_module(load_verified(a.file), a.dims));
   } else if (app.got_subcommand("extract")) {
@@ -151,6 +156,13 @@ int main(int argc, char** argv) {
   codegen->add_flag("--ptx", a.codegen.ptx, "cuda: NVRTC's PTX instead of the CUDA C (no GPU needed)");
   codegen->add_option("-o,--output", a.output, "write here instead of standard output");
   codegen->add_option("--dim", a.codegen.dims, "NAME=SIZE for a symbolic dim (default 64)");
+  CLI::App* cost = app.add_subcommand("cost", "bytes, FLOPs, launches and a roofline bound per kernel on a device");
+  add_file(cost, a);
+  cost->add_option("--device", a.cost.device, "the device whose peaks bound the kernels: A100, H100 or H200 (default)");
+  cost->add_option("--dim", a.cost.dims, "NAME=SIZE for a symbolic dim (default 64)");
+  cost->add_option("--top", a.cost.top, "kernels to list, by bound (default 20)")->check(CLI::Range(1, 1 << 20));
+  cost->add_flag("--tf32", a.cost.tf32, "f32 GEMMs and convolutions on the tensor cores as TF32");
+  cost->add_option("-o,--output", a.output, "write here instead of standard output");
   CLI::App* inspect =
       app.add_subcommand("inspect", "a saved module's metadata, parameters and the kernels it compiles");
   add_file(inspect, a);

@@ -49,6 +49,17 @@ std::string codegen_module(const Module& m, const CodegenOptions& options = {});
 /// parse_dims, with every symbolic dim not given sized 64.
 std::map<std::string, int64_t, std::less<>> sizes_or_default(const ir::Graph& g, const std::vector<std::string>& dims);
 
+/// What kiln-ir cost prints.
+struct CostOptions {
+  std::string device = "H200";    // whose peaks bound each kernel (jit::device_peak)
+  std::vector<std::string> dims;  // NAME=SIZE for symbolic dims, default 64
+  size_t top = 20;                // kernels listed, by bound
+  bool tf32 = false;              // f32 GEMMs and convolutions on the tensor cores as TF32
+};
+/// The cost of one run of the graph as the jit compiles it (jit/cost.h): bytes, FLOPs and
+/// launches per kernel, and the roofline bound on `options.device`.
+std::string cost_module(const Module& m, const CostOptions& options = {});
+
 /// kiln-ir inspect: a saved module's metadata (format and kiln versions, signature with its
 /// dynamic dims, each parameter's name, type and bytes, the total) and the kernels it would
 /// compile, each with the group it came from; `dims` sizes the dynamic dims for that ("B=64";

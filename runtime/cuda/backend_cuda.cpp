@@ -14,6 +14,7 @@
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
 #include "runtime/ops/loops.h"
+#include "runtime/profiler.h"
 
 namespace kiln::cuda {
 namespace {
@@ -22,6 +23,18 @@ std::array<std::atomic<OpKernel>, kNumOps> g_kernels{};
 std::atomic<CopyKernel> g_copy{nullptr};
 
 size_t nbytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * dtype_size(t.dtype()); }
+
+// What an op reads and writes, its operands read once (a broadcast one at its own size).
+int64_t op_bytes(std::span<const Tensor> in, const Tensor& out) {
+  int64_t b = static_cast<int64_t>(nbytes_of(out));
+  for (const Tensor& t : in) b += static_cast<int64_t>(nbytes_of(t));
+  return b;
+}
+std::vector<TensorType> types_of(std::span<const Tensor> in) {
+  std::vector<TensorType> t;
+  for (const Tensor& x : in) t.push_back(x.type());
+  return t;
+}
 
 // The tensor's memory as one contiguous run of dst's dtype and shape: no conversion, no
 // broadcast, no gaps.
@@ -44,11 +57,17 @@ class CudaBackend final : public DeviceBackend {
                "{}: no CUDA kernel for this op ({}); this kiln's CUDA kernels are installed by its CUDA layer (cuda/)",
                op_name(id), out.type().str());
     bind(out.device().index, op_name(id));
+    // The device work it queues is the op's (with its bytes and FLOPs, for the profiler's rates).
+    const bool profiling = profiler::enabled();
+    profiler::DeviceWork work(op_name(id), profiling ? op_bytes(in, out) : -1,
+                              profiling ? op_flops(id, types_of(in), out.type(), attrs) : -1);
     k(id, in, attrs, out);
   }
 
   void copy(const Tensor& src, const Tensor& dst) override {
     if (dst.numel() == 0) return;
+    profiler::DeviceWork work("copy", profiler::enabled() ? static_cast<int64_t>(nbytes_of(src) + nbytes_of(dst)) : -1,
+                              0);
     Device s = src.device(), d = dst.device();
     if (s.is_cpu()) return to_device(src, dst);
     if (d.is_cpu()) return to_host(src, dst);

@@ -15,6 +15,9 @@ namespace kiln::cuda {
 /// calling thread (every driver call needs it). Throws kiln::Error naming `what`.
 CUcontext bind(int index, const char* what);
 
+/// Attribute `a` of device `index`; throws kiln::Error naming `what`.
+int attribute(int index, CUdevice_attribute a, const char* what);
+
 /// The device index: -1 means the calling thread's current device.
 int resolve(int index);
 

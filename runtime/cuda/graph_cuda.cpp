@@ -8,6 +8,7 @@
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
+#include "runtime/profiler.h"
 
 namespace kiln::cuda {
 namespace {
@@ -92,6 +93,7 @@ std::unique_ptr<CapturedGraph> end_capture(const Stream& stream, std::string* wh
 
 void CapturedGraph::launch() const {
   bind(device_, "cuda graph launch");
+  profiler::DeviceWork work;  // its kernels are named by the plan that captured them (name_kernel)
   CUstream stream = current(device_);
   check(driver()->cuGraphLaunch(reinterpret_cast<CUgraphExec>(exec_), stream), "cuGraphLaunch");
   std::lock_guard<std::mutex> lock(mu_);

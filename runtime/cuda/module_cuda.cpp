@@ -9,9 +9,9 @@
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
 #include "runtime/cuda_internal.h"
+#include "runtime/profiler.h"
 
 namespace kiln::cuda {
-namespace {
 
 int attribute(int device, CUdevice_attribute a, const char* what) {
   bind(device, what);
@@ -21,6 +21,8 @@ int attribute(int device, CUdevice_attribute a, const char* what) {
   check(driver()->cuDeviceGetAttribute(&v, a, d), "cuDeviceGetAttribute");
   return v;
 }
+
+namespace {
 
 // Every module loaded stays loaded for the process (the kernel caches keep its functions);
 // the list keeps them reachable, for the leak checker, and in one place.
@@ -64,6 +66,7 @@ int64_t kernel_launches() { return g_launches.load(std::memory_order_relaxed); }
 void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned block[3], size_t shared_bytes,
             void** args) {
   bind(f.device, "cuda kernel launch");
+  profiler::DeviceWork work;  // (the launching span's, when no caller tied it to its own)
   auto fn = reinterpret_cast<CUfunction>(f.function);
   if (shared_bytes > (48 << 10))  // above the default, a kernel must opt in
     check(driver()->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -71,7 +71,13 @@ Grads addmm_vjp(const VjpArgs& v) {
   return g;
 }
 
-constexpr OpDef kAddmm{.infer = addmm_rule, .cpu = addmm_cpu, .vjp = addmm_vjp};
+// The GEMM's dot products, then the bias added (the activation counts as part of it).
+double addmm_flops(std::span<const TensorType> in, const TensorType& out, const Attrs&) {
+  double n = static_cast<double>(out.shape.product());
+  return 2.0 * n * static_cast<double>(in[1].shape.back()) + n;
+}
+
+constexpr OpDef kAddmm{.infer = addmm_rule, .cpu = addmm_cpu, .vjp = addmm_vjp, .flops = addmm_flops};
 
 }  // namespace
 

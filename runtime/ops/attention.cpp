@@ -418,16 +418,43 @@ Grads attention_vjp(const VjpArgs& v) {
 
 constexpr uint64_t kAttentionAttrs = kAttrScale | kAttrCausal | kAttrDropoutP;
 // attention(q, k, v[, mask][, state]): runtime/ops/attention.h.
+namespace attention {
+namespace {
+// The products over the kept (query, key) pairs: q k^T and P v forward (E + Ev multiply-adds a
+// pair); the backward as FlashAttention-2 counts it, q k^T again, dO v^T, P^T dO, dS k, dS^T q
+// (3E + 2Ev). Causal keeps key j for query i where j <= i.
+double flops(std::span<const TensorType> in, const TensorType&, const Attrs& a, bool backward) {
+  const Dims &q = in[0].shape, &v = in[2].shape;
+  int64_t l = q[q.size() - 2], s = in[1].shape[in[1].shape.size() - 2], e = q.back(), ev = v.back();
+  double batch = static_cast<double>(q.product()) / static_cast<double>(std::max<int64_t>(l * e, 1));
+  double pairs = static_cast<double>(l) * static_cast<double>(s);
+  if (a.causal) {
+    int64_t full = std::min(l, s);  // rows 0..full-1 keep i + 1 keys, the rest keep all s
+    pairs = static_cast<double>(full) * static_cast<double>(full + 1) / 2 + static_cast<double>(l - full) * s;
+  }
+  return 2.0 * batch * pairs * static_cast<double>(backward ? 3 * e + 2 * ev : e + ev);
+}
+double forward_flops(std::span<const TensorType> in, const TensorType& out, const Attrs& a) {
+  return flops(in, out, a, false);
+}
+double backward_flops(std::span<const TensorType> in, const TensorType& out, const Attrs& a) {
+  return flops(in, out, a, true);
+}
+}  // namespace
+}  // namespace attention
+
 const OpDef defs::Attention{.infer = attention::attention_rule,
                             .cpu = attention::attention_cpu,
                             .vjp = attention::attention_vjp,
                             .saves = kSaveBoth,
-                            .attrs = kAttentionAttrs};
+                            .attrs = kAttentionAttrs,
+                            .flops = attention::forward_flops};
 // attention_backward(q, k, v, out, grad[, mask][, state]): dq, dk, dv packed.
 const OpDef defs::AttentionBackward{.infer = attention::attention_rule,
                                     .cpu = attention::attention_cpu,
                                     .differentiable = false,
                                     .saves = kSaveNothing,
-                                    .attrs = kAttentionAttrs};
+                                    .attrs = kAttentionAttrs,
+                                    .flops = attention::backward_flops};
 
 }  // namespace kiln

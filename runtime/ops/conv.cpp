@@ -390,22 +390,41 @@ Grads weight_grad_vjp(const VjpArgs& v) {
 }  // namespace
 
 // conv2d(x, weight): 2-d cross-correlation, NCHW; attrs stride, padding, dilation, groups.
+namespace {
+// A weight [out, in / groups, kh, kw]'s multiply-adds per output element.
+double conv_window(const Dims& w) { return static_cast<double>(w[1] * w[2] * w[3]); }
+double conv2d_flops(std::span<const TensorType> in, const TensorType& out, const Attrs&) {
+  return 2.0 * static_cast<double>(out.shape.product()) * conv_window(in[1].shape);
+}
+// (g, w): each element of the output gradient reaches a window of the input.
+double input_grad_flops(std::span<const TensorType> in, const TensorType&, const Attrs&) {
+  return 2.0 * static_cast<double>(in[0].shape.product()) * conv_window(in[1].shape);
+}
+// (x, g) -> the weight's shape: each element of the output gradient meets a window of x.
+double weight_grad_flops(std::span<const TensorType> in, const TensorType& out, const Attrs&) {
+  return 2.0 * static_cast<double>(in[1].shape.product()) * conv_window(out.shape);
+}
+}  // namespace
+
 const OpDef defs::Conv2d{.infer = conv2d_rule,
                          .cpu = conv2d_cpu,
                          .vjp = conv2d_vjp,
-                         .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups};
+                         .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups,
+                         .flops = conv2d_flops};
 // conv2d_input_grad(g, weight): conv2d's gradient with respect to its input, of attrs.shape (a
 // transposed convolution: GEMM, then col2im; with stride 1, a convolution of g); conv2d's attrs
 // otherwise.
 const OpDef defs::Conv2dInputGrad{.infer = input_grad_rule,
                                   .cpu = input_grad_cpu,
                                   .vjp = input_grad_vjp,
-                                  .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape};
+                                  .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape,
+                                  .flops = input_grad_flops};
 // conv2d_weight_grad(x, g): conv2d's gradient with respect to its weight, of attrs.shape.
 const OpDef defs::Conv2dWeightGrad{.infer = weight_grad_rule,
                                    .cpu = weight_grad_cpu,
                                    .vjp = weight_grad_vjp,
-                                   .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape};
+                                   .attrs = kAttrStride | kAttrPadding | kAttrDilation | kAttrGroups | kAttrShape,
+                                   .flops = weight_grad_flops};
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Dims& stride,
               const Dims& padding, const Dims& dilation, int64_t groups) {

@@ -176,6 +176,11 @@ void matmul_cpu(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& ou
   }
 }
 
+// Each output element is a dot product over the inner dim.
+double matmul_flops(std::span<const TensorType> in, const TensorType& out, const Attrs&) {
+  return 2.0 * static_cast<double>(out.shape.product()) * static_cast<double>(in[0].shape.back());
+}
+
 }  // namespace
 
 // matmul(a, b): NumPy matrix product; batch dims broadcast. BLAS reads transposed operands
@@ -208,6 +213,7 @@ const OpDef defs::Matmul{
           }
           return Grads{gx, gy};
         },
+    .flops = matmul_flops,
 };
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {

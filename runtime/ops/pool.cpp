@@ -297,37 +297,52 @@ constexpr uint32_t kAvgPoolAttrs = kAttrKernel | kAttrStride | kAttrPadding | kA
 }  // namespace
 
 // max_pool2d(x): window max over attrs.kernel (stride, padding, ceil_mode); NaN wins.
+namespace {
+// Each pooled element reads its window: per output element forward, per gradient element back.
+double pool_flops(std::span<const TensorType>, const TensorType& out, const Attrs& a) {
+  return static_cast<double>(out.shape.product()) * static_cast<double>(a.kernel[0] * a.kernel[1]);
+}
+double pool_backward_flops(std::span<const TensorType> in, const TensorType&, const Attrs& a) {
+  return static_cast<double>(in.back().shape.product()) * static_cast<double>(a.kernel[0] * a.kernel[1]);
+}
+}  // namespace
+
 const OpDef defs::MaxPool2d{.infer = pool_rule,
                             .cpu = pool_cpu<PoolKind::Max>,
                             .vjp = max_pool_vjp,
                             .saves = kSaveInputs,
-                            .attrs = kMaxPoolAttrs};
+                            .attrs = kMaxPoolAttrs,
+                            .flops = pool_flops};
 // max_pool2d_indices(x): i64 position (y * W + x in its plane) of the element max_pool2d picks
 // in each window: the first largest, or the first NaN.
 const OpDef defs::MaxPool2dIndices{.infer = pool_rule,
                                    .cpu = pool_cpu<PoolKind::Indices>,
                                    .differentiable = false,
                                    .saves = kSaveNothing,
-                                   .attrs = kMaxPoolAttrs};
+                                   .attrs = kMaxPoolAttrs,
+                                   .flops = pool_flops};
 // max_pool2d_backward(x, grad): zeros of x's type with each window's gradient added at the
 // element max_pool2d(x) picked there.
 const OpDef defs::MaxPool2dBackward{.infer = max_pool_backward_rule,
                                     .cpu = max_pool_backward_cpu,
                                     .vjp = max_pool_backward_vjp,
-                                    .attrs = kMaxPoolAttrs};
+                                    .attrs = kMaxPoolAttrs,
+                                    .flops = pool_backward_flops};
 // avg_pool2d(x): window mean over attrs.kernel (stride, padding, count_include_pad).
 const OpDef defs::AvgPool2d{.infer = pool_rule,
                             .cpu = pool_cpu<PoolKind::Avg>,
                             .vjp = avg_pool_vjp,
                             .saves = kSaveNothing,
-                            .attrs = kAvgPoolAttrs};
+                            .attrs = kAvgPoolAttrs,
+                            .flops = pool_flops};
 // avg_pool2d_backward(grad): zeros of shape attrs.shape (avg_pool2d's input) with each
 // window's gradient over its divisor added to the window's elements.
 const OpDef defs::AvgPool2dBackward{.infer = avg_pool_backward_rule,
                                     .cpu = avg_pool_backward_cpu,
                                     .vjp = avg_pool_backward_vjp,
                                     .saves = kSaveNothing,
-                                    .attrs = kAvgPoolAttrs | kAttrShape};
+                                    .attrs = kAvgPoolAttrs | kAttrShape,
+                                    .flops = pool_backward_flops};
 
 namespace {
 Tensor pool(OpId id, const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding, bool flag) {

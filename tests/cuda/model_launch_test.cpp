@@ -14,6 +14,7 @@
 #include "cuda/group.h"
 #include "examples/models/zoo.h"
 #include "ir/graph.h"
+#include "jit/cost.h"
 #include "jit/trace.h"
 #include "tests/cuda/cuda_test.h"
 
@@ -79,6 +80,28 @@ TEST_P(ModelLaunch, EveryBigGroupFillsA132MultiprocessorGpu) {
   EXPECT_GT(big, 0) << name << ": " << groups << " groups, none of a million elements";
   std::cout << name << ": " << groups << " fused groups, " << big << " kernels of a million elements or more, the "
             << "fewest blocks among them " << fewest << " (264 for 2 per multiprocessor)" << std::endl;
+  // What the step should cost on an H200 (jit/cost.h): the README's table of the eight models.
+  jit::PlanCost cost = jit::plan_cost(g, kSms);
+  const jit::DevicePeak& h200 = jit::device_peak("H200");
+  EXPECT_GE(cost.launches(), groups);
+  EXPECT_GT(cost.flops(), 0);
+  std::cout << fmt::format("{} cost: {:.2f} GB, {:.1f} GFLOP, {} launches; H200 bound {:.2f} ms ({:.2f} ms with TF32)",
+                           name, static_cast<double>(cost.bytes()) / 1e9, cost.flops() / 1e9, cost.launches(),
+                           cost.bound(h200) * 1e3, cost.bound(h200, /*tf32=*/true) * 1e3)
+            << std::endl;
+  // What an eager step (PyTorch's) must move: its activations kept for the backward, and the
+  // parameters, gradients and state the optimizer reads and writes.
+  jit::EagerFloor eager = f.eager_floor();
+  EXPECT_GT(eager.activations, 0);
+  EXPECT_GT(eager.parameters, 0);
+  std::cout << fmt::format(
+                   "{} eager floor: {:.2f} GB (activations {:.2f} GB, kept operands {:.2f}, parameters {:.2f}, "
+                   "state {:.2f}, inputs {:.2f}), {:.1f} GFLOP; H200 bound {:.2f} ms ({:.2f} ms with TF32)",
+                   name, static_cast<double>(eager.bytes()) / 1e9, static_cast<double>(eager.activations) / 1e9,
+                   static_cast<double>(eager.reread) / 1e9, static_cast<double>(eager.parameters) / 1e9,
+                   static_cast<double>(eager.state) / 1e9, static_cast<double>(eager.inputs) / 1e9, eager.flops() / 1e9,
+                   eager.bound(h200) * 1e3, eager.bound(h200, true) * 1e3)
+            << std::endl;
 }
 
 INSTANTIATE_TEST_SUITE_P(FullSize, ModelLaunch, ::testing::ValuesIn(examples::model_names()),

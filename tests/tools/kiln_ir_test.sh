@@ -143,6 +143,12 @@ has "codegen define" '^define void @kiln_[0-9a-f]{32}\(ptr'
 has "codegen inline exp" 'call float @llvm\.rint\.f32'
 has "codegen reductions interleave" 'llvm\.loop\.interleave\.count'
 has "codegen prefetches the next row" 'call void @llvm\.prefetch'
+# cost: softmax is one group reading x and writing y once (2 x 64 x 128 f32), 5 ops an element.
+ok "cost" cost "$DATA/softmax.ir" --device H100
+has "cost device" '^cost on H100 \(3350 GB/s; TF32 off\): 1 kernels, 1 launches$'
+has "cost total" '^total +0\.066 +0\.000 +1 '
+has "cost flops" '^@softmax: 0\.000 GB moved, 0\.000 GFLOP, 1 launches'
+bad "cost of an unknown device" 1 "no peaks for a device named 'V100' \(known: A100, H100, H200\)" cost "$DATA/softmax.ir" --device V100
 printf 'graph @mm(%%0: f32[2,3], %%1: f32[3,4]) -> (f32[2,4]) {\n  %%2 = matmul %%0, %%1 : f32[2,4]\n  return %%2\n}\n' >"$TMP/mm.ir"
 ok "codegen of a graph without groups" codegen "$TMP/mm.ir"
 has "codegen no groups" 'no fused groups'

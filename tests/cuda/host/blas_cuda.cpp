@@ -91,21 +91,24 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     if (!kiln_host_reserve(kOwnWorkspaceBytes)) return CUBLAS_STATUS_ALLOC_FAILED;
     h->own_workspace = true;
   }
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    for (int q = 0; q < batch; ++q)
-      for (int j = 0; j < n; ++j)
-        for (int i = 0; i < m; ++i) {
-          double acc = 0;
-          for (int l = 0; l < k; ++l) {
-            long long ia =
-                ta == CUBLAS_OP_N ? i + static_cast<long long>(l) * lda : l + static_cast<long long>(i) * lda;
-            long long ib =
-                tb == CUBLAS_OP_N ? l + static_cast<long long>(j) * ldb : j + static_cast<long long>(l) * ldb;
-            acc += load(a, at, q * sa + ia) * load(b, bt, q * sb + ib);
-          }
-          store(c, ct, q * sc + i + static_cast<long long>(j) * ldc, acc);
-        }
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        for (int q = 0; q < batch; ++q)
+          for (int j = 0; j < n; ++j)
+            for (int i = 0; i < m; ++i) {
+              double acc = 0;
+              for (int l = 0; l < k; ++l) {
+                long long ia =
+                    ta == CUBLAS_OP_N ? i + static_cast<long long>(l) * lda : l + static_cast<long long>(i) * lda;
+                long long ib =
+                    tb == CUBLAS_OP_N ? l + static_cast<long long>(j) * ldb : j + static_cast<long long>(l) * ldb;
+                acc += load(a, at, q * sa + ia) * load(b, bt, q * sb + ib);
+              }
+              store(c, ct, q * sc + i + static_cast<long long>(j) * ldc, acc);
+            }
+      },
+      "host_cublas_gemm");
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -240,25 +243,28 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   if ((x.ta == CUBLAS_OP_N ? A.rows : A.cols) != m || (x.tb == CUBLAS_OP_N ? B.rows : B.cols) != k ||
       (x.tb == CUBLAS_OP_N ? B.cols : B.rows) != n || !x.bias)
     return CUBLAS_STATUS_INVALID_VALUE;
-  kiln_host_enqueue(reinterpret_cast<CUstream>(stream), [=] {
-    for (uint64_t j = 0; j < n; ++j)
-      for (uint64_t i = 0; i < m; ++i) {
-        double acc = 0;
-        for (uint64_t l = 0; l < k; ++l) {
-          long long ia =
-              x.ta == CUBLAS_OP_N ? static_cast<long long>(i + l * A.ld) : static_cast<long long>(l + i * A.ld);
-          long long ib =
-              x.tb == CUBLAS_OP_N ? static_cast<long long>(l + j * B.ld) : static_cast<long long>(j + l * B.ld);
-          acc += load(a, A.type, ia) * load(b, B.type, ib);
-        }
-        // As cuBLASLt: the product rounded to the output's type is not formed; the bias is added
-        // to the accumulator (in the compute type) and the result rounded once.
-        double z = acc + load(x.bias, D.type, static_cast<long long>(i));
-        if (x.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) z = z < 0 ? 0 : z;
-        if (x.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS) z = gelu_tanh(z);
-        store(d, D.type, static_cast<long long>(i + j * D.ld), z);
-      }
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(stream),
+      [=] {
+        for (uint64_t j = 0; j < n; ++j)
+          for (uint64_t i = 0; i < m; ++i) {
+            double acc = 0;
+            for (uint64_t l = 0; l < k; ++l) {
+              long long ia =
+                  x.ta == CUBLAS_OP_N ? static_cast<long long>(i + l * A.ld) : static_cast<long long>(l + i * A.ld);
+              long long ib =
+                  x.tb == CUBLAS_OP_N ? static_cast<long long>(l + j * B.ld) : static_cast<long long>(j + l * B.ld);
+              acc += load(a, A.type, ia) * load(b, B.type, ib);
+            }
+            // As cuBLASLt: the product rounded to the output's type is not formed; the bias is added
+            // to the accumulator (in the compute type) and the result rounded once.
+            double z = acc + load(x.bias, D.type, static_cast<long long>(i));
+            if (x.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) z = z < 0 ? 0 : z;
+            if (x.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS) z = gelu_tanh(z);
+            store(d, D.type, static_cast<long long>(i + j * D.ld), z);
+          }
+      },
+      "host_cublaslt_matmul");
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -190,19 +190,22 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, cudnnT
   cudnnTensorStruct X = *xd, Y = *yd;
   cudnnFilterStruct W = *wd;
   cudnnConvolutionStruct C = *cd;
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    std::vector<double> acc(static_cast<size_t>(Y.n) * Y.c * Y.h * Y.w, 0.0);
-    taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
-      acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox] +=
-          host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(w, W.type, at(W, o, ci, ky, kx));
-    });
-    for (int n = 0; n < Y.n; ++n)
-      for (int o = 0; o < Y.c; ++o)
-        for (int oy = 0; oy < Y.h; ++oy)
-          for (int ox = 0; ox < Y.w; ++ox)
-            host_dnn::store(y, Y.type, at(Y, n, o, oy, ox),
-                            acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        std::vector<double> acc(static_cast<size_t>(Y.n) * Y.c * Y.h * Y.w, 0.0);
+        taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
+          acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox] +=
+              host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(w, W.type, at(W, o, ci, ky, kx));
+        });
+        for (int n = 0; n < Y.n; ++n)
+          for (int o = 0; o < Y.c; ++o)
+            for (int oy = 0; oy < Y.h; ++oy)
+              for (int ox = 0; ox < Y.w; ++ox)
+                host_dnn::store(y, Y.type, at(Y, n, o, oy, ox),
+                                acc[((static_cast<size_t>(n) * Y.c + o) * Y.h + oy) * Y.w + ox]);
+      },
+      "host_cudnn_convolution_forward");
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -215,19 +218,22 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
   cudnnTensorStruct X = *dxd, Y = *dyd;
   cudnnFilterStruct W = *wd;
   cudnnConvolutionStruct C = *cd;
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    std::vector<double> acc(static_cast<size_t>(X.n) * X.c * X.h * X.w, 0.0);
-    taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
-      acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix] +=
-          host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox)) * host_dnn::load(w, W.type, at(W, o, ci, ky, kx));
-    });
-    for (int n = 0; n < X.n; ++n)
-      for (int c = 0; c < X.c; ++c)
-        for (int iy = 0; iy < X.h; ++iy)
-          for (int ix = 0; ix < X.w; ++ix)
-            host_dnn::store(dx, X.type, at(X, n, c, iy, ix),
-                            acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        std::vector<double> acc(static_cast<size_t>(X.n) * X.c * X.h * X.w, 0.0);
+        taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
+          acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix] +=
+              host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox)) * host_dnn::load(w, W.type, at(W, o, ci, ky, kx));
+        });
+        for (int n = 0; n < X.n; ++n)
+          for (int c = 0; c < X.c; ++c)
+            for (int iy = 0; iy < X.h; ++iy)
+              for (int ix = 0; ix < X.w; ++ix)
+                host_dnn::store(dx, X.type, at(X, n, c, iy, ix),
+                                acc[((static_cast<size_t>(n) * X.c + c) * X.h + iy) * X.w + ix]);
+      },
+      "host_cudnn_convolution_backward_data");
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -241,14 +247,17 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
   cudnnTensorStruct X = *xd, Y = *dyd;
   cudnnFilterStruct W = *dwd;
   cudnnConvolutionStruct C = *cd;
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    std::vector<double> acc(static_cast<size_t>(W.k) * W.c * W.h * W.w, 0.0);
-    taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
-      acc[static_cast<size_t>(at(W, o, ci, ky, kx))] +=
-          host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox));
-    });
-    for (size_t i = 0; i < acc.size(); ++i) host_dnn::store(dw, W.type, static_cast<long long>(i), acc[i]);
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        std::vector<double> acc(static_cast<size_t>(W.k) * W.c * W.h * W.w, 0.0);
+        taps(X, W, Y, C, [&](int n, int o, int oy, int ox, int c, int ky, int kx, int iy, int ix, int ci) {
+          acc[static_cast<size_t>(at(W, o, ci, ky, kx))] +=
+              host_dnn::load(x, X.type, at(X, n, c, iy, ix)) * host_dnn::load(dy, Y.type, at(Y, n, o, oy, ox));
+        });
+        for (size_t i = 0; i < acc.size(); ++i) host_dnn::store(dw, W.type, static_cast<long long>(i), acc[i]);
+      },
+      "host_cudnn_convolution_backward_filter");
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -66,11 +66,30 @@ bool is_device_range(CUdeviceptr p, size_t n) {
   return false;
 }
 
+// The host CUPTI's tags of a copy and a memset (the task is recorded when it runs).
+host_cupti::Tag copy_tag(Stream* s, uint8_t kind, size_t bytes) {
+  host_cupti::Tag t = work_tag(host_cupti::Work::Memcpy, s);
+  t.copy_kind = kind;
+  t.bytes = bytes;
+  return t;
+}
+host_cupti::Tag memset_tag(Stream* s, size_t bytes) {
+  host_cupti::Tag t = work_tag(host_cupti::Work::Memset, s);
+  t.bytes = bytes;
+  return t;
+}
+
 }  // namespace host_driver
 
 using namespace host_driver;
 
-void kiln_host_enqueue(CUstream stream, std::function<void()> task) { stream_of(stream)->push(std::move(task)); }
+void kiln_host_enqueue(CUstream stream, std::function<void()> task, const char* kernel) {
+  Stream* st = stream_of(stream);
+  if (!kernel) return st->push(std::move(task));
+  host_cupti::Tag t = work_tag(host_cupti::Work::Kernel, st);  // a library's kernel, for the host CUPTI
+  t.name = kernel;
+  st->push(host_cupti::tagged(std::move(t), std::move(task)));
+}
 bool kiln_host_reserve(long long bytes, int device) {
   Host& h = host();
   std::lock_guard<std::mutex> lock(h.mu);
@@ -152,6 +171,10 @@ CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 0x7fffffff; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    // An H100's clocks and bus (its memory: 3.35 TB/s), for the profiler's peaks.
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; break;         // kHz
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; break;  // kHz
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 5120; break;
     default: *v = 0; break;
   }
   return CUDA_SUCCESS;
@@ -261,11 +284,12 @@ CUresult cuMemFreeHost(void* p) {
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   if (!is_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
   if (!is_pinned(src) && stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  host_cupti::Tag t = copy_tag(stream_of(s), CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, n);
   if (is_pinned(src)) {
-    stream_of(s)->push([=] { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
+    stream_of(s)->push(host_cupti::tagged(t, [=] { std::memcpy(reinterpret_cast<void*>(dst), src, n); }));
   } else {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
-    stream_of(s)->push([=] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), n); });
+    stream_of(s)->push(host_cupti::tagged(t, [=] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), n); }));
   }
   return CUDA_SUCCESS;
 }
@@ -276,33 +300,39 @@ CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   if (!is_device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = stream_of(s);
   if (!is_pinned(dst) && st->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  st->push([=] { std::memcpy(dst, reinterpret_cast<const void*>(src), n); });
+  st->push(host_cupti::tagged(copy_tag(st, CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, n),
+                              [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), n); }));
   if (!is_pinned(dst)) st->wait_idle();
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   if (!is_device_range(dst, n) || !is_device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
-  stream_of(s)->push([=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
+  stream_of(s)->push(host_cupti::tagged(copy_tag(stream_of(s), CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, n), [=] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  }));
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
   if (!is_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
-  stream_of(s)->push([=] { std::memset(reinterpret_cast<void*>(dst), v, n); });
+  stream_of(s)->push(
+      host_cupti::tagged(memset_tag(stream_of(s), n), [=] { std::memset(reinterpret_cast<void*>(dst), v, n); }));
   return CUDA_SUCCESS;
 }
 
 // As a GPU's driver: the destination aligned to the element.
 CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, CUstream s) {
   if (dst % 2 != 0 || !is_device_range(dst, 2 * n)) return CUDA_ERROR_INVALID_VALUE;
-  stream_of(s)->push([=] { std::fill_n(reinterpret_cast<unsigned short*>(dst), n, v); });
+  stream_of(s)->push(host_cupti::tagged(memset_tag(stream_of(s), 2 * n),
+                                        [=] { std::fill_n(reinterpret_cast<unsigned short*>(dst), n, v); }));
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
   if (dst % 4 != 0 || !is_device_range(dst, 4 * n)) return CUDA_ERROR_INVALID_VALUE;
-  stream_of(s)->push([=] { std::fill_n(reinterpret_cast<unsigned int*>(dst), n, v); });
+  stream_of(s)->push(host_cupti::tagged(memset_tag(stream_of(s), 4 * n),
+                                        [=] { std::fill_n(reinterpret_cast<unsigned int*>(dst), n, v); }));
   return CUDA_SUCCESS;
 }
 
@@ -310,9 +340,9 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s)
 CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_t width, size_t height, CUstream s) {
   if (dst % 4 != 0 || (height > 1 && (pitch % 4 != 0 || pitch < 4 * width))) return CUDA_ERROR_INVALID_VALUE;
   if (height > 0 && !is_device_range(dst, pitch * (height - 1) + 4 * width)) return CUDA_ERROR_INVALID_VALUE;
-  stream_of(s)->push([=] {
+  stream_of(s)->push(host_cupti::tagged(memset_tag(stream_of(s), 4 * width * height), [=] {
     for (size_t r = 0; r < height; ++r) std::fill_n(reinterpret_cast<unsigned int*>(dst + r * pitch), width, v);
-  });
+  }));
   return CUDA_SUCCESS;
 }
 
@@ -364,7 +394,7 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   auto* mod = reinterpret_cast<Module*>(m);
   void* entry = dlsym(mod->lib, (std::string("kiln_host_entry_") + name).c_str());
   if (!entry) return CUDA_ERROR_NOT_FOUND;
-  mod->functions.push_back(std::make_unique<Function>(Function{reinterpret_cast<KilnHostEntry>(entry)}));
+  mod->functions.push_back(std::make_unique<Function>(Function{reinterpret_cast<KilnHostEntry>(entry), name}));
   *f = reinterpret_cast<CUfunction>(mod->functions.back().get());
   return CUDA_SUCCESS;
 }
@@ -388,12 +418,16 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   auto copies = std::make_shared<std::vector<std::vector<char>>>();
   for (size_t i = 0; i < count; ++i)
     copies->emplace_back(static_cast<char*>(params[i]), static_cast<char*>(params[i]) + sizes[i]);
-  stream_of(s)->push([fn, launch, copies]() mutable {
+  host_cupti::Tag t = work_tag(host_cupti::Work::Kernel, stream_of(s));
+  t.name = fn->name;
+  t.grid[0] = gx, t.grid[1] = gy, t.grid[2] = gz, t.block[0] = bx, t.block[1] = by, t.block[2] = bz;
+  t.shared = shared;
+  stream_of(s)->push(host_cupti::tagged(std::move(t), [fn, launch, copies]() mutable {
     std::vector<void*> args;
     for (auto& c : *copies) args.push_back(c.data());
     t_worker->prepare(launch);
     fn->entry(&launch, args.data());
-  });
+  }));
   return CUDA_SUCCESS;
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/cuda/host/abi_cuda.h"
+#include "tests/cuda/host/activity_cuda.h"
 
 namespace host_driver {
 
@@ -75,6 +76,13 @@ inline void release(Event* e) {
 // What a stream capture recorded: the tasks, in order.
 struct Graph {
   std::vector<std::function<void()>> tasks;
+  uint32_t id = next_id();  // CUPTI's graphId (an instantiated graph gets its own)
+  Graph() = default;
+  Graph(const Graph& g) : tasks(g.tasks) {}
+  static uint32_t next_id() {
+    static std::atomic<uint32_t> n{1};
+    return n.fetch_add(1);
+  }
 };
 
 struct Stream;
@@ -84,6 +92,11 @@ extern thread_local Stream* t_worker;
 // An ordered queue of work and the thread that runs it.
 struct Stream {
   int device = 0;
+  uint32_t id = next_id();  // CUPTI's streamId
+  static uint32_t next_id() {
+    static std::atomic<uint32_t> n{1};
+    return n.fetch_add(1);
+  }
   std::mutex mu;
   std::condition_variable cv, idle;
   std::deque<std::function<void()>> tasks;
@@ -185,6 +198,7 @@ struct Context {
 
 struct Function {
   KilnHostEntry entry = nullptr;
+  std::string name;  // the kernel's, for the host CUPTI's records
 };
 
 struct Module {
@@ -218,5 +232,16 @@ bool is_pinned(const void* p);
 
 // Whether [p, p + n) lies in one live allocation of some device.
 bool is_device_range(CUdeviceptr p, size_t n);
+
+// A task queued on stream `s` by a driver call, recorded by the host CUPTI as `tag` says when
+// it runs while recording (tests/cuda/host/activity_cuda.h).
+inline host_cupti::Tag work_tag(host_cupti::Work kind, Stream* s) {
+  host_cupti::Tag t;
+  t.kind = kind;
+  t.device = s->device;
+  t.stream = s->id;
+  t.correlation = host_cupti::begin_call();
+  return t;
+}
 
 }  // namespace host_driver

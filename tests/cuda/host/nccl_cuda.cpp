@@ -190,7 +190,8 @@ Folders& folders() {
 void enqueue(ncclComm_t c, cudaStream_t s, std::function<void(uint64_t)> fn) {
   uint64_t seq = c->seq++;
   c->last = reinterpret_cast<CUstream>(s);
-  kiln_host_enqueue(reinterpret_cast<CUstream>(s), [fn = std::move(fn), seq] { fn(seq); });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(s), [fn = std::move(fn), seq] { fn(seq); }, "host_nccl_collective");
 }
 
 }  // namespace

@@ -7,8 +7,9 @@
 #include <cstddef>
 #include <functional>
 
-/// Queues `task` on `stream` (0: the current context's default stream).
-void kiln_host_enqueue(CUstream stream, std::function<void()> task);
+/// Queues `task` on `stream` (0: the current context's default stream); with `kernel`, the
+/// host CUPTI records it as that kernel, as a GPU's records the library's kernels.
+void kiln_host_enqueue(CUstream stream, std::function<void()> task, const char* kernel = nullptr);
 /// Whether [p, p + n) lies in one live allocation of a host device.
 bool kiln_host_device_range(const void* p, size_t n);
 /// Takes `bytes` of a device's memory (-1: the current one) without allocating it (negative:

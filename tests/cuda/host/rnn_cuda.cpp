@@ -453,16 +453,19 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t h, cudnnRNNDescriptor_t rnn, cudnnFo
     stages()[reserve] = Stage::Forward;
   }
   if (!net.lstm) cx = nullptr, cy = nullptr;
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    check_lengths(lengths, net);
-    std::vector<double> local;
-    double* r = static_cast<double*>(reserve);
-    if (!training) {
-      local.resize(static_cast<size_t>(net.reserve_bytes() / 8));
-      r = local.data();
-    }
-    forward(net, x, y, hx, hy, cx, cy, w, r);
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        check_lengths(lengths, net);
+        std::vector<double> local;
+        double* r = static_cast<double*>(reserve);
+        if (!training) {
+          local.resize(static_cast<size_t>(net.reserve_bytes() / 8));
+          r = local.data();
+        }
+        forward(net, x, y, hx, hy, cx, cy, w, r);
+      },
+      "host_cudnn_rnn_forward");
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -483,10 +486,13 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t h, cudnnRNNDescriptor_t rnn,
     it->second = Stage::BackwardData;
   }
   if (!net.lstm) cx = dcy = nullptr, dcx = nullptr;
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    check_lengths(lengths, net);
-    backward_data(net, dy, dx, hx, dhy, dhx, cx, dcy, dcx, w, static_cast<double*>(reserve));
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        check_lengths(lengths, net);
+        backward_data(net, dy, dx, hx, dhy, dhx, cx, dcy, dcx, w, static_cast<double*>(reserve));
+      },
+      "host_cudnn_rnn_backward_data");
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -505,10 +511,13 @@ cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t h, cudnnRNNDescriptor_t r
     auto it = stages().find(reserve);
     if (it == stages().end() || it->second != Stage::BackwardData) return CUDNN_STATUS_BAD_PARAM;
   }
-  kiln_host_enqueue(reinterpret_cast<CUstream>(h->stream), [=] {
-    check_lengths(lengths, net);
-    backward_weights(net, x, hx, dw, static_cast<double*>(reserve));
-  });
+  kiln_host_enqueue(
+      reinterpret_cast<CUstream>(h->stream),
+      [=] {
+        check_lengths(lengths, net);
+        backward_weights(net, x, hx, dw, static_cast<double*>(reserve));
+      },
+      "host_cudnn_rnn_backward_weights");
   return CUDNN_STATUS_SUCCESS;
 }
 

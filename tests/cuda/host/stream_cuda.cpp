@@ -157,9 +157,13 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned 
   return CUDA_SUCCESS;
 }
 
+// The host CUPTI records the replayed work as the graph's, under this call's correlation id.
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) {
   if (!exec) return CUDA_ERROR_INVALID_VALUE;
-  for (const std::function<void()>& task : reinterpret_cast<Graph*>(exec)->tasks) stream_of(s)->push(task);
+  const Graph* g = reinterpret_cast<Graph*>(exec);
+  const uint32_t correlation = host_cupti::begin_call(), id = g->id;
+  for (const std::function<void()>& task : g->tasks)
+    stream_of(s)->push([task, id, correlation] { host_cupti::run_replayed(id, correlation, task); });
   return CUDA_SUCCESS;
 }
 
