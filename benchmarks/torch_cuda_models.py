@@ -6,7 +6,8 @@
 # compile (torch.compile of the model; the optimizer runs eagerly), each with TF32 off (kiln's
 # default), with TF32 allowed (_tf32) and under autocast(bf16) (_bf16). Three warm-up steps
 # (the first compiles), then 10 timed, each ending in a synchronize; peak_GB is
-# torch.cuda.max_memory_allocated over them. Not part of the build or the tests.
+# torch.cuda.max_memory_allocated over them. profile_row records three steps with
+# torch.profiler instead (torch_cuda_peer.py --profile). Not part of the build or the tests.
 import math
 import time
 
@@ -139,7 +140,8 @@ def task(name):
 ROWS = []  # each row timed: {"name", "ms", "peak_GB"}, for --json
 
 
-def model_row(name, variant, warmup=3, timed=10):
+def prepare(name, variant):
+    """(step, model, opt, batch, loss_of): one training step of `name` as `variant` runs it."""
     compiled, tf32, bf16 = variant.startswith("compile"), variant.endswith("_tf32"), variant.endswith("_bf16")
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -157,6 +159,11 @@ def model_row(name, variant, warmup=3, timed=10):
         opt.step()
         torch.cuda.synchronize()
 
+    return step, model, opt, batch, loss_of
+
+
+def model_row(name, variant, warmup=3, timed=10):
+    step, model, opt, _, _ = prepare(name, variant)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats(0)
     first = time.perf_counter()
@@ -170,8 +177,87 @@ def model_row(name, variant, warmup=3, timed=10):
     ROWS.append({"name": f"cuda/model/{name}/{variant}", "ms": per * 1e3, "peak_GB": peak})
     print(f"cuda/model/{name}/{variant:<14} {per * 1e3:10.2f} ms  peak_GB={peak:.2f}  "
           f"warmup={start - first:.1f}s", flush=True)
-    del model, opt, run_model
+    del model, opt, step
     torch.cuda.empty_cache()
+
+
+def eager_floor(model, opt, batch, loss_of):
+    """What PyTorch's eager step must move, as kiln's jit::EagerFloor counts it (jit/cost.h), from
+    the tensors autograd saves (saved_tensors_hooks, by storage): activations written and read,
+    saved parameters and inputs read again, parameters read three times (forward, the
+    optimizer's read and write), gradients twice, optimizer state and buffers twice, inputs once."""
+    params = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+    inputs = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in batch}
+    saved = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    opt.zero_grad(set_to_none=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_of(model, batch)
+    loss.backward()
+    opt.zero_grad(set_to_none=True)
+    state = sum(v.untyped_storage().nbytes() for st in opt.state.values() for v in st.values()
+                if torch.is_tensor(v) and v.dim() > 0)
+    state += sum(b.untyped_storage().nbytes() for b in model.buffers())  # BatchNorm's running statistics
+    activations = sum(n for ptr, n in saved.items() if ptr not in params and ptr not in inputs)
+    reread = sum(n for ptr, n in saved.items() if ptr in params or ptr in inputs)
+    p, i = sum(params.values()), sum(inputs.values())
+    return {"activations": activations, "reread": reread, "parameters": p, "state": state, "inputs": i,
+            "bytes": 2 * activations + reread + 5 * p + 2 * state + i}
+
+
+def kernel_rows(trace_path, steps, top):
+    """The device's kernels, copies and memsets in a torch.profiler Chrome trace: per name, calls
+    and ms per step and share, by total time; and per step the kernels, the busy and total time."""
+    import json
+    events = json.load(open(trace_path))["traceEvents"]
+    device = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    by_name, spans = {}, []
+    for e in device:
+        r = by_name.setdefault(e["name"], [0, 0.0])
+        r[0] += 1
+        r[1] += e["dur"]
+        spans.append((e["ts"], e["ts"] + e["dur"]))
+    busy, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    total = sum(r[1] for r in by_name.values())
+    rows = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"device_kernels": sum(1 for e in device if e["cat"] == "kernel") / steps,
+            "device_busy_ms": busy / 1e3 / steps, "device_total_ms": total / 1e3 / steps,
+            "top": [{"name": n, "calls": c / steps, "ms": us / 1e3 / steps, "share": us / total if total else 0}
+                    for n, (c, us) in rows]}
+
+
+def profile_row(name, variant, warmup=3, steps=3, top=20):
+    """One row of torch_cuda_peer.py --profile (the fields kiln_cuda_profile writes)."""
+    import os
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+    step, model, opt, batch, loss_of = prepare(name, variant)
+    for _ in range(warmup):
+        step()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - start) / steps
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        row = kernel_rows(path, steps, top)
+    row.update({"model": name, "variant": variant, "steps": steps, "wall_ms": wall * 1e3})
+    if variant == "eager":
+        row["eager_floor"] = eager_floor(model, opt, batch, loss_of)
+    del model, opt, step
+    torch.cuda.empty_cache()
+    return row
 
 
 def run(names, variants):
@@ -181,3 +267,19 @@ def run(names, variants):
                 model_row(name, variant)
             except Exception as e:  # a missing torchvision, an out-of-memory: the next row still runs
                 print(f"cuda/model/{name}/{variant:<14} failed: {type(e).__name__}: {str(e).splitlines()[0]}", flush=True)
+
+
+def profile(names, variants, json_path, steps=3, top=20):
+    """profile_row for each model and variant, a JSON object a line in json_path as each finishes."""
+    import json
+    for name in names:
+        for variant in variants:
+            try:
+                row = profile_row(name, variant, steps=steps, top=top)
+            except Exception as e:  # as run()'s
+                print(f"profile {name}/{variant}: failed: {type(e).__name__}: {str(e).splitlines()[0]}", flush=True)
+                continue
+            with open(json_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"profile {name}/{variant}: {row['wall_ms']:.2f} ms a step, the device busy "
+                  f"{row['device_busy_ms']:.2f} ms, {row['device_kernels']:.0f} kernels", flush=True)

@@ -4,10 +4,13 @@
 #
 #   python3 benchmarks/torch_cuda_peer.py [--min-time SECONDS]
 #   python3 benchmarks/torch_cuda_peer.py --models [NAME,...] [--variants eager,compile,...] [--json PATH]
+#   python3 benchmarks/torch_cuda_peer.py --profile [--models NAME,...] [--steps 3] [--top 20] --json PATH
 #
 # --models runs the example models' training steps instead (torch_cuda_models.py, the rows
 # kiln_cuda_bench calls cuda/model/NAME/VARIANT; benchmarks/compare_cuda_models.py prints the
-# two side by side).
+# two side by side). --profile [--models ...] records them with torch.profiler, a JSON object a
+# line per model and variant in --json (kiln_cuda_profile's fields; compare_cuda_profiles.py
+# prints the two side by side), with PyTorch's eager floor from the tensors autograd saves.
 #
 # Each iteration ends with torch.cuda.synchronize(), as kiln_cuda_bench's do, so a time is the
 # device's work plus the framework's launch overhead. TF32 is off for matmuls and convolutions
@@ -118,9 +121,20 @@ def main():
     ap.add_argument("--models", nargs="?", const="alexnet,vgg19_bn,resnet50,mobilenet_v2,gnmt,ncf,gpt")
     ap.add_argument("--variants", default="eager,compile")
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true",
+                    help="record the models' steps with torch.profiler (JSON lines to --json)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--top", type=int, default=20)
     args = ap.parse_args()
     t = args.min_time
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_cuda_peer.py: PyTorch sees no CUDA device")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    if args.profile:
+        import torch_cuda_models
+        names = (args.models or "alexnet,vgg19_bn,resnet50,mobilenet_v2,gnmt,ncf,gpt").split(",")
+        torch_cuda_models.profile(names, args.variants.split(","), args.json or "/dev/stdout", args.steps, args.top)
+        return
     if args.models:
         import json
         import torch_cuda_models

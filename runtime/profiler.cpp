@@ -238,7 +238,7 @@ std::string device_json(const std::vector<std::pair<int, Event>>& events,
           ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"stream {}\"}}}}",
           it->second, d.stream, d.stream);
   }
-  std::map<uint64_t, bool> flowed;
+  uint64_t flows = 0;
   for (const detail::DeviceRecord& d : devices) {
     int pid = pids.at(d.device);
     Shown sh = shown(d, works);
@@ -261,19 +261,18 @@ std::string device_json(const std::vector<std::pair<int, Event>>& events,
       out += fmt::format("\"bytes\":{}", d.bytes);
     }
     out += fmt::format(",\"stream\":{}{}}}}}", d.stream, d.in_graph ? ",\"cuda graph\":true" : "");
-    // A flow arrow from the span that queued it (its DeviceWork) to its start on the device.
+    // A flow arrow from the span that queued it (its DeviceWork) to its start on the device: one
+    // per record (a work's kernels, a graph's replayed ones, each get their own).
     auto w = works.find(d.work);
     if (!d.work || w == works.end()) continue;
-    if (!flowed[d.work]) {
-      flowed[d.work] = true;
-      out += fmt::format(
-          ",\n{{\"ph\":\"s\",\"cat\":\"launch\",\"name\":\"launch\",\"id\":{},\"pid\":1,\"tid\":{},\"ts\":{:.3f}}}",
-          d.work, w->second.first, static_cast<double>(w->second.second->ts_ns) / 1e3);
-    }
+    ++flows;
+    out += fmt::format(
+        ",\n{{\"ph\":\"s\",\"cat\":\"launch\",\"name\":\"launch\",\"id\":{},\"pid\":1,\"tid\":{},\"ts\":{:.3f}}}",
+        flows, w->second.first, static_cast<double>(w->second.second->ts_ns) / 1e3);
     out += fmt::format(
         ",\n{{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"launch\",\"name\":\"launch\",\"id\":{},\"pid\":{},\"tid\":{},\"ts\":{"
         ":.3f}}}",
-        d.work, pid, d.stream, static_cast<double>(d.start_ns) / 1e3);
+        flows, pid, d.stream, static_cast<double>(d.start_ns) / 1e3);
   }
   return out;
 }

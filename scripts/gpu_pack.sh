@@ -6,7 +6,7 @@
 #   scripts/gpu_pack.sh pack [BUILD]   here: BUILD's (default build/) CUDA tests, op suite and
 #                                      kiln_cuda_bench, with every library they load that is not
 #                                      glibc's or libstdc++'s, stripped, in .gpu/kiln.tar.xz
-#   scripts/gpu_pack.sh run OUT [tests|models]
+#   scripts/gpu_pack.sh run OUT [tests|models|profile]
 #                                      there: unpacks it, finds the CUDA libraries (the toolkit's
 #                                      or pip's nvidia-* wheels'), runs what scripts/run.sh gpu
 #                                      runs plus benchmarks/torch_cuda_peer.py (with "tests", the
@@ -14,7 +14,17 @@
 #                                      models' full-size training steps in kiln_cuda_bench and in
 #                                      PyTorch (eager and traced / torch.compile; KILN_GPU_MODELS
 #                                      and KILN_GPU_MODEL_VARIANTS, e.g. eager_tf32,traced_bf16,
-#                                      choose), then the table side by side in OUT/models.md
+#                                      choose), then the table side by side in OUT/models.md.
+#                                      With "profile": the same models' steps, eager and traced,
+#                                      kernel by kernel under kiln's profiler (kiln_cuda_profile)
+#                                      and torch.profiler (torch_cuda_peer.py --profile), side by
+#                                      side with the cost model's bounds in OUT/profile.md; each
+#                                      side stops at KILN_GPU_PROFILE_TIMEOUT (110 s) and keeps the
+#                                      rows it finished, so models then profile fit one call
+#
+# KILN_GPU_HOST_CUDA=path/libkiln_host_cuda.so runs `run` on this machine's host CUDA instead
+# of a GPU's libraries (KILN_GPU_PROFILE_SIZE=tiny keeps the emulated steps short): the check
+# that the whole script works before a GPU is lent.
 #
 # .gpu/ is ignored (.git/info/exclude), carried with the run: the pack is about 56 MB xz.
 set -uo pipefail
@@ -24,7 +34,8 @@ pack() {
   local build=${1:-build} dir
   dir=$(mktemp -d)
   mkdir -p "$dir/bin" "$dir/lib" .gpu
-  cp "$build/tests/kiln_cuda_tests" "$build/tests/kiln_every_op_tests" "$build/benchmarks/kiln_cuda_bench" "$dir/bin/"
+  cp "$build/tests/kiln_cuda_tests" "$build/tests/kiln_every_op_tests" "$build/benchmarks/kiln_cuda_bench" \
+    "$build/benchmarks/kiln_cuda_profile" "$dir/bin/"
   ldd "$dir"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
@@ -37,28 +48,46 @@ pack() {
 
 # The directory of the first file named $1 under the usual CUDA places.
 lib_dir() {
-  find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu \
-    /opt /usr/local/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname
+  find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/cuda*/extras/CUPTI/lib64 /usr/local/nvidia/lib64 \
+    /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname
 }
 
 run() {
   local out=$1 k=/tmp/kiln-gpu status=0
   mkdir -p "$out" "$k"
   tar -C "$k" -xJf .gpu/kiln.tar.xz || return 1
-  local path="$k/lib"
-  for so in libcuda.so.1 libnvrtc.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  local path="$k/lib" host=${KILN_GPU_HOST_CUDA:-}
+  for so in libcuda.so.1 libnvrtc.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libcupti.so.13; do
+    [[ -n $host ]] && break
     local d
     d=$(lib_dir "$so")
     echo "$so: ${d:-NOT FOUND}"
     [[ -n $d ]] && path="$path:$d"
   done
   export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  # Empty names the real libraries (as scripts/run.sh gpu).
-  export KILN_CUDA_DRIVER= KILN_CUDA_NVRTC= KILN_CUDA_CUBLAS= KILN_CUDA_CUBLASLT= KILN_CUDA_CUDNN= KILN_CUDA_NCCL= KILN_CUDA_CUPTI=
+  # Empty names the real libraries (as scripts/run.sh gpu); the host CUDA's names its library.
+  local v
+  for v in DRIVER NVRTC CUBLAS CUBLASLT CUDNN NCCL CUPTI; do export "KILN_CUDA_$v=$host"; done
   export KILN_CACHE_DIR="$k/kernel-cache"
   { uname -r; grep PRETTY /etc/os-release; } >"$out/env.txt"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$out/env.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee -a "$out/env.txt"
   ldd "$k"/bin/kiln_cuda_tests | grep -i "not found" | tee -a "$out/env.txt"
+  if [[ ${2:-} == profile ]]; then  # each model's steps kernel by kernel, kiln beside PyTorch
+    local models=${KILN_GPU_MODELS:-alexnet,vgg19_bn,resnet50,mobilenet_v2,gnmt,ncf,gpt} limit=${KILN_GPU_PROFILE_TIMEOUT:-110}
+    # The cost model's bounds are for the device nvidia-smi names (an H200 when it names none known).
+    local peak
+    peak=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -oE 'A100|H100|H200' | head -1)
+    rm -f "$out/kiln_profile.jsonl" "$out/torch_profile.jsonl"
+    timeout "$limit" "$k/bin/kiln_cuda_profile" --models "$models" --size "${KILN_GPU_PROFILE_SIZE:-full}" \
+      --peak "${peak:-H200}" --json "$out/kiln_profile.jsonl" 2>&1 | tee "$out/kiln_profile.log" || status=1
+    PYTHONUNBUFFERED=1 timeout "$limit" python3 benchmarks/torch_cuda_peer.py --profile --models "$models" \
+      --json "$out/torch_profile.jsonl" 2>&1 | tee "$out/torch_profile.log"
+    python3 benchmarks/compare_cuda_profiles.py "$out/kiln_profile.jsonl" "$out/torch_profile.jsonl" >"$out/profile.md" ||
+      status=1
+    echo "profile: $(grep -c . "$out/kiln_profile.jsonl" 2>/dev/null || echo 0) kiln rows, $(grep -c . \
+      "$out/torch_profile.jsonl" 2>/dev/null || echo 0) PyTorch rows in $out/profile.md"
+    return "$status"
+  fi
   if [[ ${2:-} == models ]]; then  # the example models' steps, kiln beside PyTorch, and the table
     local models=${KILN_GPU_MODELS:-alexnet,vgg19_bn,resnet50,mobilenet_v2,gnmt,ncf,gpt}
     local variants=${KILN_GPU_MODEL_VARIANTS:-eager,traced}
@@ -116,9 +145,9 @@ run() {
 
 case "${1:-}" in
   pack) pack "${2:-build}" ;;
-  run) run "${2:?usage: scripts/gpu_pack.sh run OUT [tests|models]}" "${3:-}" ;;
+  run) run "${2:?usage: scripts/gpu_pack.sh run OUT [tests|models|profile]}" "${3:-}" ;;
   *)
-    echo "usage: scripts/gpu_pack.sh pack [BUILD] | run OUT [tests|models]" >&2
+    echo "usage: scripts/gpu_pack.sh pack [BUILD] | run OUT [tests|models|profile]" >&2
     exit 2
     ;;
 esac

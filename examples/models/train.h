@@ -49,6 +49,7 @@ struct TrainOptions {
   int64_t log_every = 0;  // print every so many steps (0: never)
   bool profile = false;   // record the steps after the first (which compiles) with kiln's profiler
   Device device = cpu;    // where the batches go (the model and optimizer must be there already)
+  std::string trace = "";  // with profile: where the recording goes as a Perfetto trace ("": none)
 };
 
 /// Batch `step` of `task` on `device` (tasks make their batches on the CPU).
@@ -91,7 +92,7 @@ inline std::vector<double> train(Task& task, optim::Optimizer& opt, const TrainO
       std::fflush(stdout);
     }
   }
-  if (options.profile && options.steps > 1) profiler::stop();
+  if (options.profile && options.steps > 1) profiler::stop(options.trace);
   return losses;
 }
 

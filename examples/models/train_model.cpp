@@ -2,7 +2,7 @@
 // with the shared loop (train.h), eagerly or as a traced whole step, and saves its forward.
 //
 //   train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] [--seed S]
-//                     [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile]
+//                     [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile[=TRACE]]
 //
 // MODEL is alexnet, vgg19_bn, resnet50, mobilenet_v2, gnmt, ncf, gpt or unet, on synthetic data
 // (zoo.h says what each learns). The GPT learns the bytes of FILE with --text (e.g.
@@ -10,10 +10,10 @@
 // the batch and the length dynamic (B and T) for examples/generate to serve. The other models'
 // saved forwards keep the batch dynamic (N). --count prints the parameter count and stops.
 // --profile records the steps after the first (the first compiles) with kiln's profiler and
-// prints where their time went. --device trains on a GPU (the model, its optimizer and each
-// batch moved there; it then prints the device's peak memory in use and kiln's kernel launches
-// per step); the saved forward is written for the CPU either way.
-// Errors are printed and the program exits with status 1.
+// prints where their time went; --profile=TRACE also writes them to TRACE, a Perfetto trace. --device trains on a GPU
+// (the model, its optimizer and each batch moved there; it then prints the device's peak memory in use and kiln's
+// kernel launches per step); the saved forward is written for the CPU either way. Errors are printed and the program
+// exits with status 1.
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -30,7 +30,7 @@ using namespace kiln::examples;
 namespace {
 
 struct Args {
-  std::string model, text, save, device = "cpu";
+  std::string model, text, save, trace, device = "cpu";
   Size size = Size::Bench;
   int64_t steps = 200, batch = 0;
   uint64_t seed = 0;
@@ -54,6 +54,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--jit") a.jit = true;
     else if (s == "--count") a.count = true;
     else if (s == "--profile") a.profile = true;
+    else if (s.rfind("--profile=", 0) == 0) a.profile = true, a.trace = s.substr(10);
     else if (s == "--size") {
       std::string v = value(i);
       require(v == "tiny" || v == "bench" || v == "full", "--size must be tiny, bench or full, not " + v);
@@ -63,7 +64,7 @@ Args parse(int argc, char** argv) {
   }
   require(!a.model.empty(),
           "usage: train_model MODEL [--size tiny|bench|full] [--steps N] [--jit] [--batch N] "
-          "[--seed S] [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile]");
+          "[--seed S] [--device cpu|cuda:K] [--save PATH] [--text FILE] [--count] [--profile[=TRACE]]");
   require(a.text.empty() || a.model == "gpt", "--text is for the gpt");
   return a;
 }
@@ -83,7 +84,8 @@ int run(int argc, char** argv) {
   require(!a.profile || a.steps >= 2, "--profile needs 2 steps or more (the first is not recorded)");
   if (device.is_cuda()) cuda::reset_peak_memory_stats(device.index);
   int64_t launches = cuda::kernel_launches();
-  train(*task, *opt, {.steps = a.steps, .traced = a.jit, .log_every = 25, .profile = a.profile, .device = device},
+  train(*task, *opt,
+        {.steps = a.steps, .traced = a.jit, .log_every = 25, .profile = a.profile, .device = device, .trace = a.trace},
         &schedule);
   if (device.is_cuda())
     std::printf("%s: peak %.1f MB in use, %.1f kiln kernel launches per step\n", device.str().c_str(),

@@ -102,7 +102,9 @@ TEST(CudaProfiler, EveryLaunchIsRecordedOnceNamedAfterItsOpAndTiedToItsSpan) {
   for (const json& e : t.device) copy = copy || (e["cat"] == "device memcpy" && e["args"]["bytes"] == 64 * 32 * 4);
   EXPECT_TRUE(copy) << "the copy to the host, with its bytes";
 
-  // Each device event has a flow from a host span: the op's, whose name it carries.
+  // Each device event has a flow from a host span: the op's, whose name it carries. A flow
+  // binds one start to one end (Perfetto draws one arrow an id).
+  for (const auto& [id, ends] : t.flow_ends) EXPECT_EQ(ends.size(), 1u) << "flow " << id;
   for (const json& e : t.device) {
     if (e["cat"] != "device kernel") continue;
     bool tied = false;
