@@ -270,10 +270,11 @@ def run(names, variants):
 
 
 def profile(names, variants, json_path, steps=3, top=20):
-    """profile_row for each model and variant, a JSON object a line in json_path as each finishes."""
+    """profile_row for each variant and model, a JSON object a line in json_path as each finishes
+    (every model's eager step before the first torch.compile: a time limit cuts compiles first)."""
     import json
-    for name in names:
-        for variant in variants:
+    for variant in variants:
+        for name in names:
             try:
                 row = profile_row(name, variant, steps=steps, top=top)
             except Exception as e:  # as run()'s

@@ -133,6 +133,25 @@ TEST(CudaProfiler, EveryLaunchIsRecordedOnceNamedAfterItsOpAndTiedToItsSpan) {
   std::string table = profiler::summary();
   EXPECT_NE(table.find("device: "), std::string::npos) << table;
   EXPECT_NE(table.find("GB/s"), std::string::npos) << table;
+  // The same rows for a program: the add's bytes (read x, write y) and its share of the time.
+  profiler::DeviceSummary d = profiler::device_summary();
+  EXPECT_EQ(d.missing, "");
+  EXPECT_EQ(d.records, static_cast<int64_t>(t.device.size()));
+  EXPECT_EQ(d.launches, kiln_kernels + 1);  // and cuBLAS's one
+  EXPECT_GT(d.busy_ns, 0);
+  EXPECT_LE(d.busy_ns, d.total_ns);
+  EXPECT_LE(d.busy_ns, d.wall_ns);
+  const profiler::DeviceKernel* add = nullptr;
+  for (const profiler::DeviceKernel& k : d.kernels)
+    if (k.name == "add") add = &k;
+  ASSERT_NE(add, nullptr);
+  EXPECT_TRUE(add->kiln);
+  EXPECT_EQ(add->calls, 1);
+  EXPECT_EQ(add->bytes, 2.0 * 64 * 100 * 4);
+  EXPECT_EQ(add->flops, 64.0 * 100);
+  EXPECT_GT(add->bandwidth(), 0);
+  EXPECT_GT(d.peak("cuda:0").first, 0) << "the peak bandwidth from the device's attributes";
+  for (size_t i = 1; i < d.kernels.size(); ++i) EXPECT_GE(d.kernels[i - 1].total_ns, d.kernels[i].total_ns);
   fs::remove(path);
 }
 
