@@ -56,8 +56,9 @@ def step_table(m, k, t):
         if te and te.get("eager_floor"):
             torch_floor = max(1e3 * te["eager_floor"]["bytes"] / any_k["peak_bandwidth"],
                               any_k.get("eager_floor_math_ms", 0))
-        print(f"| {peak} bound ms | {cell(get(any_k, 'eager_floor_ms'))} (eager floor) | "
-              f"{cell(torch_floor)} (floor of the tensors it saves) | {cell(get(any_k, 'plan_bound_ms'))} (plan) | |")
+        g = "{:.3g}"
+        print(f"| {peak} bound ms | {cell(get(any_k, 'eager_floor_ms'), g)} (eager floor) | "
+              f"{cell(torch_floor, g)} (floor of the tensors it saves) | {cell(get(any_k, 'plan_bound_ms'), g)} (plan) | |")
     missing = {r.get("missing") for _, r in cols if r and r.get("missing")}
     for why in missing:
         print(f"\nNo device timeline for kiln: {why}")

@@ -35,5 +35,5 @@ PY
 md=$(python3 "$src/benchmarks/compare_cuda_profiles.py" "$out/kiln.jsonl" "$out/missing.jsonl")
 grep -q '^PyTorch: not measured' <<<"$md"
 [[ $(grep -c '^| # | kiln kernel |' <<<"$md") == 4 ]] || { echo "$md"; echo "profile_cuda.sh: not 4 kernel tables"; exit 1; }
-grep -q '^| H200 bound ms | [0-9.]* (eager floor)' <<<"$md"
+grep -q '^| H200 bound ms | [0-9.e-]* (eager floor)' <<<"$md"
 echo "profile_cuda.sh: 4 rows profiled on the host CUDA and compared"
