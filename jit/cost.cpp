@@ -48,6 +48,12 @@ double op_flops(const ir::Graph& g, const ir::Node& n) {
   return kiln::op_flops(n.op, in, g.type(n.result), n.attrs);
 }
 
+double total_flops(std::span<const KernelCost> kernels) {
+  double f = 0;
+  for (const KernelCost& k : kernels) f += k.flops;
+  return f;
+}
+
 int64_t nbytes(const TensorType& t) { return t.shape.product() * static_cast<int64_t>(dtype_size(t.dtype)); }
 
 // A fused group reading `input_bytes` of its operands: its results written once, its body's
@@ -111,11 +117,7 @@ int64_t PlanCost::bytes() const {
   for (const KernelCost& k : kernels) b += k.bytes();
   return b;
 }
-double PlanCost::flops() const {
-  double f = 0;
-  for (const KernelCost& k : kernels) f += k.flops;
-  return f;
-}
+double PlanCost::flops() const { return total_flops(kernels); }
 int64_t PlanCost::launches() const {
   int64_t n = 0;
   for (const KernelCost& k : kernels) n += k.launches;
@@ -151,11 +153,7 @@ std::string PlanCost::table(const DevicePeak& peak, size_t top, bool tf32) const
   return out;
 }
 
-double EagerFloor::flops() const {
-  double f = 0;
-  for (const KernelCost& k : math) f += k.flops;
-  return f;
-}
+double EagerFloor::flops() const { return total_flops(math); }
 
 double EagerFloor::bound(const DevicePeak& peak, bool tf32) const {
   double math_s = 0;

@@ -114,22 +114,26 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cupti().cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     DeviceRecord d;
     uint32_t correlation = 0;
+    // What kernel, copy and memset records share (fields of the same names in each struct).
+    auto common = [&](const auto* r) {
+      d.device = cupti_device(r->deviceId);
+      d.stream = r->streamId;
+      d.start_ns = static_cast<int64_t>(r->start) - s.offset;
+      d.end_ns = static_cast<int64_t>(r->end) - s.offset;
+      d.in_graph = r->graphId != 0;
+      correlation = r->correlationId;
+    };
     switch (rec->kind) {
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
         d.kind = DeviceRecord::Kernel;
         d.name = k->name ? k->name : "kernel";
-        d.device = cupti_device(k->deviceId);
-        d.stream = k->streamId;
-        d.start_ns = static_cast<int64_t>(k->start) - s.offset;
-        d.end_ns = static_cast<int64_t>(k->end) - s.offset;
+        common(k);
         d.grid[0] = k->gridX, d.grid[1] = k->gridY, d.grid[2] = k->gridZ;
         d.block[0] = k->blockX, d.block[1] = k->blockY, d.block[2] = k->blockZ;
         d.registers = k->registersPerThread;
         d.shared_bytes = k->staticSharedMemory + k->dynamicSharedMemory;
-        d.in_graph = k->graphId != 0;
-        correlation = k->correlationId;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -139,26 +143,16 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                  : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "memcpy DtoH"
                  : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ? "memcpy DtoD"
                                                                   : "memcpy";
-        d.device = cupti_device(m->deviceId);
-        d.stream = m->streamId;
-        d.start_ns = static_cast<int64_t>(m->start) - s.offset;
-        d.end_ns = static_cast<int64_t>(m->end) - s.offset;
+        common(m);
         d.bytes = static_cast<int64_t>(m->bytes);
-        d.in_graph = m->graphId != 0;
-        correlation = m->correlationId;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
         d.kind = DeviceRecord::Memset;
         d.name = "memset";
-        d.device = cupti_device(m->deviceId);
-        d.stream = m->streamId;
-        d.start_ns = static_cast<int64_t>(m->start) - s.offset;
-        d.end_ns = static_cast<int64_t>(m->end) - s.offset;
+        common(m);
         d.bytes = static_cast<int64_t>(m->bytes);
-        d.in_graph = m->graphId != 0;
-        correlation = m->correlationId;
         break;
       }
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {

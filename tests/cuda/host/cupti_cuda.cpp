@@ -64,21 +64,26 @@ size_t record_size(CUpti_ActivityKind kind) {
 void record(const Tag& tag, uint64_t start, uint64_t end) {
   Log& l = activity_log();
   const uint32_t correlation = t_replay_graph ? t_replay_correlation : tag.correlation;
+  // What kernel, copy and memset records share (fields of the same names in each struct).
+  auto stamp = [&](auto& r) {
+    r.start = start, r.end = end;
+    r.deviceId = static_cast<uint32_t>(tag.device);
+    r.streamId = tag.stream;
+    r.correlationId = correlation;
+    r.graphId = t_replay_graph;
+  };
   switch (tag.kind) {
     case Work::Kernel: {
       if (!l.kernels) return;
       CUpti_ActivityKernel10 k{};
       k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-      k.start = start, k.end = end, k.completed = end;
-      k.deviceId = static_cast<uint32_t>(tag.device);
-      k.streamId = tag.stream;
+      stamp(k);
+      k.completed = end;
       k.gridX = static_cast<int32_t>(tag.grid[0]), k.gridY = static_cast<int32_t>(tag.grid[1]);
       k.gridZ = static_cast<int32_t>(tag.grid[2]);
       k.blockX = static_cast<int32_t>(tag.block[0]), k.blockY = static_cast<int32_t>(tag.block[1]);
       k.blockZ = static_cast<int32_t>(tag.block[2]);
       k.dynamicSharedMemory = static_cast<int32_t>(tag.shared);
-      k.correlationId = correlation;
-      k.graphId = t_replay_graph;
       {
         std::lock_guard<std::mutex> lock(l.mu);
         k.name = l.names.insert(tag.name).first->c_str();
@@ -92,11 +97,7 @@ void record(const Tag& tag, uint64_t start, uint64_t end) {
       m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
       m.copyKind = tag.copy_kind;
       m.bytes = tag.bytes;
-      m.start = start, m.end = end;
-      m.deviceId = static_cast<uint32_t>(tag.device);
-      m.streamId = tag.stream;
-      m.correlationId = correlation;
-      m.graphId = t_replay_graph;
+      stamp(m);
       append(m);
       return;
     }
@@ -105,11 +106,7 @@ void record(const Tag& tag, uint64_t start, uint64_t end) {
       CUpti_ActivityMemset4 m{};
       m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
       m.bytes = tag.bytes;
-      m.start = start, m.end = end;
-      m.deviceId = static_cast<uint32_t>(tag.device);
-      m.streamId = tag.stream;
-      m.correlationId = correlation;
-      m.graphId = t_replay_graph;
+      stamp(m);
       append(m);
       return;
     }
