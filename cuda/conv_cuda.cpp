@@ -2,23 +2,33 @@
 // (cudnn_cuda.h). Its legacy convolution calls (cudnnConvolutionForward, ...BackwardData, ...BackwardFilter), which
 // cuDNN 9 keeps (marked deprecated in favour of its graph API, whose descriptors would add
 // nothing for these three ops): NCHW, any input strides, groups, dilation; the first algorithm
-// cuDNN's heuristics rank as working, its workspace from the caching allocator. Where cuDNN has
-// none, contiguous operands and then wider dtypes are tried (convolve); a configuration that
+// cuDNN's heuristics rank as working, its workspace from the caching allocator. The choice is
+// searched once per convolution key and device and cached (cuDNN's heuristic query costs about
+// a millisecond: an eager ResNet-50 step makes 158 convolution calls), as PyTorch caches its
+// per key. Where cuDNN has none, contiguous operands and then wider dtypes are tried
+// (convolve), said once per configuration and counted (cuda::conv_stats); a configuration that
 // not even f64 supports is a kiln::Error naming it, never a wrong answer. Their kernels are in
 // cuda/op_table.cpp's table.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda/cudnn_cuda.h"
 #include "cuda/libraries.h"
 #include "cuda/op_kernels.h"
+#include "jit/disk_cache.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/cuda/context_cuda.h"
@@ -85,18 +95,138 @@ struct Conv {
 enum class Pass { Forward, InputGrad, WeightGrad };
 size_t written(Pass p) { return p == Pass::Forward ? 2 : p == Pass::InputGrad ? 0 : 1; }
 
-// Ranks `Perf`'s algorithms with `get` and runs, through `call`, the first that works and whose
-// workspace fits in memory (an algorithm may ask for gigabytes: the next one is tried, as the
-// next is when cuDNN says one does not support the configuration). False when none ran; an
-// out-of-memory error when only memory stopped them.
-template <class Perf, class Get, class Call> bool rank_and_run(int algo_count, Get get, Call call,
-                                                               const std::string& op, const char* get_name,
-                                                               const char* call_name, Device device) {
+std::atomic<int64_t> g_searches{0}, g_cached{0}, g_loaded{0}, g_contiguous{0}, g_wider{0};
+std::atomic<bool> g_benchmark{false};
+
+// Everything the descriptors of a call say, and how its algorithm is chosen (cuDNN's heuristics,
+// or timed under set_cudnn_benchmark): cuDNN's choice for a key holds for every call of it on
+// one kind of device.
+std::string algorithm_key(Pass p, const std::array<Tensor, 3>& t, const Attrs& a, bool timed) {
+  const DType dtype = t[0].dtype();
+  std::string key = fmt::format("{}|{}|{}|{}|{}", static_cast<int>(p), timed ? "timed" : "ranked", dtype_name(dtype),
+                                dtype == DType::F32 && allow_tf32() ? "tf32" : "fma", a.groups);
+  for (const Tensor& x : t) key += fmt::format("|{}:{}", fmt::join(x.shape(), ","), fmt::join(x.strides(), ","));
+  key += fmt::format("|{}|{}|{}", fmt::join(a.stride, ","), fmt::join(a.padding, ","), fmt::join(a.dilation, ","));
+  return key;
+}
+
+// cuDNN's choice for a key: the algorithm and its workspace, or none (algo -1: cuDNN has no
+// algorithm for the call as given, and convolve falls back).
+struct Choice {
+  int algo = -1;
+  size_t memory = 0;
+};
+
+// The choices in memory, per device and key; and on disk beside the compiled kernels
+// (jit/disk_cache.h), under an identity naming cuDNN's version and the device's architecture and
+// multiprocessors, so a warm start searches nothing.
+struct Choices {
+  std::mutex mu;
+  std::unordered_map<std::string, Choice> by_key;  // "<device>|<key>"
+};
+Choices& choices() {
+  static Choices* c = new Choices();  // never destroyed: convolutions may run at exit
+  return *c;
+}
+std::string disk_identity(int device, const std::string& key) {
+  return fmt::format("kiln cudnn convolution choice 1\ncudnn {}; sm_{}, {} multiprocessors\n{}",
+                     cudnn().cudnnGetVersion(), compute_capability(device), multiprocessor_count(device), key);
+}
+// A choice on disk is "<algo> <workspace bytes>". The entry is checksummed, but the file is
+// still read as hostile: anything but two numbers in range is ignored (and searched over).
+std::optional<Choice> decode_choice(const std::string& s, int algo_count) {
+  Choice c;
+  const char *p = s.data(), *end = s.data() + s.size();
+  auto [q, e1] = std::from_chars(p, end, c.algo);
+  if (e1 != std::errc() || q == end || *q != ' ') return std::nullopt;
+  auto [r, e2] = std::from_chars(q + 1, end, c.memory);
+  if (e2 != std::errc() || r != end || c.algo < -1 || c.algo >= algo_count || c.memory > (size_t{1} << 40))
+    return std::nullopt;
+  return c;
+}
+std::optional<Choice> cached_choice(int device, const std::string& key, int algo_count) {
+  Choices& c = choices();
+  const std::string k = fmt::format("{}|{}", device, key);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.by_key.find(k);
+    if (it != c.by_key.end()) {
+      g_cached.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+  }
+  std::optional<std::string> stored = jit::disk_cache_get(disk_identity(device, key));
+  std::optional<Choice> choice = stored ? decode_choice(*stored, algo_count) : std::nullopt;
+  if (!choice) return std::nullopt;
+  g_loaded.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.by_key[k] = *choice;
+  return choice;
+}
+void remember(int device, const std::string& key, std::optional<Choice> choice) {
+  Choices& c = choices();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    const std::string k = fmt::format("{}|{}", device, key);
+    if (choice) c.by_key[k] = *choice;
+    else c.by_key.erase(k);
+  }
+  if (choice) jit::disk_cache_put(disk_identity(device, key), fmt::format("{} {}", choice->algo, choice->memory));
+}
+
+// Logs `message` under KILN_LOG=cuda the first time it is said: a fallback a convolution takes
+// on every call of its configuration is said once.
+void log_once(const std::string& message) {
+  static std::mutex mu;
+  static auto* said = new std::unordered_set<std::string>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said->insert(message).second) return;
+  }
+  log(LogTopic::Cuda, message);
+}
+
+// The workspace cudnnFind* times its candidates in: as much as the allocator gives, up to
+// 512 MiB (an algorithm needing more is not among the results, as with PyTorch's cap).
+Workspace search_workspace(Device device) {
+  for (size_t bytes = size_t{512} << 20;; bytes /= 2) {
+    try {
+      return Workspace(bytes, device);
+    } catch (const OutOfMemory&) {
+      if (bytes < (size_t{1} << 20)) return Workspace(0, device);
+    }
+  }
+}
+
+// Ranks `Perf`'s algorithms with `search` (cuDNN's heuristics, or its timings) and runs, through
+// `call`, the first that works and whose workspace fits in memory (an algorithm may ask for
+// gigabytes: the next one is tried, as the next is when cuDNN says one does not support the
+// configuration). False when none ran; an out-of-memory error when only memory stopped them.
+// A key searched before runs its cached choice; where that no longer runs (its workspace does
+// not fit now, cuDNN declines it, or a choice read from disk is wrong here), the key is searched
+// again.
+template <class Perf, class Search, class Call>
+bool rank_and_run(const std::string& key, int algo_count, Search search, Call call, const std::string& op,
+                  const char* search_name, const char* call_name, Device device) {
+  using Algo = decltype(Perf::algo);
+  if (std::optional<Choice> c = cached_choice(device.index, key, algo_count)) {
+    if (c->algo < 0) return false;
+    try {
+      Workspace ws(c->memory, device);
+      if (call(static_cast<Algo>(c->algo), ws.ptr, c->memory) == CUDNN_STATUS_SUCCESS) return true;
+    } catch (const OutOfMemory&) {
+    }
+    remember(device.index, key, std::nullopt);
+  }
+  g_searches.fetch_add(1, std::memory_order_relaxed);
   std::vector<Perf> perf(static_cast<size_t>(algo_count));
   int n = 0;
-  cudnnStatus_t s = get(algo_count, &n, perf.data());
-  if (s == CUDNN_STATUS_NOT_SUPPORTED) return false;
-  check_dnn(s, get_name, op);
+  cudnnStatus_t s = search(algo_count, &n, perf.data());
+  if (s == CUDNN_STATUS_NOT_SUPPORTED) {
+    remember(device.index, key, Choice{});
+    return false;
+  }
+  check_dnn(s, search_name, op);
   std::optional<OutOfMemory> no_room;
   for (int i = 0; i < n; ++i) {
     const Perf& algo = perf[static_cast<size_t>(i)];
@@ -115,18 +245,25 @@ template <class Perf, class Get, class Call> bool rank_and_run(int algo_count, G
     check_dnn(s, call_name, op);
     log(LogTopic::Cuda,
         fmt::format("{}: cuDNN algorithm {}, {} B of workspace", op, static_cast<int>(algo.algo), algo.memory));
+    remember(device.index, key, Choice{static_cast<int>(algo.algo), algo.memory});
     return true;
   }
-  if (no_room) throw *no_room;
+  if (no_room) throw *no_room;  // (not remembered: another call may find the memory)
+  remember(device.index, key, Choice{});
   return false;
 }
 
 // One try at `p` over t = {x, w, y} as they are laid out; false when cuDNN has no algorithm.
+// Under set_cudnn_benchmark a new key times cuDNN's candidates (cudnnFind*Ex, which runs them on
+// these tensors, writing only the output); never while the stream is captured into a graph,
+// where its synchronization is not allowed: the heuristics rank then.
 bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, const Attrs& a) {
   const Tensor &x = t[0], &w = t[1], &y = t[2];
   Device device = t[written(p)].device();
   Conv c(op.c_str(), x, w.shape(), y, a);
   cudnnHandle_t h = dnn_handle(device.index, op);
+  const bool timed = cudnn_benchmark() && !is_capturing(reinterpret_cast<uintptr_t>(current(device.index)));
+  const std::string key = algorithm_key(p, t, a, timed);
   const Cudnn& d = c.d;
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
@@ -136,37 +273,49 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
   switch (p) {
     case Pass::Forward:
       return rank_and_run<cudnnConvolutionFwdAlgoPerf_t>(
-          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+          key, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionFwdAlgoPerf_t* perf) {
-            return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, m, n, perf);
+            if (!timed) return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, m, n, perf);
+            Workspace ws = search_workspace(device);
+            return d.cudnnFindConvolutionForwardAlgorithmEx(h, c.x, x.data_ptr(), c.w, w.data_ptr(), c.conv, c.y,
+                                                            y.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
           },
           [&](cudnnConvolutionFwdAlgo_t algo, void* ws, size_t bytes) {
             return d.cudnnConvolutionForward(h, one, c.x, x.data_ptr(), c.w, w.data_ptr(), c.conv, algo, ws, bytes,
                                              zero, c.y, y.data_ptr());
           },
-          op, "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnConvolutionForward", device);
+          op, timed ? "cudnnFindConvolutionForwardAlgorithmEx" : "cudnnGetConvolutionForwardAlgorithm_v7",
+          "cudnnConvolutionForward", device);
     case Pass::InputGrad:
       return rank_and_run<cudnnConvolutionBwdDataAlgoPerf_t>(
-          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+          key, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-            return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, n, perf);
+            if (!timed) return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, n, perf);
+            Workspace ws = search_workspace(device);
+            return d.cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, c.x,
+                                                                 x.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
           },
           [&](cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t bytes) {
             return d.cudnnConvolutionBackwardData(h, one, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws, bytes,
                                                   zero, c.x, x.data_ptr());
           },
-          op, "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnConvolutionBackwardData", device);
+          op, timed ? "cudnnFindConvolutionBackwardDataAlgorithmEx" : "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+          "cudnnConvolutionBackwardData", device);
     case Pass::WeightGrad:
       return rank_and_run<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+          key, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-            return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, n, perf);
+            if (!timed) return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, n, perf);
+            Workspace ws = search_workspace(device);
+            return d.cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x, x.data_ptr(), c.y, y.data_ptr(), c.conv, c.w,
+                                                                   w.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
           },
           [&](cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t bytes) {
             return d.cudnnConvolutionBackwardFilter(h, one, c.x, x.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws,
                                                     bytes, zero, c.w, w.data_ptr());
           },
-          op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnConvolutionBackwardFilter", device);
+          op, timed ? "cudnnFindConvolutionBackwardFilterAlgorithmEx" : "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+          "cudnnConvolutionBackwardFilter", device);
   }
   return false;
 }
@@ -222,10 +371,12 @@ void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
     for (size_t i = 0; i < 3; ++i)
       packed[i] = i == out ? Tensor::empty({wide, result.shape(), result.device()}) : t[i].to(wide).contiguous();
     if (!tried.empty())
-      log(LogTopic::Cuda,
-          fmt::format("{}: no cuDNN algorithm for {}; trying contiguous {}", op, tried, dtype_name(wide)));
+      log_once(fmt::format("{}: no cuDNN algorithm for {} x {} -> {} {}; trying contiguous {}", op,
+                           shape_str(t[0].shape()), shape_str(t[1].shape()), shape_str(t[2].shape()), tried,
+                           dtype_name(wide)));
     tried = fmt::format("contiguous {}", dtype_name(wide));
     if (attempt(p, op, packed, a)) {
+      (wide == result.dtype() ? g_contiguous : g_wider).fetch_add(1, std::memory_order_relaxed);
       result.copy_(packed[out]);
       return;
     }
@@ -242,6 +393,21 @@ void convolve(Pass p, const char* op, std::array<Tensor, 3> t, const Attrs& a) {
 std::atomic<int64_t> g_dnn_limit{0};
 
 }  // namespace
+
+ConvStats conv_stats() {
+  return {g_searches.load(std::memory_order_relaxed), g_cached.load(std::memory_order_relaxed),
+          g_loaded.load(std::memory_order_relaxed), g_contiguous.load(std::memory_order_relaxed),
+          g_wider.load(std::memory_order_relaxed)};
+}
+
+void set_cudnn_benchmark(bool timed) { g_benchmark.store(timed, std::memory_order_relaxed); }
+bool cudnn_benchmark() { return g_benchmark.load(std::memory_order_relaxed); }
+
+void forget_conv_algorithms() {
+  Choices& c = choices();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.by_key.clear();
+}
 
 int64_t dnn_element_limit() {
   const int64_t l = g_dnn_limit.load(std::memory_order_relaxed);

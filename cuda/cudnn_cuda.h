@@ -21,6 +21,7 @@ namespace kiln::cuda {
   X(cudnnCreate)                                    \
   X(cudnnSetStream)                                 \
   X(cudnnGetErrorString)                            \
+  X(cudnnGetVersion)                                \
   X(cudnnCreateTensorDescriptor)                    \
   X(cudnnSetTensor4dDescriptorEx)                   \
   X(cudnnDestroyTensorDescriptor)                   \
@@ -35,12 +36,15 @@ namespace kiln::cuda {
   X(cudnnGetConvolutionForwardAlgorithm_v7)         \
   X(cudnnGetConvolutionForwardWorkspaceSize)        \
   X(cudnnConvolutionForward)                        \
+  X(cudnnFindConvolutionForwardAlgorithmEx)         \
   X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
   X(cudnnConvolutionBackwardData)                   \
+  X(cudnnFindConvolutionBackwardDataAlgorithmEx)    \
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)  \
   X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
-  X(cudnnConvolutionBackwardFilter)
+  X(cudnnConvolutionBackwardFilter)                 \
+  X(cudnnFindConvolutionBackwardFilterAlgorithmEx)
 // clang-format on
 
 // clang-format off: one entry a line (the formatter would stair-step them)
@@ -92,7 +96,8 @@ int fits_dnn(int64_t v, const std::string& op);
 struct Workspace {
   Tensor t;
   void* ptr = nullptr;
-  Workspace(size_t bytes, Device device) {
+  size_t bytes = 0;
+  Workspace(size_t size, Device device) : bytes(size) {
     if (bytes == 0) return;
     t = Tensor::empty({DType::U8, {static_cast<int64_t>(bytes)}, device});
     ptr = t.data_ptr();

@@ -75,6 +75,10 @@ struct RnnGrads {
 RnnGrads rnn_backward(const RnnSpec& spec, const Tensor& x, const Tensor& hx, const Tensor& cx, const RnnForward& fwd,
                       const Tensor& dy, const Tensor& dhy, const Tensor& dcy, bool weights);
 
+/// Drops every convolution's cached cuDNN algorithm (tests that change what the host cuDNN
+/// offers between calls of the same key).
+void forget_conv_algorithms();
+
 /// cuDNN's legacy convolution calls index with int: a convolution whose x or y reaches
 /// dnn_element_limit() (2^31 - 1) elements runs on batch chunks below it, the weight gradient
 /// summed over them (PyTorch splits so too). Tests lower the limit (0: back to the default).

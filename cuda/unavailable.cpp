@@ -46,6 +46,10 @@ RnnGrads rnn_backward(const RnnSpec&, const Tensor&, const Tensor&, const Tensor
                       const Tensor&, const Tensor&, bool) {
   unavailable("rnn backward");
 }
+ConvStats conv_stats() { return {}; }
+void forget_conv_algorithms() {}
+void set_cudnn_benchmark(bool) {}
+bool cudnn_benchmark() { return false; }
 int64_t dnn_element_limit() { return 0; }
 void set_dnn_element_limit(int64_t) {}
 int64_t dnn_batch_chunk(const std::vector<std::pair<Dims, Dims>>&, int64_t) { unavailable("conv2d"); }

@@ -134,6 +134,27 @@ void empty_cache();
 /// difference across a call tells how many launches it made. 0 when CUDA is unavailable.
 int64_t kernel_launches();
 
+/// cuDNN's convolutions (conv2d and its gradients) on every device since the process began:
+/// the algorithm searches they made (one per convolution and device: shapes, strides, dtype,
+/// math type, stride, padding, dilation and groups make the key; later calls of a key run the
+/// cached choice), the calls that found their choice in memory, the choices read from the disk
+/// cache (beside the compiled kernels: a warm start searches nothing), and the calls that ran on
+/// a fallback because cuDNN had no algorithm for them as given: on contiguous copies of their
+/// operands, or in a wider dtype (copies and a slower kernel; KILN_LOG=cuda says why, once per
+/// configuration). Defined by the CUDA layer (cuda/conv_cuda.cpp); zeros without CUDA.
+struct ConvStats {
+  int64_t algorithm_searches = 0, cached = 0, loaded = 0, contiguous_fallbacks = 0, wider_dtype_fallbacks = 0;
+};
+ConvStats conv_stats();
+
+/// Whether a convolution seen for the first time times cuDNN's candidate algorithms on its own
+/// operands (cudnnFind*) rather than taking its heuristics' first (PyTorch's
+/// torch.backends.cudnn.benchmark; off by default, as there). The choice is cached per key
+/// either way; a timed choice is kept apart from a ranked one. A timed search runs every
+/// candidate once and waits for them: worth it when the shapes repeat, as in training.
+void set_cudnn_benchmark(bool timed);
+bool cudnn_benchmark();
+
 /// Page-locked host memory, cached (what Tensor::pin_memory() allocates from); a kiln::Error
 /// when CUDA is unavailable.
 Allocator& pinned_memory_allocator();

@@ -2,6 +2,7 @@
 // convolution API, with cudnn.h's types), computing on the host in double with reference loops
 // on the handle's stream, in stream order. kiln loads it instead of libcudnn when
 // KILN_CUDA_CUDNN names it.
+#include <atomic>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -19,6 +20,9 @@ struct cudnnConvolutionStruct {
 };
 
 namespace {
+
+std::atomic<long long> g_queries{0};  // the convolution algorithm queries made (ranked or timed)
+std::atomic<long long> g_timed{0};    // of which timed (cudnnFind*)
 
 long long at(const cudnnTensorStruct& d, int n, int c, int y, int x) {
   return static_cast<long long>(n) * d.sn + static_cast<long long>(c) * d.sc + static_cast<long long>(y) * d.sh +
@@ -83,6 +87,20 @@ bool unit_scales(const void* alpha, const void* beta, cudnnDataType_t t) {
   return a == 1 && b == 0;
 }
 
+// Timed searches (cudnnFind*Ex): the same candidates, timed in stream order (the host runs none:
+// the plain algorithm is reported fastest), those whose workspace exceeds the one given
+// failing, as cuDNN's do. The output is not written (cuDNN's holds some candidate's result).
+template <class Perf, class Algo> int timed(Perf* p, Algo big, Algo plain, cudnnStatus_t status, size_t given) {
+  g_queries.fetch_add(1, std::memory_order_relaxed);
+  g_timed.fetch_add(1, std::memory_order_relaxed);
+  int n = rank(p, big, plain, status);
+  if (n == 2) {
+    std::swap(p[0], p[1]);
+    p[0].time = 1, p[1].time = 2;
+    if (p[1].memory > given) p[1].status = CUDNN_STATUS_ALLOC_FAILED;
+  }
+  return n;
+}
 }  // namespace
 
 extern "C" {
@@ -139,10 +157,18 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMat
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The algorithm queries made (cuDNN's cost about a millisecond each; a timed one runs every
+// candidate): tests read them through these.
+long long kiln_host_cudnn_algorithm_queries() { return g_queries.load(std::memory_order_relaxed); }
+long long kiln_host_cudnn_timed_queries() { return g_timed.load(std::memory_order_relaxed); }
+
+size_t cudnnGetVersion() { return 90000; }
+
 // One algorithm, no workspace (two with KILN_HOST_CUDNN_WORKSPACE_MB).
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t,
                                                      cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t y, int,
                                                      int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
+  g_queries.fetch_add(1, std::memory_order_relaxed);
   *n = rank(p, CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, refused(*x, *y));
   return CUDNN_STATUS_SUCCESS;
 }
@@ -150,6 +176,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t, cudnnFi
                                                           cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t,
                                                           cudnnTensorDescriptor_t dx, int, int* n,
                                                           cudnnConvolutionBwdDataAlgoPerf_t* p) {
+  g_queries.fetch_add(1, std::memory_order_relaxed);
   *n = rank(p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, refused(*dx, *dy));
   return CUDNN_STATUS_SUCCESS;
 }
@@ -157,7 +184,31 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, cudnn
                                                             cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t,
                                                             cudnnFilterDescriptor_t, int, int* n,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+  g_queries.fetch_add(1, std::memory_order_relaxed);
   *n = rank(p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, refused(*x, *dy));
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t, cudnnTensorDescriptor_t x, const void*,
+                                                     cudnnFilterDescriptor_t, const void*, cudnnConvolutionDescriptor_t,
+                                                     cudnnTensorDescriptor_t y, void*, int, int* n,
+                                                     cudnnConvolutionFwdAlgoPerf_t* p, void*, size_t given) {
+  *n = timed(p, CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, refused(*x, *y), given);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t, cudnnFilterDescriptor_t, const void*,
+                                                          cudnnTensorDescriptor_t dy, const void*,
+                                                          cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t dx,
+                                                          void*, int, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p,
+                                                          void*, size_t given) {
+  *n = timed(p, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, refused(*dx, *dy), given);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t, cudnnTensorDescriptor_t x, const void*,
+                                                            cudnnTensorDescriptor_t dy, const void*,
+                                                            cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t,
+                                                            void*, int, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p,
+                                                            void*, size_t given) {
+  *n = timed(p, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, refused(*x, *dy), given);
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
