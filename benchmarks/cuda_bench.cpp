@@ -95,6 +95,22 @@ void gelu9_64m(benchmark::State& s) {
   bench::count_bytes(s, 2.0 * 4 * double(k64M));
 }
 
+// What an eager op costs the host: `x + y` on one-element tensors of `device`, timed without
+// waiting for the device. Beside the CPU's, in one run: on the host CUDA with
+// KILN_HOST_CUDA_HOST_ONLY=1 (launches checked, not run), the CUDA case is kiln's host work
+// alone, the number issue 49's target (at most 4x the CPU's) reads.
+void eager_add_1(benchmark::State& s, Device device) {
+  Tensor x = randn({1}, f32, device), y = randn({1}, f32, device);
+  benchmark::DoNotOptimize(x + y);  // compiles and caches
+  cuda::synchronize();
+  int64_t n = 0;
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(x + y);
+    if (++n % 4096 == 0) cuda::synchronize();  // a GPU's launch queue holds about a thousand
+  }
+  cuda::synchronize();
+}
+
 // `fn` traced on `inputs`, then timed like the eager cases.
 void traced(benchmark::State& s, const jit::TensorFn& fn, std::vector<Tensor> inputs) {
   jit::Function f = jit::trace_tensors(fn, inputs, "bench");
@@ -303,6 +319,8 @@ void register_all() {
                                         })
         ->UseRealTime();
   };
+  add("eager_add_1/cpu", [](benchmark::State& s) { eager_add_1(s, cpu); });
+  add("eager_add_1/cuda", [](benchmark::State& s) { eager_add_1(s, kGpu); });
   add("copy_64M", copy_64m);
   add("add_64M", add_64m);
   add("gelu9_64M", gelu9_64m);

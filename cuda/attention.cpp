@@ -102,6 +102,14 @@ Launch prepare_launch(OpId id, std::span<const Tensor> in, const Attrs& a, const
   return l;
 }
 
+// cuda_attention_kernel over the CudaAttention's fields, one by one: a launch's variant key
+// (cuda/launch.h). A field added to CudaAttention is added here.
+std::string attention_source(CudaAttentionPass pass, DType dtype, int64_t e, int64_t ev,
+                             codegen::CudaAttentionMask mask, bool causal, bool dropout, bool mma) {
+  return codegen::cuda_attention_kernel({pass, dtype, e, ev, mask, causal, dropout, mma});
+}
+static_assert(sizeof(codegen::CudaAttention) == 32, "attention_source passes every field of CudaAttention");
+
 void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void* stats, int64_t rows) {
   l.kernel.pass = pass;
   std::vector<uint64_t> w = l.words;
@@ -109,8 +117,9 @@ void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void*
   put(w, stats);
   int per_block = codegen::cuda_attention_block_rows(l.kernel);
   int64_t blocks = l.z.batch * ((rows + per_block - 1) / per_block);
-  launch_source(codegen::cuda_attention_kernel(l.kernel), w, blocks, l.device,
-                codegen::cuda_attention_shared_bytes(l.kernel));
+  const codegen::CudaAttention& k = l.kernel;
+  launch_generated(attention_source, std::tuple(k.pass, k.dtype, k.e, k.ev, k.mask, k.causal, k.dropout, k.mma), w,
+                   blocks, l.device, codegen::cuda_attention_shared_bytes(k));
 }
 
 // The kernels' head dims, or the composite's (and attention_backward's through autograd).

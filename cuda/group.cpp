@@ -37,28 +37,18 @@ namespace {
 // The most bytes of arguments a launch takes (cuLaunchKernel's limit before Volta and CUDA 12.1).
 constexpr size_t kMaxArgBytes = 4096;
 
-// The bits an immediate travels in: a double's for a float compute dtype, else an int64.
-uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
-  uint64_t bits;
-  if (is_float_op) {
-    double d = v.to<double>();
-    std::memcpy(&bits, &d, 8);
-  } else {
-    bits = static_cast<uint64_t>(v.to<int64_t>());
-  }
-  return bits;
-}
-
-// g's argument words over operand pointers `data`.
-std::vector<uint64_t> words_of(const PreparedGroup& g, const std::vector<void*>& data) {
-  return codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.launch, g.immediates);
+// g's argument words over operand pointers `data`, with its immediates or `imm`.
+std::vector<uint64_t> words_of(const PreparedGroup& g, const std::vector<void*>& data,
+                               const std::vector<uint64_t>* imm = nullptr) {
+  return codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.launch, imm ? *imm : g.immediates);
 }
 
 // Queues g's kernel over operand pointers `data`, with `more` words past its own (the combines
 // its last block runs).
-void launch_words(const PreparedGroup& g, const std::vector<void*>& data, const std::vector<uint64_t>& more = {}) {
+void launch_words(const PreparedGroup& g, const std::vector<void*>& data, const std::vector<uint64_t>& more = {},
+                  const std::vector<uint64_t>* imm = nullptr) {
   if (g.launch.blocks == 0) return;  // nothing to compute
-  std::vector<uint64_t> args = words_of(g, data);
+  std::vector<uint64_t> args = words_of(g, data, imm);
   args.insert(args.end(), more.begin(), more.end());
   unsigned grid[3] = {static_cast<unsigned>(g.launch.blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = args.data();
@@ -292,8 +282,21 @@ PreparedGroup prepare_group(const ir::Node& fused, std::span<const Tensor> input
   return prepare(fused, shapes, strides, {.sms = sm_count(device), .mode = Prepare::Compile, .eager = eager});
 }
 
-void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+uint64_t immediate_bits(const Scalar& v, bool is_float_op) {
+  uint64_t bits;
+  if (is_float_op) {
+    double d = v.to<double>();
+    std::memcpy(&bits, &d, 8);
+  } else {
+    bits = static_cast<uint64_t>(v.to<int64_t>());
+  }
+  return bits;
+}
+
+void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                  const std::vector<uint64_t>* imm) {
   if (!g.stages.empty()) {
+    KILN_CHECK(!imm, "fused group: a group run as stages takes its own immediates");
     std::vector<Tensor> temps;
     for (const TensorType& t : g.temps) temps.push_back(Tensor::empty(t));
     auto at = [&](const stages::Place& p) -> const Tensor& {
@@ -317,7 +320,7 @@ void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::s
   for (const Tensor& x : inputs) data.push_back(x.data_ptr());
   if (g.launch.parts == 1) {
     for (const Tensor& y : outputs) data.push_back(y.data_ptr());
-    launch_words(g, data);
+    launch_words(g, data, {}, imm);
     return;
   }
   // In parts: each reduced output's partial results, then their reduction into it; each part
@@ -349,7 +352,7 @@ void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::s
     done = zeros({1}, DType::I32, outputs[0].device());  // a memset, which a graph capture keeps
     more.push_back(reinterpret_cast<uint64_t>(done.data_ptr()));
   }
-  launch_words(g, data, more);
+  launch_words(g, data, more, imm);
   for (const PreparedGroup::Combine& c : g.combines)
     if (!c.in_last_block) launch_words(*c.group, operands(c));
 }

@@ -78,8 +78,13 @@ ir::Node single_op_group(OpId op, const Attrs& attrs, std::span<const TensorType
 /// Throws kiln::Error for a group codegen cannot lower.
 PreparedGroup prepare_group(const ir::Node& fused, std::span<const Tensor> inputs, bool eager);
 /// Queues `group` on the current stream over `inputs` (laid out as prepared) into `outputs`
-/// (contiguous, on its device).
-void launch_group(const PreparedGroup& group, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+/// (contiguous, on its device); an eager group with `immediates` in place of its own (a call
+/// with other numbers than the one that prepared it).
+void launch_group(const PreparedGroup& group, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                  const std::vector<uint64_t>* immediates = nullptr);
+/// The bits an eager kernel's immediate travels in: a double's for a float compute dtype, else
+/// an int64.
+uint64_t immediate_bits(const Scalar& v, bool is_float_op);
 /// Both at once: what an eager op does.
 void run_group(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs, bool eager);
 

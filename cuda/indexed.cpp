@@ -47,14 +47,13 @@ int64_t padded_size(int64_t n) {
 // their device: the bitonic network's log2(padded)^2 / 2 compare-exchange steps.
 void bitonic_sort(const Tensor& keys, const Tensor& pos) {
   const int64_t padded = keys.numel();
-  const std::string bitonic = codegen::cuda_bitonic_kernel();
   for (int64_t k = 2; k <= padded; k *= 2)
     for (int64_t j = k / 2; j > 0; j /= 2) {
       std::vector<uint64_t> step;
       for (int64_t v : {padded, j, k}) put(step, v);
       put(step, keys.data_ptr());
       put(step, pos.data_ptr());
-      launch_source(bitonic, step, blocks_for(padded / 2), keys.device().index);
+      launch_generated(codegen::cuda_bitonic_kernel, std::tuple(), step, blocks_for(padded / 2), keys.device().index);
     }
 }
 
@@ -70,8 +69,8 @@ void scatter_sorted(int64_t dim, const Tensor& idx, const Dims& idx_st, const Te
   put(w, out.shape());
   for (int64_t v : {n, padded, dim}) put(w, v);
   for (const void* p : {idx.data_ptr(), flag.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(w, p);
-  launch_source(codegen::cuda_scatter_keys_kernel(idx.dtype(), static_cast<int>(src.dim())), w, blocks_for(padded),
-                d.index);
+  launch_generated(codegen::cuda_scatter_keys_kernel, std::tuple(idx.dtype(), static_cast<int>(src.dim())), w,
+                   blocks_for(padded), d.index);
   bitonic_sort(keys, pos);
   std::vector<uint64_t> a;
   put(a, src.shape());
@@ -80,8 +79,8 @@ void scatter_sorted(int64_t dim, const Tensor& idx, const Dims& idx_st, const Te
   put(a, out.strides());
   for (const void* p : {out.data_ptr(), src.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(a, p);
   put(a, n);
-  launch_source(codegen::cuda_scatter_segment_kernel(out.dtype(), static_cast<int>(src.dim())), a, blocks_for(n),
-                d.index);
+  launch_generated(codegen::cuda_scatter_segment_kernel, std::tuple(out.dtype(), static_cast<int>(src.dim())), a,
+                   blocks_for(n), d.index);
 }
 
 // out[p] = x[p with dim replaced by index(p)]: gather and index_select.
@@ -100,8 +99,8 @@ void pick(const Tensor& x, int64_t dim, const Tensor& idx, Dims idx_st, const Te
   for (const void* p : {out.data_ptr(), x.data_ptr(), idx.data_ptr(), flag.data_ptr()}) put(w, p);
   put(w, dim_size);
   put(w, dim_stride);
-  launch_source(codegen::cuda_pick_kernel(x.dtype(), idx.dtype(), static_cast<int>(sizes.size())), w,
-                blocks_for(out.numel()), out.device().index);
+  launch_generated(codegen::cuda_pick_kernel, std::tuple(x.dtype(), idx.dtype(), static_cast<int>(sizes.size())), w,
+                   blocks_for(out.numel()), out.device().index);
   check_flag(flag, op, dim_size);
 }
 
@@ -138,8 +137,8 @@ void scatter(const Tensor& x, int64_t dim, const Tensor& idx, const Dims& idx_st
   put(w, dim);
   put(w, out.shape()[dim]);
   put(w, out.strides()[dim]);
-  launch_source(codegen::cuda_scatter_kernel(out.dtype(), idx.dtype(), static_cast<int>(src.dim())), w,
-                blocks_for(src.numel() / std::max<int64_t>(src.shape()[dim], 1)), out.device().index);
+  launch_generated(codegen::cuda_scatter_kernel, std::tuple(out.dtype(), idx.dtype(), static_cast<int>(src.dim())), w,
+                   blocks_for(src.numel() / std::max<int64_t>(src.shape()[dim], 1)), out.device().index);
   check_flag(flag, op, out.shape()[dim]);
 }
 
@@ -169,7 +168,7 @@ void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Ten
   put(w, idx.dim() == 0 ? int64_t{0} : idx.strides()[0]);
   put(w, out.shape()[dim]);
   for (const void* p : {flag.data_ptr(), keys.data_ptr(), pos.data_ptr()}) put(w, p);
-  launch_source(codegen::cuda_index_keys_kernel(idx.dtype()), w, blocks_for(padded), d.index);
+  launch_generated(codegen::cuda_index_keys_kernel, std::tuple(idx.dtype()), w, blocks_for(padded), d.index);
   bitonic_sort(keys, pos);
   std::vector<uint64_t> a;
   put(a, src.shape());
@@ -181,8 +180,8 @@ void index_add_sorted(const Tensor& x, int64_t dim, const Tensor& idx, const Ten
   put(a, n);
   put(a, dim);
   put(a, out.strides()[dim]);
-  launch_source(codegen::cuda_segment_add_kernel(out.dtype(), static_cast<int>(src.dim())), a, blocks_for(n * columns),
-                d.index);
+  launch_generated(codegen::cuda_segment_add_kernel, std::tuple(out.dtype(), static_cast<int>(src.dim())), a,
+                   blocks_for(n * columns), d.index);
   check_flag(flag, "index_add", out.shape()[dim]);
 }
 
@@ -219,7 +218,8 @@ void argmax(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& o
   put(w, rows.data_ptr());
   put(w, out.data_ptr());
   if (rows.shape()[0] == 0) return;
-  launch_source(codegen::cuda_arg_kernel(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0], out.device().index);
+  launch_generated(codegen::cuda_arg_kernel, std::tuple(rows.dtype(), id == OpId::Argmax), w, rows.shape()[0],
+                   out.device().index);
 }
 
 // ---- cumsum along one dim: contiguous rows (runtime/ops/scan.cpp) ---------------------------
@@ -231,8 +231,8 @@ void cumsum(OpId, std::span<const Tensor> in, const Attrs& a, const Tensor& out)
     put(w, rows.shape()[1]);
     put(w, rows.data_ptr());
     put(w, orows.data_ptr());
-    launch_source(codegen::cuda_cumsum_kernel(rows.dtype(), a.reverse), w, blocks_for(rows.shape()[0]),
-                  out.device().index);
+    launch_generated(codegen::cuda_cumsum_kernel, std::tuple(rows.dtype(), a.reverse), w, blocks_for(rows.shape()[0]),
+                     out.device().index);
   });
 }
 
@@ -241,7 +241,7 @@ void iota(const Tensor& out) {
   std::vector<uint64_t> w;
   put(w, out.numel());
   put(w, out.data_ptr());
-  launch_source(codegen::cuda_iota_kernel(), w, blocks_for(out.numel()), out.device().index);
+  launch_generated(codegen::cuda_iota_kernel, std::tuple(), w, blocks_for(out.numel()), out.device().index);
 }
 
 void iota(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out) { iota(out); }

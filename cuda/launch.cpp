@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "codegen/cuda/emit.h"
@@ -20,16 +21,40 @@ int sm_count(int device) {
   return it->second;
 }
 
-void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
-                   int64_t shared_bytes) {
+void launch_function(const DeviceFunction& fn, const std::vector<uint64_t>& args, int64_t blocks, int device,
+                     int64_t shared_bytes) {
   blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
-  const char* op = current_op();
-  CompiledKernel k = kernel_for(source, device, op ? op : "");
   unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = const_cast<uint64_t*>(args.data());
   size_t shared = static_cast<size_t>(shared_bytes < 0 ? codegen::kCudaSharedBytes : shared_bytes);
-  launch(k.fn, grid, block, shared, &param);
+  launch(fn, grid, block, shared, &param);
 }
+
+void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
+                   int64_t shared_bytes) {
+  const char* op = current_op();
+  launch_function(kernel_for(source, device, op ? op : "").fn, args, blocks, device, shared_bytes);
+}
+
+DeviceFunction variant_function(const Variant& v, int device, std::string (*make)(const void*), const void* ctx) {
+  static std::mutex mu;
+  static auto* kernels = new std::unordered_map<std::string, DeviceFunction>();  // never destroyed, as kernel_for's
+  thread_local std::string key;
+  key.assign(v.kernel);
+  key.push_back('\0');
+  key.append(reinterpret_cast<const char*>(v.args.data()), sizeof v.args);
+  key.append(reinterpret_cast<const char*>(&device), sizeof device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = kernels->find(key);
+    if (it != kernels->end()) return it->second;
+  }
+  const char* op = current_op();
+  DeviceFunction fn = kernel_for(make(ctx), device, op ? op : "").fn;  // (compiled outside the lock)
+  std::lock_guard<std::mutex> lock(mu);
+  return kernels->emplace(key, fn).first->second;
+}
+
 namespace {
 thread_local const char* t_op = nullptr;
 }

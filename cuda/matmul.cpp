@@ -93,7 +93,7 @@ void matmul(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) {
     put(w, x->transposed ? x->ld : 1);
   }
   for (const void* p : {A.t.data_ptr(), B.t.data_ptr(), out.data_ptr()}) put(w, p);
-  launch_source(codegen::cuda_int_matmul_kernel(out.dtype()), w, blocks_for(count * m * n), device);
+  launch_generated(codegen::cuda_int_matmul_kernel, std::tuple(out.dtype()), w, blocks_for(count * m * n), device);
 }
 
 namespace {

@@ -41,7 +41,8 @@ void pool(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out
   put_planes(w, x);
   put(w, x.data_ptr());
   put(w, out.data_ptr());
-  launch_source(codegen::cuda_pool_kernel(kind, x.dtype()), w, blocks_for(out.numel()), out.device().index);
+  launch_generated(codegen::cuda_pool_kernel, std::tuple(kind, x.dtype()), w, blocks_for(out.numel()),
+                   out.device().index);
 }
 
 // max_pool2d_backward(x, grad) and avg_pool2d_backward(grad) into out (the input's shape).
@@ -54,8 +55,9 @@ void pool_backward(OpId id, std::span<const Tensor> in, const Attrs& a, const Te
   put_planes(w, grad);
   put_planes(w, max ? x : grad);
   for (const void* p : {grad.data_ptr(), max ? x.data_ptr() : grad.data_ptr(), out.data_ptr()}) put(w, p);
-  launch_source(codegen::cuda_pool_backward_kernel(max ? codegen::CudaPool::Max : codegen::CudaPool::Avg, out.dtype()),
-                w, blocks_for(out.numel()), out.device().index);
+  launch_generated(codegen::cuda_pool_backward_kernel,
+                   std::tuple(max ? codegen::CudaPool::Max : codegen::CudaPool::Avg, out.dtype()), w,
+                   blocks_for(out.numel()), out.device().index);
 }
 
 }  // namespace kiln::cuda

@@ -35,9 +35,6 @@ Tensor radix_passes(const Rows& r, Tensor pos, int64_t segs, int64_t seg_len, co
   const int64_t tile = int64_t{codegen::kCudaBlock} * items, tiles = (seg_len + tile - 1) / tile;
   const bool partition = state != nullptr;
   Tensor counts = empty({segs * 16 * tiles}, DType::I64, r.x.device());
-  const std::string count = codegen::cuda_radix_count_kernel(r.x.dtype());
-  const std::string scan = codegen::cuda_radix_scan_kernel();
-  const std::string scatter = codegen::cuda_radix_scatter_kernel(r.x.dtype());
   const int64_t shared = codegen::radix_shared_bytes();
   const int bits = partition ? 4 : codegen::order_key_bits(r.x.dtype());
   for (int shift = 0; shift < bits; shift += 4) {
@@ -48,9 +45,9 @@ Tensor radix_passes(const Rows& r, Tensor pos, int64_t segs, int64_t seg_len, co
     put(w, partition ? state->data_ptr() : nullptr);
     put(w, int64_t{items});
     put(w, int64_t{r.descending});
-    launch_source(count, w, segs * tiles, r.device(), shared);
-    launch_source(scan, w, segs, r.device(), shared);
-    launch_source(scatter, w, segs * tiles, r.device(), shared);
+    launch_generated(codegen::cuda_radix_count_kernel, std::tuple(r.x.dtype()), w, segs * tiles, r.device(), shared);
+    launch_generated(codegen::cuda_radix_scan_kernel, std::tuple(), w, segs, r.device(), shared);
+    launch_generated(codegen::cuda_radix_scatter_kernel, std::tuple(r.x.dtype()), w, segs * tiles, r.device(), shared);
     std::swap(pos, spare);
   }
   return pos;
@@ -62,15 +59,13 @@ void finish(const Tensor& pos, int64_t segs, int64_t seg_len, int64_t k, int64_t
   for (int64_t v : {segs, seg_len, k, sub}) put(w, v);
   put(w, pos.data_ptr());
   put(w, out.data_ptr());
-  launch_source(codegen::cuda_radix_finish_kernel(), w, blocks_for(segs * k), out.device().index);
+  launch_generated(codegen::cuda_radix_finish_kernel, std::tuple(), w, blocks_for(segs * k), out.device().index);
 }
 
 // Each row's k-th key (from the top, eight bits a pass): select's state, u64[rows][2].
 Tensor select_kth(const Rows& r, int64_t k) {
   const Device d = r.x.device();
   Tensor hist = zeros({r.rows() * 256}, DType::I64, d), state = zeros({r.rows() * 2}, DType::I64, d);
-  const std::string histogram = codegen::cuda_radix_histogram_kernel(r.x.dtype());
-  const std::string select = codegen::cuda_radix_select_kernel();
   const int64_t chunks = (r.cols() + 8 * codegen::kCudaBlock - 1) / (8 * codegen::kCudaBlock);
   const int bits = codegen::order_key_bits(r.x.dtype());
   for (int shift = bits - 8; shift >= 0; shift -= 8) {
@@ -79,13 +74,14 @@ Tensor select_kth(const Rows& r, int64_t k) {
     for (const void* p : {r.x.data_ptr(), hist.data_ptr(), state.data_ptr()}) put(h, p);
     put(h, int64_t{shift});
     put(h, int64_t{r.descending});
-    launch_source(histogram, h, r.rows() * chunks, r.device(), int64_t{codegen::kCudaBlock} * 4);
+    launch_generated(codegen::cuda_radix_histogram_kernel, std::tuple(r.x.dtype()), h, r.rows() * chunks, r.device(),
+                     int64_t{codegen::kCudaBlock} * 4);
     std::vector<uint64_t> s;
     for (int64_t v : {r.rows(), k}) put(s, v);
     for (const void* p : {hist.data_ptr(), state.data_ptr()}) put(s, p);
     put(s, int64_t{shift});
     put(s, int64_t{shift == bits - 8});
-    launch_source(select, s, blocks_for(r.rows()), r.device());
+    launch_generated(codegen::cuda_radix_select_kernel, std::tuple(), s, blocks_for(r.rows()), r.device());
   }
   return state;
 }
@@ -96,7 +92,7 @@ void ranked(const Rows& r, const Tensor& out) {
   put(w, r.x.data_ptr());
   put(w, out.data_ptr());
   put(w, int64_t{r.descending});
-  launch_source(codegen::cuda_order_kernel(r.x.dtype()), w, blocks_for(r.x.numel()), r.device());
+  launch_generated(codegen::cuda_order_kernel, std::tuple(r.x.dtype()), w, blocks_for(r.x.numel()), r.device());
 }
 
 }  // namespace

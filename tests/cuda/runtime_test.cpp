@@ -13,6 +13,7 @@
 
 #include "runtime/backend.h"
 #include "tests/cuda/cuda_test.h"
+#include "tests/jit/jit_test_util.h"
 #include "tests/unit/test_util.h"
 
 namespace kiln {
@@ -334,6 +335,52 @@ TEST(CudaRuntime, RandomCreationOnADeviceDrawsTheCpusNumbers) {
 }
 
 // Run by ctest cuda_unavailable with KILN_CUDA_DRIVER naming a file that does not exist.
+// An eager op that ran before with these operands' types and layouts finds its kernel from a
+// key of them: no group IR, no kernel text, no text hash (the kernel cache is not asked). Its
+// numbers are its own: `x * 3.5` after `x * 2.5` multiplies by 3.5. Hand-written kernels
+// (gather, sort, pools, random, the strided copy) find theirs by variant the same way.
+TEST(CudaRuntime, AnEagerOpThatRanBeforeBuildsNoKernelText) {
+  REQUIRE_CUDA();
+  Device gpu = cuda::device(0);
+  manual_seed(5);
+  Tensor x = randn({3, 5}), y = randn({5}), idx = from_vector<int64_t>({2, 0, 1});
+  Tensor img = randn({1, 2, 6, 6});
+  Tensor xg = x.to(gpu), yg = y.to(gpu), ig = idx.to(gpu), imgg = img.to(gpu);
+  auto run = [&](double c) {
+    return std::vector<Tensor>{xg + yg,
+                               xg * c,
+                               (xg * c).sum({1}),
+                               xg.t().contiguous(),
+                               index_select(xg, 0, ig),
+                               max_pool2d(imgg, {2, 2}),
+                               argsort(xg, 1),
+                               randn({4}, f32, gpu)};
+  };
+  run(2.5);
+  const jit::KernelCacheStats before = jit::kernel_cache_stats();
+  manual_seed(6);
+  std::vector<Tensor> got = run(3.5);
+  const jit::KernelCacheStats after = jit::kernel_cache_stats();
+  EXPECT_EQ(after.hits + after.misses, before.hits + before.misses) << "no kernel looked up by its text";
+  manual_seed(6);
+  std::vector<Tensor> want = {x + y,
+                              x * 3.5,
+                              (x * 3.5).sum({1}),
+                              x.t().contiguous(),
+                              index_select(x, 0, idx),
+                              max_pool2d(img, {2, 2}),
+                              argsort(x, 1),
+                              randn({4})};
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(test::close_enough(got[i].to(cpu), want[i]));
+  }
+  // Another shape is another key: looked up (and compiled or found) by its text once.
+  Tensor z = randn({7}).to(gpu);
+  (z * 2.0).to(cpu);
+  EXPECT_GT(jit::kernel_cache_stats().hits + jit::kernel_cache_stats().misses, after.hits + after.misses);
+}
+
 TEST(CudaUnavailable, SaysWhyAndRefusesCudaTensors) {
   const char* d = std::getenv("KILN_CUDA_DRIVER");
   if (!d || std::string(d) != "/nonexistent/libcuda.so.1") GTEST_SKIP() << "run by ctest cuda_unavailable";

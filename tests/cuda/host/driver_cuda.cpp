@@ -5,7 +5,9 @@
 // Streams are ordered queues, each run by a worker thread of its own, so work really runs
 // after the call that queued it returns, in stream order, and only events order streams.
 // KILN_HOST_CUDA_DELAY_US delays every queued task, so a missing synchronization shows as a
-// wrong result instead of a lucky one. Devices (KILN_HOST_CUDA_DEVICES, default 2) have
+// wrong result instead of a lucky one. KILN_HOST_CUDA_HOST_ONLY=1 checks and counts kernel
+// launches without running them: what a launch costs the host, timed alone (the benchmarks'
+// eager dispatch cases), with results left unwritten. Devices (KILN_HOST_CUDA_DEVICES, default 2) have
 // KILN_HOST_CUDA_MEMORY_MB each (default 4096); new device memory is filled with 0xff bytes
 // (NaN for floats), so reading memory nobody wrote shows too. Modules are host cubins
 // (nvrtc_cuda.cpp), whose kernels run their grid on the stream's worker.
@@ -211,6 +213,7 @@ CUresult cuCtxSynchronize() {
   bool captured = false;
   for (Stream* s : streams) captured = s->refuse_while_captured() || captured;
   if (captured) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  tally(g_synchronizations);
   for (Stream* s : streams) s->wait_idle();
   return CUDA_SUCCESS;
 }
@@ -288,6 +291,7 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream 
   if (is_pinned(src)) {
     stream_of(s)->push(host_cupti::tagged(t, [=] { std::memcpy(reinterpret_cast<void*>(dst), src, n); }));
   } else {
+    tally(g_pageable_uploads);
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
     stream_of(s)->push(host_cupti::tagged(t, [=] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), n); }));
   }
@@ -302,7 +306,10 @@ CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   if (!is_pinned(dst) && st->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   st->push(host_cupti::tagged(copy_tag(st, CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, n),
                               [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), n); }));
-  if (!is_pinned(dst)) st->wait_idle();
+  if (!is_pinned(dst)) {
+    tally(g_synchronizations);
+    st->wait_idle();
+  }
   return CUDA_SUCCESS;
 }
 
@@ -408,6 +415,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         void** extra) {
   if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
     return CUDA_ERROR_INVALID_VALUE;
+  static const bool host_only = env_int("KILN_HOST_CUDA_HOST_ONLY", 0) != 0;
+  if (host_only) return CUDA_SUCCESS;
   auto* fn = reinterpret_cast<Function*>(f);
   KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr, nullptr};
   // Each argument is copied at its size, which the kernel's entry reports (params == nullptr).
@@ -441,6 +450,8 @@ long long kiln_host_memory_budget(int device, long long bytes) {
   if (bytes >= 0) d.budget = static_cast<size_t>(bytes);
   return old;
 }
+long long kiln_host_cuda_synchronizations() { return g_synchronizations.load(std::memory_order_relaxed); }
+long long kiln_host_cuda_pageable_uploads() { return g_pageable_uploads.load(std::memory_order_relaxed); }
 long long kiln_host_memory_used(int device) {
   Host& h = host();
   std::lock_guard<std::mutex> lock(h.mu);

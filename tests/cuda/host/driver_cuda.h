@@ -29,6 +29,13 @@ namespace host_driver {
 
 using Clock = std::chrono::steady_clock;
 
+// The calls that made the host wait for a device (context, stream and event synchronizations,
+// copies into pageable memory) and the copies from pageable memory (staged by the host): what
+// a GPU makes slow, counted for tests (kiln_host_cuda_synchronizations,
+// kiln_host_cuda_pageable_uploads).
+inline std::atomic<long long> g_synchronizations{0}, g_pageable_uploads{0};
+inline void tally(std::atomic<long long>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
 inline int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;

@@ -21,6 +21,7 @@ CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int, int) {
 
 CUresult cuStreamSynchronize(CUstream s) {
   if (stream_of(s)->refuse_while_captured()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  tally(g_synchronizations);
   stream_of(s)->wait_idle();
   return CUDA_SUCCESS;
 }
@@ -75,6 +76,7 @@ CUresult cuEventQuery(CUevent e) {
 
 CUresult cuEventSynchronize(CUevent e) {
   auto* ev = reinterpret_cast<Event*>(e);
+  tally(g_synchronizations);
   std::unique_lock<std::mutex> lock(ev->mu);
   ev->cv.wait(lock, [&] { return ev->completed >= ev->recorded; });
   return CUDA_SUCCESS;
