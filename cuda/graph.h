@@ -29,11 +29,10 @@
 
 namespace kiln::cuda {
 
-/// The error flags of checked index ops (gather, scatter) in a plan being captured. Eagerly
-/// their kernels set a flag the host reads after them; a capture cannot wait for it. So each
-/// takes a slot of the graph's flag buffer, zeroed once before the capture and never reset,
-/// which the plan's next call reads (first waiting for the replay before it): a bad index is
-/// reported there, one call late, as CUDA's own errors are.
+/// The error flags of checked index ops (gather, scatter) in a plan being captured. Each takes
+/// a slot of the graph's flag buffer, zeroed before the capture; after each replay the slots
+/// join the device's deferred checks (runtime/cuda_internal.h's defer_check), read and zeroed
+/// at the next call that waits for the device, as an eager gather's are: a replay never waits.
 class CapturedChecks {
  public:
   static constexpr int64_t kSlots = 64;
@@ -41,8 +40,8 @@ class CapturedChecks {
   void reset(int device);
   /// A slot (i64[2]: found, the index) for op `op` over a dim of `size`.
   Tensor flag(const char* op, int64_t size);
-  /// Throws kiln::Error for the first slot a replay set; waits for the replays queued so far.
-  void check(const std::string& plan) const;
+  /// Defers the slots' checks to the device's next synchronizing call (after a replay).
+  void defer(int device) const;
   bool empty() const { return ops_.empty(); }
 
  private:

@@ -54,6 +54,10 @@ void launch(const DeviceFunction& f, const unsigned grid[3], const unsigned bloc
 /// kernel met one) for op `op` over a dim of `size`: a slot read at the device's next
 /// synchronizing call (runtime/cuda/checks_cuda.cpp), which throws kiln::Error for it.
 Tensor deferred_check_flag(int device, const char* op, int64_t size);
+/// An error flag like deferred_check_flag's that other work writes (a CUDA graph's replays
+/// of a captured gather): read with the eager ones at the device's next synchronizing call, and
+/// zeroed after. Pending until then; deferring one that is pending again does nothing.
+void defer_check(int device, const Tensor& flag, const char* op, int64_t size);
 /// Reads `device`'s pending index checks (waiting for the device); throws for the first bad
 /// index. Every call that waits for the device calls it.
 void read_deferred_checks(int device);

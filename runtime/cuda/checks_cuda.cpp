@@ -28,12 +28,14 @@ std::atomic<int> g_sync{-1};  // -1: KILN_CUDA_SYNC_CHECKS not read yet
 struct Pending {
   const char* op;
   int64_t size;
+  Tensor flag;  // defer_check's (a graph's slot); the slot's own for an eager op
 };
 
 struct DeviceChecks {
   std::mutex mu;
-  Tensor flags;                  // [kSlots, 2] i64 on the device: zero, or {1, the bad index}
-  std::vector<Pending> pending;  // per slot taken since the last read
+  Tensor flags;                   // [kSlots, 2] i64 on the device: zero, or {1, the bad index}
+  std::vector<Pending> pending;   // per slot taken since the last read
+  std::vector<Pending> external;  // defer_check's, since the last read
 };
 
 std::array<DeviceChecks, 64>& all_checks() {
@@ -46,24 +48,37 @@ thread_local bool t_reading = false;  // the read itself copies and synchronizes
 // Waits for the device, reads its flags, zeroes them for the next slots; throws for the first
 // bad index. `c.mu` is held.
 void read_locked(int device, DeviceChecks& c) {
-  if (c.pending.empty()) return;
+  if (c.pending.empty() && c.external.empty()) return;
   t_reading = true;
   std::vector<int64_t> f;
+  std::vector<Pending> pending = std::move(c.pending);
+  c.pending.clear();
   try {
     bind(device, "index checks");
     check(driver()->cuCtxSynchronize(), "cuCtxSynchronize");  // every stream's kernels wrote theirs
-    f = c.flags.to(cpu).to_vector<int64_t>();
-    check(driver()->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(c.flags.data_ptr()), 0,
-                                    static_cast<size_t>(kSlots * 2 * 8), current(device)),
-          "cuMemsetD8Async");
+    auto zero = [&](const Tensor& t) {
+      check(driver()->cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(t.data_ptr()), 0,
+                                      static_cast<size_t>(t.numel() * 8), current(device)),
+            "cuMemsetD8Async");
+    };
+    if (!pending.empty()) {
+      f = c.flags.to(cpu).to_vector<int64_t>();
+      f.resize(2 * pending.size());
+      zero(c.flags);
+    }
+    for (Pending& e : c.external) {
+      std::vector<int64_t> v = e.flag.to(cpu).to_vector<int64_t>();
+      zero(e.flag);
+      f.insert(f.end(), v.begin(), v.end());
+      pending.push_back(std::move(e));
+    }
+    c.external.clear();
     check(driver()->cuCtxSynchronize(), "cuCtxSynchronize");  // zero before any stream reuses a slot
   } catch (...) {
     t_reading = false;
     throw;
   }
   t_reading = false;
-  std::vector<Pending> pending = std::move(c.pending);
-  c.pending.clear();
   for (size_t k = 0; k < pending.size(); ++k)
     KILN_CHECK(f[2 * k] == 0,
                "{}: index {} is out of range for a dim of size {} (found after the call returned, at the next "
@@ -99,8 +114,18 @@ Tensor deferred_check_flag(int device, const char* op, int64_t size) {
     c.flags = zeros({kSlots, 2}, DType::I64, cuda::device(device));
     check(driver()->cuStreamSynchronize(current(device)), "cuStreamSynchronize");  // zero for every stream
   }
-  c.pending.push_back({op, size});
+  c.pending.push_back({op, size, Tensor()});
   return c.flags[static_cast<int64_t>(c.pending.size()) - 1];
+}
+
+void defer_check(int device, const Tensor& flag, const char* op, int64_t size) {
+  KILN_CHECK(flag.numel() == 2 && flag.dtype() == DType::I64 && flag.is_contiguous() && flag.device().is_cuda(),
+             "index checks: a flag is a contiguous i64[2] on a CUDA device, not {}", flag.type().str());
+  DeviceChecks& c = checks_of(device);
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (const Pending& e : c.external)
+    if (e.flag.data_ptr() == flag.data_ptr()) return;
+  c.external.push_back({op, size, flag});
 }
 
 void read_deferred_checks(int device) {

@@ -69,6 +69,7 @@ bool sync_index_checks() { return false; }
 void set_sync_index_checks(bool) {}
 Tensor deferred_check_flag(int, const char*, int64_t) { unavailable("index checks"); }
 void read_deferred_checks(int) {}
+void defer_check(int, const Tensor&, const char*, int64_t) { unavailable("index checks"); }
 CapturedGraph::~CapturedGraph() { (void)device_, (void)exec_, (void)pool_, (void)stream_; }
 void CapturedGraph::launch() const { unavailable("cuda graph"); }
 Stream capture_stream(int) { unavailable("cuda graph capture"); }
