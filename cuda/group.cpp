@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -92,6 +93,16 @@ ir::Node combine_group(const ir::Graph& body, const std::vector<std::optional<Op
   return fused;
 }
 
+// Whether kernels that fit index in 32 bits (KILN_CUDA_INDEX32=0 keeps every kernel in 64, to
+// compare them).
+bool index32_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_INDEX32");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // How far prepare() goes: the launch plan, its kernels' text too, or compiled kernels as well.
 enum class Prepare { Plan, Emit, Compile };
 
@@ -126,6 +137,7 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
                   : cut.empty()                              ? CudaWork::Rows
                                                              : CudaWork::Partials;
   g.launch = codegen::plan_cuda_launch(g.layout, g.sizes, sms, work);
+  g.launch.index32 = index32_enabled() && codegen::index32_fits(g.sizes, g.strides, g.launch);
   // Too few rows to fill the device, columns that could be cut, outputs that read the
   // reductions: the group runs as stages, each cut into parts.
   if (work == CudaWork::Rows && may_split && may_stage && g.launch.blocks < 2 * int64_t{sms} &&
@@ -198,8 +210,10 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
   codegen::CudaEmitOptions options;
   options.immediates_as_args = options.generic_strides = eager;
   options.rows_by = g.launch.rows_by;
+  options.index32 = g.launch.index32;
   for (const PreparedGroup::Combine& c : g.combines)
-    if (c.in_last_block) options.combines.push_back({c.body.get(), c.group->layout, c.group->launch.rows_by});
+    if (c.in_last_block)
+      options.combines.push_back({c.body.get(), c.group->layout, c.group->launch.rows_by, c.group->launch.index32});
   std::string source = codegen::emit_cuda(body, g.layout, "kiln_kernel", options);
   if (mode == Prepare::Emit) {
     g.source = std::move(source);

@@ -171,7 +171,7 @@ codegen::KernelLayout copy_layout(DType from, DType to, int rank, uint32_t from_
   return L;
 }
 std::string copy_source(DType from, DType to, int rank, uint32_t from_zero, uint32_t to_zero, bool unit_from,
-                        bool unit_to) {
+                        bool unit_to, bool index32) {
   ir::Graph body;
   uint32_t x = body.add_value({from, Dims(static_cast<size_t>(rank), 1), cpu});
   body.inputs.push_back(x);
@@ -182,7 +182,10 @@ std::string copy_source(DType from, DType to, int rank, uint32_t from_zero, uint
   n.result = body.add_value({to, Dims(static_cast<size_t>(rank), 1), cpu});
   body.nodes.push_back(n);
   body.outputs.push_back(n.result);
-  return codegen::emit_cuda(body, copy_layout(from, to, rank, from_zero, to_zero, unit_from, unit_to), "kiln_kernel");
+  codegen::CudaEmitOptions options;
+  options.index32 = index32;
+  return codegen::emit_cuda(body, copy_layout(from, to, rank, from_zero, to_zero, unit_from, unit_to), "kiln_kernel",
+                            options);
 }
 
 }  // namespace
@@ -210,9 +213,10 @@ void copy_on_device(const Tensor& src, const Tensor& dst) {
   int device = dst.device().index;
   codegen::CudaLaunch grid = codegen::plan_cuda_launch(L, sizes, sm_count(device), codegen::CudaWork::Elements);
   if (grid.blocks == 0) return;
-  launch_generated(copy_source, std::tuple(src.dtype(), dst.dtype(), rank, zero[0], zero[1], unit_from, unit_to),
-                   codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}, grid), grid.blocks,
-                   device);
+  grid.index32 = codegen::index32_fits(sizes, strides, grid);
+  launch_generated(
+      copy_source, std::tuple(src.dtype(), dst.dtype(), rank, zero[0], zero[1], unit_from, unit_to, grid.index32),
+      codegen::pack_cuda_args(L, sizes, strides, {src.data_ptr(), dst.data_ptr()}, grid), grid.blocks, device);
 }
 
 void copy(OpId, std::span<const Tensor> in, const Attrs&, const Tensor& out) { copy_on_device(in[0], out); }

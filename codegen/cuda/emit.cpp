@@ -77,7 +77,9 @@ KernelEmitter::KernelEmitter(const ir::Graph& b, const KernelLayout& l, const Cu
     for (const CudaImmediate& m : cuda_immediates(b)) imm_index[{m.node, m.slot}] = static_cast<int>(imm_index.size());
 }
 
-// Coordinates of `dims` from the linear index `linear` (the last dim varies fastest).
+// Coordinates of `dims` from the linear index `linear` (the last dim varies fastest). In 32
+// bits each division by a size is a multiply-high, an add and a shift by its multiplier
+// (a.div, launch.h's cuda_divisor), and its remainder a multiply-subtract.
 void KernelEmitter::coords(const std::vector<int>& dims, const std::string& linear, std::vector<std::string>& idx) {
   if (dims.empty()) return;
   if (dims.size() == 1) {
@@ -85,19 +87,31 @@ void KernelEmitter::coords(const std::vector<int>& dims, const std::string& line
     return;
   }
   std::string r = e.temp();
-  e.line(fmt::format("long long {} = {};", r, linear));
+  e.line(fmt::format("{} {} = {};", ix(), r, linear));
   for (size_t k = dims.size(); k-- > 1;) {
     int d = dims[k];
     std::string c = e.temp();
-    e.line(fmt::format("long long {0} = {1} % a.size[{2}]; {1} /= a.size[{2}];", c, r, d));
+    if (options.index32) {
+      std::string q = e.temp();
+      e.line(
+          fmt::format("const int {0} = (int)((__umulhi((unsigned){1}, (unsigned)a.div[{2}]) + (unsigned){1}) >> "
+                      "(unsigned)(a.div[{2}] >> 32));",
+                      q, r, d));
+      e.line(fmt::format("const int {0} = {1} - {2} * {3}; {1} = {2};", c, r, q, size(d)));
+    } else {
+      e.line(fmt::format("long long {0} = {1} % a.size[{2}]; {1} /= a.size[{2}];", c, r, d));
+    }
     idx[d] = c;
   }
   idx[dims[0]] = r;
 }
 std::string KernelEmitter::count(const std::vector<int>& dims) {
   std::string p;
-  for (int d : dims) p += (p.empty() ? "" : " * ") + fmt::format("a.size[{}]", d);
-  return p.empty() ? "1LL" : p;
+  for (int d : dims) p += (p.empty() ? "" : " * ") + size(d);
+  return p.empty() ? (options.index32 ? "1" : "1LL") : p;
+}
+std::string KernelEmitter::size(int d) const {
+  return options.index32 ? fmt::format("(int)a.size[{}]", d) : fmt::format("a.size[{}]", d);
 }
 
 // Every output (with full_only: the full-size ones) at the index whose `dims` coordinates
@@ -123,13 +137,13 @@ void KernelEmitter::store_all(const Computed& c) {
 template <class Load, class Use> void KernelEmitter::unrolled_loop(const std::string& start, const std::string& limit,
                                                                    const std::string& step, Load load, Use use) {
   std::string i0 = e.temp();
-  e.line(fmt::format("long long {} = {};", i0, start));
+  e.line(fmt::format("{} {} = {};", ix(), i0, start));
   e.line(fmt::format("for (; {0} + {1} * ({2}) < {3}; {0} += {4} * ({2})) {{", i0, kUnroll - 1, step, limit, kUnroll));
   ++e.indent;
   std::vector<decltype(load(std::string()))> turn;
   for (int k = 0; k < kUnroll; ++k) {
     std::string ik = e.temp();
-    e.line(fmt::format("const long long {} = {} + {} * ({});", ik, i0, k, step));
+    e.line(fmt::format("const {} {} = {} + {} * ({});", ix(), ik, i0, k, step));
     turn.push_back(load(ik));
   }
   for (auto& t : turn) use(t);
@@ -154,8 +168,8 @@ std::string KernelEmitter::loops() {
 
   e.indent = 1;
   if (reds.empty()) {
-    e.line(fmt::format("const long long total = {};", count(all)));
-    e.line("const long long step = kiln_grid * blockDim.x;");
+    e.line(fmt::format("const {} total = {};", ix(), count(all)));
+    e.line(fmt::format("const {} step = kiln_grid * blockDim.x;", ix()));
     unrolled_loop(
         "kiln_block * blockDim.x + threadIdx.x", "total", "step",
         [&](const std::string& i) { return outputs_at(all, i, idx); }, [&](const Computed& c) { store_all(c); });
@@ -163,16 +177,18 @@ std::string KernelEmitter::loops() {
     // Tasks: a row and a part of its columns; a block or a thread each (launch.h).
     const bool by_block = options.rows_by == CudaRows::Block;
     const std::string lane = by_block ? "threadIdx.x" : "0", stride = by_block ? "blockDim.x" : "1";
-    e.line(fmt::format("const long long rows = {}, cols = {}, tasks = rows * a.parts;", count(kept), count(reduced)));
+    const std::string t = ix(), parts = options.index32 ? "(int)a.parts" : "a.parts",
+                      chunk = options.index32 ? "(int)a.chunk" : "a.chunk";
+    e.line(fmt::format("const {} rows = {}, cols = {}, tasks = rows * {};", t, count(kept), count(reduced), parts));
     if (by_block) {
-      e.line("for (long long task = kiln_block; task < tasks; task += kiln_grid) {");
+      e.line(fmt::format("for ({} task = kiln_block; task < tasks; task += kiln_grid) {{", t));
     } else {
-      e.line("const long long step = kiln_grid * blockDim.x;");
-      e.line("for (long long task = kiln_block * blockDim.x + threadIdx.x; task < tasks; task += step) {");
+      e.line(fmt::format("const {} step = kiln_grid * blockDim.x;", t));
+      e.line(fmt::format("for ({} task = kiln_block * blockDim.x + threadIdx.x; task < tasks; task += step) {{", t));
     }
     ++e.indent;
-    e.line("const long long row = task % rows, part = task / rows, first = part * a.chunk;");
-    e.line("const long long end = cols - first < a.chunk ? cols : first + a.chunk;");
+    e.line(fmt::format("const {} row = task % rows, part = task / rows, first = part * {};", t, chunk));
+    e.line(fmt::format("const {} end = cols - first < {} ? cols : first + {};", t, chunk, chunk));
     partials = true;
     coords(kept, "row", idx);
     for (int lv = 1; lv <= ga.max_level; ++lv) {
@@ -252,6 +268,7 @@ std::string KernelEmitter::args_struct(const std::string& name, const std::strin
   out += fmt::format("  long long stride[{}];\n", (n_in + n_out) * L.rank);
   out += fmt::format("  void* data[{}];\n", n_in + n_out);
   out += "  long long parts, chunk;\n";
+  if (options.index32) out += fmt::format("  unsigned long long div[{}];  // cuda_divisor of each size\n", L.rank);
   if (!imm_index.empty()) out += fmt::format("  long long imm[{}];\n", imm_index.size());
   out += more;
   out += "};\n\n";
@@ -292,6 +309,7 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
     const CudaEmitOptions::Combine& cc = options.combines[c];
     CudaEmitOptions co;
     co.rows_by = cc.rows_by;
+    co.index32 = cc.index32;
     cuda_emit::KernelEmitter ck(*cc.body, cc.layout, co);
     std::string name = fmt::format("Combine{}", c), text = ck.loops();
     out += ck.args_struct(name, "");
@@ -304,7 +322,7 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
   if (!options.combines.empty()) more += "  void* done;  // blocks finished: a u32, zero at launch\n";
   out += k.args_struct("Args", more);
   out += fmt::format("extern \"C\" __global__ __launch_bounds__({}) void {}(const Args a) {{\n", kCudaBlock, symbol);
-  out += "  const long long kiln_block = blockIdx.x, kiln_grid = gridDim.x;\n";
+  out += fmt::format("  const {} kiln_block = blockIdx.x, kiln_grid = gridDim.x;\n", k.ix());
   out += loops;
   if (!options.combines.empty()) {
     out += R"(  // The last block to finish combines the partial results (emit.h).
@@ -339,6 +357,8 @@ std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vect
   for (void* p : data) words.push_back(reinterpret_cast<uint64_t>(p));
   words.push_back(static_cast<uint64_t>(launch.parts));
   words.push_back(static_cast<uint64_t>(launch.chunk));
+  if (launch.index32)
+    for (int64_t s : sizes) words.push_back(cuda_divisor(s));
   words.insert(words.end(), immediates.begin(), immediates.end());
   return words;
 }

@@ -46,6 +46,9 @@ struct CudaEmitOptions {
   bool generic_strides = false;
   /// How a reduction's rows map to threads (plan_cuda_launch decides).
   CudaRows rows_by = CudaRows::Block;
+  /// Index in 32 bits (CudaLaunch::index32): the argument struct then ends with each size's
+  /// divisor (cuda_divisor), before the immediates.
+  bool index32 = false;
   /// Groups that reduce this kernel's partial results, run by its last block (see above): each
   /// is emitted as a device function over arguments of its own, which follow this kernel's in
   /// the argument struct, and then one more word, the counter (a u32, zero at launch).
@@ -53,6 +56,7 @@ struct CudaEmitOptions {
     const ir::Graph* body = nullptr;
     KernelLayout layout;
     CudaRows rows_by = CudaRows::Thread;
+    bool index32 = false;
   };
   std::vector<Combine> combines;
 };

@@ -52,6 +52,8 @@ struct KernelEmitter : lower::GroupLowering<KernelEmitter, Val> {
   // emit.cpp: loops, and the kernel.
   void coords(const std::vector<int>& dims, const std::string& linear, std::vector<std::string>& idx);
   std::string count(const std::vector<int>& dims);
+  std::string size(int d) const;  // loop dim d's size, as the kernel's index type
+  const char* ix() const { return options.index32 ? "int" : "long long"; }  // the index type
   // The outputs computed at one loop index (before any is stored).
   struct Computed {
     std::vector<std::string> idx;

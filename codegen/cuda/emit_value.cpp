@@ -21,7 +21,9 @@ std::string KernelEmitter::element(size_t k, const std::vector<std::string>& idx
   for (int d = 0; d < L.rank; ++d) {
     if (o.broadcast >> d & 1 || idx[d] == "0") continue;
     bool unit = d == L.rank - 1 && o.unit_inner;
-    std::string term = unit ? idx[d] : fmt::format("{} * a.stride[{}]", idx[d], k * L.rank + d);
+    std::string term = unit              ? idx[d]
+                       : options.index32 ? fmt::format("{} * (int)a.stride[{}]", idx[d], k * L.rank + d)
+                                         : fmt::format("{} * a.stride[{}]", idx[d], k * L.rank + d);
     off += (off.empty() ? "" : " + ") + term;
   }
   if (partials && k >= n_in && !full_output(k - n_in)) off += (off.empty() ? "" : " + ") + std::string("part * rows");

@@ -3,6 +3,7 @@
 #include "codegen/cuda/launch.h"
 
 #include <algorithm>
+#include <span>
 
 #include "codegen/cuda/emit.h"
 
@@ -58,6 +59,37 @@ CudaLaunch plan_cuda_launch(const KernelLayout& layout, std::span<const int64_t>
   }
   c.blocks = std::clamp<int64_t>(ceil_div(c.rows * c.parts, per_block), 1, most);
   return c;
+}
+
+bool index32_fits(std::span<const int64_t> sizes, std::span<const int64_t> strides, const CudaLaunch& launch) {
+  constexpr int64_t kLimit = (int64_t{1} << 31) - 1;
+  const size_t rank = sizes.size();
+  int64_t total = 1;
+  for (int64_t s : sizes) {
+    if (s < 0 || s > kLimit) return false;
+    total = std::min(total * s, kLimit + 1);  // (each factor below 2^31: no overflow)
+  }
+  // The loops' indices run up to a few turns of the grid past their counts.
+  const int64_t margin = launch.parts * launch.rows + 8 * launch.blocks * kCudaBlock;
+  if (total > kLimit - margin) return false;
+  for (size_t k = 0; rank > 0 && k < strides.size() / rank; ++k) {
+    int64_t extent = launch.parts * launch.rows;  // (a partial result lies part * rows further)
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t st = strides[k * rank + d];
+      if (sizes[d] > 1 && (st > kLimit || st < -kLimit)) return false;
+      extent += (sizes[d] > 0 ? sizes[d] - 1 : 0) * (st < 0 ? -st : st);
+      if (extent > kLimit) return false;
+    }
+  }
+  return true;
+}
+
+uint64_t cuda_divisor(int64_t d) {
+  const uint64_t v = static_cast<uint64_t>(std::max<int64_t>(d, 1));
+  uint64_t shift = 0;
+  while ((uint64_t{1} << shift) < v) ++shift;
+  const uint64_t magic = (uint64_t{1} << 32) * ((uint64_t{1} << shift) - v) / v + 1;
+  return magic | shift << 32;
 }
 
 }  // namespace kiln::codegen

@@ -33,7 +33,22 @@ struct CudaLaunch {
   int64_t rows = 0, cols = 0;    // kept and reduced elements (no reduction: cols 1)
   int64_t parts = 1, chunk = 0;  // the columns in `parts` chunks of `chunk` (the last shorter)
   int64_t blocks = 0;            // the grid; 0: nothing to launch
+  /// Every offset, loop index and coordinate fits in 32 bits (index32_fits): the kernel
+  /// indexes in int, and divides by its sizes through multipliers passed with its arguments
+  /// (cuda_divisor). 64-bit division is a subroutine of some 70 instructions on a GPU; a
+  /// multiplier's is 3.
+  bool index32 = false;
 };
+
+/// Whether a kernel over `sizes`, whose operands (inputs, then outputs) have `strides` (rank
+/// per operand), indexes in 32 bits under `launch`: each operand's furthest element, the
+/// partial results' (parts x rows), and the loop count with its last unrolled turn, below 2^31.
+bool index32_fits(std::span<const int64_t> sizes, std::span<const int64_t> strides, const CudaLaunch& launch);
+
+/// Division of a non-negative int below 2^31 by `d` >= 1 as a multiply-high, an add and a
+/// shift: n / d == (umulhi(n, magic) + n) >> shift (Granlund and Montgomery's round-up method).
+/// The kernel's argument word: magic | shift << 32.
+uint64_t cuda_divisor(int64_t d);
 
 /// Work (rows x columns) at or past which a launch fills the device with 2 blocks per
 /// multiprocessor or more.

@@ -131,5 +131,46 @@ TEST(CudaLaunch, WorkJustPastAMillionFillsTheDeviceAtEveryRowCount) {
   EXPECT_EQ(band.blocks, 520);
 }
 
+// The multiplier that replaces a kernel's division by a size: n / d for every n below 2^31 the
+// kernel can meet (the edges of each power of two, and random ones), each d below 2^31.
+TEST(CudaLaunch, DivisorsDivideEveryIndexBelow2To31) {
+  auto div = [](uint32_t n, uint64_t w) {
+    const uint32_t magic = static_cast<uint32_t>(w), shift = static_cast<uint32_t>(w >> 32);
+    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * magic) >> 32);
+    return (hi + n) >> shift;  // the kernel's unsigned arithmetic (hi + n < 2^32)
+  };
+  std::mt19937_64 rng(5);
+  std::vector<uint32_t> divisors = {1, 2, 3, 5, 7, 56, 3136, 50257, 65535, 65536, 65537, (1u << 31) - 1};
+  for (int k = 0; k < 200; ++k) divisors.push_back(1 + static_cast<uint32_t>(rng() % ((1u << 31) - 1)));
+  for (uint32_t d : divisors) {
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, (1u << 31) - 1, (1u << 31) - 2};
+    for (int b = 1; b < 31; ++b) ns.insert(ns.end(), {(1u << b) - 1, 1u << b, (1u << b) + 1});
+    for (int k = 0; k < 200; ++k) ns.push_back(static_cast<uint32_t>(rng() % (1u << 31)));
+    const uint64_t w = cuda_divisor(d);
+    for (uint32_t n : ns) {
+      if (n >= (1u << 31)) continue;
+      ASSERT_EQ(div(n, w), n / d) << n << " / " << d;
+    }
+  }
+}
+
+// A kernel indexes in 32 bits when every offset and loop index fits, and keeps 64 bits past
+// 2^31 elements, a stride that large, or partial results that reach it.
+TEST(CudaLaunch, KernelsIndexIn32BitsWhenEveryOffsetFits) {
+  auto fits = [](std::vector<int64_t> sizes, std::vector<int64_t> strides, CudaWork work = CudaWork::Elements) {
+    CudaLaunch l = plan(sizes, work == CudaWork::Elements ? 0 : 1u << (sizes.size() - 1), work);
+    return index32_fits(sizes, strides, l);
+  };
+  EXPECT_TRUE(fits({64, 256, 3136}, {802816, 3136, 1, 802816, 3136, 1}));
+  EXPECT_TRUE(fits({1}, {1, 1}));
+  EXPECT_TRUE(fits({0, 5}, {5, 1, 5, 1}));
+  EXPECT_FALSE(fits({int64_t{1} << 31}, {1, 1})) << "2^31 elements";
+  EXPECT_FALSE(fits({3, 4}, {int64_t{1} << 30, 1, 4, 1})) << "an input whose last element lies past 2^31";
+  EXPECT_TRUE(fits({3, 4}, {int64_t{1} << 28, 1, 4, 1}));
+  EXPECT_FALSE(fits({(int64_t{1} << 31) - 64}, {1, 1})) << "the loop's last turns pass 2^31";
+  EXPECT_TRUE(fits({1 << 20, 1024}, {1024, 1, 1, 0}, CudaWork::Partials));
+  EXPECT_FALSE(fits({1 << 21, 1024}, {1024, 1, 1, 0}, CudaWork::Partials));
+}
+
 }  // namespace
 }  // namespace kiln::codegen

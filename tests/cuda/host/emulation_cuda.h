@@ -366,4 +366,5 @@ inline void mma_store(float* p, const MmaTile& t, int ld) {
 }  // namespace kiln_host
 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
