@@ -151,6 +151,8 @@ bool gemm_epilogue(int device, DType dtype, Epilogue epilogue, bool transpose_a,
            "cublasLtMatmulDescSetAttribute");
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e),
            "cublasLtMatmulDescSetAttribute");
+  // Before the heuristic query: cuBLASLt reads the bias's alignment from this pointer (it has
+  // no preference for it), so an offset bias view gets an algorithm that holds for it.
   check_lt(l.cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
            "cublasLtMatmulDescSetAttribute");
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };

@@ -81,8 +81,9 @@ TEST(CudaEpilogueFallback, TheGemmAndAKernelGiveTheSameValues) {
 }
 
 // Operands at any offset (views that start an element into a buffer): cuBLASLt is told their
-// alignment, so it picks an algorithm that holds for it (the host CUDA's refuses a call whose
-// pointers break what its algorithm assumed, as a GPU's kernel faults on them).
+// alignment (the bias's through its pointer, set before the heuristic query), so it picks an
+// algorithm that holds for it (the host CUDA's refuses a call whose pointers, the bias's
+// included, break what its algorithm assumed, as a GPU's kernel faults on them).
 // In f64, gelu_tanh's epilogue declines: cuBLASLt's was about 1e-10 relative off on an H200, and
 // the GEMM with kiln's kernel meets the double reference at 1e-12.
 TEST(CudaEpilogueFallback, F64GeluIsTheGemmAndKilnsKernel) {

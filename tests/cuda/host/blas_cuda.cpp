@@ -221,8 +221,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if ((refuse && *refuse && std::string(refuse) != "matmul") || !known) return CUBLAS_STATUS_NOT_SUPPORTED;
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].state = CUBLAS_STATUS_SUCCESS;
-  // The algorithm assumes the alignments the preferences allowed.
+  // The algorithm assumes the alignments the preferences allowed, and the bias's as the
+  // descriptor's bias pointer has it (cuBLASLt reads the bias's alignment from the pointer set
+  // before this query; there is no preference for it).
   for (int k = 0; k < 4; ++k) results[0].algo.data[k] = as<LtPreference>(pref)->align[k];
+  uint64_t bias_align = 256;
+  while (bias_align > 1 && reinterpret_cast<uintptr_t>(as<LtDesc>(d)->bias) % bias_align != 0) bias_align /= 2;
+  results[0].algo.data[4] = bias_align;
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -238,6 +243,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   for (int k = 0; k < 4; ++k)
     if (algo && reinterpret_cast<uintptr_t>(operands[k]) % algo->data[k] != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   LtDesc x = *as<LtDesc>(desc);
+  if (algo && reinterpret_cast<uintptr_t>(x.bias) % algo->data[4] != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   LtLayout A = *as<LtLayout>(al), B = *as<LtLayout>(bl), D = *as<LtLayout>(dl);
   uint64_t m = D.rows, n = D.cols, k = x.ta == CUBLAS_OP_N ? A.cols : A.rows;
   if ((x.ta == CUBLAS_OP_N ? A.rows : A.cols) != m || (x.tb == CUBLAS_OP_N ? B.rows : B.cols) != k ||
