@@ -80,7 +80,9 @@ Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training());
 Tensor dropout(const Tensor& x, double p, bool training) {
   KILN_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
   if (!training || p == 0) return x;
-  Tensor keep = bernoulli(x.shape(), 1.0 - p, x.dtype(), x.device());  // drawn where x is
+  // A bool mask, drawn where x is: what the backward keeps is a byte an element, not x's
+  // dtype's; x * keep promotes it, so the values are those of a mask in x's dtype.
+  Tensor keep = bernoulli(x.shape(), 1.0 - p, DType::Bool, x.device());
   return x * keep * (1.0 / (1.0 - p));
 }
 
