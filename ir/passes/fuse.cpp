@@ -15,6 +15,7 @@
 // every value is defined before its uses.
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "ir/fusion.h"
@@ -487,10 +488,57 @@ GroupShape group_shape(const Graph& body) {
   return s;
 }
 
+namespace {
+
+// A 0-d value computed on the host (an optimizer's step size or bias correction) read by
+// pointwise work on another device with kernels is uploaded once, by a to_device node before
+// its first such reader, which reads the upload instead: that work then fuses. As a CPU
+// operand it kept each op eager (the CPU-scalar rule makes it a number there): an Adam update
+// was eight launches a parameter on CUDA, one fused.
+Graph upload_host_scalars(const Graph& g, const FuseOptions& opt) {
+  std::vector<int> producer(g.types.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (uint32_t v : defined_values(g.nodes[i])) producer[v] = static_cast<int>(i);
+  auto host_scalar = [&](uint32_t v, Device device) {
+    const TensorType& t = g.type(v);
+    if (!t.device.is_cpu() || !t.shape.empty() || device.is_cpu() || (opt.has_kernels && !opt.has_kernels(device)))
+      return false;
+    const int p = producer[v];
+    return p < 0 || g.nodes[static_cast<size_t>(p)].kind != NodeKind::Const;  // constants become numbers
+  };
+  Graph out = g;
+  out.nodes.clear();
+  std::map<std::pair<uint32_t, int16_t>, uint32_t> uploaded;  // (value, device index) -> its upload
+  for (Node n : g.nodes) {
+    const bool pointwise = n.kind == NodeKind::Op && op_family(n.op) == OpFamily::Pointwise;
+    const Device device = pointwise ? g.type(n.result).device : cpu;
+    for (uint32_t& v : n.inputs) {
+      if (!pointwise || !host_scalar(v, device)) continue;
+      auto [it, fresh] = uploaded.try_emplace({v, device.index}, kNoValue);
+      if (fresh) {
+        Node up;
+        up.op = OpId::ToDevice;
+        up.attrs.device = device;
+        up.inputs = {v};
+        up.result = it->second = out.add_value({g.type(v).dtype, {}, device});
+        up.loc = n.loc;
+        up.grad = n.grad;
+        out.nodes.push_back(std::move(up));
+      }
+      v = it->second;
+    }
+    out.nodes.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace
+
 Graph fuse(const Graph& g) { return fuse(g, FuseOptions{}); }
 
 Graph fuse(const Graph& g, const FuseOptions& options) {
-  fuse_detail::Fuser f(g, options);
+  const Graph uploaded = upload_host_scalars(g, options);
+  fuse_detail::Fuser f(uploaded, options);
   f.form();
   return f.build();
 }

@@ -77,5 +77,30 @@ TEST(CudaOptimizers, StepsMatchTheCpu) {
   }
 }
 
+// A step's update is one kernel per parameter: the host's numbers (the step size, the bias
+// corrections) go up once per step and the update's ops fuse around them (each op was a
+// launch of its own while they stayed CPU operands: eight a parameter for Adam).
+TEST(CudaOptimizers, AnAdamWStepIsOneKernelAParameter) {
+  REQUIRE_CUDA();
+  const bool graphs = jit::cuda_graphs_enabled();
+  jit::set_cuda_graphs_enabled(false);  // (a replay would launch them as one graph)
+  manual_seed(4);
+  std::vector<Tensor> params;
+  for (const Dims& shape : std::vector<Dims>{{64, 32}, {32}, {10, 64}, {10}, {3, 3, 4, 4}})
+    params.push_back(randn(shape).to(kGpu).requires_grad_());
+  optim::AdamW opt(params, 1e-3, optim::AdamWOptions{.weight_decay = 0.1});
+  auto step = [&] {
+    for (Tensor& p : params) p.set_grad(randn(p.shape()).to(kGpu));
+    opt.step();
+  };
+  step();  // traces and compiles the update
+  step();
+  const int64_t before = cuda::kernel_launches();
+  step();
+  EXPECT_EQ(cuda::kernel_launches() - before, static_cast<int64_t>(params.size()) + 5)
+      << "one update kernel a parameter, and the five gradients' randn";
+  jit::set_cuda_graphs_enabled(graphs);
+}
+
 }  // namespace
 }  // namespace kiln
