@@ -186,10 +186,18 @@ void log_once(const std::string& message) {
   log(LogTopic::Cuda, message);
 }
 
-// The workspace cudnnFind* times its candidates in: as much as the allocator gives, up to
-// 512 MiB (an algorithm needing more is not among the results, as with PyTorch's cap).
-Workspace search_workspace(Device device) {
-  for (size_t bytes = size_t{512} << 20;; bytes /= 2) {
+// The workspace cudnnFind* times its candidates in: what the largest of those the heuristics
+// (`rank`) call working asks for, up to 512 MiB (one needing more is not among the results, as
+// with PyTorch's cap), less when the allocator has less.
+template <class Perf, class Rank> Workspace search_workspace(Device device, int count, Rank rank) {
+  std::vector<Perf> perf(static_cast<size_t>(count));
+  int n = 0;
+  size_t want = 0;
+  if (rank(count, &n, perf.data()) == CUDNN_STATUS_SUCCESS)
+    for (int i = 0; i < n; ++i)
+      if (perf[static_cast<size_t>(i)].status == CUDNN_STATUS_SUCCESS)
+        want = std::max(want, perf[static_cast<size_t>(i)].memory);
+  for (size_t bytes = std::min(want, size_t{512} << 20);; bytes /= 2) {
     try {
       return Workspace(bytes, device);
     } catch (const OutOfMemory&) {
@@ -275,8 +283,11 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
       return rank_and_run<cudnnConvolutionFwdAlgoPerf_t>(
           key, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionFwdAlgoPerf_t* perf) {
-            if (!timed) return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, m, n, perf);
-            Workspace ws = search_workspace(device);
+            auto rank = [&](int mm, int* nn, cudnnConvolutionFwdAlgoPerf_t* pp) {
+              return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, mm, nn, pp);
+            };
+            if (!timed) return rank(m, n, perf);
+            Workspace ws = search_workspace<cudnnConvolutionFwdAlgoPerf_t>(device, m, rank);
             return d.cudnnFindConvolutionForwardAlgorithmEx(h, c.x, x.data_ptr(), c.w, w.data_ptr(), c.conv, c.y,
                                                             y.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
           },
@@ -290,8 +301,11 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
       return rank_and_run<cudnnConvolutionBwdDataAlgoPerf_t>(
           key, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-            if (!timed) return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, n, perf);
-            Workspace ws = search_workspace(device);
+            auto rank = [&](int mm, int* nn, cudnnConvolutionBwdDataAlgoPerf_t* pp) {
+              return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, mm, nn, pp);
+            };
+            if (!timed) return rank(m, n, perf);
+            Workspace ws = search_workspace<cudnnConvolutionBwdDataAlgoPerf_t>(device, m, rank);
             return d.cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, c.x,
                                                                  x.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
           },
@@ -305,8 +319,11 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
       return rank_and_run<cudnnConvolutionBwdFilterAlgoPerf_t>(
           key, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-            if (!timed) return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, n, perf);
-            Workspace ws = search_workspace(device);
+            auto rank = [&](int mm, int* nn, cudnnConvolutionBwdFilterAlgoPerf_t* pp) {
+              return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, mm, nn, pp);
+            };
+            if (!timed) return rank(m, n, perf);
+            Workspace ws = search_workspace<cudnnConvolutionBwdFilterAlgoPerf_t>(device, m, rank);
             return d.cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x, x.data_ptr(), c.y, y.data_ptr(), c.conv, c.w,
                                                                    w.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
           },
