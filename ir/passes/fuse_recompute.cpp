@@ -15,6 +15,50 @@ bool Fuser::small(const Group& S) const {
          opt.recompute_small(g.type(g.nodes[S.members.front()].result).device);
 }
 
+namespace {
+
+// What recomputing one op costs a GPU per element, in instructions (roughly): a few for the ops
+// that are an instruction or two; about 32 for a division, a square root or a transcendental
+// (their IEEE forms, with slow paths).
+int64_t recompute_cost(const Node& n) {
+  if (n.kind != NodeKind::Op || op_family(n.op) != OpFamily::Pointwise) return 1;
+  switch (n.op) {
+    case OpId::Neg:
+    case OpId::Abs:
+    case OpId::Sign:
+    case OpId::Relu:
+    case OpId::Floor:
+    case OpId::Ceil:
+    case OpId::Round:
+    case OpId::LogicalNot:
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Maximum:
+    case OpId::Minimum:
+    case OpId::Eq:
+    case OpId::Ne:
+    case OpId::Lt:
+    case OpId::Le:
+    case OpId::Gt:
+    case OpId::Ge:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::ReluGrad:
+    case OpId::Where:
+    case OpId::Clamp: return 2;
+    default: return 32;
+  }
+}
+
+// Recomputed values cost their ops at every element of the reader's domain; past this many
+// instructions in all (about 4 us of an H100's or H200's issue slots) a launch of their own is
+// cheaper. Batch norm's per-channel scale (rsqrt, divisions) over a [64, 256, 56, 56] domain
+// is 3,000 times over; softmax's per-row values over [64, 1000] fit.
+constexpr int64_t kRecomputeBudget = int64_t{1} << 27;
+
+}  // namespace
+
 bool Fuser::broadcasts_into(const Dims& s, const Dims& domain) {
   if (s.size() > domain.size()) return false;
   for (size_t k = 0; k < s.size(); ++k) {
@@ -51,8 +95,12 @@ bool Fuser::recompute_into(int gi, uint32_t v, const std::vector<char>& is_small
   std::set<size_t> nodes;
   std::set<uint32_t> external;
   if (!small_slice(v, is_small, G.domain, nodes, external) || nodes.empty()) return false;
-  for (size_t k : nodes)
+  int64_t per_element = 0;
+  for (size_t k : nodes) {
     if (!broadcasts_into(g.type(g.nodes[k].result).shape, G.domain)) return false;
+    per_element += recompute_cost(g.nodes[k]);
+  }
+  if (per_element * G.domain.product() > kRecomputeBudget) return false;
   for (uint32_t w : external)
     if (group_of_value[w] == gi || depends_on(w, gi)) return false;
   take(gi, nodes);
