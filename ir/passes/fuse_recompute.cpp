@@ -188,7 +188,7 @@ void Fuser::recompute_shared() {
     for (uint32_t v : wanted) ok = ok && pointwise_slice(v, group_of_value[v], nodes, external);
     if (!ok) continue;
     size_t new_full_reads = 0;
-    std::vector<uint32_t> small_values;  // a small group's: recomputed here too, or already read
+    std::vector<uint32_t> small_values;  // a small group's: recomputed here too, or read
     for (uint32_t w : external) {
       ok = ok && group_of_value[w] != static_cast<int>(gi) && !depends_on(w, static_cast<int>(gi));
       if (group_of_value[w] >= 0 && is_small[group_of_value[w]] && !reads.count(w)) small_values.push_back(w);
@@ -196,8 +196,9 @@ void Fuser::recompute_shared() {
     }
     for (size_t k : nodes) ok = ok && broadcasts_into(g.type(g.nodes[k].result).shape, G.domain);
     if (!ok || new_full_reads > wanted.size()) continue;
-    for (uint32_t w : small_values) ok = ok && recompute_into(static_cast<int>(gi), w, is_small);
-    if (!ok) continue;  // (what recompute_into took stays: computed twice, still correct)
+    // A small value this group cannot recompute cheaply (recompute_into prices it) is read
+    // from its own small kernel: it depends on nothing of this group (checked above).
+    for (uint32_t w : small_values) recompute_into(static_cast<int>(gi), w, is_small);
     take(static_cast<int>(gi), nodes);
   }
 }
