@@ -206,16 +206,18 @@ template <class Perf, class Rank> Workspace search_workspace(Device device, int 
   }
 }
 
-// Ranks `Perf`'s algorithms with `search` (cuDNN's heuristics, or its timings) and runs, through
+// Ranks `Perf`'s algorithms with `rank` (cuDNN's heuristics) or, `timed`, with `find` (cuDNN
+// timing them in a workspace search_workspace sizes) and runs, through
 // `call`, the first that works and whose workspace fits in memory (an algorithm may ask for
 // gigabytes: the next one is tried, as the next is when cuDNN says one does not support the
 // configuration). False when none ran; an out-of-memory error when only memory stopped them.
 // A key searched before runs its cached choice; where that no longer runs (its workspace does
 // not fit now, cuDNN declines it, or a choice read from disk is wrong here), the key is searched
 // again.
-template <class Perf, class Search, class Call>
-bool rank_and_run(const std::string& key, int algo_count, Search search, Call call, const std::string& op,
-                  const char* search_name, const char* call_name, Device device) {
+template <class Perf, class Rank, class Find, class Call>
+bool rank_and_run(const std::string& key, bool timed, int algo_count, Rank rank, Find find, Call call,
+                  const std::string& op, const char* rank_name, const char* find_name, const char* call_name,
+                  Device device) {
   using Algo = decltype(Perf::algo);
   if (std::optional<Choice> c = cached_choice(device.index, key, algo_count)) {
     if (c->algo < 0) return false;
@@ -229,12 +231,18 @@ bool rank_and_run(const std::string& key, int algo_count, Search search, Call ca
   g_searches.fetch_add(1, std::memory_order_relaxed);
   std::vector<Perf> perf(static_cast<size_t>(algo_count));
   int n = 0;
-  cudnnStatus_t s = search(algo_count, &n, perf.data());
+  cudnnStatus_t s;
+  if (timed) {
+    Workspace ws = search_workspace<Perf>(device, algo_count, rank);
+    s = find(algo_count, &n, perf.data(), ws.ptr, ws.bytes);
+  } else {
+    s = rank(algo_count, &n, perf.data());
+  }
   if (s == CUDNN_STATUS_NOT_SUPPORTED) {
     remember(device.index, key, Choice{});
     return false;
   }
-  check_dnn(s, search_name, op);
+  check_dnn(s, timed ? find_name : rank_name, op);
   std::optional<OutOfMemory> no_room;
   for (int i = 0; i < n; ++i) {
     const Perf& algo = perf[static_cast<size_t>(i)];
@@ -281,57 +289,51 @@ bool attempt(Pass p, const std::string& op, const std::array<Tensor, 3>& t, cons
   switch (p) {
     case Pass::Forward:
       return rank_and_run<cudnnConvolutionFwdAlgoPerf_t>(
-          key, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+          key, timed, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionFwdAlgoPerf_t* perf) {
-            auto rank = [&](int mm, int* nn, cudnnConvolutionFwdAlgoPerf_t* pp) {
-              return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, mm, nn, pp);
-            };
-            if (!timed) return rank(m, n, perf);
-            Workspace ws = search_workspace<cudnnConvolutionFwdAlgoPerf_t>(device, m, rank);
+            return d.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, m, n, perf);
+          },
+          [&](int m, int* n, cudnnConvolutionFwdAlgoPerf_t* perf, void* ws, size_t bytes) {
             return d.cudnnFindConvolutionForwardAlgorithmEx(h, c.x, x.data_ptr(), c.w, w.data_ptr(), c.conv, c.y,
-                                                            y.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
+                                                            y.data_ptr(), m, n, perf, ws, bytes);
           },
           [&](cudnnConvolutionFwdAlgo_t algo, void* ws, size_t bytes) {
             return d.cudnnConvolutionForward(h, one, c.x, x.data_ptr(), c.w, w.data_ptr(), c.conv, algo, ws, bytes,
                                              zero, c.y, y.data_ptr());
           },
-          op, timed ? "cudnnFindConvolutionForwardAlgorithmEx" : "cudnnGetConvolutionForwardAlgorithm_v7",
+          op, "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnFindConvolutionForwardAlgorithmEx",
           "cudnnConvolutionForward", device);
     case Pass::InputGrad:
       return rank_and_run<cudnnConvolutionBwdDataAlgoPerf_t>(
-          key, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+          key, timed, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-            auto rank = [&](int mm, int* nn, cudnnConvolutionBwdDataAlgoPerf_t* pp) {
-              return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, mm, nn, pp);
-            };
-            if (!timed) return rank(m, n, perf);
-            Workspace ws = search_workspace<cudnnConvolutionBwdDataAlgoPerf_t>(device, m, rank);
+            return d.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, n, perf);
+          },
+          [&](int m, int* n, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws, size_t bytes) {
             return d.cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, c.x,
-                                                                 x.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
+                                                                 x.data_ptr(), m, n, perf, ws, bytes);
           },
           [&](cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t bytes) {
             return d.cudnnConvolutionBackwardData(h, one, c.w, w.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws, bytes,
                                                   zero, c.x, x.data_ptr());
           },
-          op, timed ? "cudnnFindConvolutionBackwardDataAlgorithmEx" : "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+          op, "cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnFindConvolutionBackwardDataAlgorithmEx",
           "cudnnConvolutionBackwardData", device);
     case Pass::WeightGrad:
       return rank_and_run<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          key, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+          key, timed, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
           [&](int m, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-            auto rank = [&](int mm, int* nn, cudnnConvolutionBwdFilterAlgoPerf_t* pp) {
-              return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, mm, nn, pp);
-            };
-            if (!timed) return rank(m, n, perf);
-            Workspace ws = search_workspace<cudnnConvolutionBwdFilterAlgoPerf_t>(device, m, rank);
+            return d.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, n, perf);
+          },
+          [&](int m, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t bytes) {
             return d.cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.x, x.data_ptr(), c.y, y.data_ptr(), c.conv, c.w,
-                                                                   w.data_ptr(), m, n, perf, ws.ptr, ws.bytes);
+                                                                   w.data_ptr(), m, n, perf, ws, bytes);
           },
           [&](cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t bytes) {
             return d.cudnnConvolutionBackwardFilter(h, one, c.x, x.data_ptr(), c.y, y.data_ptr(), c.conv, algo, ws,
                                                     bytes, zero, c.w, w.data_ptr());
           },
-          op, timed ? "cudnnFindConvolutionBackwardFilterAlgorithmEx" : "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+          op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnFindConvolutionBackwardFilterAlgorithmEx",
           "cudnnConvolutionBackwardFilter", device);
   }
   return false;
