@@ -2,9 +2,11 @@
 #include "cuda/launch.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "codegen/cuda/emit.h"
 #include "cuda/kernel_cache.h"
@@ -36,23 +38,19 @@ void launch_source(const std::string& source, const std::vector<uint64_t>& args,
   launch_function(kernel_for(source, device, op ? op : "").fn, args, blocks, device, shared_bytes);
 }
 
-DeviceFunction variant_function(const Variant& v, int device, std::string (*make)(const void*), const void* ctx) {
+DeviceFunction variant_function(const VariantKey& key, int device, std::string (*make)(const void*), const void* ctx) {
   static std::mutex mu;
-  static auto* kernels = new std::unordered_map<std::string, DeviceFunction>();  // never destroyed, as kernel_for's
-  thread_local std::string key;
-  key.assign(v.kernel);
-  key.push_back('\0');
-  key.append(reinterpret_cast<const char*>(v.args.data()), sizeof v.args);
-  key.append(reinterpret_cast<const char*>(&device), sizeof device);
+  static auto* kernels =
+      new std::map<std::pair<VariantKey, int>, DeviceFunction>();  // never destroyed, as kernel_for's
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = kernels->find(key);
+    auto it = kernels->find({key, device});
     if (it != kernels->end()) return it->second;
   }
   const char* op = current_op();
   DeviceFunction fn = kernel_for(make(ctx), device, op ? op : "").fn;  // (compiled outside the lock)
   std::lock_guard<std::mutex> lock(mu);
-  return kernels->emplace(key, fn).first->second;
+  return kernels->emplace(std::pair{key, device}, fn).first->second;
 }
 
 namespace {

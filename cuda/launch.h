@@ -7,7 +7,6 @@
 #include <array>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -24,44 +23,41 @@ int sm_count(int device);
 /// memory: `shared_bytes`, or kCudaSharedBytes when negative.
 void launch_function(const DeviceFunction& fn, const std::vector<uint64_t>& args, int64_t blocks, int device,
                      int64_t shared_bytes = -1);
-/// A hand-written kernel's variant: its generator's name and the numbers its text depends on
-/// (dtypes, ranks, flags). The text is written, hashed and compiled once per variant, device
-/// and process; a launch that has run before finds its kernel from these few words (an eager
-/// op's launch costs microseconds, a kernel's text and hash tens of them).
-struct Variant {
-  std::string_view kernel;
-  std::array<int64_t, 10> args{};
-};
-/// The kernel `make(ctx)` writes for `v`, compiled for `device` (make runs on its first use).
-DeviceFunction variant_function(const Variant& v, int device, std::string (*make)(const void*), const void* ctx);
-/// Launches the kernel `make()` writes for `v` (make runs on the variant's first launch on
-/// `device` only), as launch_function does.
-template <class Make> void launch_variant(const Variant& v, const Make& make, const std::vector<uint64_t>& args,
-                                          int64_t blocks, int device, int64_t shared_bytes = -1) {
-  auto call = [](const void* m) -> std::string { return (*static_cast<const Make*>(m))(); };
-  launch_function(variant_function(v, device, call, &make), args, blocks, device, shared_bytes);
-}
+/// A hand-written kernel's variant: its generator and the numbers its text depends on (dtypes,
+/// ranks, flags). The text is written, hashed and compiled once per variant, device and
+/// process; a launch that has run before finds its kernel from these few words (an eager op's
+/// launch costs microseconds, a kernel's text and hash tens of them).
+using VariantKey = std::array<int64_t, 10>;
+/// The kernel `make(ctx)` writes for `key`, compiled for `device` (make runs on its first use).
+DeviceFunction variant_function(const VariantKey& key, int device, std::string (*make)(const void*), const void* ctx);
 /// Launches the kernel `generate(args...)` writes (a codegen/cuda generator; its arguments
-/// numbers, dtypes, enums or flags: the variant's key, so key and text cannot disagree), as
-/// launch_function does. The text is written on the variant's first launch on `device` only.
+/// numbers, dtypes, enums or flags: with the generator, the variant's key, so key and text
+/// cannot disagree), as launch_function does. The text is written on the variant's first
+/// launch on `device` only.
 template <class... P, class... A> void launch_generated(std::string (*generate)(P...), const std::tuple<A...>& args,
                                                         const std::vector<uint64_t>& words, int64_t blocks, int device,
                                                         int64_t shared_bytes = -1) {
   static_assert(sizeof...(A) <= 9, "a variant's key holds the generator and 9 numbers");
   static_assert(((std::is_integral_v<A> || std::is_enum_v<A>)&&...), "a variant's numbers: integers, enums, flags");
-  Variant v{"generated", {}};
-  v.args[0] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(generate));
+  VariantKey key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(generate))};
   std::apply(
       [&](const A&... a) {
         size_t k = 1;
-        ((v.args[k++] = static_cast<int64_t>(a)), ...);
+        ((key[k++] = static_cast<int64_t>(a)), ...);
       },
       args);
-  auto make = [&] { return std::apply([&](const A&... a) { return generate(a...); }, args); };
-  launch_variant(v, make, words, blocks, device, shared_bytes);
+  struct Call {
+    std::string (*generate)(P...);
+    const std::tuple<A...>& args;
+  } call{generate, args};
+  auto make = [](const void* c) -> std::string {
+    const Call& m = *static_cast<const Call*>(c);
+    return std::apply([&](const A&... a) { return m.generate(a...); }, m.args);
+  };
+  launch_function(variant_function(key, device, make, &call), words, blocks, device, shared_bytes);
 }
 /// Launches `source` as launch_function does, compiled through the kernel cache (its text
-/// hashed on every call: for kernels whose text varies beyond a Variant's numbers).
+/// hashed on every call: for kernels whose text varies beyond a variant's numbers).
 void launch_source(const std::string& source, const std::vector<uint64_t>& args, int64_t blocks, int device,
                    int64_t shared_bytes = -1);
 /// The op whose kernel runs on this thread (cuda/op_table.cpp's dispatch sets it), or nullptr:

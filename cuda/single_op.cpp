@@ -8,7 +8,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -89,7 +88,7 @@ std::string_view write_key(KeyWriter& w, OpId id, const Attrs& a, std::span<cons
 // own numbers. Bounded: a program whose shapes never repeat (a growing sequence) starts over
 // past kMaxEntries rather than growing without end.
 struct EagerKernel {
-  std::shared_ptr<const PreparedGroup> group;
+  PreparedGroup group;
   std::vector<codegen::CudaImmediate> immediates;
 };
 constexpr size_t kMaxEntries = 8192;
@@ -99,7 +98,7 @@ struct KeyHash {
 };
 struct EagerKernels {
   std::mutex mu;
-  std::unordered_map<std::string, EagerKernel, KeyHash, std::equal_to<>> by_key;
+  std::unordered_map<std::string, std::shared_ptr<const EagerKernel>, KeyHash, std::equal_to<>> by_key;
 };
 EagerKernels& eager_kernels() {
   static auto* k = new EagerKernels();  // never destroyed: eager ops may run at exit
@@ -129,7 +128,7 @@ void single_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Te
   KeyWriter writer;
   const std::string_view key = write_key(writer, id, a, operands, out);
   EagerKernels& cache = eager_kernels();
-  std::optional<EagerKernel> found;
+  std::shared_ptr<const EagerKernel> found;  // (a pointer copied under the lock, not the entry)
   if (!key.empty()) {
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.by_key.find(key);
@@ -139,18 +138,19 @@ void single_op(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Te
     std::vector<uint64_t> imm;
     imm.reserve(found->immediates.size());
     for (const codegen::CudaImmediate& m : found->immediates) imm.push_back(immediate_bits(a.imm[m.slot], m.is_float));
-    launch_group(*found->group, operands, {&out, 1}, &imm);
+    launch_group(found->group, operands, {&out, 1}, &imm);
     return;
   }
   std::vector<TensorType> types;
   for (const Tensor& x : operands) types.push_back(x.type());
   ir::Node fused = single_op_group(id, a, types, out.type());
-  auto group = std::make_shared<const PreparedGroup>(prepare_group(fused, operands, /*eager=*/true));
-  launch_group(*group, operands, {&out, 1});
-  if (key.empty() || !group->stages.empty()) return;  // (no stages for one op: they would take their own numbers)
+  auto entry = std::make_shared<const EagerKernel>(
+      EagerKernel{prepare_group(fused, operands, /*eager=*/true), codegen::cuda_immediates(*fused.body)});
+  launch_group(entry->group, operands, {&out, 1});
+  if (key.empty() || !entry->group.stages.empty()) return;  // (no stages for one op: they take their own numbers)
   std::lock_guard<std::mutex> lock(cache.mu);
   if (cache.by_key.size() >= kMaxEntries) cache.by_key.clear();
-  cache.by_key.emplace(std::string(key), EagerKernel{std::move(group), codegen::cuda_immediates(*fused.body)});
+  cache.by_key.emplace(std::string(key), std::move(entry));
 }
 
 namespace {
