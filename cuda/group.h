@@ -85,7 +85,7 @@ void launch_group(const PreparedGroup& group, std::span<const Tensor> inputs, st
 /// The bits an eager kernel's immediate travels in: a double's for a float compute dtype, else
 /// an int64.
 uint64_t immediate_bits(const Scalar& v, bool is_float_op);
-/// Both at once: what an eager op does.
+/// Both at once, for a group run once (eager ops keep their prepared groups: cuda/single_op.cpp).
 void run_group(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs, bool eager);
 
 }  // namespace kiln::cuda
