@@ -8,10 +8,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "codegen/cuda/emit.h"
 #include "cuda/group.h"
@@ -207,7 +211,7 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
     }
   }
   if (mode == Prepare::Plan) return g;
-  codegen::CudaEmitOptions options;
+  codegen::CudaEmitOptions& options = g.options;
   options.immediates_as_args = options.generic_strides = eager;
   options.rows_by = g.launch.rows_by;
   options.index32 = g.launch.index32;
@@ -221,10 +225,11 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
   }
   // The profiler's name of the kernel: its op's, or its group's.
   const bool one_op = body.nodes.size() == 1 && body.nodes[0].kind == ir::NodeKind::Op;
-  CompiledKernel k = kernel_for(source, body.type(body.outputs[0]).device.index,
-                                one_op ? std::string(op_name(body.nodes[0].op)) : jit::group_label(body));
+  g.label = one_op ? std::string(op_name(body.nodes[0].op)) : jit::group_label(body);
+  CompiledKernel k = kernel_for(source, body.type(body.outputs[0]).device.index, g.label);
   g.fn = k.fn;
   g.symbol = std::move(k.symbol);
+  g.body = fused.body;
   return g;
 }
 
@@ -251,6 +256,14 @@ int64_t count_group_launches(const ir::Node& fused, int sms) {
   int64_t n = 0;
   for (const PreparedGroup::Stage& st : g.stages) n += kernels(*st.group);
   return n;
+}
+
+int group_batch_capacity(const ir::Node& fused, int sms) {
+  std::vector<Dims> strides, shapes = contiguous_operands(*fused.body, strides);
+  PreparedGroup g = prepare(fused, shapes, strides, {.sms = sms, .mode = Prepare::Plan});
+  if (!g.stages.empty() || !g.combines.empty() || g.launch.parts != 1) return 1;
+  size_t operands = fused.body->inputs.size() + fused.body->outputs.size();
+  return std::max(1, codegen::cuda_batch_capacity(words_of(g, std::vector<void*>(operands)).size()));
 }
 
 std::vector<std::string> group_kernel_sources(const ir::Node& fused, int sms) {
@@ -371,6 +384,81 @@ void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::s
     if (!c.in_last_block) launch_words(*c.group, operands(c));
 }
 
+bool batchable(const PreparedGroup& g) {
+  return g.body && g.stages.empty() && g.combines.empty() && g.launch.parts == 1;
+}
+
+namespace {
+
+// The batch kernel of g's text with `capacity` segments, compiled for g's device once per
+// process (its text is written and hashed on the first use only).
+DeviceFunction batch_function(const PreparedGroup& g, int capacity) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::string, int, int>, DeviceFunction> compiled;
+  std::tuple<std::string, int, int> key{g.symbol, g.fn.device, capacity};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = compiled.find(key); it != compiled.end()) return it->second;
+  }
+  codegen::CudaEmitOptions options = g.options;
+  options.segments = capacity;
+  std::string source = codegen::emit_cuda(*g.body, g.layout, "kiln_kernel", options);
+  CompiledKernel k = kernel_for(source, g.fn.device, g.label + " (batch)");
+  profiler::name_kernel(k.symbol, g.label + " (batch)", -1, -1);
+  DeviceFunction fn = k.fn;
+  std::lock_guard<std::mutex> lock(mu);
+  return compiled.emplace(std::move(key), fn).first->second;
+}
+
+}  // namespace
+
+void launch_group_batch(std::span<const BatchMember> members) {
+  std::vector<const BatchMember*> live;  // members with something to compute
+  for (const BatchMember& m : members) {
+    KILN_CHECK(batchable(*m.group) && m.group->symbol == members[0].group->symbol &&
+                   m.group->fn.device == members[0].group->fn.device,
+               "fused group: a batch's members are groups of one kernel on one device");
+    if (m.group->launch.blocks > 0) live.push_back(&m);
+  }
+  if (live.size() == 1) return launch_group(*live[0]->group, live[0]->inputs, live[0]->outputs);
+  if (live.empty()) return;
+  std::vector<std::vector<uint64_t>> segments;
+  std::vector<int64_t> blocks;
+  for (const BatchMember* m : live) {
+    std::vector<void*> data;
+    for (const Tensor& x : m->inputs) data.push_back(x.data_ptr());
+    for (const Tensor& y : m->outputs) {
+      KILN_CHECK(y.is_contiguous() && y.device().index == m->group->fn.device && y.device().is_cuda(),
+                 "fused group: outputs are contiguous tensors on cuda:{}", m->group->fn.device);
+      data.push_back(y.data_ptr());
+    }
+    segments.push_back(words_of(*m->group, data));
+    blocks.push_back(m->group->launch.blocks);
+  }
+  const PreparedGroup& g = *live[0]->group;
+  const int most = codegen::cuda_batch_capacity(segments[0].size());
+  KILN_CHECK(most >= 2, "fused group: a batch of {}-word arguments does not fit a launch", segments[0].size());
+  for (size_t first = 0; first < segments.size(); first += static_cast<size_t>(most)) {
+    size_t n = std::min(segments.size() - first, static_cast<size_t>(most));
+    if (n == 1) {
+      launch_group(*live[first]->group, live[first]->inputs, live[first]->outputs);
+      continue;
+    }
+    // A power of two at least n: a few kernel texts serve every batch size.
+    const int capacity = std::min(most, static_cast<int>(std::bit_ceil(n)));
+    std::vector<std::vector<uint64_t>> part(segments.begin() + static_cast<std::ptrdiff_t>(first),
+                                            segments.begin() + static_cast<std::ptrdiff_t>(first + n));
+    std::vector<int64_t> part_blocks(blocks.begin() + static_cast<std::ptrdiff_t>(first),
+                                     blocks.begin() + static_cast<std::ptrdiff_t>(first + n));
+    int64_t grid = 0;
+    for (int64_t b : part_blocks) grid += b;
+    std::vector<uint64_t> args = codegen::pack_cuda_batch(part, part_blocks, capacity);
+    unsigned grid3[3] = {static_cast<unsigned>(grid), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
+    void* param = args.data();
+    launch(batch_function(g, capacity), grid3, block, codegen::kCudaSharedBytes, &param);
+  }
+}
+
 void run_group(const ir::Node& fused, std::span<const Tensor> inputs, std::span<const Tensor> outputs, bool eager) {
   launch_group(prepare_group(fused, inputs, eager), inputs, outputs);
 }
@@ -396,6 +484,7 @@ class CudaRunner final : public jit::GroupRunner {
       for (const PreparedGroup::Combine& k : g.combines)
         if (!k.in_last_block) profiler::name_kernel(k.group->symbol, label + " (combine)", -1, -1);
     };
+    if (batchable(group_)) batch_key_ = fmt::format("{}@{}", group_.symbol, group_.fn.device);
     if (group_.stages.empty()) name(group_, label_, bytes_, flops_);
     for (size_t k = 0; k < group_.stages.size(); ++k)
       name(*group_.stages[k].group, fmt::format("{} (stage {} of {})", label_, k + 1, group_.stages.size()), -1, -1);
@@ -405,10 +494,25 @@ class CudaRunner final : public jit::GroupRunner {
     profiler::DeviceWork work(label_, bytes_, flops_);
     launch_group(group_, inputs, outputs);
   }
+  // Runners of one kernel text on one device share launches (launch_group_batch).
+  const std::string& batch_key() const override { return batch_key_; }
+  void launch_batch(std::span<const jit::BatchLaunch> launches) const override {
+    std::vector<BatchMember> members;
+    int64_t bytes = 0;
+    double flops = 0;
+    for (const jit::BatchLaunch& l : launches) {
+      const auto& r = static_cast<const CudaRunner&>(*l.runner);
+      members.push_back({&r.group_, l.inputs, l.outputs});
+      bytes += r.bytes_;
+      flops += r.flops_;
+    }
+    profiler::DeviceWork work(fmt::format("{} (x{})", label_, launches.size()), bytes, flops);
+    launch_group_batch(members);
+  }
 
  private:
   PreparedGroup group_;
-  std::string label_;
+  std::string label_, batch_key_;
   int64_t bytes_ = 0;
   double flops_ = 0;
 };
@@ -418,6 +522,7 @@ const bool g_group_backend = [] {
     return std::unique_ptr<jit::GroupRunner>(std::make_unique<CudaRunner>(fused, inputs));
   });
   jit::register_group_launches(DeviceType::CUDA, count_group_launches);
+  jit::register_group_batch(DeviceType::CUDA, group_batch_capacity);
   return true;
 }();
 

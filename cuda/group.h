@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codegen/backend.h"
+#include "codegen/cuda/emit.h"
 #include "codegen/cuda/launch.h"
 #include "cuda/stages.h"
 #include "ir/graph.h"
@@ -52,6 +53,11 @@ struct PreparedGroup {
   };
   std::vector<Stage> stages;
   std::vector<TensorType> temps;
+  /// Compiled groups: the body and the options its kernel was written with (a batch of its
+  /// launches writes the same kernel over several argument structs: launch_group_batch).
+  std::shared_ptr<const ir::Graph> body;
+  codegen::CudaEmitOptions options;
+  std::string label;  // the profiler's name of its kernel
 };
 
 /// The launch prepare_group plans for `fused` over contiguous operands of its body's
@@ -64,6 +70,9 @@ std::vector<codegen::CudaLaunch> plan_group_launches(const ir::Node& fused, int 
 /// and the combines of partial results that run as kernels of their own (the cost model's
 /// count, jit::group_launches).
 int64_t count_group_launches(const ir::Node& fused, int sms);
+/// How many groups of `fused`'s kernel text share a launch (launch_group_batch) over contiguous
+/// operands: 1 for a group that launches alone (jit::group_batch, the cost model's count).
+int group_batch_capacity(const ir::Node& fused, int sms);
 /// The text of every kernel those launches run, in order, then the combines that are kernels
 /// of their own (what `kiln-ir codegen --target=cuda` prints).
 std::vector<std::string> group_kernel_sources(const ir::Node& fused, int sms);
@@ -82,6 +91,18 @@ PreparedGroup prepare_group(const ir::Node& fused, std::span<const Tensor> input
 /// with other numbers than the one that prepared it).
 void launch_group(const PreparedGroup& group, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                   const std::vector<uint64_t>* immediates = nullptr);
+/// Whether `group`'s launches may share one (launch_group_batch): one kernel, no partial results.
+bool batchable(const PreparedGroup& group);
+/// One launch of a batch: a prepared group and its operands (as launch_group takes them).
+struct BatchMember {
+  const PreparedGroup* group = nullptr;
+  std::span<const Tensor> inputs, outputs;
+};
+/// Queues `members` (batchable groups of one kernel text, on one device) as a multi-tensor
+/// apply: as few launches as their arguments fit (codegen::pack_cuda_batch, about 140 of an
+/// Adam update's in one), each block running one member's part. The same as launching each in
+/// turn when no member reads what another writes (the caller's promise).
+void launch_group_batch(std::span<const BatchMember> members);
 /// The bits an eager kernel's immediate travels in: a double's for a float compute dtype, else
 /// an int64.
 uint64_t immediate_bits(const Scalar& v, bool is_float_op);

@@ -5,7 +5,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <string>
+#include <unordered_set>
 
 #include "jit/executable.h"
 #include "jit/group_runner.h"
@@ -70,6 +73,20 @@ KernelCost group_cost(const ir::Node& n, std::span<const int64_t> input_bytes, i
   k.dtype = out.dtype;
   k.launches = group_launches(n, out.device, multiprocessors);
   return k;
+}
+
+// What an elementwise group's kernel text depends on, as far as the model sees: its body with
+// the domain's shape erased, and which values have it (an alike group over other sizes writes
+// the same text, and shares its launch: jit/executable.cpp's HeldLaunches).
+std::string alike_key(const ir::Graph& body) {
+  ir::Graph b = body;
+  const Dims domain = b.type(b.outputs[0]).shape;
+  std::string full;
+  for (TensorType& t : b.types) {
+    full += t.shape == domain ? '1' : '0';
+    if (t.shape == domain) t.shape = Dims{};
+  }
+  return ir::print(b) + full;
 }
 
 }  // namespace
@@ -239,13 +256,35 @@ PlanCost plan_cost(const ir::Graph& g, int multiprocessors) {
   std::vector<uint32_t> base = view_bases(g);
   auto read = [&](uint32_t v) { return std::min(nbytes(g.type(v)), nbytes(g.type(base[v]))); };
   PlanCost cost;
-  for (const ir::Node& n : g.nodes) {
+  // Groups held back to share a launch with alike ones, as the Executable runs them: per alike
+  // key, how many joined its open launches; they launch when a node reads one of their results.
+  std::map<std::string, int64_t> held;
+  std::unordered_set<uint32_t> held_values;
+  bool next_fused = false;  // the next node but assigns is a fused group
+  std::vector<char> may_hold(g.nodes.size(), 0);
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    may_hold[i] = next_fused;
+    if (g.nodes[i].kind != ir::NodeKind::Assign) next_fused = g.nodes[i].kind == ir::NodeKind::Fused;
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
     if (n.kind == ir::NodeKind::Const || n.kind == ir::NodeKind::Assign) continue;
+    if (std::any_of(n.inputs.begin(), n.inputs.end(), [&](uint32_t v) { return held_values.count(v) > 0; })) {
+      held.clear();
+      held_values.clear();
+    }
     KernelCost k;
     if (n.kind == ir::NodeKind::Fused) {
       std::vector<int64_t> in;
       for (uint32_t v : n.inputs) in.push_back(read(v));
       k = group_cost(n, in, multiprocessors);
+      const Device device = n.body->type(n.body->outputs[0]).device;
+      const int batch = k.launches == 1 ? group_batch(n, device, multiprocessors) : 1;
+      if (batch > 1 && (may_hold[i] || !held.empty())) {
+        int64_t& joined = held[alike_key(*n.body)];
+        if (joined++ % batch != 0) k.launches = 0;  // in an open launch of alike groups
+        held_values.insert(n.results.begin(), n.results.end());
+      }
     } else {
       if (op_family(n.op) == OpFamily::View) continue;  // an alias: no kernel
       k.name = op_name(n.op);

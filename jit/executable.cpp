@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 
 #include "jit/graph_replay.h"
 #include "jit/group_runner.h"
@@ -33,6 +34,74 @@ struct KernelStep {
   std::unique_ptr<GroupRunner> runner;  // its kernel on the group's device (jit/group_runner.h)
   std::vector<Dims> input_strides;      // as prepared
   std::string label;                    // for the profiler: "fused amax+sub+exp+sum+div"
+};
+
+// Fused groups held back to share a launch with others of their kernel text (a multi-tensor
+// apply: an optimizer's update of each parameter is one group, alike but for its sizes;
+// jit/group_runner.h batch_key). A held group launches when a node reads one of its results or
+// what it writes in place, or writes in place what it reads, and at the end of the run:
+// launching it later is then the same as launching it in order.
+class HeldLaunches {
+ public:
+  explicit HeldLaunches(size_t values) : held_value_(values, 0) {}
+  bool empty() const { return held_.empty(); }
+  void hold(const KernelStep& k, std::vector<Tensor> ins, std::vector<Tensor> outs, const ir::Node& n,
+            std::span<const int> in_place) {
+    for (const Tensor& t : ins)
+      if (t.has_storage()) reads_.insert(t.impl()->storage.get());
+    for (size_t j = 0; j < n.results.size(); ++j) {
+      held_value_[n.results[j]] = 1;
+      if (in_place[n.results[j]] >= 0) writes_.insert(outs[j].impl()->storage.get());
+    }
+    held_.push_back({&k, std::move(ins), std::move(outs), n.results});
+  }
+  // Whether node `n` (its inputs' tensors `vals`, its in-place outputs' `targets`) must wait
+  // for the held launches.
+  bool conflicts(const ir::Node& n, const std::vector<Tensor>& vals, std::span<const Tensor> targets) const {
+    for (uint32_t v : n.inputs)
+      if (held_value_[v] || (vals[v].has_storage() && writes_.count(vals[v].impl()->storage.get()))) return true;
+    for (const Tensor& t : targets)
+      if (reads_.count(t.impl()->storage.get())) return true;
+    return false;
+  }
+  void launch() {
+    std::vector<char> done(held_.size(), 0);
+    for (size_t i = 0; i < held_.size(); ++i) {
+      if (done[i]) continue;
+      const GroupRunner& r = *held_[i].step->runner;
+      std::vector<BatchLaunch> batch;
+      int64_t bytes = 0;
+      for (size_t j = i; j < held_.size(); ++j) {
+        if (done[j] || held_[j].step->runner->batch_key() != r.batch_key()) continue;
+        done[j] = 1;
+        batch.push_back({held_[j].step->runner.get(), held_[j].ins, held_[j].outs});
+        for (const auto* ts : {&held_[j].ins, &held_[j].outs})
+          for (const Tensor& t : *ts) bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+      }
+      profiler::Scope event(profiler::Kind::Kernel, fmt::format("{} (x{})", held_[i].step->label, batch.size()));
+      if (event) {
+        event.arg("kernel", r.symbol());
+        event.arg("bytes", bytes);
+      }
+      if (batch.size() == 1) r.launch(batch[0].inputs, batch[0].outputs);
+      else r.launch_batch(batch);
+    }
+    for (const Held& h : held_)
+      for (uint32_t v : h.results) held_value_[v] = 0;
+    held_.clear();
+    reads_.clear();
+    writes_.clear();
+  }
+
+ private:
+  struct Held {
+    const KernelStep* step;
+    std::vector<Tensor> ins, outs;
+    std::vector<uint32_t> results;
+  };
+  std::vector<Held> held_;
+  std::vector<char> held_value_;                       // per value: a held group's result
+  std::unordered_set<const Storage*> reads_, writes_;  // what the held groups read, and write in place
 };
 
 }  // namespace
@@ -56,6 +125,7 @@ struct Executable::Impl : RunPlan {
   ir::Graph g;
   bool compiled = true;                            // false: fused groups run their bodies op by op (jit::run_graph)
   std::vector<std::unique_ptr<KernelStep>> steps;  // per node; set for fused nodes
+  std::vector<char> may_hold;                      // per node: another fused node runs next (HeldLaunches)
   mutable std::mutex pool_mu;
   mutable std::vector<Ref<Storage>> pool;
   // Set for a plan on a device that may replay as a device graph (jit/graph_replay.h).
@@ -98,7 +168,17 @@ struct Executable::Impl : RunPlan {
     return Tensor(std::move(impl));
   }
 
-  void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws, std::span<const Tensor> params) const {
+  // The tensors fused node n writes in place (its outputs assigned to params it may update).
+  std::vector<Tensor> in_place_targets(const ir::Node& n, std::span<const Tensor> params) const {
+    std::vector<Tensor> out;
+    for (uint32_t v : n.results)
+      if (int p = in_place[v]; p >= 0 && params[static_cast<size_t>(p)].is_contiguous())
+        out.push_back(params[static_cast<size_t>(p)]);
+    return out;
+  }
+
+  void run_fused(size_t i, std::vector<Tensor>& vals, const Ref<Storage>& ws, std::span<const Tensor> params,
+                 HeldLaunches& held) const {
     const ir::Node& n = g.nodes[i];
     KernelStep& k = *steps[i];
     std::vector<Tensor> ins;
@@ -133,6 +213,8 @@ struct Executable::Impl : RunPlan {
       vals[v] = out;
       outs.push_back(std::move(out));
     }
+    if ((may_hold[i] || !held.empty()) && !k.runner->batch_key().empty())
+      return held.hold(k, std::move(ins), std::move(outs), n, in_place);
     profiler::Scope event(profiler::Kind::Kernel, k.label);
     if (event) {
       event.arg("kernel", k.runner->symbol());
@@ -153,6 +235,12 @@ Executable::Executable(ir::Graph g, bool kernels, bool graphs) : impl_(std::make
   m.compiled = kernels;
   static_cast<RunPlan&>(m) = plan_run(m.g, kernels);
   m.steps.resize(m.g.nodes.size());
+  m.may_hold.assign(m.g.nodes.size(), 0);
+  bool next_fused = false;  // the next node but assigns is a fused one
+  for (size_t i = m.g.nodes.size(); i-- > 0;) {
+    m.may_hold[i] = next_fused;
+    if (m.g.nodes[i].kind != ir::NodeKind::Assign) next_fused = m.g.nodes[i].kind == ir::NodeKind::Fused;
+  }
   for (size_t i = 0; i < m.g.nodes.size(); ++i) {
     const ir::Node& n = m.g.nodes[i];
     if (n.kind != ir::NodeKind::Fused) continue;
@@ -237,17 +325,21 @@ std::vector<Tensor> Executable::Impl::run_plan(std::span<const Tensor> inputs, s
     if (preset[v].defined()) vals[v] = std::move(preset[v]);
   Ref<Storage> ws = m.workspace ? m.acquire() : Ref<Storage>();
   bool caller_grad = grad_enabled();
+  HeldLaunches held(g.types.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     if (part != Part::All && m.layout.host[i] != ReplayLayout::kBoth &&
         (m.layout.host[i] == ReplayLayout::kHost) != (part == Part::Host))
       continue;
+    if (!held.empty() && n.kind != ir::NodeKind::Assign &&
+        held.conflicts(n, vals, n.kind == ir::NodeKind::Fused ? m.in_place_targets(n, params) : std::vector<Tensor>{}))
+      held.launch();
     switch (n.kind) {
       case ir::NodeKind::Const:  // (unless preset: a device part reads its copy there)
         if (!vals[n.result].defined()) vals[n.result] = n.constant;
         break;
       case ir::NodeKind::Assign: break;  // applied after every node ran
-      case ir::NodeKind::Fused: m.run_fused(i, vals, ws, params); break;
+      case ir::NodeKind::Fused: m.run_fused(i, vals, ws, params, held); break;
       case ir::NodeKind::Op: {
         Tensor in[4];
         std::vector<Tensor> many;
@@ -264,11 +356,14 @@ std::vector<Tensor> Executable::Impl::run_plan(std::span<const Tensor> inputs, s
         break;
       }
     }
-    if (ready)
+    if (ready && !m.ready_after[i].empty()) {
+      if (!held.empty()) held.launch();  // (a caller may queue work on what it is handed)
       for (size_t o : m.ready_after[i]) (*ready)(o, vals[g.outputs[o]]);
+    }
     if (part != Part::Host)  // (the host part hands every value over)
       for (uint32_t v : m.drop_after[i]) vals[v] = Tensor();
   }
+  if (!held.empty()) held.launch();
   if (part == Part::Host) return vals;  // the assigns to CPU params and the outputs are the caller's
   // Outputs that are arguments or params themselves hold the value from before the assigns.
   std::vector<Tensor> out(g.outputs.size());

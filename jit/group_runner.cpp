@@ -19,7 +19,21 @@ std::array<std::atomic<GroupLaunches>, kNumDeviceTypes>& launch_planners() {
   return p;
 }
 
+std::array<std::atomic<GroupBatch>, kNumDeviceTypes>& batch_planners() {
+  static std::array<std::atomic<GroupBatch>, kNumDeviceTypes> p{};
+  return p;
+}
+
 }  // namespace
+
+void register_group_batch(DeviceType type, GroupBatch batch) {
+  batch_planners()[static_cast<size_t>(type)].store(batch, std::memory_order_release);
+}
+
+int group_batch(const ir::Node& fused, Device device, int multiprocessors) {
+  GroupBatch p = batch_planners()[static_cast<size_t>(device.type)].load(std::memory_order_acquire);
+  return p ? p(fused, multiprocessors) : 1;
+}
 
 void register_group_launches(DeviceType type, GroupLaunches launches) {
   launch_planners()[static_cast<size_t>(type)].store(launches, std::memory_order_release);

@@ -14,6 +14,14 @@
 
 namespace kiln::jit {
 
+class GroupRunner;
+
+/// One launch of a batch (GroupRunner::launch_batch): a runner and its operands.
+struct BatchLaunch {
+  const GroupRunner* runner = nullptr;
+  std::span<const Tensor> inputs, outputs;
+};
+
 class GroupRunner {
  public:
   virtual ~GroupRunner() = default;
@@ -22,6 +30,18 @@ class GroupRunner {
   /// Runs the group over `inputs` (laid out as at preparation) into `outputs` (contiguous, on
   /// the group's device).
   virtual void launch(std::span<const Tensor> inputs, std::span<const Tensor> outputs) const = 0;
+  /// Runners whose launches may share one (a multi-tensor apply, as an optimizer's update of
+  /// every parameter is: one kernel text over many tensors) have the same nonempty key; ""
+  /// (the default) runs alone.
+  virtual const std::string& batch_key() const {
+    static const std::string none;
+    return none;
+  }
+  /// Runs `launches` (runners of this one's batch key) in as few launches as the device
+  /// allows, in any order: none may read what another writes (the Executable's promise).
+  virtual void launch_batch(std::span<const BatchLaunch> launches) const {
+    for (const BatchLaunch& l : launches) l.runner->launch(l.inputs, l.outputs);
+  }
 };
 
 /// Prepares fused node `fused` for operands shaped and strided as `inputs`, all on one device.
@@ -33,6 +53,11 @@ void register_group_backend(DeviceType type, GroupBackend backend);
 using GroupLaunches = int64_t (*)(const ir::Node& fused, int multiprocessors);
 void register_group_launches(DeviceType type, GroupLaunches launches);
 int64_t group_launches(const ir::Node& fused, Device device, int multiprocessors);
+/// How many alike groups (one kernel text: GroupRunner::batch_key) share one launch with
+/// `fused`, planned without a device; 1 (every device without a planner): it launches alone.
+using GroupBatch = int (*)(const ir::Node& fused, int multiprocessors);
+void register_group_batch(DeviceType type, GroupBatch batch);
+int group_batch(const ir::Node& fused, Device device, int multiprocessors);
 
 /// Whether devices of `type` have a group backend (the fuse pass forms groups only there).
 bool has_group_backend(DeviceType type);

@@ -77,10 +77,16 @@ void Optimizer::run_step(const std::function<void()>& update) {
           for (size_t i = 0, k = 0; i < params_.size(); ++i)
             if (has_grad[i]) params_[i].set_grad(in[k++]);
           update();
+          // The gradients the step was given go back after the call: left set here, they
+          // would be outputs of the function, each call copying every one of them.
+          for (size_t i = 0; i < params_.size(); ++i)
+            if (has_grad[i]) params_[i].set_grad(Tensor());
           return std::vector<Tensor>{};
         },
         "optimizer_step");
   f->call(grads);
+  for (size_t i = 0, k = 0; i < params_.size(); ++i)
+    if (has_grad[i]) params_[i].set_grad(grads[k++]);
 }
 
 Tensor Optimizer::lr_as(DType dtype) const { return lr_tensor_.to(dtype); }

@@ -321,6 +321,30 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
   }
   if (!options.combines.empty()) more += "  void* done;  // blocks finished: a u32, zero at launch\n";
   out += k.args_struct("Args", more);
+  if (options.segments > 0) {
+    KILN_CHECK(options.combines.empty(), "codegen: a batch kernel cannot combine partial results in its last block");
+    // The block's segment: the last whose first block is at or before it (a binary search of
+    // the table, some 8 constant loads a block for a batch of 200).
+    out += fmt::format("struct Batch {{\n  Args seg[{}];\n  unsigned count, first[{}];\n}};\n\n", options.segments,
+                       options.segments + 1);
+    out += fmt::format("extern \"C\" __global__ __launch_bounds__({}) void {}(const Batch kiln_batch) {{\n", kCudaBlock,
+                       symbol);
+    out += R"(  unsigned kiln_lo = 0, kiln_hi = kiln_batch.count;
+  while (kiln_hi - kiln_lo > 1) {
+    const unsigned m = (kiln_lo + kiln_hi) >> 1;
+    if (kiln_batch.first[m] <= blockIdx.x) kiln_lo = m;
+    else kiln_hi = m;
+  }
+  const Args a = kiln_batch.seg[kiln_lo];
+)";
+    out += fmt::format(
+        "  const {} kiln_block = blockIdx.x - kiln_batch.first[kiln_lo],\n"
+        "      kiln_grid = kiln_batch.first[kiln_lo + 1] - kiln_batch.first[kiln_lo];\n",
+        k.ix());
+    out += loops;
+    out += "}\n";
+    return out;
+  }
   out += fmt::format("extern \"C\" __global__ __launch_bounds__({}) void {}(const Args a) {{\n", kCudaBlock, symbol);
   out += fmt::format("  const {} kiln_block = blockIdx.x, kiln_grid = gridDim.x;\n", k.ix());
   out += loops;
@@ -361,6 +385,37 @@ std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vect
     for (int64_t s : sizes) words.push_back(cuda_divisor(s));
   words.insert(words.end(), immediates.begin(), immediates.end());
   return words;
+}
+
+int cuda_batch_capacity(size_t segment_words) {
+  // Batch: the segments, then count and first[capacity + 1] (u32), rounded to 8 bytes.
+  size_t per = segment_words * 8 + 4, fixed = 8 + 8;
+  return static_cast<int>((kCudaMaxArgBytes - fixed) / per);
+}
+
+std::vector<uint64_t> pack_cuda_batch(const std::vector<std::vector<uint64_t>>& segments,
+                                      const std::vector<int64_t>& blocks, int capacity) {
+  KILN_CHECK(!segments.empty() && segments.size() == blocks.size() && segments.size() <= static_cast<size_t>(capacity),
+             "codegen: a batch of {} segments does not fit {} slots", segments.size(), capacity);
+  const size_t words = segments[0].size();
+  std::vector<uint64_t> out(words * static_cast<size_t>(capacity), 0);
+  for (size_t s = 0; s < segments.size(); ++s) {
+    KILN_CHECK(segments[s].size() == words, "codegen: a batch's segments have one argument layout");
+    std::copy(segments[s].begin(), segments[s].end(), out.begin() + static_cast<std::ptrdiff_t>(s * words));
+  }
+  std::vector<uint32_t> table(static_cast<size_t>(capacity) + 2, 0);  // count, then first[capacity + 1]
+  table[0] = static_cast<uint32_t>(segments.size());
+  int64_t first = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    KILN_CHECK(blocks[s] >= 1, "codegen: a batch's segment launches at least one block");
+    table[s + 1] = static_cast<uint32_t>(first);
+    first += blocks[s];
+  }
+  KILN_CHECK(first < (int64_t{1} << 31), "codegen: a batch of {} blocks is too big a grid", first);
+  for (size_t s = segments.size(); s <= static_cast<size_t>(capacity); ++s) table[s + 1] = static_cast<uint32_t>(first);
+  for (size_t i = 0; i < table.size(); i += 2)
+    out.push_back(table[i] | (i + 1 < table.size() ? uint64_t{table[i + 1]} << 32 : 0));
+  return out;
 }
 
 }  // namespace kiln::codegen

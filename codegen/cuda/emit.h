@@ -59,6 +59,12 @@ struct CudaEmitOptions {
     bool index32 = false;
   };
   std::vector<Combine> combines;
+  /// A batch kernel (a multi-tensor apply, as PyTorch's optimizers launch): its argument is
+  /// `segments` of the plain kernel's argument structs, their count and the first block of
+  /// each (pack_cuda_batch). Block b runs the segment whose blocks hold it, exactly as that
+  /// segment's own kernel would with its own grid: one launch updates every parameter.
+  /// Without combines (their counter would be shared); 0: a plain kernel.
+  int segments = 0;
 };
 
 /// The CUDA C of kernel `symbol` computing `body` over `layout`. Throws kiln::Error for an op
@@ -88,5 +94,17 @@ std::vector<CudaImmediate> cuda_immediates(const ir::Graph& body);
 std::vector<uint64_t> pack_cuda_args(const KernelLayout& layout, const std::vector<int64_t>& sizes,
                                      const std::vector<int64_t>& strides, const std::vector<void*>& data,
                                      const CudaLaunch& launch, const std::vector<uint64_t>& immediates = {});
+
+/// The most bytes of arguments one launch takes: CUDA 12.1's limit on Volta and later (CUDA 13
+/// targets nothing older).
+inline constexpr size_t kCudaMaxArgBytes = 32764;
+
+/// The argument words of a batch kernel (CudaEmitOptions::segments == `capacity`) over
+/// `segments` (each a plain kernel's pack_cuda_args words, all of one length) whose own
+/// launches have `blocks` blocks each (every one at least 1). The grid is their sum.
+std::vector<uint64_t> pack_cuda_batch(const std::vector<std::vector<uint64_t>>& segments,
+                                      const std::vector<int64_t>& blocks, int capacity);
+/// The most segments of `segment_words` words a batch kernel's arguments hold.
+int cuda_batch_capacity(size_t segment_words);
 
 }  // namespace kiln::codegen

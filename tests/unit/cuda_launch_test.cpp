@@ -10,6 +10,7 @@
 
 #include "codegen/cuda/emit.h"
 #include "codegen/cuda/launch.h"
+#include "runtime/error.h"
 
 namespace kiln::codegen {
 namespace {
@@ -170,6 +171,31 @@ TEST(CudaLaunch, KernelsIndexIn32BitsWhenEveryOffsetFits) {
   EXPECT_FALSE(fits({(int64_t{1} << 31) - 64}, {1, 1})) << "the loop's last turns pass 2^31";
   EXPECT_TRUE(fits({1 << 20, 1024}, {1024, 1, 1, 0}, CudaWork::Partials));
   EXPECT_FALSE(fits({1 << 21, 1024}, {1024, 1, 1, 0}, CudaWork::Partials));
+}
+
+// A batch kernel's arguments (emit.h, pack_cuda_batch): the segments' structs in order, zeros
+// in the unused slots, then the count and each segment's first block (the grid past the last),
+// two to a word; the whole fits CUDA 12.1's 32764 bytes at the capacity cuda_batch_capacity gives.
+TEST(CudaLaunch, ABatchsArgumentsHoldEachSegmentAndItsFirstBlock) {
+  std::vector<std::vector<uint64_t>> segments = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}};
+  std::vector<uint64_t> w = pack_cuda_batch(segments, {2, 1, 5}, 4);
+  // 4 slots of 3 words, then count, first[0..4] as six u32: three words.
+  ASSERT_EQ(w.size(), 4u * 3 + 3);
+  EXPECT_EQ(std::vector<uint64_t>(w.begin(), w.begin() + 12),
+            (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0}));
+  EXPECT_EQ(w[12], 3u | uint64_t{0} << 32) << "count 3, first[0] 0";
+  EXPECT_EQ(w[13], 2u | uint64_t{3} << 32) << "first[1] 2, first[2] 3";
+  EXPECT_EQ(w[14], 8u | uint64_t{8} << 32) << "first[3] the grid, and first[4] too";
+  for (size_t words : {4, 28, 100}) {
+    int c = cuda_batch_capacity(words);
+    size_t bytes = (words * 8) * static_cast<size_t>(c) + 4 * (static_cast<size_t>(c) + 2);
+    EXPECT_LE((bytes + 7) / 8 * 8, kCudaMaxArgBytes) << words << " words a segment";
+    EXPECT_GT((bytes + words * 8 + 4 + 7) / 8 * 8, kCudaMaxArgBytes) << "one more would not fit";
+  }
+  EXPECT_EQ(cuda_batch_capacity(28), 143) << "an Adam update's segment (12 operands, rank 1)";
+  EXPECT_THROW(pack_cuda_batch(segments, {2, 0, 5}, 4), Error) << "a segment without blocks";
+  EXPECT_THROW(pack_cuda_batch(segments, {2, 1, 5}, 2), Error) << "more segments than slots";
+  EXPECT_THROW(pack_cuda_batch({{1, 2}, {3}}, {1, 1}, 2), Error) << "segments of two layouts";
 }
 
 }  // namespace

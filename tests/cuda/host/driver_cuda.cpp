@@ -315,6 +315,7 @@ CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   if (!is_device_range(dst, n) || !is_device_range(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  tally(g_device_copies);
   stream_of(s)->push(host_cupti::tagged(copy_tag(stream_of(s), CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, n), [=] {
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
   }));
@@ -415,15 +416,17 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
                         void** extra) {
   if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
     return CUDA_ERROR_INVALID_VALUE;
-  static const bool host_only = env_int("KILN_HOST_CUDA_HOST_ONLY", 0) != 0;
-  if (host_only) return CUDA_SUCCESS;
   auto* fn = reinterpret_cast<Function*>(f);
   KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr, nullptr};
   // Each argument is copied at its size, which the kernel's entry reports (params == nullptr).
   std::vector<size_t> sizes(64);
   void* query[2] = {sizes.data(), nullptr};
   fn->entry(nullptr, query);
-  size_t count = reinterpret_cast<size_t>(query[1]);
+  size_t count = reinterpret_cast<size_t>(query[1]), bytes = 0;
+  for (size_t i = 0; i < count; ++i) bytes += sizes[i];
+  if (bytes > 32764) return CUDA_ERROR_INVALID_VALUE;  // CUDA 12.1's limit on a launch's arguments
+  static const bool host_only = env_int("KILN_HOST_CUDA_HOST_ONLY", 0) != 0;
+  if (host_only) return CUDA_SUCCESS;
   auto copies = std::make_shared<std::vector<std::vector<char>>>();
   for (size_t i = 0; i < count; ++i)
     copies->emplace_back(static_cast<char*>(params[i]), static_cast<char*>(params[i]) + sizes[i]);
@@ -452,6 +455,7 @@ long long kiln_host_memory_budget(int device, long long bytes) {
 }
 long long kiln_host_cuda_synchronizations() { return g_synchronizations.load(std::memory_order_relaxed); }
 long long kiln_host_cuda_pageable_uploads() { return g_pageable_uploads.load(std::memory_order_relaxed); }
+long long kiln_host_cuda_device_copies() { return g_device_copies.load(std::memory_order_relaxed); }
 long long kiln_host_memory_used(int device) {
   Host& h = host();
   std::lock_guard<std::mutex> lock(h.mu);

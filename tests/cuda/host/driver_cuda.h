@@ -30,10 +30,11 @@ namespace host_driver {
 using Clock = std::chrono::steady_clock;
 
 // The calls that made the host wait for a device (context, stream and event synchronizations,
-// copies into pageable memory) and the copies from pageable memory (staged by the host): what
-// a GPU makes slow, counted for tests (kiln_host_cuda_synchronizations,
-// kiln_host_cuda_pageable_uploads).
-inline std::atomic<long long> g_synchronizations{0}, g_pageable_uploads{0};
+// copies into pageable memory), the copies from pageable memory (staged by the host), and the
+// copies between device buffers queued: what a GPU makes slow, counted for tests
+// (kiln_host_cuda_synchronizations, kiln_host_cuda_pageable_uploads,
+// kiln_host_cuda_device_copies).
+inline std::atomic<long long> g_synchronizations{0}, g_pageable_uploads{0}, g_device_copies{0};
 inline void tally(std::atomic<long long>& c) { c.fetch_add(1, std::memory_order_relaxed); }
 
 inline int env_int(const char* name, int fallback) {
