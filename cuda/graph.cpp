@@ -82,20 +82,25 @@ void GraphReplay::refuse(std::string why) {
   log(LogTopic::Cache, fmt::format("jit @{}: no CUDA graph: {}", name_, refusal_));
 }
 
-// Copies the call's inputs and the host values the device part reads (the random state, a
-// learning rate) into the graph's buffers (made on the first call), and returns the values the
-// device part starts from. Nothing here waits for the device.
-std::vector<Tensor> GraphReplay::stage(std::span<const Tensor> inputs, const std::vector<Tensor>& host) {
+// The device inputs of this call: each read in place while it may be (the header), else
+// copied into the graph's buffer (made on first use); and copies the host values the device
+// part reads (the random state, a learning rate) into the graph's buffers. Returns the values
+// the device part starts from. Nothing here waits for the device.
+std::vector<Tensor> GraphReplay::stage(std::span<const Tensor> inputs, const std::vector<Tensor>& host,
+                                       std::vector<Tensor>& device_inputs) {
   int device = layout_.device.index;
-  bool first = inputs_.empty() && !inputs.empty();
   if (scalars_.empty()) scalars_.resize(host.size());
+  inputs_.resize(inputs.size());
+  device_inputs.assign(inputs.size(), Tensor());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (cpu_input_[i]) {  // read on the host only
-      if (first) inputs_.push_back(Tensor());
+    if (cpu_input_[i]) continue;  // read on the host only
+    if (!stage_all_ && inputs[i].is_contiguous()) {
+      device_inputs[i] = inputs[i];
       continue;
     }
-    if (first) inputs_.push_back(Tensor::empty(inputs[i].type()));  // contiguous, as every call sees it
+    if (!inputs_[i].defined()) inputs_[i] = Tensor::empty(inputs[i].type());  // contiguous, as every call sees it
     inputs_[i].copy_(inputs[i]);
+    device_inputs[i] = inputs_[i];
   }
   std::vector<Tensor> values(host.size());
   auto copy = [&](uint32_t v, bool refresh) {
@@ -113,7 +118,8 @@ std::vector<Tensor> GraphReplay::stage(std::span<const Tensor> inputs, const std
   return values;
 }
 
-bool GraphReplay::capture(std::span<const Tensor> params, const Plan& plan, std::vector<Tensor> values) {
+bool GraphReplay::capture(std::span<const Tensor> inputs, std::span<const Tensor> params, const Plan& plan,
+                          std::vector<Tensor> values) {
   graph_.reset();
   outputs_.clear();
   int device = layout_.device.index;
@@ -132,7 +138,7 @@ bool GraphReplay::capture(std::span<const Tensor> params, const Plan& plan, std:
     cuda::begin_capture(side);
     t_checks = &checks_;
     try {
-      outputs_ = plan.device(inputs_, params, std::move(values));
+      outputs_ = plan.device(inputs, params, std::move(values));
     } catch (const Error& e) {
       failed = e.what();  // a call the capture does not allow (the plan ran before)
     }
@@ -148,6 +154,9 @@ bool GraphReplay::capture(std::span<const Tensor> params, const Plan& plan, std:
   }
   params_.clear();
   for (const Tensor& p : params) params_.push_back(p.data_ptr());
+  in_place_.clear();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    in_place_.push_back(inputs[i].defined() && inputs[i].impl() != inputs_[i].impl() ? inputs[i].data_ptr() : nullptr);
   log(LogTopic::Cache,
       fmt::format("jit @{}: captured as a CUDA graph on cuda:{} (capture {})", name_, device, captures_));
   return true;
@@ -168,17 +177,24 @@ std::optional<std::vector<Tensor>> GraphReplay::run(std::span<const Tensor> inpu
     refuse(fmt::format("the parameters moved between calls {} times", captures_));
     return std::nullopt;
   }
+  // An input the graph reads in place that is elsewhere now: every input is staged from now on.
+  bool inputs_moved = false;
+  for (size_t i = 0; graph_ && i < in_place_.size(); ++i)
+    inputs_moved =
+        inputs_moved || (in_place_[i] && (inputs[i].data_ptr() != in_place_[i] || !inputs[i].is_contiguous()));
+  if (inputs_moved) stage_all_ = true;
   std::vector<Tensor> host = plan.host(inputs, params);
   if (last_use_) last_use_->block(current_stream(layout_.device.index));
-  std::vector<Tensor> values = stage(inputs, host);
+  std::vector<Tensor> device_inputs;
+  std::vector<Tensor> values = stage(inputs, host, device_inputs);
   std::vector<Tensor> out(graph_outputs_.size());
-  // The first call runs the device part as it is (it compiles the kernels, for the graph's own
-  // contiguous inputs, and lets the libraries choose their algorithms); the second captures it.
+  // The first call runs the device part as it is (it compiles the kernels, for contiguous
+  // inputs, and lets the libraries choose their algorithms); the second captures it.
   bool warm_up = ++calls_ == 1;
   if (warm_up) {
-    out = plan.device(inputs_, params, std::move(values));
+    out = plan.device(device_inputs, params, std::move(values));
   } else {
-    if ((!graph_ || moved) && !capture(params, plan, std::move(values))) {
+    if ((!graph_ || moved || inputs_moved) && !capture(device_inputs, params, plan, std::move(values))) {
       // Nothing of the device part ran: the call runs as if there were no graph (its host part
       // again; its values are the same).
       return std::nullopt;

@@ -3,12 +3,15 @@
 // replay backend when the library loads).
 //
 // The second call of a plan that may be replayed runs it under stream capture on a side
-// stream: its inputs are first copied into buffers the graph keeps, and every allocation of
-// the capture comes from the graph's private pool (CachingAllocator), so the addresses the
-// kernels were given stay theirs. Each later call copies its inputs into those buffers,
-// launches the graph on the current stream and returns copies of its outputs (the graph's own
-// are overwritten by the next replay). Parameters are used where they are; when a call passes
-// them at other addresses the plan is captured again. The first call runs as usual: it
+// stream; every allocation of the capture comes from the graph's private pool
+// (CachingAllocator), so the addresses the kernels were given stay theirs. Later calls launch
+// the graph on the current stream and return copies of its outputs (the graph's own are
+// overwritten by the next replay). Parameters are used where they are; when a call passes
+// them at other addresses the plan is captured again. Contiguous device inputs are read where
+// they are too (an optimizer's gradients, which the caching allocator hands out at the same
+// addresses step after step): the first call whose inputs are not where the graph reads them
+// captures again, with every input copied into buffers the graph keeps, as each later call
+// then copies them. The first call runs as usual: it
 // compiles the kernels and lets cuBLAS and cuDNN choose their algorithms, which may
 // synchronize. A training step's values on the CPU (ReplayLayout: an optimizer's scalars, the
 // generator's state) are computed on the host at each call and copied in like inputs.
@@ -69,8 +72,10 @@ class GraphReplay final : public jit::PlanReplay {
   std::string refusal() const override;
 
  private:
-  std::vector<Tensor> stage(std::span<const Tensor> inputs, const std::vector<Tensor>& host);
-  bool capture(std::span<const Tensor> params, const Plan& plan, std::vector<Tensor> values);
+  std::vector<Tensor> stage(std::span<const Tensor> inputs, const std::vector<Tensor>& host,
+                            std::vector<Tensor>& device_inputs);
+  bool capture(std::span<const Tensor> inputs, std::span<const Tensor> params, const Plan& plan,
+               std::vector<Tensor> values);
   void refuse(std::string why);
 
   std::string name_;
@@ -86,6 +91,10 @@ class GraphReplay final : public jit::PlanReplay {
   // value id), its outputs.
   std::vector<Tensor> inputs_, scalars_, outputs_;
   std::vector<const void*> params_;  // where the captured graph has the params
+  // Per input: where the captured graph reads it in place, or nullptr (staged: copied into
+  // inputs_, as every input is once one moved).
+  std::vector<const void*> in_place_;
+  bool stage_all_ = false;
   CapturedChecks checks_;
   // Recorded on the caller's stream after a call's last use of the graph's buffers (staging,
   // replay, output copies): the next call, on whatever stream, waits for it before staging, so

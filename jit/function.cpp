@@ -529,7 +529,12 @@ Stats Function::stats() const {
     st.kernels = static_cast<int64_t>(forward.kernels);
     st.graph_replays = static_cast<int64_t>(forward.graph_replays);
     st.graph_refusal = forward.graph_refusal;
-    if (p->backward) st.graph_replays += static_cast<int64_t>(p->backward->executable().stats().graph_replays);
+    st.graph_captures = static_cast<int64_t>(forward.graph_captures);
+    if (p->backward) {
+      ExecutableStats backward = p->backward->executable().stats();
+      st.graph_replays += static_cast<int64_t>(backward.graph_replays);
+      st.graph_captures += static_cast<int64_t>(backward.graph_captures);
+    }
   }
   return st;
 }

@@ -62,9 +62,9 @@ struct Stats {
   /// For the plan used last: the fused kernels one call runs.
   int64_t kernels = 0;
   /// For the plan used last, on CUDA: the calls of its forward and compiled backward that
-  /// replayed a CUDA graph, and why its forward does not ("" while it may; see
-  /// set_cuda_graphs_enabled).
-  int64_t graph_replays = 0;
+  /// replayed a CUDA graph, the captures they made (one, unless parameters or inputs moved),
+  /// and why its forward does not replay ("" while it may; see set_cuda_graphs_enabled).
+  int64_t graph_replays = 0, graph_captures = 0;
   std::string graph_refusal;
 };
 

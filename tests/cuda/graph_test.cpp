@@ -459,6 +459,37 @@ TEST(CudaGraphReplay, MovedParametersAreCapturedAgain) {
   EXPECT_EQ(exec.stats().graph_replays, 3u);
 }
 
+// Device inputs that stay where they are (an optimizer's gradients, a reused batch buffer) are
+// read in place: a replay copies nothing in. An input met elsewhere captures the plan again, with
+// every input copied into the graph's buffers from then on; later moves capture nothing.
+TEST(CudaGraphReplay, InputsThatStayPutAreReadInPlace) {
+  REQUIRE_HOST_CUDA();
+  Graphs g(true);
+  auto fn = [](const Tensor& x, const Tensor& y) { return exp(x) * y + 1.0f; };
+  Tensor x = randn({64, 8}), y = randn({8});
+  Tensor xd = x.to(kGpu), yd = y.to(kGpu);
+  jit::Function f = jit::trace(fn, {xd, yd}, "in_place");
+  f(xd, yd);
+  f(xd, yd);  // captured
+  EXPECT_EQ(f.stats().graph_captures, 1);
+  const long long copies = host_count("kiln_host_cuda_device_copies");
+  for (int k = 0; k < 3; ++k) {
+    x = randn({64, 8});
+    xd.copy_(x);  // new values, same place (an upload): the replay reads them
+    EXPECT_TRUE(test::close_enough(f(xd, yd).to(cpu), fn(x, y))) << "call " << k;
+  }
+  EXPECT_EQ(host_count("kiln_host_cuda_device_copies") - copies, 3) << "the outputs' copies out only";
+  EXPECT_EQ(f.stats().graph_captures, 1);
+  EXPECT_EQ(f.stats().graph_replays, 4);
+  for (int k = 0; k < 3; ++k) {
+    Tensor x2 = randn({64, 8}), y2 = randn({8});
+    EXPECT_TRUE(test::close_enough(f(x2.to(kGpu), y2.to(kGpu)).to(cpu), fn(x2, y2))) << "moved, call " << k;
+  }
+  EXPECT_EQ(f.stats().graph_captures, 2) << "captured again once, then staged";
+  EXPECT_EQ(f.stats().graph_replays, 7);
+  EXPECT_EQ(f.stats().graph_refusal, "");
+}
+
 // Dropout in a graph: each call reserves its draws on the host and the replay reads that state,
 // so the masks are fresh at every call and the same as without a graph.
 TEST(CudaGraphReplay, RandomDrawsAreFreshAtEveryReplay) {
