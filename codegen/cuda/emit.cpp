@@ -46,6 +46,8 @@ __device__ __forceinline__ unsigned short kiln_f2bf(float f) {
 #endif
 __device__ __forceinline__ float kiln_bf2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
 #endif
+// Four elements moved as one: a 16-byte load or store for 4-byte elements (two for 8-byte ones).
+template <typename T> struct alignas(sizeof(T) * 4 < 16 ? sizeof(T) * 4 : 16) kiln_vec4 { T v[4]; };
 __device__ __forceinline__ long long kiln_f2i64(double x) {
   return x != x ? 0 : x >= 9223372036854775808.0 ? 9223372036854775807LL : x < -9223372036854775808.0 ? (-9223372036854775807LL - 1) : (long long)x;
 }
@@ -157,6 +159,74 @@ template <class Load, class Use> void KernelEmitter::unrolled_loop(const std::st
   e.line("}");
 }
 
+// Whether an elementwise kernel moves four elements at a time: one loop dim (contiguous
+// operands merge to one), every operand contiguous along it or broadcast (read once), at least
+// one contiguous. Eager kernels (generic strides) stay scalar: their text serves any layout.
+bool KernelEmitter::vectorizable() const {
+  if (options.generic_strides || L.rank != 1 || !ga.reductions.empty()) return false;
+  bool any = false;
+  for (size_t k = 0; k < n_in + n_out; ++k) {
+    const OperandLayout& o = operand(k);
+    if (o.broadcast & 1) continue;
+    if (!o.unit_inner) return false;
+    any = true;
+  }
+  return any;
+}
+
+// The first total / 4 * 4 elements, four a thread per turn, each contiguous operand moved by
+// kiln_vec4 loads and stores, when every such operand's address is aligned to them (a view
+// at an odd offset is not: then the scalar loop does it all). `kiln_vectored` is how many it
+// did; the scalar loop does the rest from there.
+void KernelEmitter::vector_loop(const std::string& first) {
+  std::vector<size_t> vec;
+  std::string aligned;
+  for (size_t k = 0; k < n_in + n_out; ++k) {
+    if (operand(k).broadcast & 1) continue;
+    vec.push_back(k);
+    size_t bytes = std::min<size_t>(4 * dtype_size(operand_dtype(k)), 16);
+    aligned +=
+        fmt::format("{}((unsigned long long)a.data[{}] & {}u) == 0", aligned.empty() ? "" : " && ", k, bytes - 1);
+  }
+  e.line(fmt::format("const {0} kiln_vectored = {1} ? total / 4 * 4 : 0;", ix(), aligned));
+  std::string v = e.temp();
+  e.line(fmt::format("for ({0} {1} = 4 * ({2}); {1} < kiln_vectored; {1} += 4 * step) {{", ix(), v, first));
+  ++e.indent;
+  auto vec_type = [&](size_t k) { return fmt::format("kiln_vec4<{}>", mem_name(operand_dtype(k))); };
+  for (size_t k : vec) {
+    if (k >= n_in) continue;
+    std::string r = e.temp();
+    e.line(fmt::format("const {0} {1} = *(const {0}*)(({2}*)a.data[{3}] + {4});", vec_type(k), r,
+                       mem_name(operand_dtype(k)), k, v));
+    vector_reg[k] = r;
+  }
+  std::vector<std::string> out_reg(n_out);
+  for (size_t o = 0; o < n_out; ++o) {
+    out_reg[o] = e.temp();
+    e.line(fmt::format("{} {};", vec_type(n_in + o), out_reg[o]));
+  }
+  for (int s = 0; s < 4; ++s) {
+    vector_lane = s;
+    std::vector<std::string> idx = {fmt::format("({} + {})", v, s)};
+    std::map<uint32_t, Val> memo;
+    for (size_t o = 0; o < n_out; ++o) {
+      Val x = value(body.outputs[o], idx, memo);
+      DType dt = operand_dtype(n_in + o);
+      std::string bits = !is_half(dt) ? x.as(ct_of(dt))
+                                      : fmt::format("{}({})", dt == DType::F16 ? "kiln_f2h" : "kiln_f2bf",
+                                                    x.number ? literal(x.c, CT::F32) : x.x);
+      e.line(fmt::format("{}.v[{}] = {};", out_reg[o], s, bits));
+    }
+  }
+  vector_lane = -1;
+  vector_reg.clear();
+  for (size_t o = 0; o < n_out; ++o)
+    e.line(fmt::format("*({0}*)(({1}*)a.data[{2}] + {3}) = {4};", vec_type(n_in + o), mem_name(operand_dtype(n_in + o)),
+                       n_in + o, v, out_reg[o]));
+  --e.indent;
+  e.line("}");
+}
+
 // The kernel's loops (emit.h), over the block index `kiln_block` of `kiln_grid` blocks.
 std::string KernelEmitter::loops() {
   const std::vector<ir::GroupReduction>& reds = ga.reductions;
@@ -170,9 +240,14 @@ std::string KernelEmitter::loops() {
   if (reds.empty()) {
     e.line(fmt::format("const {} total = {};", ix(), count(all)));
     e.line(fmt::format("const {} step = kiln_grid * blockDim.x;", ix()));
+    std::string first = "kiln_block * blockDim.x + threadIdx.x";
+    if (vectorizable()) {
+      vector_loop(first);
+      first = "kiln_vectored + " + first;
+    }
     unrolled_loop(
-        "kiln_block * blockDim.x + threadIdx.x", "total", "step",
-        [&](const std::string& i) { return outputs_at(all, i, idx); }, [&](const Computed& c) { store_all(c); });
+        first, "total", "step", [&](const std::string& i) { return outputs_at(all, i, idx); },
+        [&](const Computed& c) { store_all(c); });
   } else {
     // Tasks: a row and a part of its columns; a block or a thread each (launch.h).
     const bool by_block = options.rows_by == CudaRows::Block;

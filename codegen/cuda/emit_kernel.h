@@ -28,6 +28,10 @@ struct KernelEmitter : lower::GroupLowering<KernelEmitter, Val> {
   std::map<uint32_t, Val> acc;                      // reduction result -> its accumulator
   std::vector<char> early;                          // per output: a full output stored by the first pass
   bool partials = false;                            // a reduction kernel: reduced outputs lie `part * rows` further
+  // In vector_loop: the element of the four being computed, and each contiguous input's
+  // kiln_vec4 holding them (load() reads it).
+  int vector_lane = -1;
+  std::map<size_t, std::string> vector_reg;
 
   // emit.cpp
   KernelEmitter(const ir::Graph& b, const KernelLayout& l, const CudaEmitOptions& o);
@@ -64,6 +68,8 @@ struct KernelEmitter : lower::GroupLowering<KernelEmitter, Val> {
   void store_all(const Computed& c);
   template <class Load, class Use>
   void unrolled_loop(const std::string& start, const std::string& limit, const std::string& step, Load load, Use use);
+  bool vectorizable() const;
+  void vector_loop(const std::string& first);
   std::string loops();
   std::string args_struct(const std::string& name, const std::string& more) const;
 };

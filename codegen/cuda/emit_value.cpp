@@ -32,6 +32,7 @@ std::string KernelEmitter::element(size_t k, const std::vector<std::string>& idx
 Val KernelEmitter::load(size_t k, const std::vector<std::string>& idx) {
   DType dt = operand_dtype(k);
   std::string el = element(k, idx);
+  if (auto r = vector_reg.find(k); r != vector_reg.end()) el = fmt::format("{}.v[{}]", r->second, vector_lane);
   if (dt == DType::F16) return e.def(CT::F32, fmt::format("kiln_h2f({})", el));
   if (dt == DType::BF16) return e.def(CT::F32, fmt::format("kiln_bf2f({})", el));
   return e.def(ct_of(dt), el);
