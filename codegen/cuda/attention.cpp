@@ -37,10 +37,12 @@ struct SharedNeed {
 SharedNeed need(const CudaAttention& k) {
   const int64_t wq = cuda_attention_warps() * rows_per_warp(k.dtype);
   const int64_t es = head_class(k.e) + piece(k.dtype), vs = head_class(k.ev) + piece(k.dtype);
+  // With dropout, a tile row's keep flags for the block's rows: a byte each.
+  const int64_t flags = k.dropout ? (wq + compute_bytes(k.dtype) - 1) / compute_bytes(k.dtype) : 0;
   switch (k.pass) {
-    case CudaAttentionPass::Forward: return {es + vs + wq, wq * es};
-    case CudaAttentionPass::Queries: return {es + vs + wq, wq * (es + vs)};
-    case CudaAttentionPass::Keys: return {es + vs + 2 + 2 * wq, wq * (es + vs)};
+    case CudaAttentionPass::Forward: return {es + vs + wq + flags, wq * es};
+    case CudaAttentionPass::Queries: return {es + vs + wq + flags, wq * (es + vs)};
+    case CudaAttentionPass::Keys: return {es + vs + 2 + 2 * wq + flags, wq * (es + vs)};
   }
   return {1, 0};
 }
@@ -91,16 +93,35 @@ __device__ __forceinline__ C masked_score(const Args& a, C dot, long long row_of
   (void)row_off; (void)i; (void)j;
   return x;
 }
-// The dropout's factor of weight (b, i, j): rand's f32 value (b * L + i) * S + j below 1 - p.
-__device__ __forceinline__ C drop_factor(const Args& a, long long b, long long i, long long j) {
 #if KA_DROPOUT
-  const unsigned long long idx = (unsigned long long)((b * a.l + i) * a.s + j);
-  unsigned w[4];
-  kiln_philox((unsigned long long)a.state[0], (unsigned long long)a.state[1] + idx / 4, w);
-  const float u = (float)(w[idx % 4] >> 8) * 0x1p-24f;
-  return u < (float)a.keep_below ? (C)a.drop_scale : (C)0;
+// The dropout's keep flags of queries [i0, i0 + rows) x keys [j0, j0 + cols) of batch b, as rand
+// draws them (value (b L + i) S + j, four to a Philox block), into keep[(i - i0) * cols + j - j0]:
+// the block's threads draw each Philox block the tile touches once and keep all four of its
+// words. The caller syncs the block after (and before, when the flags were read).
+__device__ void drop_tile(const Args& a, long long b, long long i0, int rows, long long j0, int cols, unsigned char* keep) {
+  const int per = cols / 4 + 2;  // the most blocks a row's cols values span
+  const long long limit = a.s - j0 < cols ? a.s - j0 : cols;
+  for (int t = threadIdx.x; t < rows * per; t += blockDim.x) {
+    const int r = t / per;
+    if (i0 + r >= a.l) continue;
+    const unsigned long long base = (unsigned long long)((b * a.l + i0 + r) * a.s + j0), blk = base / 4 + t % per;
+    if (blk * 4 >= base + limit) continue;
+    unsigned w[4];
+    kiln_philox((unsigned long long)a.state[0], (unsigned long long)a.state[1] + blk, w);
+    for (int k = 0; k < 4; ++k) {
+      const unsigned long long idx = blk * 4 + k;
+      if (idx >= base && idx < base + limit)
+        keep[r * cols + (int)(idx - base)] = (float)(w[k] >> 8) * 0x1p-24f < (float)a.keep_below ? 1 : 0;
+    }
+  }
+}
+#endif
+// The dropout's factor of a weight whose flag drop_tile put at keep[at] (1 without dropout).
+__device__ __forceinline__ C drop_of(const Args& a, const unsigned char* keep, int at) {
+#if KA_DROPOUT
+  return keep[at] ? (C)a.drop_scale : (C)0;
 #else
-  (void)a; (void)b; (void)i; (void)j;
+  (void)a; (void)keep; (void)at;
   return (C)1;
 #endif
 }
@@ -176,6 +197,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   C* vt = kt + KA_R * ES;            // [R][VS]
   C* qs = vt + KA_R * VS;            // [W][Q][ES]
   C* ps = qs + KA_W * KA_Q * ES;     // [W][R][Q]
+  unsigned char* keep = (unsigned char*)(ps + KA_W * KA_R * KA_Q);  // [BR][R] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   C* mine = qs + warp * KA_Q * ES;
   C* weights = ps + warp * KA_R * KA_Q;
@@ -203,6 +225,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       __syncthreads();
       load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
       load_tile(vt, VS, a.v, b, a.s, j0, EV, EV);
+#if KA_DROPOUT
+      drop_tile(a, b, i0, KA_BR, j0, KA_R, keep);
+#endif
       __syncthreads();
       const long long j = j0 + lane;
       const bool key = lane < KA_R && j < a.s;
@@ -214,7 +239,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         const C x = key && i < a.l ? masked_score(a, dot[q], row_off[q], i, j) : -KA_INF;
         C corr;
         C p = online_softmax(x, m[q], sum[q], corr);
-        if (p != (C)0) p *= drop_factor(a, b, i, j);
+        if (p != (C)0) p *= drop_of(a, keep, (int)(i - i0) * KA_R + lane);
         if (lane < KA_R) weights[lane * KA_Q + q] = p;
         for (int c = 0; c < KA_EVC; ++c) acc[q][c] *= corr;
       }
@@ -243,6 +268,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   C* qs = vt + KA_R * VS;            // [W][Q][ES]
   C* gs = qs + KA_W * KA_Q * ES;     // [W][Q][VS]
   C* ps = gs + KA_W * KA_Q * VS;     // [W][R][Q]
+  unsigned char* keep = (unsigned char*)(ps + KA_W * KA_R * KA_Q);  // [BR][R] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   C* mine_q = qs + warp * KA_Q * ES;
   C* mine_g = gs + warp * KA_Q * VS;
@@ -298,6 +324,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       __syncthreads();
       load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
       load_tile(vt, VS, a.v, b, a.s, j0, EV, EVP);
+#if KA_DROPOUT
+      drop_tile(a, b, i0, KA_BR, j0, KA_R, keep);
+#endif
       __syncthreads();
       const long long j = j0 + lane;
       const bool key = lane < KA_R && j < a.s;
@@ -310,7 +339,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         C ds = 0;
         if (key && i < a.l) {
           const C p = KA_EXP(masked_score(a, sd[q], row_off[q], i, j) - lse[q]);
-          ds = p * (drop_factor(a, b, i, j) * gd[q] - d[q]) * (C)a.scale;
+          ds = p * (drop_of(a, keep, (int)(i - i0) * KA_R + lane) * gd[q] - d[q]) * (C)a.scale;
         }
         if (lane < KA_R) weights[lane * KA_Q + q] = ds;
       }
@@ -345,6 +374,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   C* ps = vs + KA_W * KA_Q * VS;     // [W][R][Q]
   C* dss = ps + KA_W * KA_R * KA_Q;  // [W][R][Q]
   C* st = dss + KA_W * KA_R * KA_Q;  // [R][2]
+  unsigned char* keep = (unsigned char*)(st + KA_R * 2);  // [R][BR] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   C* mine_k = ks + warp * KA_Q * ES;
   C* mine_v = vs + warp * KA_Q * VS;
@@ -376,6 +406,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       load_tile(gt, VS, a.grad, b, a.l, r0, EV, EVP);
       for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
         st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : (C)0;
+#if KA_DROPOUT
+      drop_tile(a, b, r0, KA_R, j0, KA_BR, keep);
+#endif
       __syncthreads();
       const long long i = r0 + lane;
       const bool query = lane < KA_R && i < a.l;
@@ -388,7 +421,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         C pd = 0, ds = 0;
         if (query && j < a.s) {
           const C p = KA_EXP(masked_score(a, sd[q], batch_off + i * a.mask_row, i, j) - st[lane * 2]);
-          const C f = drop_factor(a, b, i, j);
+          const C f = drop_of(a, keep, lane * KA_BR + (int)(j - j0));
           pd = p * f;
           ds = p * (f * gd[q] - st[lane * 2 + 1]) * (C)a.scale;
         }

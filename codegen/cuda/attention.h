@@ -16,7 +16,9 @@
 //            dq = scale * sum_j dS_ij k_j with dS = P (f dPd - D); stats[row] = (lse, D).
 //   Keys:    per key row, dv = sum_i f P_ij dO_i and dk = scale * sum_i dS_ij q_i, from stats.
 // The dropout draws each weight's f32 uniform from the Philox stream as rand does (value
-// (b * L + i) * S + j), so the mask is the composite's.
+// (b * L + i) * S + j), so the mask is the composite's: per tile, the block's threads draw each
+// Philox block the tile's weights lie in once and keep all four of its words, as keep flags in
+// shared memory (a byte a weight) that the passes read.
 #pragma once
 
 #include <cstdint>

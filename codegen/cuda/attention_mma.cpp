@@ -1,5 +1,5 @@
 // codegen/cuda/attention_mma.cpp -- the tensor-core attention kernels' CUDA C (see
-// attention_mma.h). They follow attention.cpp's helpers (Args, masked_score, drop_factor) in the
+// attention_mma.h). They follow attention.cpp's helpers (Args, masked_score, drop_tile) in the
 // kernel's text, so the two forms read one definition of the scores, the mask and the dropout.
 #include "codegen/cuda/attention_mma.h"
 
@@ -191,6 +191,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   TM* vt = kt + KA_R * KA_QS;                      // [R][VS]
   float* sb = (float*)(vt + KA_R * KA_VS);         // [W][16][SS]
   TM* pb = (TM*)(sb + KA_W * 16 * KA_SS);          // [W][16][PS]
+  unsigned char* keep = (unsigned char*)(pb + KA_W * 16 * KA_PS);  // [BR][R] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 16 * KA_SS;
   TM* P = pb + warp * 16 * KA_PS;
@@ -216,6 +217,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       __syncthreads();
       mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
       mma_load_tile(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
+#if KA_DROPOUT
+      drop_tile(a, b, i0, KA_BR, j0, KA_R, keep);
+#endif
       __syncthreads();
       if (iw >= a.l || (KA_CAUSAL && j0 > iw + 15)) continue;  // the warp's rows see none of these keys
       mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
@@ -227,7 +231,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       for (int t = 0; t < KA_H; ++t) {
         float p = mn == -KA_INF ? 0.f : KA_EXP(x[t] - mn);
         ps += p;
-        if (p != 0.f) p *= drop_factor(a, b, i, j0 + h * KA_H + t);
+        if (p != 0.f) p *= drop_of(a, keep, (int)(i - i0) * KA_R + h * KA_H + t);
         P[(lane >> 1) * KA_PS + h * KA_H + t] = KA_STORE(p);
       }
       sum = sum * corr + ps;
@@ -247,6 +251,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   TM* vt = kt + KA_R * KA_QS;                      // [R][VS]
   float* sb = (float*)(vt + KA_R * KA_VS);         // [W][2][16][SS]
   TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]
+  unsigned char* keep = (unsigned char*)(pb + KA_W * 16 * KA_PS);  // [BR][R] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 32 * KA_SS;
   float* T = S + 16 * KA_SS;
@@ -298,6 +303,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       __syncthreads();
       mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
       mma_load_tile(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
+#if KA_DROPOUT
+      drop_tile(a, b, i0, KA_BR, j0, KA_R, keep);
+#endif
       __syncthreads();
       if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
       mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
@@ -309,7 +317,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         float ds = 0;
         if (live && j < a.s) {
           const float p = KA_EXP(masked_score(a, S[(lane >> 1) * KA_SS + col], row_off, i, j) - lse);
-          ds = p * (drop_factor(a, b, i, j) * T[(lane >> 1) * KA_SS + col] - d) * (float)a.scale;
+          ds = p * (drop_of(a, keep, (int)(i - i0) * KA_R + col) * T[(lane >> 1) * KA_SS + col] - d) * (float)a.scale;
         }
         P[(lane >> 1) * KA_PS + col] = KA_STORE(ds);
       }
@@ -332,6 +340,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   float* sb = (float*)(gt + KA_R * KA_VS);         // [W][2][16][SS]
   TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]
   float* st = (float*)(pb + KA_W * 16 * KA_PS);    // [R][2]
+  unsigned char* keep = (unsigned char*)(st + KA_R * 2);  // [R][BR] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 32 * KA_SS;
   float* T = S + 16 * KA_SS;
@@ -363,6 +372,9 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       mma_load_tile(gt, KA_VS, a.grad, b, a.l, r0, (int)a.ev, KA_EVP);
       for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
         st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : 0.f;
+#if KA_DROPOUT
+      drop_tile(a, b, r0, KA_R, j0, KA_BR, keep);
+#endif
       __syncthreads();
       if (idle || (KA_CAUSAL && r0 + KA_R - 1 < jw)) continue;  // no query of the tile sees the warp's keys
       mma_dots<KA_EP / 16>(S, kf, qt, KA_QS);
@@ -376,7 +388,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         ds[t] = 0;
         if (live && i < a.l) {
           const float p = KA_EXP(masked_score(a, S[(lane >> 1) * KA_SS + col], batch_off + i * a.mask_row, i, j) - st[col * 2]);
-          const float f = drop_factor(a, b, i, j);
+          const float f = drop_of(a, keep, col * KA_BR + (int)(j - j0));
           pd = p * f;
           ds[t] = p * (f * T[(lane >> 1) * KA_SS + col] - st[col * 2 + 1]) * (float)a.scale;
         }
@@ -403,6 +415,7 @@ int64_t shared_bytes(const CudaAttention& k, int rows) {
   int64_t bytes = rows * (round16(k.e) + 8 + round16(k.ev) + 8) * 2;
   bytes += warps * (floats * kWarpRows * (rows + 4) * 4 + kWarpRows * (rows + 8) * 2);
   if (k.pass == CudaAttentionPass::Keys) bytes += rows * 2 * 4;
+  if (k.dropout) bytes += rows * block_rows();  // the keep flags of the block's rows, a byte each
   return bytes;
 }
 

@@ -3,6 +3,7 @@
 // dropout (eager and traced, the same mask); sequences of 1, 7, 64 and 1000; head dims 32, 64
 // and 128; values and gradients.
 // Their memory grows linearly with the sequence, where the composite's grows with its square.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "codegen/cuda/attention.h"
@@ -58,6 +59,37 @@ TEST(CudaAttention, DropoutMatchesTheCpu) {
   manual_seed(3);
   Tensor on_gpu = nn::scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.5);
   test::expect_close(on_gpu.to(cpu), on_cpu.to_vector<double>(), 1e-5, 1e-6);
+}
+
+// Dropout's mask, forward and backward, in each kernel form (f32 and f64 scalar, f16 on the
+// tensor cores), causal or not: several query blocks and key tiles, a key count that is no
+// multiple of 4 (a row's draws start inside a Philox block) and one that is. The kernels draw
+// each Philox block of a tile once, for four weights; the mask and the gradients are the CPU
+// composite's.
+TEST(CudaAttention, DropoutGradientsMatchTheCpuInEveryForm) {
+  REQUIRE_CUDA();
+  for (DType t : {f32, f64, DType::F16})
+    for (bool causal : {false, true})
+      for (int64_t s : {45, 40}) {
+        SCOPED_TRACE(fmt::format("{} causal={} s={}", dtype_name(t), causal, s));
+        manual_seed(11);
+        Tensor q = randn({2, 2, 37, 16}).to(t), k = randn({2, 2, s, 16}).to(t), v = randn({2, 2, s, 16}).to(t);
+        std::vector<Tensor> grads[2];
+        Tensor outs[2];
+        for (Device d : {cpu, kGpu}) {
+          std::vector<Tensor> in;
+          for (const Tensor& x : {q, k, v}) in.push_back(x.to(d).detach().requires_grad_());
+          manual_seed(5);
+          Tensor y = nn::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.3, causal);
+          sum(y.to(f32) * y.to(f32)).backward();
+          const int at = d.is_cpu() ? 0 : 1;
+          outs[at] = y.detach().to(cpu);
+          for (const Tensor& x : in) grads[at].push_back(x.grad().to(cpu));
+        }
+        const double tol = t == f64 ? 1e-10 : t == f32 ? 1e-4 : 3e-2;
+        test::expect_close(outs[1], outs[0].to_vector<double>(), tol, tol);
+        for (size_t i = 0; i < 3; ++i) test::expect_close(grads[1][i], grads[0][i].to_vector<double>(), tol, tol);
+      }
 }
 
 // Causal attention of q, k, v [B, H, T, E] with dropout p, traced, called 3 times beside the
@@ -164,14 +196,15 @@ TEST(CudaAttention, HalfTypesTakeTheTensorCores) {
   EXPECT_FALSE(cuda::attention_takes_mma(k, 0));
   for (DType t : {DType::F16, DType::BF16})
     for (int64_t e : {1, 40, 128})
-      for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries,
-                        codegen::CudaAttentionPass::Keys}) {
-        codegen::CudaAttention m;
-        m.mma = true, m.pass = pass, m.dtype = t, m.e = e, m.ev = 128;
-        EXPECT_GE(codegen::cuda_attention_tile_rows(m), 16) << dtype_name(t) << " e=" << e;
-        EXPECT_LE(codegen::cuda_attention_shared_bytes(m), codegen::kCudaAttentionShared);
-        EXPECT_EQ(codegen::cuda_attention_block_rows(m), 128);
-      }
+      for (auto pass :
+           {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys})
+        for (bool dropout : {false, true}) {
+          codegen::CudaAttention m;
+          m.mma = true, m.pass = pass, m.dtype = t, m.e = e, m.ev = 128, m.dropout = dropout;
+          EXPECT_GE(codegen::cuda_attention_tile_rows(m), 16) << dtype_name(t) << " e=" << e;
+          EXPECT_LE(codegen::cuda_attention_shared_bytes(m), codegen::kCudaAttentionShared);
+          EXPECT_EQ(codegen::cuda_attention_block_rows(m), 128);
+        }
 }
 
 // The toolkit's NVRTC compiles the kernels for the architectures kiln supports: each pass in

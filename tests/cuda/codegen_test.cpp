@@ -210,6 +210,14 @@ TEST(Nvrtc, CompilesTheGroupsKernels) {
         o.rows_by = rows_by;
         std::string src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", o);
         for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_group").empty());
+        // Its batch form (a multi-tensor apply), in 32-bit indices too.
+        for (bool index32 : {false, true}) {
+          codegen::CudaEmitOptions batch = o;
+          batch.segments = 8, batch.index32 = index32;
+          src = codegen::emit_cuda(*group.body, ka.layout, "kiln_group", batch);
+          EXPECT_NE(src.find("const Args a = kiln_batch.seg[kiln_lo];"), std::string::npos);
+          for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_group").empty());
+        }
         if (ka.layout.reduced == 0) continue;
         // The same kernel with a last block that runs combines (the group's own body stands
         // in for them: the text is what is compiled), one per way of mapping rows.
