@@ -117,6 +117,9 @@ void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void*
   put(w, stats);
   int per_block = codegen::cuda_attention_block_rows(l.kernel);
   int64_t blocks = l.z.batch * ((rows + per_block - 1) / per_block);
+  // The kernels count their tasks (a batch entry's block of rows) in 32 bits: a register less.
+  KILN_CHECK(blocks < (int64_t{1} << 32), "attention: {} batch entries of {} rows are {} tasks, past 2^32", l.z.batch,
+             rows, blocks);
   const codegen::CudaAttention& k = l.kernel;
   launch_generated(attention_source, std::tuple(k.pass, k.dtype, k.e, k.ev, k.mask, k.causal, k.dropout, k.mma), w,
                    blocks, l.device, codegen::cuda_attention_shared_bytes(k));

@@ -202,7 +202,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   C* mine = qs + warp * KA_Q * ES;
   C* weights = ps + warp * KA_R * KA_Q;
   const long long groups = (a.l + KA_BR - 1) / KA_BR;
-  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
+  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
     const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * KA_Q;
     __syncthreads();
     load_rows(mine, ES, a.q, b, a.l, iw, E, EP, lane);
@@ -274,7 +275,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   C* mine_g = gs + warp * KA_Q * VS;
   C* weights = ps + warp * KA_R * KA_Q;
   const long long groups = (a.l + KA_BR - 1) / KA_BR, width = a.l * E + a.s * E + a.s * EV;
-  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
+  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
     const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * KA_Q;
     __syncthreads();
     load_rows(mine_q, ES, a.q, b, a.l, iw, E, EP, lane);
@@ -381,7 +383,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   C* weights = ps + warp * KA_R * KA_Q;
   C* dweights = dss + warp * KA_R * KA_Q;
   const long long groups = (a.s + KA_BR - 1) / KA_BR, width = a.l * E + a.s * E + a.s * EV;
-  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
+  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
     const long long b = task / groups, j0 = task % groups * KA_BR, jw = j0 + warp * KA_Q;
     __syncthreads();
     load_rows(mine_k, ES, a.k, b, a.s, jw, E, EP, lane);

@@ -196,7 +196,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   float* S = sb + warp * 16 * KA_SS;
   TM* P = pb + warp * 16 * KA_PS;
   const long long groups = (a.l + KA_BR - 1) / KA_BR;
-  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
+  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
     const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * 16, i = iw + (lane >> 1);
     const bool live = i < a.l;
     kiln_frag_a qf[KA_EP / 16];
@@ -257,7 +258,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   float* T = S + 16 * KA_SS;
   TM* P = pb + warp * 16 * KA_PS;
   const long long groups = (a.l + KA_BR - 1) / KA_BR, width = a.l * a.e + a.s * a.e + a.s * a.ev;
-  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
+  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
     const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * 16, i = iw + (lane >> 1);
     const bool live = i < a.l;
     kiln_frag_a qf[KA_EP / 16], gf[KA_EVP / 16];
@@ -346,7 +348,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
   float* T = S + 16 * KA_SS;
   TM* P = pb + warp * 16 * KA_PS;
   const long long groups = (a.s + KA_BR - 1) / KA_BR, width = a.l * a.e + a.s * a.e + a.s * a.ev;
-  for (long long task = blockIdx.x; task < a.batch * groups; task += gridDim.x) {
+  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
+  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
     const long long b = task / groups, j0 = task % groups * KA_BR, jw = j0 + warp * 16, j = jw + (lane >> 1);
     const bool live = j < a.s, idle = jw >= a.s;
     kiln_frag_a kf[KA_EP / 16], vf[KA_EVP / 16];
