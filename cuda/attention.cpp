@@ -36,7 +36,9 @@ bool attention_takes_mma(CudaAttention k, int device) {
     const char* e = std::getenv("KILN_CUDA_ATTENTION_MMA");
     return !(e && std::string(e) == "0");
   }();
-  if (!enabled || (k.dtype != DType::F16 && k.dtype != DType::BF16) || compute_capability(device) < 80) return false;
+  if (!enabled || (k.dtype != DType::F16 && k.dtype != DType::BF16 && k.dtype != DType::F32) ||
+      compute_capability(device) < 80)
+    return false;
   k.mma = true;
   for (CudaAttentionPass pass : {CudaAttentionPass::Forward, CudaAttentionPass::Queries, CudaAttentionPass::Keys}) {
     k.pass = pass;
@@ -66,6 +68,7 @@ Launch prepare_launch(OpId id, std::span<const Tensor> in, const Attrs& a, const
   l.kernel.e = l.z.e, l.kernel.ev = l.z.ev;
   l.kernel.causal = a.causal;
   l.kernel.dropout = o.state.defined();
+  l.kernel.tf32 = l.kernel.dtype == DType::F32 && allow_tf32();
   l.kernel.mma = attention_takes_mma(l.kernel, l.device);
   Tensor mask;
   attention::MaskLayout ml;
@@ -105,8 +108,8 @@ Launch prepare_launch(OpId id, std::span<const Tensor> in, const Attrs& a, const
 // cuda_attention_kernel over the CudaAttention's fields, one by one: a launch's variant key
 // (cuda/launch.h). A field added to CudaAttention is added here.
 std::string attention_source(CudaAttentionPass pass, DType dtype, int64_t e, int64_t ev,
-                             codegen::CudaAttentionMask mask, bool causal, bool dropout, bool mma) {
-  return codegen::cuda_attention_kernel({pass, dtype, e, ev, mask, causal, dropout, mma});
+                             codegen::CudaAttentionMask mask, bool causal, bool dropout, bool mma, bool tf32) {
+  return codegen::cuda_attention_kernel({pass, dtype, e, ev, mask, causal, dropout, mma, tf32});
 }
 static_assert(sizeof(codegen::CudaAttention) == 32, "attention_source passes every field of CudaAttention");
 
@@ -121,8 +124,8 @@ void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void*
   KILN_CHECK(blocks < (int64_t{1} << 32), "attention: {} batch entries of {} rows are {} tasks, past 2^32", l.z.batch,
              rows, blocks);
   const codegen::CudaAttention& k = l.kernel;
-  launch_generated(attention_source, std::tuple(k.pass, k.dtype, k.e, k.ev, k.mask, k.causal, k.dropout, k.mma), w,
-                   blocks, l.device, codegen::cuda_attention_shared_bytes(k));
+  launch_generated(attention_source, std::tuple(k.pass, k.dtype, k.e, k.ev, k.mask, k.causal, k.dropout, k.mma, k.tf32),
+                   w, blocks, l.device, codegen::cuda_attention_shared_bytes(k));
 }
 
 // The kernels' head dims, or the composite's (and attention_backward's through autograd).

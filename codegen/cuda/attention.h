@@ -38,9 +38,12 @@ struct CudaAttention {
                              // to the next power of two of at least 32; they are arguments)
   CudaAttentionMask mask = CudaAttentionMask::None;
   bool causal = false, dropout = false;
-  // The tensor-core form (attention_mma.h): f16 and bf16, head dims up to 128, sm_80 on. Where
-  // its tiles do not fit, cuda_attention_tile_rows is 0 and the caller takes the scalar form.
+  // The tensor-core form (attention_mma.h): f16, bf16 and f32, head dims up to 128, sm_80 on.
+  // Where its tiles do not fit, cuda_attention_tile_rows is 0 and the caller takes the scalar
+  // form. f32 runs as TF32 split in three terms (f32's accuracy), or with `tf32` plain TF32
+  // (cuda::set_allow_tf32, as its matmuls).
   bool mma = false;
+  bool tf32 = false;
 };
 
 /// Key (query) rows per shared-memory tile: at most 32, as many as fit kCudaAttentionShared

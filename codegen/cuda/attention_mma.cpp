@@ -20,7 +20,50 @@ int64_t round16(int64_t d) { return (d + 15) / 16 * 16; }
 // stride a multiple of 16 bytes, as the instructions require.
 const char* kFragments = R"(
 #ifndef KILN_HOST_CUDA
-#if KW_BF16
+#if KW_TF32
+// f32: each 16 columns (rows of B) as two m16n16k8 TF32 fragments, each split in two terms
+// (KW_TF32 1) or rounded once (2).
+#define KW_LOAD8(which, lay, r, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k8.tf32 {%0,%1,%2,%3}, [%4], %5;" \
+    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p), "r"(ld) : "memory")
+#define KW_MMA8(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k8.f32.tf32.tf32.f32 " \
+    "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3,%4,%5,%6,%7};" \
+    : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7]) \
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]))
+struct kiln_frag_a { unsigned x[8]; };  // f32 bits: columns (B: rows) 0-7, then 8-15
+__device__ __forceinline__ unsigned kiln_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+#define KW_LOAD(which, lay, f, p, ld, half) do { \
+    KW_LOAD8(which, lay, f.x, p, ld); \
+    KW_LOAD8(which, lay, (f.x + 4), (p) + (half), ld); \
+  } while (0)
+// The terms are made where they are used: the compiler keeps those of a fragment that stays
+// (the warp's queries) across the tile loop where registers allow, and remakes them where not
+// (the keys pass, which holds two fragments of k and v a row).
+__device__ __forceinline__ void kiln_tf32_split(const unsigned* x, unsigned* big, unsigned* small) {
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const float v = __uint_as_float(x[u]);
+    big[u] = kiln_tf32(v);
+    if (KW_TF32 == 1) small[u] = kiln_tf32(v - __uint_as_float(big[u]));
+  }
+}
+#define KW_MMA(lay, c, a, b) do { \
+    unsigned ab[8], as[8], bb[8], bs[8]; \
+    kiln_tf32_split(a.x, ab, as); \
+    kiln_tf32_split(b.x, bb, bs); \
+    KW_MMA8(lay, c, ab, bb); \
+    KW_MMA8(lay, c, (ab + 4), (bb + 4)); \
+    if (KW_TF32 == 1) { \
+      KW_MMA8(lay, c, ab, bs); \
+      KW_MMA8(lay, c, (ab + 4), (bs + 4)); \
+      KW_MMA8(lay, c, as, bb); \
+      KW_MMA8(lay, c, (as + 4), (bb + 4)); \
+    } \
+  } while (0)
+#elif KW_BF16
 #define KW_LOAD(which, lay, f, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k16.bf16 {%0,%1,%2,%3}, [%4], %5;" \
     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "l"(p), "r"(ld) : "memory")
 #define KW_MMA(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k16.f32.bf16.bf16.f32 " \
@@ -44,16 +87,24 @@ template <typename T> __device__ __forceinline__ T* kiln_mma_shared() {
   extern __shared__ __align__(128) unsigned char kiln_mma_smem[];
   return reinterpret_cast<T*>(kiln_mma_smem);
 }
+#if !KW_TF32
 struct kiln_frag_a { unsigned x[KW_REGS]; };
+#endif
 typedef kiln_frag_a kiln_frag_b;
 struct kiln_frag_c { float x[8]; };
 __device__ __forceinline__ void kiln_mma_zero(kiln_frag_c& c) {
 #pragma unroll
   for (int u = 0; u < 8; ++u) c.x[u] = 0.f;
 }
+#if KW_TF32  // (the second half of K: columns 8 on of A and of a column-major B, rows 8 on of a row-major B)
+__device__ __forceinline__ void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "row", f, p, ld, 8); }
+__device__ __forceinline__ void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "col", f, p, ld, 8); }
+__device__ __forceinline__ void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "row", f, p, ld, 8 * ld); }
+#else
 __device__ __forceinline__ void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "row", f, p, ld); }
 __device__ __forceinline__ void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "col", f, p, ld); }
 __device__ __forceinline__ void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "row", f, p, ld); }
+#endif
 __device__ __forceinline__ void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("col", c, a, b); }
 __device__ __forceinline__ void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("row", c, a, b); }
 __device__ __forceinline__ void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) {
@@ -63,16 +114,34 @@ __device__ __forceinline__ void kiln_mma_store(float* p, const kiln_frag_c& c, i
 }
 #else
 template <typename T> T* kiln_mma_shared() { return kiln_shared<T>(); }  // 128-byte aligned
-typedef kiln_host::MmaTile kiln_frag_a;
-typedef kiln_host::MmaTile kiln_frag_b;
 typedef kiln_host::MmaTile kiln_frag_c;
 inline void kiln_mma_zero(kiln_frag_c& c) { kiln_host::mma_zero(c); }
+inline void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) { kiln_host::mma_store(p, c, ld); }
+#if KW_TF32  // whole tiles of each term (emulation_cuda.h)
+struct kiln_frag_a { kiln_host::MmaTile big, small; };
+typedef kiln_frag_a kiln_frag_b;
+inline void kiln_mma_load_tf32(kiln_frag_a& f, const TM* p, int ld, bool transposed) {
+  kiln_host::mma_load_tf32(f.big, p, ld, transposed, 1);
+  if (KW_TF32 == 1) kiln_host::mma_load_tf32(f.small, p, ld, transposed, 2);
+}
+inline void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, false); }
+inline void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, true); }
+inline void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, false); }
+inline void kiln_mma_tf32(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) {
+  kiln_host::mma(c, a.big, b.big);
+  if (KW_TF32 == 1) kiln_host::mma(c, a.big, b.small), kiln_host::mma(c, a.small, b.big);
+}
+inline void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_mma_tf32(c, a, b); }
+inline void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_mma_tf32(c, a, b); }
+#else
+typedef kiln_host::MmaTile kiln_frag_a;
+typedef kiln_host::MmaTile kiln_frag_b;
 inline void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, false, KW_BF16); }
 inline void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, true, KW_BF16); }
 inline void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, false, KW_BF16); }
 inline void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
 inline void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
-inline void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) { kiln_host::mma_store(p, c, ld); }
+#endif
 #endif
 
 // The warp's rows [r0, r0 + 16) of x [rows, dim] (of batch b) as N A fragments, 16 columns at a
@@ -93,13 +162,14 @@ __device__ __forceinline__ void mma_stage_rows(kiln_frag_a* f, TM* buf, const TM
 // Rows [r0, r0 + KA_R) of x [rows, dim] into tile t (stride ts), columns padded with zeros to
 // `padded`, and rows past the end zeros: 16 bytes at a time where the rows allow it.
 __device__ __forceinline__ void mma_load_tile(TM* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded) {
-  if (dim % 8 == 0 && ((unsigned long long)x & 15u) == 0) {
+  const int n = 16 / (int)sizeof(TM);  // elements in 16 bytes
+  if (dim % n == 0 && ((unsigned long long)x & 15u) == 0) {
     struct alignas(16) Chunk { unsigned w[4]; };
-    const int per = padded / 8;
+    const int per = padded / n;
     for (int u = threadIdx.x; u < KA_R * per; u += blockDim.x) {
       const int r = u / per, c = u % per;
       Chunk v = {{0u, 0u, 0u, 0u}};
-      if (r0 + r < rows && c * 8 < dim) v = ((const Chunk*)(x + (b * rows + r0 + r) * dim))[c];
+      if (r0 + r < rows && c * n < dim) v = ((const Chunk*)(x + (b * rows + r0 + r) * dim))[c];
       ((Chunk*)(t + r * ts))[c] = v;
     }
     return;
@@ -415,15 +485,17 @@ int block_rows() { return kWarpRows * kCudaBlock / 32; }
 
 int64_t shared_bytes(const CudaAttention& k, int rows) {
   const int64_t warps = kCudaBlock / 32, floats = k.pass == CudaAttentionPass::Forward ? 1 : 2;
-  int64_t bytes = rows * (round16(k.e) + 8 + round16(k.ev) + 8) * 2;
-  bytes += warps * (floats * kWarpRows * (rows + 4) * 4 + kWarpRows * (rows + 8) * 2);
+  const int64_t tm = static_cast<int64_t>(dtype_size(k.dtype));  // the input dtype's bytes
+  int64_t bytes = rows * (round16(k.e) + 8 + round16(k.ev) + 8) * tm;
+  bytes += warps * (floats * kWarpRows * (rows + 4) * 4 + kWarpRows * (rows + 8) * tm);
   if (k.pass == CudaAttentionPass::Keys) bytes += rows * 2 * 4;
   if (k.dropout) bytes += rows * block_rows();  // the keep flags of the block's rows, a byte each
   return bytes;
 }
 
 int tile_rows(const CudaAttention& k) {
-  if (!k.mma || (k.dtype != DType::F16 && k.dtype != DType::BF16) || k.e < 1 || k.ev < 1 || k.e > 128 || k.ev > 128)
+  if (!k.mma || (k.dtype != DType::F16 && k.dtype != DType::BF16 && k.dtype != DType::F32) || k.e < 1 || k.ev < 1 ||
+      k.e > 128 || k.ev > 128)
     return 0;
   for (int rows : {32, 16})
     if (shared_bytes(k, rows) <= kCudaAttentionShared) return rows;
@@ -433,6 +505,7 @@ int tile_rows(const CudaAttention& k) {
 std::string source(const CudaAttention& k) {
   std::string defines = fmt::format(R"(
 #define KW_BF16 {}
+#define KW_TF32 {}
 #define KA_EP {}
 #define KA_EVP {}
 #define KA_QS (KA_EP + 8)
@@ -443,7 +516,11 @@ std::string source(const CudaAttention& k) {
 #undef KA_BR
 #define KA_BR {}
 )",
-                                    k.dtype == DType::BF16 ? 1 : 0, round16(k.e), round16(k.ev), block_rows());
+                                    k.dtype == DType::BF16 ? 1 : 0,
+                                    k.dtype != DType::F32 ? 0
+                                    : k.tf32              ? 2
+                                                          : 1,
+                                    round16(k.e), round16(k.ev), block_rows());
   const char* body = k.pass == CudaAttentionPass::Forward   ? kForward
                      : k.pass == CudaAttentionPass::Queries ? kQueries
                                                             : kKeys;

@@ -1,8 +1,12 @@
 // codegen/cuda/attention_mma.h -- the tensor-core form of attention's three kernels
-// (attention.h), private to codegen/cuda/attention*.cpp. f16 and bf16 q, k and v, head dims up
-// to 128, sm_80 on: the products q k^T, P v and the gradients' run on the tensor cores through
-// PTX's warp-level matrix instructions (wmma: 16x16x16 tiles, f32 accumulation); the softmax
-// and everything elementwise stay in f32 registers, as in the scalar kernels.
+// (attention.h), private to codegen/cuda/attention*.cpp. f16, bf16 and f32 q, k and v, head
+// dims up to 128, sm_80 on: the products q k^T, P v and the gradients' run on the tensor cores
+// through PTX's warp-level matrix instructions (wmma: 16x16x16 tiles of f16 or bf16, two
+// 16x16x8 of TF32, f32 accumulation); the softmax and everything elementwise stay in f32
+// registers, as in the scalar kernels. f32 operands are split as PyTorch's memory-efficient
+// kernel and CUTLASS's 3xTF32 do: x = big + small, both TF32 (10-bit mantissas), and
+// a b = big_a big_b + big_a small_b + small_a big_b, the dropped small_a small_b below f32's
+// rounding; with `tf32`, big_a big_b alone.
 //
 // A warp owns 16 rows (queries; keys in the Keys pass), so a block owns 128. The warp's rows
 // of its A operands (q and dO, or k and v) are loaded into fragments once; tiles of `rows`
@@ -11,7 +15,8 @@
 // row's max and sum need one shuffle. The fragments' own layout is PTX's and is never read:
 // only wmma.load, wmma.mma and wmma.store touch them, so the host CUDA (which emulates them
 // with whole 16x16 tiles per lane) tests the same code a GPU runs. The weights P (and dS)
-// are rounded to the input dtype before their product, as flash attention's are.
+// are rounded to the input dtype before their product, as flash attention's are (f32: split
+// as above).
 #pragma once
 
 #include <cstdint>

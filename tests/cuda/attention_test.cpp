@@ -182,29 +182,51 @@ TEST(CudaAttention, KernelsFitSharedMemoryUpToHeadDim128) {
     }
 }
 
-// f16 and bf16 take the tensor-core kernels on sm_80 and later, for head dims up to 128; other
-// dtypes and larger heads the scalar ones. Their tiles fit shared memory for every pass.
-TEST(CudaAttention, HalfTypesTakeTheTensorCores) {
+// f16, bf16 and f32 take the tensor-core kernels on sm_80 and later, for head dims up to 128
+// (f32's tiles, twice as wide, up to 64); f64 and larger heads the scalar ones. Their tiles fit
+// shared memory for every pass, with dropout's flags too.
+TEST(CudaAttention, HalfAndF32TypesTakeTheTensorCores) {
   REQUIRE_CUDA();
   codegen::CudaAttention k;
   k.e = 64, k.ev = 64;
   for (DType t : {DType::F16, DType::BF16, f32, f64}) {
     k.dtype = t;
-    EXPECT_EQ(cuda::attention_takes_mma(k, 0), t == DType::F16 || t == DType::BF16) << dtype_name(t);
+    EXPECT_EQ(cuda::attention_takes_mma(k, 0), t != f64) << dtype_name(t);
   }
   k.dtype = DType::BF16, k.e = 160;
   EXPECT_FALSE(cuda::attention_takes_mma(k, 0));
-  for (DType t : {DType::F16, DType::BF16})
+  k.dtype = f32, k.e = 128, k.ev = 128;
+  EXPECT_FALSE(cuda::attention_takes_mma(k, 0)) << "f32 tiles of head dim 128 pass 48 KiB";
+  for (DType t : {DType::F16, DType::BF16, f32})
     for (int64_t e : {1, 40, 128})
       for (auto pass :
            {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys})
         for (bool dropout : {false, true}) {
           codegen::CudaAttention m;
-          m.mma = true, m.pass = pass, m.dtype = t, m.e = e, m.ev = 128, m.dropout = dropout;
+          m.mma = true, m.pass = pass, m.dtype = t, m.e = e, m.ev = t == f32 ? 64 : 128, m.dropout = dropout;
+          if (t == f32 && e == 128) continue;
           EXPECT_GE(codegen::cuda_attention_tile_rows(m), 16) << dtype_name(t) << " e=" << e;
           EXPECT_LE(codegen::cuda_attention_shared_bytes(m), codegen::kCudaAttentionShared);
           EXPECT_EQ(codegen::cuda_attention_block_rows(m), 128);
         }
+}
+
+// f32 on the tensor cores keeps f32's accuracy (each product from three TF32 terms: the
+// composite tests hold it to 1e-5); with TF32 allowed, as for matmuls, it rounds each operand
+// to TF32 once: within TF32's error of the CPU, and no longer the same numbers.
+TEST(CudaAttention, F32TakesThreeTf32TermsUnlessTf32IsAllowed) {
+  REQUIRE_CUDA();
+  manual_seed(2);
+  Tensor q = randn({2, 3, 40, 64}), k = randn({2, 3, 50, 64}), v = randn({2, 3, 50, 64});
+  Tensor want = nn::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+  Tensor exact = nn::scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.0, true).to(cpu);
+  test::expect_close(exact, want.to_vector<double>(), 1e-5, 1e-5);
+  const bool was = cuda::allow_tf32();
+  cuda::set_allow_tf32(true);
+  Tensor fast = nn::scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu), {}, 0.0, true).to(cpu);
+  cuda::set_allow_tf32(was);
+  test::expect_close(fast, want.to_vector<double>(), 2e-2, 2e-2);
+  EXPECT_GT(max(abs(fast - want)).item<double>(), 1e-5) << "TF32 rounds the operands";
 }
 
 // The toolkit's NVRTC compiles the kernels for the architectures kiln supports: each pass in
@@ -218,7 +240,7 @@ TEST(Nvrtc, CompilesTheAttentionKernels) {
   struct Variant {
     DType dtype;
     CudaAttentionMask mask;
-    bool causal, dropout, mma = false;
+    bool causal, dropout, mma = false, tf32 = false;
   };
   const Variant variants[] = {{f32, CudaAttentionMask::None, true, true},
                               {DType::F16, CudaAttentionMask::Bool, false, false},
@@ -226,13 +248,15 @@ TEST(Nvrtc, CompilesTheAttentionKernels) {
                               {f64, CudaAttentionMask::Bool, false, true},
                               {DType::F16, CudaAttentionMask::Float, true, true, true},
                               {DType::BF16, CudaAttentionMask::Bool, false, true, true},
-                              {DType::BF16, CudaAttentionMask::None, true, false, true}};
+                              {DType::BF16, CudaAttentionMask::None, true, false, true},
+                              {f32, CudaAttentionMask::Bool, true, true, true},
+                              {f32, CudaAttentionMask::Float, false, false, true, true}};
   for (const Variant& v : variants)
     for (auto pass :
          {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys}) {
       codegen::CudaAttention k;
-      k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 ? 64 : 128, k.ev = 40, k.mask = v.mask;
-      k.causal = v.causal, k.dropout = v.dropout, k.mma = v.mma;
+      k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 || (v.dtype == f32 && v.mma) ? 64 : 128, k.ev = 40;
+      k.mask = v.mask, k.causal = v.causal, k.dropout = v.dropout, k.mma = v.mma, k.tf32 = v.tf32;
       std::string src = codegen::cuda_attention_kernel(k);
       for (int arch : {80, 90}) EXPECT_FALSE(cuda::compile_cubin(src, arch, "kiln_kernel").empty());
     }

@@ -350,6 +350,25 @@ inline void mma_load(MmaTile& t, const unsigned short* p, int ld, bool transpose
       t.v[r * 16 + c] = bf16 ? kiln::BFloat16::to_float(bits) : kiln::Half::to_float(bits);
     }
 }
+/// x rounded to TF32 as cvt.rna.tf32.f32 does: 10 mantissa bits, to nearest, ties away from 0.
+inline float tf32(float x) {
+  unsigned bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+/// As mma_load, from f32 (a tile of the 3xTF32 kernels: two m16n16k8 fragments a device loads
+/// from p and its second half): `part` 1 the TF32 rounding of each element, 2 what that leaves,
+/// rounded to TF32 in turn.
+inline void mma_load_tf32(MmaTile& t, const float* p, int ld, bool transposed, int part) {
+  mma_check(p, ld, 4, "load");
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) {
+      const float x = transposed ? p[c * ld + r] : p[r * ld + c];
+      t.v[r * 16 + c] = part == 1 ? tf32(x) : tf32(x - tf32(x));
+    }
+}
 /// d += a b, in f32.
 inline void mma(MmaTile& d, const MmaTile& a, const MmaTile& b) {
   for (int r = 0; r < 16; ++r)
