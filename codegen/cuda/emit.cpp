@@ -159,45 +159,52 @@ template <class Load, class Use> void KernelEmitter::unrolled_loop(const std::st
   e.line("}");
 }
 
-// Whether an elementwise kernel moves four elements at a time: one loop dim (contiguous
-// operands merge to one), every operand contiguous along it or broadcast (read once), at least
-// one contiguous. Eager kernels (generic strides) stay scalar: their text serves any layout.
+// Whether an elementwise kernel moves four elements at a time along its innermost loop dim:
+// every operand steps through that dim contiguously or broadcasts along it (a per-channel
+// scale: read once for the four), at least one steps. Eager kernels (generic strides) stay
+// scalar: their text serves any layout.
 bool KernelEmitter::vectorizable() const {
-  if (options.generic_strides || L.rank != 1 || !ga.reductions.empty()) return false;
+  if (options.generic_strides || L.rank < 1 || !ga.reductions.empty()) return false;
   bool any = false;
   for (size_t k = 0; k < n_in + n_out; ++k) {
     const OperandLayout& o = operand(k);
-    if (o.broadcast & 1) continue;
+    if (o.broadcast >> (L.rank - 1) & 1) continue;
     if (!o.unit_inner) return false;
     any = true;
   }
   return any;
 }
 
-// The first total / 4 * 4 elements, four a thread per turn, each contiguous operand moved by
-// kiln_vec4 loads and stores, when every such operand's address is aligned to them (a view
-// at an odd offset is not: then the scalar loop does it all). `kiln_vectored` is how many it
-// did; the scalar loop does the rest from there.
+// The first total / 4 * 4 elements, four a thread per turn (the same coordinates but the
+// innermost), each contiguous operand moved by kiln_vec4 loads and stores, when every one's
+// four elements are aligned to them: its address and its outer strides, and, past one dim,
+// the innermost size a multiple of 4 (a view at an odd offset, or rows of 3: the scalar loop
+// does it all). `kiln_vectored` is how many it did; the scalar loop does the rest from there.
 void KernelEmitter::vector_loop(const std::string& first) {
+  const int inner = L.rank - 1;
   std::vector<size_t> vec;
-  std::string aligned;
+  std::string aligned = L.rank > 1 ? fmt::format("a.size[{}] % 4 == 0", inner) : "";
+  auto also = [&](const std::string& c) { aligned += (aligned.empty() ? "" : " && ") + c; };
   for (size_t k = 0; k < n_in + n_out; ++k) {
-    if (operand(k).broadcast & 1) continue;
+    const OperandLayout& o = operand(k);
+    if (o.broadcast >> inner & 1) continue;
     vec.push_back(k);
     size_t bytes = std::min<size_t>(4 * dtype_size(operand_dtype(k)), 16);
-    aligned +=
-        fmt::format("{}((unsigned long long)a.data[{}] & {}u) == 0", aligned.empty() ? "" : " && ", k, bytes - 1);
+    also(fmt::format("((unsigned long long)a.data[{}] & {}u) == 0", k, bytes - 1));
+    for (int d = 0; d < inner; ++d)
+      if (!(o.broadcast >> d & 1)) also(fmt::format("a.stride[{}] % 4 == 0", k * L.rank + d));
   }
   e.line(fmt::format("const {0} kiln_vectored = {1} ? total / 4 * 4 : 0;", ix(), aligned));
   std::string v = e.temp();
   e.line(fmt::format("for ({0} {1} = 4 * ({2}); {1} < kiln_vectored; {1} += 4 * step) {{", ix(), v, first));
   ++e.indent;
+  std::vector<std::string> idx(L.rank, "0");
+  coords(all, v, idx);
   auto vec_type = [&](size_t k) { return fmt::format("kiln_vec4<{}>", mem_name(operand_dtype(k))); };
   for (size_t k : vec) {
     if (k >= n_in) continue;
     std::string r = e.temp();
-    e.line(fmt::format("const {0} {1} = *(const {0}*)(({2}*)a.data[{3}] + {4});", vec_type(k), r,
-                       mem_name(operand_dtype(k)), k, v));
+    e.line(fmt::format("const {0} {1} = *(const {0}*)&{2};", vec_type(k), r, element(k, idx)));
     vector_reg[k] = r;
   }
   std::vector<std::string> out_reg(n_out);
@@ -207,10 +214,11 @@ void KernelEmitter::vector_loop(const std::string& first) {
   }
   for (int s = 0; s < 4; ++s) {
     vector_lane = s;
-    std::vector<std::string> idx = {fmt::format("({} + {})", v, s)};
+    std::vector<std::string> at = idx;
+    at[inner] = fmt::format("({} + {})", idx[inner], s);
     std::map<uint32_t, Val> memo;
     for (size_t o = 0; o < n_out; ++o) {
-      Val x = value(body.outputs[o], idx, memo);
+      Val x = value(body.outputs[o], at, memo);
       DType dt = operand_dtype(n_in + o);
       std::string bits = !is_half(dt) ? x.as(ct_of(dt))
                                       : fmt::format("{}({})", dt == DType::F16 ? "kiln_f2h" : "kiln_f2bf",
@@ -221,8 +229,7 @@ void KernelEmitter::vector_loop(const std::string& first) {
   vector_lane = -1;
   vector_reg.clear();
   for (size_t o = 0; o < n_out; ++o)
-    e.line(fmt::format("*({0}*)(({1}*)a.data[{2}] + {3}) = {4};", vec_type(n_in + o), mem_name(operand_dtype(n_in + o)),
-                       n_in + o, v, out_reg[o]));
+    e.line(fmt::format("*({0}*)&{1} = {2};", vec_type(n_in + o), element(n_in + o, idx), out_reg[o]));
   --e.indent;
   e.line("}");
 }
