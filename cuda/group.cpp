@@ -107,6 +107,17 @@ bool index32_enabled() {
   return on;
 }
 
+// Whether `l` is elementwise over one dim that every operand steps through contiguously or
+// broadcasts along.
+bool contiguous_elementwise(const codegen::KernelLayout& l) {
+  if (l.rank != 1 || l.reduced != 0) return false;
+  for (const codegen::OperandLayout& o : l.inputs)
+    if (!(o.broadcast & 1) && !o.unit_inner) return false;
+  for (const codegen::OperandLayout& o : l.outputs)
+    if (!o.unit_inner) return false;
+  return true;
+}
+
 // How far prepare() goes: the launch plan, its kernels' text too, or compiled kernels as well.
 enum class Prepare { Plan, Emit, Compile };
 
@@ -212,7 +223,11 @@ PreparedGroup prepare(const ir::Node& fused, std::span<const Dims> shapes, std::
   }
   if (mode == Prepare::Plan) return g;
   codegen::CudaEmitOptions& options = g.options;
-  options.immediates_as_args = options.generic_strides = eager;
+  options.immediates_as_args = eager;
+  // An eager kernel's text serves every layout of its rank (its strides are arguments), but
+  // for elementwise work over one dim of contiguous or broadcast operands, the commonest eager
+  // op: a text of its own, which moves four elements at a time (codegen/cuda/emit.cpp).
+  options.generic_strides = eager && !contiguous_elementwise(g.layout);
   options.rows_by = g.launch.rows_by;
   options.index32 = g.launch.index32;
   for (const PreparedGroup::Combine& c : g.combines)

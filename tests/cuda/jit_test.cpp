@@ -170,6 +170,8 @@ TEST(CudaTraced, ElementwiseKernelsMoveFourElementsAtATime) {
       jit::Function f = jit::trace(fn, {xd, y.to(kGpu), s.to(kGpu)});
       Tensor got = f(xd, y.to(kGpu), s.to(kGpu));
       EXPECT_TRUE(test::close_enough(got.to(cpu), fn(x, y, s)));
+      // Eagerly, op by op: contiguous operands take a text of their own, which does the same.
+      EXPECT_TRUE(test::close_enough(fn(xd, y.to(kGpu), s.to(kGpu)).to(cpu), fn(x, y, s)));
     }
   }
   // Past one dim: four elements of a row at a time, a per-channel operand read once for them,
