@@ -48,6 +48,21 @@ std::vector<uint64_t> words_of(const PreparedGroup& g, const std::vector<void*>&
   return codegen::pack_cuda_args(g.layout, g.sizes, g.strides, data, g.launch, imm ? *imm : g.immediates);
 }
 
+// The inputs' data pointers, then (with `with_outputs`) the outputs', which must be
+// contiguous on g's device.
+std::vector<void*> operand_pointers(const PreparedGroup& g, std::span<const Tensor> inputs,
+                                    std::span<const Tensor> outputs, bool with_outputs) {
+  for (const Tensor& y : outputs)
+    KILN_CHECK(y.is_contiguous() && y.device().index == g.fn.device && y.device().is_cuda(),
+               "fused group: outputs are contiguous tensors on cuda:{}", g.fn.device);
+  std::vector<void*> data;
+  data.reserve(inputs.size() + outputs.size());
+  for (const Tensor& x : inputs) data.push_back(x.data_ptr());
+  if (with_outputs)
+    for (const Tensor& y : outputs) data.push_back(y.data_ptr());
+  return data;
+}
+
 // Queues g's kernel over operand pointers `data`, with `more` words past its own (the combines
 // its last block runs).
 void launch_words(const PreparedGroup& g, const std::vector<void*>& data, const std::vector<uint64_t>& more = {},
@@ -354,14 +369,8 @@ void launch_group(const PreparedGroup& g, std::span<const Tensor> inputs, std::s
     }
     return;
   }
-  for (const Tensor& y : outputs)
-    KILN_CHECK(y.is_contiguous() && y.device().index == g.fn.device && y.device().is_cuda(),
-               "fused group: outputs are contiguous tensors on cuda:{}", g.fn.device);
-  std::vector<void*> data;
-  data.reserve(inputs.size() + outputs.size());
-  for (const Tensor& x : inputs) data.push_back(x.data_ptr());
+  std::vector<void*> data = operand_pointers(g, inputs, outputs, g.launch.parts == 1);
   if (g.launch.parts == 1) {
-    for (const Tensor& y : outputs) data.push_back(y.data_ptr());
     launch_words(g, data, {}, imm);
     return;
   }
@@ -440,14 +449,7 @@ void launch_group_batch(std::span<const BatchMember> members) {
   std::vector<std::vector<uint64_t>> segments;
   std::vector<int64_t> blocks;
   for (const BatchMember* m : live) {
-    std::vector<void*> data;
-    for (const Tensor& x : m->inputs) data.push_back(x.data_ptr());
-    for (const Tensor& y : m->outputs) {
-      KILN_CHECK(y.is_contiguous() && y.device().index == m->group->fn.device && y.device().is_cuda(),
-                 "fused group: outputs are contiguous tensors on cuda:{}", m->group->fn.device);
-      data.push_back(y.data_ptr());
-    }
-    segments.push_back(words_of(*m->group, data));
+    segments.push_back(words_of(*m->group, operand_pointers(*m->group, m->inputs, m->outputs, true)));
     blocks.push_back(m->group->launch.blocks);
   }
   const PreparedGroup& g = *live[0]->group;

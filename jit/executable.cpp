@@ -43,10 +43,11 @@ struct KernelStep {
 // launching it later is then the same as launching it in order.
 class HeldLaunches {
  public:
-  explicit HeldLaunches(size_t values) : held_value_(values, 0) {}
+  explicit HeldLaunches(size_t values) : values_(values) {}
   bool empty() const { return held_.empty(); }
   void hold(const KernelStep& k, std::vector<Tensor> ins, std::vector<Tensor> outs, const ir::Node& n,
             std::span<const int> in_place) {
+    if (held_value_.empty()) held_value_.assign(values_, 0);  // (a plan that never holds makes none)
     for (const Tensor& t : ins)
       if (t.has_storage()) reads_.insert(t.impl()->storage.get());
     for (size_t j = 0; j < n.results.size(); ++j) {
@@ -99,6 +100,7 @@ class HeldLaunches {
     std::vector<Tensor> ins, outs;
     std::vector<uint32_t> results;
   };
+  size_t values_;
   std::vector<Held> held_;
   std::vector<char> held_value_;                       // per value: a held group's result
   std::unordered_set<const Storage*> reads_, writes_;  // what the held groups read, and write in place

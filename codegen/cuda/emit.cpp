@@ -217,14 +217,8 @@ void KernelEmitter::vector_loop(const std::string& first) {
     std::vector<std::string> at = idx;
     at[inner] = fmt::format("({} + {})", idx[inner], s);
     std::map<uint32_t, Val> memo;
-    for (size_t o = 0; o < n_out; ++o) {
-      Val x = value(body.outputs[o], at, memo);
-      DType dt = operand_dtype(n_in + o);
-      std::string bits = !is_half(dt) ? x.as(ct_of(dt))
-                                      : fmt::format("{}({})", dt == DType::F16 ? "kiln_f2h" : "kiln_f2bf",
-                                                    x.number ? literal(x.c, CT::F32) : x.x);
-      e.line(fmt::format("{}.v[{}] = {};", out_reg[o], s, bits));
-    }
+    for (size_t o = 0; o < n_out; ++o)
+      e.line(fmt::format("{}.v[{}] = {};", out_reg[o], s, stored(o, value(body.outputs[o], at, memo))));
   }
   vector_lane = -1;
   vector_reg.clear();

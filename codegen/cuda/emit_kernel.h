@@ -40,6 +40,7 @@ struct KernelEmitter : lower::GroupLowering<KernelEmitter, Val> {
   std::string element(size_t k, const std::vector<std::string>& idx);
   Val load(size_t k, const std::vector<std::string>& idx);
   void store(size_t out, const Val& v, const std::vector<std::string>& idx);
+  std::string stored(size_t out, const Val& v) const;  // output out's bits for value v
   Val immediate(size_t node, int slot, DType cd);
   Val float_constant(double x, DType t) { return Val(&e, literal(x, ct_of(t)), ct_of(t)); }
   Val int_constant(int64_t x, DType t) { return Val(&e, int_literal(x, ct_of(t)), ct_of(t)); }

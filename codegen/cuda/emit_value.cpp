@@ -37,15 +37,14 @@ Val KernelEmitter::load(size_t k, const std::vector<std::string>& idx) {
   if (dt == DType::BF16) return e.def(CT::F32, fmt::format("kiln_bf2f({})", el));
   return e.def(ct_of(dt), el);
 }
-void KernelEmitter::store(size_t out, const Val& v, const std::vector<std::string>& idx) {
+std::string KernelEmitter::stored(size_t out, const Val& v) const {
   DType dt = body.type(body.outputs[out]).dtype;
-  std::string el = element(n_in + out, idx);
-  if (is_half(dt)) {  // the float holds a value of dt already: its bits, exactly
-    std::string f = v.number ? literal(v.c, CT::F32) : v.x;
-    e.line(fmt::format("{} = {}({});", el, dt == DType::F16 ? "kiln_f2h" : "kiln_f2bf", f));
-    return;
-  }
-  e.line(fmt::format("{} = {};", el, v.as(ct_of(dt))));
+  if (!is_half(dt)) return v.as(ct_of(dt));
+  // The float holds a value of dt already: its bits, exactly.
+  return fmt::format("{}({})", dt == DType::F16 ? "kiln_f2h" : "kiln_f2bf", v.number ? literal(v.c, CT::F32) : v.x);
+}
+void KernelEmitter::store(size_t out, const Val& v, const std::vector<std::string>& idx) {
+  e.line(fmt::format("{} = {};", element(n_in + out, idx), stored(out, v)));
 }
 
 Val KernelEmitter::immediate(size_t node, int slot, DType cd) {
