@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ bool attention_takes_mma(CudaAttention k, int device) {
       compute_capability(device) < 80)
     return false;
   k.mma = true;
-  for (CudaAttentionPass pass : {CudaAttentionPass::Forward, CudaAttentionPass::Queries, CudaAttentionPass::Keys}) {
+  for (CudaAttentionPass pass : {CudaAttentionPass::Forward, CudaAttentionPass::Backward}) {
     k.pass = pass;
     if (codegen::cuda_attention_tile_rows(k) == 0) return false;
   }
@@ -85,8 +86,8 @@ Launch prepare_launch(OpId id, std::span<const Tensor> in, const Attrs& a, const
     }
   }
   Tensor q = o.q.contiguous(), k = o.k.contiguous(), v = o.v.contiguous();
-  Tensor fwd_out = o.out.defined() ? o.out.contiguous() : Tensor(),
-         grad = o.grad.defined() ? o.grad.contiguous() : Tensor();
+  Tensor fwd_out = o.out.defined() ? (a.lse ? attention::output_of(o.out, o.q, o.v) : o.out).contiguous() : Tensor(),
+         grad = o.grad.defined() ? (a.lse ? attention::output_of(o.grad, o.q, o.v) : o.grad).contiguous() : Tensor();
   auto& w = l.words;
   for (int64_t n : {l.z.batch, l.z.l, l.z.s, l.z.e, l.z.ev}) put(w, n);
   for (const Tensor* x : {&q, &k, &v, &fwd_out, &grad, &mask}) put(w, x->defined() ? x->data_ptr() : nullptr);
@@ -113,19 +114,27 @@ std::string attention_source(CudaAttentionPass pass, DType dtype, int64_t e, int
 }
 static_assert(sizeof(codegen::CudaAttention) == 32, "attention_source passes every field of CudaAttention");
 
-void run_pass(Launch& l, CudaAttentionPass pass, const void* result, const void* stats, int64_t rows) {
+// The argument words after the operands (codegen/cuda/attention.h's Args).
+struct Tail {
+  const void *result = nullptr, *stats = nullptr, *lse = nullptr, *lse_grad = nullptr, *dq_acc = nullptr,
+             *sems = nullptr;
+};
+
+// Runs `pass` over `rows` rows of each batch entry (Rows: a warp a row of all of them).
+void run_pass(Launch& l, CudaAttentionPass pass, const Tail& t, int64_t rows) {
   l.kernel.pass = pass;
   std::vector<uint64_t> w = l.words;
-  put(w, result);
-  put(w, stats);
-  int per_block = codegen::cuda_attention_block_rows(l.kernel);
-  int64_t blocks = l.z.batch * ((rows + per_block - 1) / per_block);
+  for (const void* p : {t.result, t.stats, t.lse, t.lse_grad, t.dq_acc, t.sems}) put(w, p);
+  int per_block =
+      pass == CudaAttentionPass::Rows ? codegen::cuda_attention_warps() : codegen::cuda_attention_block_rows(l.kernel);
+  int64_t entries = pass == CudaAttentionPass::Rows ? 1 : l.z.batch;
+  int64_t blocks = entries * ((rows + per_block - 1) / per_block);
   // The kernels count their tasks (a batch entry's block of rows) in 32 bits: a register less.
-  KILN_CHECK(blocks < (int64_t{1} << 32), "attention: {} batch entries of {} rows are {} tasks, past 2^32", l.z.batch,
+  KILN_CHECK(blocks < (int64_t{1} << 31), "attention: {} batch entries of {} rows are {} tasks, past 2^31", l.z.batch,
              rows, blocks);
   const codegen::CudaAttention& k = l.kernel;
   launch_generated(attention_source, std::tuple(k.pass, k.dtype, k.e, k.ev, k.mask, k.causal, k.dropout, k.mma, k.tf32),
-                   w, blocks, l.device, codegen::cuda_attention_shared_bytes(k));
+                   w, blocks, l.device, codegen::cuda_attention_shared_bytes(k), pass == CudaAttentionPass::Backward);
 }
 
 // The kernels' head dims, or the composite's (and attention_backward's through autograd).
@@ -148,12 +157,15 @@ void by_composite(OpId id, std::span<const Tensor> in, const Attrs& a, const Ten
   if (id == OpId::Attention) {
     GradModeGuard no_grad(false);
     result = attention::composite(fwd, a);
+    if (a.lse) result = attention::pack_lse(attention::composite_lse(fwd, a), result);
   } else {
     GradModeGuard grad(true);
     std::vector<Tensor> leaves;
     for (int t = 0; t < 3; ++t) fwd[t] = fwd[t].detach().requires_grad_(), leaves.push_back(fwd[t]);
     Tensor y = attention::composite(fwd, a);
-    Tensor g = (y * o.grad).sum();
+    Tensor g = a.lse ? (y * attention::output_of(o.grad, o.q, o.v)).sum() +
+                           (attention::composite_lse(fwd, a) * attention::lse_of(o.grad, o.q, o.v).to(y.dtype())).sum()
+                     : (y * o.grad).sum();
     Tensor outs[] = {g};
     std::vector<Tensor> grads = autograd::grad(outs, leaves);
     std::vector<Tensor> flat;
@@ -176,14 +188,52 @@ void attention_op(OpId id, std::span<const Tensor> in, const Attrs& a, const Ten
   if (out.numel() == 0) return;
   attention::Operands o = attention::operands_of(id, in, a);
   attention::Sizes z = attention::sizes_of(o);
-  if (z.s == 0) return copy_on_device(zeros({}, out.dtype(), out.device()), out);  // no keys: empty sums
-  if (!fits_kernels(z, o.q.dtype())) return by_composite(id, in, a, out);
+  DType t = o.q.dtype(), ct = t == DType::F64 ? DType::F64 : DType::F32;
+  if (z.s == 0) {  // no keys: empty sums, and a log-sum-exp of -inf
+    GradModeGuard no_grad(false);
+    Tensor none = zeros({}, out.dtype(), out.device());
+    if (id == OpId::Attention && a.lse)
+      none = attention::pack_lse(full({z.batch, z.l}, -std::numeric_limits<double>::infinity(), ct, out.device()),
+                                 zeros({z.batch, z.l, z.ev}, t, out.device()));
+    return copy_on_device(none, out);
+  }
+  if (!fits_kernels(z, t)) return by_composite(id, in, a, out);
   Launch l = prepare_launch(id, in, a, out);
-  if (id == OpId::Attention) return run_pass(l, CudaAttentionPass::Forward, out.data_ptr(), nullptr, z.l);
-  DType ct = o.q.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t lse_bytes = attention::lse_elements(z, t) * static_cast<int64_t>(dtype_size(t));
+  if (id == OpId::Attention) {
+    Tail tail;
+    tail.result = static_cast<const char*>(out.data_ptr()) + (a.lse ? lse_bytes : 0);
+    tail.lse = a.lse ? out.data_ptr() : nullptr;
+    return run_pass(l, CudaAttentionPass::Forward, tail, z.l);
+  }
+  // The forward's log-sum-exp: in `out` with lse (and its gradient in `grad`), else from the
+  // forward run again.
+  Tensor packed = a.lse ? o.out.contiguous() : Tensor(), packed_grad = a.lse ? o.grad.contiguous() : Tensor();
+  if (!packed.defined()) {
+    Attrs fa = a;
+    fa.lse = true;
+    std::vector<Tensor> fin = {o.q, o.k, o.v};
+    if (o.mask.defined()) fin.push_back(o.mask);
+    if (o.state.defined()) fin.push_back(o.state);
+    packed = Tensor::empty({t, {attention::lse_elements(z, t) + z.batch * z.l * z.ev}, out.device()});
+    attention_op(OpId::Attention, fin, fa, packed);
+  }
   Tensor stats = Tensor::empty({ct, {z.batch * z.l, 2}, out.device()});
-  run_pass(l, CudaAttentionPass::Queries, out.data_ptr(), stats.data_ptr(), z.l);
-  run_pass(l, CudaAttentionPass::Keys, out.data_ptr(), stats.data_ptr(), z.s);
+  Tail tail;
+  tail.result = out.data_ptr(), tail.stats = stats.data_ptr(), tail.lse = packed.data_ptr();
+  tail.lse_grad = packed_grad.defined() ? packed_grad.data_ptr() : nullptr;
+  run_pass(l, CudaAttentionPass::Rows, tail, z.batch * z.l);
+  if (!l.kernel.mma) {
+    run_pass(l, CudaAttentionPass::Queries, tail, z.l);
+    return run_pass(l, CudaAttentionPass::Keys, tail, z.s);
+  }
+  CudaAttention bk = l.kernel;
+  bk.pass = CudaAttentionPass::Backward;
+  const int64_t tile = codegen::cuda_attention_tile_rows(bk);
+  Tensor sems = zeros({z.batch * ((z.l + tile - 1) / tile)}, DType::I32, out.device());
+  Tensor dq_acc = Tensor::empty({DType::F32, {z.batch * z.l, z.e}, out.device()});
+  tail.dq_acc = dq_acc.data_ptr(), tail.sems = sems.data_ptr();
+  run_pass(l, CudaAttentionPass::Backward, tail, z.s);
 }
 
 }  // namespace kiln::cuda

@@ -10,6 +10,7 @@
 
 #include "codegen/cuda/emit.h"
 #include "cuda/kernel_cache.h"
+#include "runtime/check.h"
 #include "runtime/cuda_internal.h"
 
 namespace kiln::cuda {
@@ -24,8 +25,9 @@ int sm_count(int device) {
 }
 
 void launch_function(const DeviceFunction& fn, const std::vector<uint64_t>& args, int64_t blocks, int device,
-                     int64_t shared_bytes) {
-  blocks = std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
+                     int64_t shared_bytes, bool whole_grid) {
+  KILN_CHECK(!whole_grid || blocks < (int64_t{1} << 31), "cuda launch: a grid of {} blocks, past 2^31 - 1", blocks);
+  blocks = whole_grid ? std::max<int64_t>(blocks, 1) : std::clamp<int64_t>(blocks, 1, int64_t{sm_count(device)} * 32);
   unsigned grid[3] = {static_cast<unsigned>(blocks), 1, 1}, block[3] = {codegen::kCudaBlock, 1, 1};
   void* param = const_cast<uint64_t*>(args.data());
   size_t shared = static_cast<size_t>(shared_bytes < 0 ? codegen::kCudaSharedBytes : shared_bytes);

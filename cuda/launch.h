@@ -20,9 +20,10 @@ namespace kiln::cuda {
 int sm_count(int device);
 /// Launches `fn` (its one argument: the words `args`) with `blocks` blocks of kCudaBlock
 /// threads, at most 32 per multiprocessor: the kernels loop over what is left. Dynamic shared
-/// memory: `shared_bytes`, or kCudaSharedBytes when negative.
+/// memory: `shared_bytes`, or kCudaSharedBytes when negative. With `whole_grid`, all `blocks`
+/// (below 2^31), for a kernel whose blocks wait for lower ones and so cannot loop.
 void launch_function(const DeviceFunction& fn, const std::vector<uint64_t>& args, int64_t blocks, int device,
-                     int64_t shared_bytes = -1);
+                     int64_t shared_bytes = -1, bool whole_grid = false);
 /// A hand-written kernel's variant: its generator and the numbers its text depends on (dtypes,
 /// ranks, flags). The text is written, hashed and compiled once per variant, device and
 /// process; a launch that has run before finds its kernel from these few words (an eager op's
@@ -36,7 +37,7 @@ DeviceFunction variant_function(const VariantKey& key, int device, std::string (
 /// launch on `device` only.
 template <class... P, class... A> void launch_generated(std::string (*generate)(P...), const std::tuple<A...>& args,
                                                         const std::vector<uint64_t>& words, int64_t blocks, int device,
-                                                        int64_t shared_bytes = -1) {
+                                                        int64_t shared_bytes = -1, bool whole_grid = false) {
   static_assert(sizeof...(A) <= 9, "a variant's key holds the generator and 9 numbers");
   static_assert(((std::is_integral_v<A> || std::is_enum_v<A>)&&...), "a variant's numbers: integers, enums, flags");
   VariantKey key{static_cast<int64_t>(reinterpret_cast<uintptr_t>(generate))};
@@ -54,7 +55,7 @@ template <class... P, class... A> void launch_generated(std::string (*generate)(
     const Call& m = *static_cast<const Call*>(c);
     return std::apply([&](const A&... a) { return m.generate(a...); }, m.args);
   };
-  launch_function(variant_function(key, device, make, &call), words, blocks, device, shared_bytes);
+  launch_function(variant_function(key, device, make, &call), words, blocks, device, shared_bytes, whole_grid);
 }
 /// Launches `source` as launch_function does, compiled through the kernel cache (its text
 /// hashed on every call: for kernels whose text varies beyond a variant's numbers).

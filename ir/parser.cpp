@@ -316,10 +316,10 @@ class Parser {
       seen |= s->field;
     } while (accept(","));
     expect("}");
-    if (seen != mask) {
+    if ((seen | kOptionalAttrs) != (mask | kOptionalAttrs)) {
       std::vector<std::string_view> missing;
       for (int i = 0; i < kNumAttrs; ++i)
-        if ((mask & ~seen) & attr_schema(i).field) missing.push_back(attr_schema(i).name);
+        if ((mask & ~seen & ~kOptionalAttrs) & attr_schema(i).field) missing.push_back(attr_schema(i).name);
       fail(fmt::format("{} is missing attributes {}", op_name(n.op), fmt::join(missing, ", ")));
     }
   }

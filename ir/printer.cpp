@@ -102,7 +102,7 @@ struct Printer {
     std::vector<std::string> parts;
     for (int i = 0; i < kNumAttrs; ++i) {
       const AttrSchema& s = attr_schema(i);
-      if (mask & s.field)
+      if ((mask & s.field) && !((kOptionalAttrs & s.field) && is_default(n.attrs, i)))
         parts.push_back(fmt::format("{}={}", s.name,
                                     visit_attr(n.attrs, i, [&](const auto& v) { return attr_literal(v, s.kind); })));
     }

@@ -78,7 +78,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     in.push_back(q.device().is_cpu() ? state : state.to(q.device()));
   }
   int64_t l = q.shape()[q.shape().size() - 2];
-  return attention::fused_on(q.device(), l, s) ? apply(OpId::Attention, in, a) : attention::composite(in, a);
+  return attention::fused_on(q.device(), l, s) ? attention::apply_fused(in, a) : attention::composite(in, a);
 }
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options)

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "runtime/tensor.h"
 
@@ -98,6 +99,20 @@ template <class A, class F> decltype(auto) visit_attr(A& a, int index, F&& f) {
 #undef ATTR
   }
   throw std::logic_error("visit_attr: no attribute " + std::to_string(index));
+}
+/// Attributes added after IR files were first saved: the printer leaves them out where they
+/// hold their default, and the parser takes a missing one as its default, so older files read.
+inline constexpr uint64_t kOptionalAttrs = kAttrLse;
+/// Whether attribute `index` of `a` holds its runtime/attrs.def default.
+inline bool is_default(const Attrs& a, int index) {
+  Attrs d;
+  return visit_attr(a, index, [&](const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    return visit_attr(d, index, [&](const auto& w) {
+      if constexpr (std::is_same_v<T, std::decay_t<decltype(w)>> && requires { bool(v == w); }) return bool(v == w);
+      else return false;
+    });
+  });
 }
 
 /// How a pointwise op treats dtypes. The API casts inputs to the compute dtype; the op's

@@ -43,6 +43,8 @@ SharedNeed need(const CudaAttention& k) {
     case CudaAttentionPass::Forward: return {es + vs + wq + flags, wq * es};
     case CudaAttentionPass::Queries: return {es + vs + wq + flags, wq * (es + vs)};
     case CudaAttentionPass::Keys: return {es + vs + 2 + 2 * wq + flags, wq * (es + vs)};
+    case CudaAttentionPass::Rows: return {0, 0};
+    case CudaAttentionPass::Backward: return {1, kCudaAttentionShared};  // the tensor-core form's alone
   }
   return {1, 0};
 }
@@ -57,7 +59,28 @@ struct Args {
   double scale, drop_scale, keep_below;
   TM* result;
   C* stats;
+  TM* lse;              // Forward: where each row's log-sum-exp goes (or null); Rows: read from
+  const TM* lse_grad;   // Rows: the log-sum-exp's gradient, the same layout (or null)
+  float* dq_acc;        // Backward: dq summed over the key blocks so far
+  unsigned* sems;       // Backward: per query tile, the key blocks that added to its dq
 };
+// Row r's log-sum-exp into (from) a packed result: one element, or two whose sum it is.
+__device__ __forceinline__ void store_lse(const Args& a, long long r, C v) {
+#if KA_LSE_W == 2
+  const TM hi = KA_STORE(v);
+  a.lse[2 * r] = hi;
+  a.lse[2 * r + 1] = KA_STORE(v == -KA_INF ? (C)0 : v - KA_LOAD(hi));
+#else
+  a.lse[r] = KA_STORE(v);
+#endif
+}
+__device__ __forceinline__ C load_lse(const TM* lse, long long r) {
+#if KA_LSE_W == 2
+  return KA_LOAD(lse[2 * r]) + KA_LOAD(lse[2 * r + 1]);
+#else
+  return KA_LOAD(lse[r]);
+#endif
+}
 
 __device__ __forceinline__ C warp_max(C v) {
   for (int o = 16; o > 0; o >>= 1) {
@@ -256,6 +279,25 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
           const int c = lane + 32 * cc;
           if (c < EV) a.result[(b * a.l + i) * EV + c] = KA_STORE(m[q] == -KA_INF ? KA_NAN : acc[q][cc] / sum[q]);
         }
+      if (a.lse && i < a.l && lane == 0) store_lse(a, b * a.l + i, m[q] == -KA_INF ? -KA_INF : m[q] + KA_LOG(sum[q]));
+    }
+  }
+}
+)";
+
+// Per row of the backward: its log-sum-exp (the forward's) and D = rowsum(dO * out) less the
+// log-sum-exp's gradient, a warp a row, into stats.
+const char* kRows = R"(
+extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
+  const int lane = threadIdx.x % 32;
+  const long long rows = a.batch * a.l;
+  for (long long r = (long long)blockIdx.x * KA_W + threadIdx.x / 32; r < rows; r += (long long)gridDim.x * KA_W) {
+    C d = 0;
+    for (long long c = lane; c < a.ev; c += 32) d += KA_LOAD(a.grad[r * a.ev + c]) * KA_LOAD(a.out[r * a.ev + c]);
+    d = warp_sum(d);
+    if (lane == 0) {
+      a.stats[r * 2] = load_lse(a.lse, r);
+      a.stats[r * 2 + 1] = a.lse_grad ? d - load_lse(a.lse_grad, r) : d;
     }
   }
 }
@@ -282,46 +324,22 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     load_rows(mine_q, ES, a.q, b, a.l, iw, E, EP, lane);
     load_rows(mine_g, VS, a.grad, b, a.l, iw, EV, EVP, lane);
     long long row_off[KA_Q];
-    C d[KA_Q], m[KA_Q], sum[KA_Q];
+    C d[KA_Q], lse[KA_Q], acc[KA_Q][KA_EC];
 #pragma unroll
     for (int q = 0; q < KA_Q; ++q) {
       const long long i = iw + q;
-      C dd = 0;
-      if (i < a.l)
-        for (int c = lane; c < EV; c += 32) dd += KA_LOAD(a.grad[(b * a.l + i) * EV + c]) * KA_LOAD(a.out[(b * a.l + i) * EV + c]);
-      d[q] = warp_sum(dd);
+      lse[q] = i < a.l ? a.stats[(b * a.l + i) * 2] : (C)0;
+      d[q] = i < a.l ? a.stats[(b * a.l + i) * 2 + 1] : (C)0;
       row_off[q] = 0;
 #if KA_MASK
       row_off[q] = mask_offset(a, b) + (i < a.l ? i : 0) * a.mask_row;
 #endif
-      m[q] = -KA_INF, sum[q] = 0;
+      for (int c = 0; c < KA_EC; ++c) acc[q][c] = 0;
     }
     long long keys = a.s;
 #if KA_CAUSAL
     keys = i0 + KA_BR < a.s ? i0 + KA_BR : a.s;
 #endif
-    // The log-sum-exp of each row's scores.
-    for (long long j0 = 0; j0 < keys; j0 += KA_R) {
-      __syncthreads();
-      load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
-      __syncthreads();
-      const long long j = j0 + lane;
-      const bool key = lane < KA_R && j < a.s;
-      C dot[KA_Q];
-      dots(dot, mine_q, ES, kt + (lane < KA_R ? lane : 0) * ES, EP / KA_VW);
-#pragma unroll
-      for (int q = 0; q < KA_Q; ++q) {
-        const C x = key && iw + q < a.l ? masked_score(a, dot[q], row_off[q], iw + q, j) : -KA_INF;
-        C corr;
-        online_softmax(x, m[q], sum[q], corr);
-      }
-    }
-    C lse[KA_Q], acc[KA_Q][KA_EC];
-#pragma unroll
-    for (int q = 0; q < KA_Q; ++q) {
-      lse[q] = m[q] == -KA_INF ? -KA_INF : m[q] + KA_LOG(sum[q]);
-      for (int c = 0; c < KA_EC; ++c) acc[q][c] = 0;
-    }
     for (long long j0 = 0; j0 < keys; j0 += KA_R) {
       __syncthreads();
       load_tile(kt, ES, a.k, b, a.s, j0, E, EP);
@@ -356,10 +374,6 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       for (int cc = 0; cc < KA_EC; ++cc) {
         const int c = lane + 32 * cc;
         if (c < E) a.result[b * width + i * E + c] = KA_STORE(acc[q][cc]);
-      }
-      if (lane == 0) {
-        a.stats[(b * a.l + i) * 2] = lse[q];
-        a.stats[(b * a.l + i) * 2 + 1] = d[q];
       }
     }
   }
@@ -483,11 +497,12 @@ typedef {1} C;
 #define KA_Q {14}
 #define KA_VW {15}
 #define KA_BR (KA_W * KA_Q)
+#define KA_LSE_W {16}
 )",
                      mem, wide ? "double" : "float", load, store, wide ? "exp" : "expf", wide ? "log" : "logf",
                      kCudaBlock, cuda_attention_warps(), rows, head_class(k.e) / 32, head_class(k.ev) / 32,
                      static_cast<int>(k.mask), k.causal ? 1 : 0, k.dropout ? 1 : 0, rows_per_warp(k.dtype),
-                     piece(k.dtype));
+                     piece(k.dtype), k.dtype == DType::F16 || k.dtype == DType::BF16 ? 2 : 1);
 }
 
 }  // namespace
@@ -499,6 +514,7 @@ int cuda_attention_block_rows(const CudaAttention& k) {
 }
 
 int cuda_attention_tile_rows(const CudaAttention& k) {
+  if (k.pass == CudaAttentionPass::Rows) return 1;  // (no tiles: a warp a row)
   if (k.mma) return attention_mma::tile_rows(k);
   SharedNeed n = need(k);
   int64_t budget = kCudaAttentionShared / compute_bytes(k.dtype) - n.fixed;
@@ -507,6 +523,7 @@ int cuda_attention_tile_rows(const CudaAttention& k) {
 
 int64_t cuda_attention_shared_bytes(const CudaAttention& k) {
   if (k.mma) return attention_mma::shared_bytes(k, cuda_attention_tile_rows(k));
+  if (k.pass == CudaAttentionPass::Rows) return 0;
   SharedNeed n = need(k);
   return (n.per_row * cuda_attention_tile_rows(k) + n.fixed) * compute_bytes(k.dtype);
 }
@@ -517,7 +534,9 @@ std::string cuda_attention_kernel(const CudaAttention& k) {
              "codegen: attention's CUDA kernels take head dims from 1 to about {}, got {} and {}",
              kCudaAttentionShared / compute_bytes(k.dtype) / 4, k.e, k.ev);
   std::string head = cuda_prelude() + (k.dropout ? cuda_philox_source() : std::string()) + defines(k, rows) + kHelpers;
+  if (k.pass == CudaAttentionPass::Rows) return head + kRows;
   if (k.mma) return head + attention_mma::source(k);
+  KILN_CHECK(k.pass != CudaAttentionPass::Backward, "codegen: attention's one-kernel backward is the tensor cores'");
   const char* body = k.pass == CudaAttentionPass::Forward   ? kForward
                      : k.pass == CudaAttentionPass::Queries ? kQueries
                                                             : kKeys;

@@ -9,12 +9,18 @@
 // products from shared memory, 16 bytes at a time, each piece of key j read once for both
 // rows), the warp takes each row's tile max and sum with shuffles, and the lanes then stride
 // over the head dim to add the tile's weighted values. The forward keeps the online softmax's
-// running max and sum; the backward recomputes the weights from the log-sum-exp its first pass
-// stores. Three kernels, no atomics, so results are the same run to run:
-//   Forward: out = softmax(...) v.
-//   Queries: per query row, a first pass for the log-sum-exp, D = rowsum(dO * out), then
-//            dq = scale * sum_j dS_ij k_j with dS = P (f dPd - D); stats[row] = (lse, D).
-//   Keys:    per key row, dv = sum_i f P_ij dO_i and dk = scale * sum_i dS_ij q_i, from stats.
+// running max and sum, and with lse stores each row's log-sum-exp; the backward recomputes the
+// weights from it. No atomics, so results are the same run to run:
+//   Forward:  out = softmax(...) v (and the log-sum-exp).
+//   Rows:     per query row, stats[row] = (lse, D) with D = rowsum(dO * out).
+//   Queries:  per query row, dq = scale * sum_j dS_ij k_j with dS = P (f dPd - D), from stats.
+//   Keys:     per key row, dv = sum_i f P_ij dO_i and dk = scale * sum_i dS_ij q_i, from stats.
+//   Backward: the tensor-core form's one kernel for dq, dk and dv (FlashAttention-2's: per
+//             key block, dk and dv in registers, dq added per query tile in a fixed order of
+//             the key blocks; attention_mma.h), in place of Queries and Keys.
+// Per causal score (head dims E = Ev = 64), the tensor-core form multiplies and adds 448 times
+// over forward and backward (q k^T and P v; then q k^T, dO v^T, dv, dk, dq); the scalar form,
+// whose Queries and Keys passes each compute q k^T and dO v^T, 576.
 // The dropout draws each weight's f32 uniform from the Philox stream as rand does (value
 // (b * L + i) * S + j), so the mask is the composite's: per tile, the block's threads draw each
 // Philox block the tile's weights lie in once and keep all four of its words, as keep flags in
@@ -28,7 +34,7 @@
 
 namespace kiln::codegen {
 
-enum class CudaAttentionPass { Forward, Queries, Keys };
+enum class CudaAttentionPass { Forward, Rows, Queries, Keys, Backward };
 enum class CudaAttentionMask { None, Bool, Float };
 
 struct CudaAttention {
@@ -52,6 +58,9 @@ int cuda_attention_tile_rows(const CudaAttention& k);
 /// The dynamic shared memory a launch needs.
 int64_t cuda_attention_shared_bytes(const CudaAttention& k);
 inline constexpr int64_t kCudaAttentionShared = 48 * 1024;
+/// The tensor-core Backward's: it keeps its 128 keys in shared memory too. Every sm_80 on lets
+/// a kernel opt in to this much (sm_86 and sm_89 to 99 KB at most).
+inline constexpr int64_t kCudaAttentionBackwardShared = 96 * 1024;
 /// Warps per block (each owns a row of the scalar kernels, 16 of the tensor-core ones).
 int cuda_attention_warps();
 /// Rows (queries; keys in the Keys pass) per block: blocks = batch * ceil(rows / this).
@@ -59,10 +68,14 @@ int cuda_attention_block_rows(const CudaAttention& k);
 
 /// Argument struct (64-bit words): batch, l, s, e, ev, q, k, v, out, grad, mask, mask_dims,
 /// mask_size[4], mask_stride[4], mask_row_stride, mask_col_stride, state (the device's i64[2]),
-/// scale (double bits), drop_scale (double bits), keep_below (double bits), result, stats.
-/// q, k, v, out and grad contiguous [batch, rows, dim]; result: out [batch, l, ev] (Forward),
-/// the packed gradients [batch, l * e + s * e + s * ev] (Queries writes dq, Keys dk and dv);
-/// stats: the compute type's [batch * l, 2].
+/// scale (double bits), drop_scale (double bits), keep_below (double bits), result, stats, lse,
+/// lse_grad, dq_acc, sems. q, k, v, out and grad contiguous [batch, rows, dim]; result: out [batch, l, ev]
+/// (Forward), the packed gradients [batch, l * e + s * e + s * ev] (Queries writes dq, Keys dk
+/// and dv, Backward all three); stats: the compute type's [batch * l, 2]; lse: the packed
+/// result's log-sum-exp part (runtime/ops/attention.h; Forward writes it where given, Rows
+/// reads it, and lse_grad, the same part of the result's gradient, or null); dq_acc: f32 [batch * l, e]; sems: u32
+/// [batch * ceil(l / tile rows)], zeros. Backward's grid is exactly batch * ceil(s / block rows) blocks (no block
+/// loops).
 std::string cuda_attention_kernel(const CudaAttention& k);
 
 }  // namespace kiln::codegen

@@ -25,7 +25,7 @@ const char* kFragments = R"(
 // (KW_TF32 1) or rounded once (2).
 #define KW_LOAD8(which, lay, r, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k8.tf32 {%0,%1,%2,%3}, [%4], %5;" \
     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p), "r"(ld) : "memory")
-#define KW_MMA8(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k8.f32.tf32.tf32.f32 " \
+#define KW_MMA8(alay, blay, c, a, b) asm volatile("wmma.mma.sync.aligned." alay "." blay ".m16n16k8.f32.tf32.tf32.f32 " \
     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3,%4,%5,%6,%7};" \
     : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7]) \
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]))
@@ -50,23 +50,23 @@ __device__ __forceinline__ void kiln_tf32_split(const unsigned* x, unsigned* big
     if (KW_TF32 == 1) small[u] = kiln_tf32(v - __uint_as_float(big[u]));
   }
 }
-#define KW_MMA(lay, c, a, b) do { \
+#define KW_MMA(alay, blay, c, a, b) do { \
     unsigned ab[8], as[8], bb[8], bs[8]; \
     kiln_tf32_split(a.x, ab, as); \
     kiln_tf32_split(b.x, bb, bs); \
-    KW_MMA8(lay, c, ab, bb); \
-    KW_MMA8(lay, c, (ab + 4), (bb + 4)); \
+    KW_MMA8(alay, blay, c, ab, bb); \
+    KW_MMA8(alay, blay, c, (ab + 4), (bb + 4)); \
     if (KW_TF32 == 1) { \
-      KW_MMA8(lay, c, ab, bs); \
-      KW_MMA8(lay, c, (ab + 4), (bs + 4)); \
-      KW_MMA8(lay, c, as, bb); \
-      KW_MMA8(lay, c, (as + 4), (bb + 4)); \
+      KW_MMA8(alay, blay, c, ab, bs); \
+      KW_MMA8(alay, blay, c, (ab + 4), (bs + 4)); \
+      KW_MMA8(alay, blay, c, as, bb); \
+      KW_MMA8(alay, blay, c, (as + 4), (bb + 4)); \
     } \
   } while (0)
 #elif KW_BF16
 #define KW_LOAD(which, lay, f, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k16.bf16 {%0,%1,%2,%3}, [%4], %5;" \
     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]) : "l"(p), "r"(ld) : "memory")
-#define KW_MMA(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k16.f32.bf16.bf16.f32 " \
+#define KW_MMA(alay, blay, c, a, b) asm volatile("wmma.mma.sync.aligned." alay "." blay ".m16n16k16.f32.bf16.bf16.f32 " \
     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3,%4,%5,%6,%7};" \
     : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7]) \
     : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]), "r"(b.x[3]))
@@ -75,7 +75,7 @@ __device__ __forceinline__ void kiln_tf32_split(const unsigned* x, unsigned* big
 #define KW_LOAD(which, lay, f, p, ld) asm volatile("wmma.load." which ".sync.aligned." lay ".m16n16k16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, [%8], %9;" \
     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]), "=r"(f.x[4]), "=r"(f.x[5]), "=r"(f.x[6]), "=r"(f.x[7]) \
     : "l"(p), "r"(ld) : "memory")
-#define KW_MMA(lay, c, a, b) asm volatile("wmma.mma.sync.aligned.row." lay ".m16n16k16.f32.f32 " \
+#define KW_MMA(alay, blay, c, a, b) asm volatile("wmma.mma.sync.aligned." alay "." blay ".m16n16k16.f32.f32 " \
     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19,%20,%21,%22,%23}, {%0,%1,%2,%3,%4,%5,%6,%7};" \
     : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3]), "+f"(c.x[4]), "+f"(c.x[5]), "+f"(c.x[6]), "+f"(c.x[7]) \
     : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(a.x[4]), "r"(a.x[5]), "r"(a.x[6]), "r"(a.x[7]), \
@@ -96,17 +96,21 @@ __device__ __forceinline__ void kiln_mma_zero(kiln_frag_c& c) {
 #pragma unroll
   for (int u = 0; u < 8; ++u) c.x[u] = 0.f;
 }
-#if KW_TF32  // (the second half of K: columns 8 on of A and of a column-major B, rows 8 on of a row-major B)
+#if KW_TF32  // (the second half of K: columns 8 on of a row-major A and of a column-major B, rows 8 on of the others)
 __device__ __forceinline__ void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "row", f, p, ld, 8); }
+__device__ __forceinline__ void kiln_mma_load_a_col(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "col", f, p, ld, 8 * ld); }
 __device__ __forceinline__ void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "col", f, p, ld, 8); }
 __device__ __forceinline__ void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "row", f, p, ld, 8 * ld); }
 #else
 __device__ __forceinline__ void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "row", f, p, ld); }
+__device__ __forceinline__ void kiln_mma_load_a_col(kiln_frag_a& f, const TM* p, int ld) { KW_LOAD("a", "col", f, p, ld); }
 __device__ __forceinline__ void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "col", f, p, ld); }
 __device__ __forceinline__ void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { KW_LOAD("b", "row", f, p, ld); }
 #endif
-__device__ __forceinline__ void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("col", c, a, b); }
-__device__ __forceinline__ void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("row", c, a, b); }
+__device__ __forceinline__ void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("row", "col", c, a, b); }
+__device__ __forceinline__ void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("row", "row", c, a, b); }
+// A read column-major (the transpose of what it points at), B row-major.
+__device__ __forceinline__ void kiln_mma_at(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { KW_MMA("col", "row", c, a, b); }
 __device__ __forceinline__ void kiln_mma_store(float* p, const kiln_frag_c& c, int ld) {
   asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8}, %9;"
                :: "l"(p), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]), "f"(c.x[4]), "f"(c.x[5]), "f"(c.x[6]),
@@ -125,6 +129,7 @@ inline void kiln_mma_load_tf32(kiln_frag_a& f, const TM* p, int ld, bool transpo
   if (KW_TF32 == 1) kiln_host::mma_load_tf32(f.small, p, ld, transposed, 2);
 }
 inline void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, false); }
+inline void kiln_mma_load_a_col(kiln_frag_a& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, true); }
 inline void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, true); }
 inline void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { kiln_mma_load_tf32(f, p, ld, false); }
 inline void kiln_mma_tf32(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) {
@@ -133,14 +138,17 @@ inline void kiln_mma_tf32(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_
 }
 inline void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_mma_tf32(c, a, b); }
 inline void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_mma_tf32(c, a, b); }
+inline void kiln_mma_at(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_mma_tf32(c, a, b); }
 #else
 typedef kiln_host::MmaTile kiln_frag_a;
 typedef kiln_host::MmaTile kiln_frag_b;
 inline void kiln_mma_load_a(kiln_frag_a& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, false, KW_BF16); }
+inline void kiln_mma_load_a_col(kiln_frag_a& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, true, KW_BF16); }
 inline void kiln_mma_load_b_col(kiln_frag_b& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, true, KW_BF16); }
 inline void kiln_mma_load_b_row(kiln_frag_b& f, const TM* p, int ld) { kiln_host::mma_load(f, p, ld, false, KW_BF16); }
 inline void kiln_mma_col(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
 inline void kiln_mma_row(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
+inline void kiln_mma_at(kiln_frag_c& c, const kiln_frag_a& a, const kiln_frag_b& b) { kiln_host::mma(c, a, b); }
 #endif
 #endif
 
@@ -159,14 +167,14 @@ __device__ __forceinline__ void mma_stage_rows(kiln_frag_a* f, TM* buf, const TM
     __syncwarp();
   }
 }
-// Rows [r0, r0 + KA_R) of x [rows, dim] into tile t (stride ts), columns padded with zeros to
+// Rows [r0, r0 + nr) of x [rows, dim] into tile t (stride ts), columns padded with zeros to
 // `padded`, and rows past the end zeros: 16 bytes at a time where the rows allow it.
-__device__ __forceinline__ void mma_load_tile(TM* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded) {
+__device__ __forceinline__ void mma_load_tile(TM* t, int ts, const TM* x, long long b, long long rows, long long r0, int dim, int padded, int nr = KA_R) {
   const int n = 16 / (int)sizeof(TM);  // elements in 16 bytes
   if (dim % n == 0 && ((unsigned long long)x & 15u) == 0) {
     struct alignas(16) Chunk { unsigned w[4]; };
     const int per = padded / n;
-    for (int u = threadIdx.x; u < KA_R * per; u += blockDim.x) {
+    for (int u = threadIdx.x; u < nr * per; u += blockDim.x) {
       const int r = u / per, c = u % per;
       Chunk v = {{0u, 0u, 0u, 0u}};
       if (r0 + r < rows && c * n < dim) v = ((const Chunk*)(x + (b * rows + r0 + r) * dim))[c];
@@ -174,15 +182,17 @@ __device__ __forceinline__ void mma_load_tile(TM* t, int ts, const TM* x, long l
     }
     return;
   }
-  for (int u = threadIdx.x; u < KA_R * padded; u += blockDim.x) {
+  for (int u = threadIdx.x; u < nr * padded; u += blockDim.x) {
     const int r = u / padded, c = u % padded;
     t[r * ts + c] = r0 + r < rows && c < dim ? x[(b * rows + r0 + r) * dim + c] : (TM)0;
   }
 }
-// out [16][KA_R] (stride KA_SS) = the warp's rows (N fragments) times the tile's KA_R rows
-// (stride ts), transposed: each warp row's dot products with each tile row.
+// out [16][KA_R] (stride KA_SS) = the warp's 16 rows times the tile's KA_R rows (stride ts),
+// transposed: each warp row's dot products with each tile row. The warp's rows come from N
+// fragments f, or where f is null from shared memory (a, row stride as) as they are used:
+// registers for the backward's accumulators.
 template <int N>
-__device__ __forceinline__ void mma_dots(float* out, const kiln_frag_a* f, const TM* t, int ts) {
+__device__ __forceinline__ void mma_dots(float* out, const kiln_frag_a* f, const TM* a, int as, const TM* t, int ts) {
 #pragma unroll
   for (int n = 0; n < KA_R / 16; ++n) {
     kiln_frag_c c;
@@ -191,7 +201,13 @@ __device__ __forceinline__ void mma_dots(float* out, const kiln_frag_a* f, const
     for (int kk = 0; kk < N; ++kk) {
       kiln_frag_b bf;
       kiln_mma_load_b_col(bf, t + n * 16 * ts + kk * 16, ts);
-      kiln_mma_col(c, f[kk], bf);
+      if (f) {
+        kiln_mma_col(c, f[kk], bf);
+      } else {
+        kiln_frag_a af;
+        kiln_mma_load_a(af, a + kk * 16, as);
+        kiln_mma_col(c, af, bf);
+      }
     }
     kiln_mma_store(out + n * 16, c, KA_SS);
   }
@@ -293,7 +309,7 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 #endif
       __syncthreads();
       if (iw >= a.l || (KA_CAUSAL && j0 > iw + 15)) continue;  // the warp's rows see none of these keys
-      mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
+      mma_dots<KA_EP / 16>(S, qf, nullptr, 0, kt, KA_QS);
       __syncwarp();
       float x[KA_H];
       const float mn = mma_row_scores(x, S, a, row_off, i, j0, live, lane, m);
@@ -312,146 +328,70 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     mma_store_rows<KA_EVP / 16>(a.result + b * a.l * a.ev, a.ev, iw, a.l, (int)a.ev, acc, m == -KA_INF ? KA_NAN : 1.f / sum, lane);
+    if (a.lse && live && h == 0) store_lse(a, b * a.l + i, m == -KA_INF ? -KA_INF : m + KA_LOG(sum));
   }
 }
 )";
 
-const char* kQueries = R"(
+// One kernel for dq, dk and dv (FlashAttention-2's backward), a block per 128 keys of a batch
+// entry: the keys in shared memory, each warp's 16 rows of v in fragments. Per tile of KA_R
+// queries, each warp scores its keys against them (S = k q^T, T = v dO^T), makes P and dS, adds
+// (f P)^T dO to dv and dS^T q to dk in registers, and the block then adds dS^T k to the tile's
+// dq. The key blocks add to a tile's dq in a fixed order, the last block first: each waits for
+// the one before (a semaphore per tile that counts them), so dq is the same run to run. The
+// blocks of a batch entry run in that order too (the last block's index is the lowest), so
+// the block waited for was started first, and a grid larger than the device still finishes
+// (the host CUDA, which runs blocks one by one, never waits). dq sums in f32 (dq_acc); the
+// first key block (the last to add) stores it in the result's dtype.
+const char* kBackward = R"(
 extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  TM* kt = kiln_mma_shared<TM>();                  // [R][QS]
-  TM* vt = kt + KA_R * KA_QS;                      // [R][VS]
-  float* sb = (float*)(vt + KA_R * KA_VS);         // [W][2][16][SS]
-  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]
-  unsigned char* keep = (unsigned char*)(pb + KA_W * 16 * KA_PS);  // [BR][R] with dropout
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
-  float* S = sb + warp * 32 * KA_SS;
-  float* T = S + 16 * KA_SS;
-  TM* P = pb + warp * 16 * KA_PS;
-  const long long groups = (a.l + KA_BR - 1) / KA_BR, width = a.l * a.e + a.s * a.e + a.s * a.ev;
-  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
-  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const long long b = task / groups, i0 = task % groups * KA_BR, iw = i0 + warp * 16, i = iw + (lane >> 1);
-    const bool live = i < a.l;
-    kiln_frag_a qf[KA_EP / 16], gf[KA_EVP / 16];
-    __syncthreads();
-    mma_stage_rows<KA_EP / 16>(qf, P, a.q, b, a.l, iw, (int)a.e, lane);
-    mma_stage_rows<KA_EVP / 16>(gf, P, a.grad, b, a.l, iw, (int)a.ev, lane);
-    float d = 0;
-    if (live)
-      for (long long c = h; c < a.ev; c += 2) d += KA_LOAD(a.grad[(b * a.l + i) * a.ev + c]) * KA_LOAD(a.out[(b * a.l + i) * a.ev + c]);
-    d += __shfl_xor_sync(0xffffffffu, d, 1);
-    long long row_off = 0;
-#if KA_MASK
-    row_off = mask_offset(a, b) + (live ? i : 0) * a.mask_row;
-#endif
-    long long keys = a.s;
-#if KA_CAUSAL
-    keys = i0 + KA_BR < a.s ? i0 + KA_BR : a.s;
-#endif
-    const bool idle = iw >= a.l;
-    // The log-sum-exp of the row's scores.
-    float m = -KA_INF, sum = 0;
-    for (long long j0 = 0; j0 < keys; j0 += KA_R) {
-      __syncthreads();
-      mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
-      __syncthreads();
-      if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
-      mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
-      __syncwarp();
-      float x[KA_H];
-      const float mn = mma_row_scores(x, S, a, row_off, i, j0, live, lane, m);
-      float ps = 0;
-      for (int t = 0; t < KA_H; ++t) ps += mn == -KA_INF ? 0.f : KA_EXP(x[t] - mn);
-      sum = sum * (mn == -KA_INF ? 0.f : KA_EXP(m - mn)) + ps;
-      m = mn;
-      __syncwarp();  // S is written again
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const float lse = m == -KA_INF ? -KA_INF : m + KA_LOG(sum);
-    float acc[KA_EP / 16][8];
-    for (int c = 0; c < KA_EP / 16; ++c)
-      for (int u = 0; u < 8; ++u) acc[c][u] = 0;
-    for (long long j0 = 0; j0 < keys; j0 += KA_R) {
-      __syncthreads();
-      mma_load_tile(kt, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP);
-      mma_load_tile(vt, KA_VS, a.v, b, a.s, j0, (int)a.ev, KA_EVP);
-#if KA_DROPOUT
-      drop_tile(a, b, i0, KA_BR, j0, KA_R, keep);
-#endif
-      __syncthreads();
-      if (idle || (KA_CAUSAL && j0 > iw + 15)) continue;
-      mma_dots<KA_EP / 16>(S, qf, kt, KA_QS);
-      mma_dots<KA_EVP / 16>(T, gf, vt, KA_VS);
-      __syncwarp();
-      for (int t = 0; t < KA_H; ++t) {
-        const int col = h * KA_H + t;
-        const long long j = j0 + col;
-        float ds = 0;
-        if (live && j < a.s) {
-          const float p = KA_EXP(masked_score(a, S[(lane >> 1) * KA_SS + col], row_off, i, j) - lse);
-          ds = p * (drop_of(a, keep, (int)(i - i0) * KA_R + col) * T[(lane >> 1) * KA_SS + col] - d) * (float)a.scale;
-        }
-        P[(lane >> 1) * KA_PS + col] = KA_STORE(ds);
-      }
-      __syncwarp();
-      mma_add_products<KA_EP / 16>(acc, 1.f, P, kt, KA_QS, S, lane);
-    }
-    mma_store_rows<KA_EP / 16>(a.result + b * width, a.e, iw, a.l, (int)a.e, acc, 1.f, lane);
-    if (live && h == 0) {
-      a.stats[(b * a.l + i) * 2] = lse;
-      a.stats[(b * a.l + i) * 2 + 1] = d;
-    }
-  }
-}
-)";
-
-const char* kKeys = R"(
-extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args a) {
-  TM* qt = kiln_mma_shared<TM>();                  // [R][QS]
+  TM* kb = kiln_mma_shared<TM>();                  // [BR][QS]
+  TM* qt = kb + KA_BR * KA_QS;                     // [R][QS]
   TM* gt = qt + KA_R * KA_QS;                      // [R][VS]
   float* sb = (float*)(gt + KA_R * KA_VS);         // [W][2][16][SS]
-  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]
+  TM* pb = (TM*)(sb + KA_W * 32 * KA_SS);          // [W][16][PS]: dS of the block's keys, [BR][PS]
   float* st = (float*)(pb + KA_W * 16 * KA_PS);    // [R][2]
   unsigned char* keep = (unsigned char*)(st + KA_R * 2);  // [R][BR] with dropout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane & 1;
   float* S = sb + warp * 32 * KA_SS;
   float* T = S + 16 * KA_SS;
   TM* P = pb + warp * 16 * KA_PS;
-  const long long groups = (a.s + KA_BR - 1) / KA_BR, width = a.l * a.e + a.s * a.e + a.s * a.ev;
-  const unsigned tasks = (unsigned)(a.batch * groups);  // below 2^32 (cuda/attention.cpp checks)
-  for (unsigned task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const long long b = task / groups, j0 = task % groups * KA_BR, jw = j0 + warp * 16, j = jw + (lane >> 1);
-    const bool live = j < a.s, idle = jw >= a.s;
-    kiln_frag_a kf[KA_EP / 16], vf[KA_EVP / 16];
-    __syncthreads();
-    mma_stage_rows<KA_EP / 16>(kf, P, a.k, b, a.s, jw, (int)a.e, lane);
-    mma_stage_rows<KA_EVP / 16>(vf, P, a.v, b, a.s, jw, (int)a.ev, lane);
-    long long batch_off = 0;
+  const long long groups = (a.s + KA_BR - 1) / KA_BR, tiles = (a.l + KA_R - 1) / KA_R;
+  const long long width = a.l * a.e + a.s * a.e + a.s * a.ev;
+  const long long b = blockIdx.x / groups, g = groups - 1 - blockIdx.x % groups;  // the entry's last block first
+  const long long j0 = g * KA_BR, jw = j0 + warp * 16, j = jw + (lane >> 1);
+  const bool live = j < a.s, idle = jw >= a.s;
+  kiln_frag_a vf[KA_EVP / 16];
+  mma_load_tile(kb, KA_QS, a.k, b, a.s, j0, (int)a.e, KA_EP, KA_BR);
+  mma_stage_rows<KA_EVP / 16>(vf, P, a.v, b, a.s, jw, (int)a.ev, lane);
+  long long batch_off = 0;
 #if KA_MASK
-    batch_off = mask_offset(a, b);
+  batch_off = mask_offset(a, b);
 #endif
-    float dk[KA_EP / 16][8], dv[KA_EVP / 16][8];
-    for (int c = 0; c < KA_EP / 16; ++c)
-      for (int u = 0; u < 8; ++u) dk[c][u] = 0;
-    for (int c = 0; c < KA_EVP / 16; ++c)
-      for (int u = 0; u < 8; ++u) dv[c][u] = 0;
-    long long first = 0;
+  float dk[KA_EP / 16][8], dv[KA_EVP / 16][8];
+  for (int c = 0; c < KA_EP / 16; ++c)
+    for (int u = 0; u < 8; ++u) dk[c][u] = 0;
+  for (int c = 0; c < KA_EVP / 16; ++c)
+    for (int u = 0; u < 8; ++u) dv[c][u] = 0;
+  long long first = 0;
 #if KA_CAUSAL
-    first = j0;  // queries before the block's first key see none of its keys
+  first = j0;  // queries before the block's first key see none of its keys
 #endif
-    for (long long r0 = first; r0 < a.l; r0 += KA_R) {
-      __syncthreads();
-      mma_load_tile(qt, KA_QS, a.q, b, a.l, r0, (int)a.e, KA_EP);
-      mma_load_tile(gt, KA_VS, a.grad, b, a.l, r0, (int)a.ev, KA_EVP);
-      for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
-        st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : 0.f;
+  for (long long r0 = first; r0 < a.l; r0 += KA_R) {
+    __syncthreads();
+    mma_load_tile(qt, KA_QS, a.q, b, a.l, r0, (int)a.e, KA_EP);
+    mma_load_tile(gt, KA_VS, a.grad, b, a.l, r0, (int)a.ev, KA_EVP);
+    for (int u = threadIdx.x; u < KA_R * 2; u += blockDim.x)
+      st[u] = r0 + u / 2 < a.l ? a.stats[(b * a.l + r0) * 2 + u] : 0.f;
 #if KA_DROPOUT
-      drop_tile(a, b, r0, KA_R, j0, KA_BR, keep);
+    drop_tile(a, b, r0, KA_R, j0, KA_BR, keep);
 #endif
-      __syncthreads();
-      if (idle || (KA_CAUSAL && r0 + KA_R - 1 < jw)) continue;  // no query of the tile sees the warp's keys
-      mma_dots<KA_EP / 16>(S, kf, qt, KA_QS);
-      mma_dots<KA_EVP / 16>(T, vf, gt, KA_VS);
+    __syncthreads();
+    if (idle || (KA_CAUSAL && r0 + KA_R - 1 < jw)) {  // no query of the tile sees the warp's keys
+      for (int t = 0; t < KA_H; ++t) P[(lane >> 1) * KA_PS + h * KA_H + t] = (TM)0;
+    } else {
+      mma_dots<KA_EP / 16>(S, nullptr, kb + warp * 16 * KA_QS, KA_QS, qt, KA_QS);
+      mma_dots<KA_EVP / 16>(T, vf, nullptr, 0, gt, KA_VS);
       __syncwarp();
       float ds[KA_H];
       for (int t = 0; t < KA_H; ++t) {
@@ -473,9 +413,52 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
       __syncwarp();
       mma_add_products<KA_EP / 16>(dk, 1.f, P, qt, KA_QS, S, lane);
     }
-    mma_store_rows<KA_EP / 16>(a.result + b * width + a.l * a.e, a.e, jw, a.s, (int)a.e, dk, 1.f, lane);
-    mma_store_rows<KA_EVP / 16>(a.result + b * width + a.l * a.e + a.s * a.e, a.ev, jw, a.s, (int)a.ev, dv, 1.f, lane);
+    // The key blocks that see this tile and add to its dq before this one: those after it.
+    long long seen_by = groups - 1;
+#if KA_CAUSAL
+    seen_by = r0 / KA_BR < seen_by ? r0 / KA_BR : seen_by;
+#endif
+    const unsigned before = (unsigned)(seen_by - g);
+    volatile unsigned* turn = a.sems + b * tiles + r0 / KA_R;
+    if (threadIdx.x == 0) {
+      while (*turn != before) {
+      }
+      __threadfence();
+    }
+    __syncthreads();  // every warp's dS is in pb, and the tile's dq is this block's to add to
+    for (int t = warp; t < (KA_R / 16) * (KA_EP / 16); t += KA_W) {
+      const int m = t / (KA_EP / 16), n = t % (KA_EP / 16);
+      kiln_frag_c c;
+      kiln_mma_zero(c);
+#pragma unroll
+      for (int kk = 0; kk < KA_BR / 16; ++kk) {
+        kiln_frag_a af;
+        kiln_frag_b bf;
+        kiln_mma_load_a_col(af, pb + kk * 16 * KA_PS + m * 16, KA_PS);
+        kiln_mma_load_b_row(bf, kb + kk * 16 * KA_QS + n * 16, KA_QS);
+        kiln_mma_at(c, af, bf);
+      }
+      kiln_mma_store(S, c, KA_SS);
+      __syncwarp();
+      const long long i = r0 + m * 16 + (lane >> 1);
+      if (i < a.l)
+        for (int u = 0; u < 8; ++u) {
+          const int col = n * 16 + h * 8 + u;
+          if (col >= a.e) continue;
+          volatile float* acc = a.dq_acc + (b * a.l + i) * a.e + col;
+          float x = S[(lane >> 1) * KA_SS + h * 8 + u];
+          if (before > 0) x += *acc;
+          if (g == 0) a.result[b * width + i * a.e + col] = KA_STORE(x);  // the last to add
+          else *acc = x;
+        }
+      __syncwarp();
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *turn = before + 1;
   }
+  mma_store_rows<KA_EP / 16>(a.result + b * width + a.l * a.e, a.e, jw, a.s, (int)a.e, dk, 1.f, lane);
+  mma_store_rows<KA_EVP / 16>(a.result + b * width + a.l * a.e + a.s * a.e, a.ev, jw, a.s, (int)a.ev, dv, 1.f, lane);
 }
 )";
 
@@ -484,21 +467,23 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
 int block_rows() { return kWarpRows * kCudaBlock / 32; }
 
 int64_t shared_bytes(const CudaAttention& k, int rows) {
-  const int64_t warps = kCudaBlock / 32, floats = k.pass == CudaAttentionPass::Forward ? 1 : 2;
+  const bool backward = k.pass == CudaAttentionPass::Backward;
+  const int64_t warps = kCudaBlock / 32, floats = backward ? 2 : 1;
   const int64_t tm = static_cast<int64_t>(dtype_size(k.dtype));  // the input dtype's bytes
   int64_t bytes = rows * (round16(k.e) + 8 + round16(k.ev) + 8) * tm;
   bytes += warps * (floats * kWarpRows * (rows + 4) * 4 + kWarpRows * (rows + 8) * tm);
-  if (k.pass == CudaAttentionPass::Keys) bytes += rows * 2 * 4;
+  if (backward) bytes += block_rows() * (round16(k.e) + 8) * tm + rows * 2 * 4;  // the block's keys, the stats
   if (k.dropout) bytes += rows * block_rows();  // the keep flags of the block's rows, a byte each
   return bytes;
 }
 
 int tile_rows(const CudaAttention& k) {
   if (!k.mma || (k.dtype != DType::F16 && k.dtype != DType::BF16 && k.dtype != DType::F32) || k.e < 1 || k.ev < 1 ||
-      k.e > 128 || k.ev > 128)
+      k.e > 128 || k.ev > 128 || (k.pass != CudaAttentionPass::Forward && k.pass != CudaAttentionPass::Backward))
     return 0;
+  const int64_t budget = k.pass == CudaAttentionPass::Backward ? kCudaAttentionBackwardShared : kCudaAttentionShared;
   for (int rows : {32, 16})
-    if (shared_bytes(k, rows) <= kCudaAttentionShared) return rows;
+    if (shared_bytes(k, rows) <= budget) return rows;
   return 0;
 }
 
@@ -521,10 +506,7 @@ std::string source(const CudaAttention& k) {
                                     : k.tf32              ? 2
                                                           : 1,
                                     round16(k.e), round16(k.ev), block_rows());
-  const char* body = k.pass == CudaAttentionPass::Forward   ? kForward
-                     : k.pass == CudaAttentionPass::Queries ? kQueries
-                                                            : kKeys;
-  return defines + kFragments + body;
+  return defines + kFragments + (k.pass == CudaAttentionPass::Forward ? kForward : kBackward);
 }
 
 }  // namespace kiln::codegen::attention_mma

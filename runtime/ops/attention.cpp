@@ -15,6 +15,7 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
+#include "runtime/half.h"
 #include "runtime/loop_layout.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/gemm.h"
@@ -73,9 +74,8 @@ namespace {
 
 const double kNegInf = -std::numeric_limits<double>::infinity();
 
-// softmax(scale * q k^T + mask) with the causal and bool masks as -inf: the weights before the
-// dropout.
-Tensor weights(const Operands& o, const Attrs& a) {
+// scale * q k^T + mask with the causal and bool masks as -inf.
+Tensor masked_scores(const Operands& o, const Attrs& a) {
   Tensor scores = matmul(o.q, o.k.transpose(-2, -1)) * a.scale.to_double();
   if (a.causal) {
     Sizes z = sizes_of(o);
@@ -85,8 +85,11 @@ Tensor weights(const Operands& o, const Attrs& a) {
   }
   if (o.mask.defined())
     scores = o.mask.dtype() == DType::Bool ? where(o.mask, scores, kNegInf) : scores + o.mask.to(scores.dtype());
-  return softmax(scores, -1);
+  return scores;
 }
+
+// softmax of the masked scores: the weights before the dropout.
+Tensor weights(const Operands& o, const Attrs& a) { return softmax(masked_scores(o, a), -1); }
 
 // The dropout's factor per weight: 1 / (1 - p) where rand's value is below 1 - p, else 0.
 Tensor dropout_factor(const Operands& o, const Attrs& a) {
@@ -105,6 +108,51 @@ Tensor composite(std::span<const Tensor> in, const Attrs& a) {
   Tensor w = weights(o, a);
   if (o.state.defined()) w = w * dropout_factor(o, a);
   return matmul(w, o.v);
+}
+
+Tensor composite_lse(std::span<const Tensor> in, const Attrs& a) {
+  Operands o = operands_of(OpId::Attention, in, a);
+  return logsumexp(masked_scores(o, a), {-1});
+}
+
+Tensor pack_lse(const Tensor& lse, const Tensor& out) {
+  DType t = out.dtype();
+  Tensor flat = lse.reshape({-1}), part;
+  if (lse_width(t) == 2) {
+    Tensor hi = flat.to(t), lo = (flat - hi.to(flat.dtype())).to(t);
+    part = cat({hi.reshape({-1, 1}), lo.reshape({-1, 1})}, 1).reshape({-1});
+  } else {
+    part = flat.to(t);
+  }
+  return cat({part, out.reshape({-1})}, 0);
+}
+
+Tensor output_of(const Tensor& packed, const Tensor& q, const Tensor& v) {
+  Operands o;
+  o.q = q, o.v = v;
+  Sizes z = sizes_of(o);
+  int64_t first = lse_elements(z, q.dtype());
+  Dims shape = leading(q.shape(), 1);
+  shape.push_back(z.ev);
+  return packed.slice(0, first, first + z.batch * z.l * z.ev).reshape(shape);
+}
+
+Tensor lse_of(const Tensor& packed, const Tensor& q, const Tensor& v) {
+  Operands o;
+  o.q = q, o.v = v;
+  Sizes z = sizes_of(o);
+  DType t = q.dtype();
+  Dims shape = leading(q.shape(), 1);
+  Tensor part = packed.slice(0, 0, lse_elements(z, t)).to(t == DType::F64 ? DType::F64 : DType::F32);
+  return part.reshape({z.batch * z.l, lse_width(t)}).sum({1}).reshape(shape);
+}
+
+Tensor apply_fused(std::span<const Tensor> in, Attrs a) {
+  a.lse = false;
+  if (grad_enabled())
+    for (const Tensor& x : in) a.lse = a.lse || x.requires_grad();
+  Tensor r = apply(OpId::Attention, in, a);
+  return a.lse ? output_of(r, in[0], in[2]) : r;
 }
 
 namespace {
@@ -157,13 +205,16 @@ TensorType attention_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
   if (o.state.defined())
     KILN_CHECK(is_state(o.state), "{}: the dropout's generator state must be i64[2] (seed, offset), got {}", op,
                o.state.type().str());
-  if (id == OpId::Attention) return {q.dtype(), out_shape, q.device()};
   TensorType out_type{q.dtype(), out_shape, q.device()};
-  KILN_CHECK(o.out.type() == out_type && o.grad.type() == out_type,
-             "{}: out {} and grad {} must be attention's output, {}", op, o.out.type().str(), o.grad.type().str(),
-             out_type.str());
+  Sizes z = sizes_of(o);
+  TensorType packed_type{q.dtype(), {lse_elements(z, q.dtype()) + z.batch * z.l * z.ev}, q.device()};
+  if (id == OpId::Attention) return a.lse ? packed_type : out_type;
+  const TensorType& result_type = a.lse ? packed_type : out_type;
+  KILN_CHECK(o.out.type() == result_type && o.grad.type() == result_type,
+             "{}: out {} and grad {} must be attention's result{}, {}", op, o.out.type().str(), o.grad.type().str(),
+             a.lse ? " with its log-sum-exp" : "", result_type.str());
   Dims packed = leading(q.shape(), 2);
-  packed.push_back(sizes_of(o).packed());
+  packed.push_back(z.packed());
   return {q.dtype(), packed, q.device()};
 }
 
@@ -171,6 +222,7 @@ TensorType attention_rule(OpId id, std::span<const Tensor> in, const Attrs& a) {
 template <class C> struct Prepared {
   Sizes z;
   Tensor q, k, v, out, grad, mask;
+  Tensor lse_grad;  // with lse: the log-sum-exp's gradient [batch * L], else undefined
   MaskLayout ml;
   C scale = 1, drop_scale = 1;
   bool causal = false, dropout = false, mask_bool = false;
@@ -185,6 +237,10 @@ template <class C> Prepared<C> prepare(OpId id, std::span<const Tensor> in, cons
   p.z = sizes_of(o);
   DType ct = dtype_of<C>();
   auto as_c = [&](const Tensor& t) { return t.defined() ? t.to(ct).contiguous() : t; };
+  if (o.out.defined() && a.lse) {
+    p.lse_grad = lse_of(o.grad, o.q, o.v).to(ct).contiguous();
+    o.out = output_of(o.out, o.q, o.v), o.grad = output_of(o.grad, o.q, o.v);
+  }
   p.q = as_c(o.q), p.k = as_c(o.k), p.v = as_c(o.v), p.out = as_c(o.out), p.grad = as_c(o.grad);
   p.scale = static_cast<C>(a.scale.to_double());
   p.causal = a.causal;
@@ -206,8 +262,9 @@ template <class C> Prepared<C> prepare(OpId id, std::span<const Tensor> in, cons
 
 // Row i of batch b over its first n keys (the rest are causally masked): raw scores q k^T in,
 // the softmax weights out (before the dropout); NaN when every key is masked, as softmax gives.
-// exp runs on the SIMD kernel pointwise exp runs on.
-template <class C> void weights_row(const Prepared<C>& p, int64_t b, int64_t i, int64_t n, C* s) {
+// Returns the row's log-sum-exp (-inf when every key is masked). exp runs on the SIMD kernel
+// pointwise exp runs on.
+template <class C> C weights_row(const Prepared<C>& p, int64_t b, int64_t i, int64_t n, C* s) {
   const int64_t seen = p.causal ? std::min(n, i + 1) : n;
   const C inf = std::numeric_limits<C>::infinity();
   C m = -inf;
@@ -227,7 +284,7 @@ template <class C> void weights_row(const Prepared<C>& p, int64_t b, int64_t i, 
   }
   if (m == -inf) {
     std::fill(s, s + n, std::numeric_limits<C>::quiet_NaN());
-    return;
+    return -inf;
   }
   for (int64_t j = 0; j < n; ++j) s[j] -= m;
   const void* in[] = {s};
@@ -236,6 +293,7 @@ template <class C> void weights_row(const Prepared<C>& p, int64_t b, int64_t i, 
   for (int64_t j = 0; j < n; ++j) sum += s[j];
   C inv = C(1) / sum;
   for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  return m + std::log(sum);
 }
 
 // The dropout's factor for the first n weights of row i of batch b (rand's f32 draw, value
@@ -276,7 +334,8 @@ template <class C> int64_t keys_of(const Prepared<C>& p, int64_t r0, int64_t nr)
   return p.causal ? std::min(p.z.s, r0 + nr) : p.z.s;
 }
 
-template <class C> void forward(const Prepared<C>& p, C* out) {
+// Writes each row's log-sum-exp into lse[b * L + i] when lse is given.
+template <class C> void forward(const Prepared<C>& p, C* out, C* lse) {
   const Sizes z = p.z;
   const int64_t blocks = (z.l + kRowBlock - 1) / kRowBlock;
   parallel_for(0, z.batch * blocks, 1, [&](int64_t t0, int64_t t1) {
@@ -288,7 +347,8 @@ template <class C> void forward(const Prepared<C>& p, C* out) {
       block_product(rows_of<C>(p.q, b, z.l, z.e, r0, nr), rows_of<C>(p.k, b, z.s, z.e, 0, n).transposed(), sm);
       for (int64_t i = 0; i < nr; ++i) {
         C* row = s.data() + i * n;
-        weights_row(p, b, r0 + i, n, row);
+        C row_lse = weights_row(p, b, r0 + i, n, row);
+        if (lse) lse[b * z.l + r0 + i] = row_lse;
         if (!p.dropout) continue;
         dropout_row(p, b, r0 + i, n, words, f.data());
         for (int64_t j = 0; j < n; ++j) row[j] *= f[j];
@@ -326,7 +386,7 @@ template <class C> void backward(const Prepared<C>& p, C* packed) {
           weights_row(p, b, r0 + i, n, wr);
           const C* go = p.grad.template data<C>() + (b * z.l + r0 + i) * z.ev;
           const C* o = p.out.template data<C>() + (b * z.l + r0 + i) * z.ev;
-          C d = 0;
+          C d = p.lse_grad.defined() ? -p.lse_grad.template data<C>()[b * z.l + r0 + i] : C(0);
           for (int64_t c = 0; c < z.ev; ++c) d += go[c] * o[c];
           if (p.dropout) dropout_row(p, b, r0 + i, n, words, f.data());
           for (int64_t j = 0; j < n; ++j) {
@@ -343,17 +403,42 @@ template <class C> void backward(const Prepared<C>& p, C* packed) {
   });
 }
 
+// x rounded to dtype t (f16 or bf16): the high part of a packed log-sum-exp.
+float rounded_to(DType t, float x) {
+  return t == DType::F16 ? Half::to_float(Half::from_float(x)) : BFloat16::to_float(BFloat16::from_float(x));
+}
+
+// The log-sum-exp part of a packed result in compute type C (runtime/ops/attention.h): for
+// f16 and bf16 the value's rounding to the dtype, then the rest, each converted exactly or
+// nearly so when the result is copied to the dtype.
+template <class C> void pack_rows_lse(DType t, const std::vector<C>& lse, C* part) {
+  if (lse_width(t) == 1) {
+    std::copy(lse.begin(), lse.end(), part);
+    return;
+  }
+  for (size_t r = 0; r < lse.size(); ++r) {
+    C hi = std::isfinite(lse[r]) ? static_cast<C>(rounded_to(t, static_cast<float>(lse[r]))) : lse[r];
+    part[2 * r] = hi, part[2 * r + 1] = std::isfinite(lse[r]) ? lse[r] - hi : C(0);
+  }
+}
+
 template <class C> void run_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   Prepared<C> p = prepare<C>(id, in, a);
   bool direct = out.dtype() == dtype_of<C>();
   Tensor result = direct ? out : empty(out.shape(), dtype_of<C>());
   C* r = result.data<C>();
-  if (p.z.s == 0 || result.numel() == 0) {  // no keys: the empty sums are zeros
+  const bool lse = id == OpId::Attention && a.lse;
+  const int64_t first = lse ? lse_elements(p.z, in[0].dtype()) : 0;
+  if (p.z.s == 0 || result.numel() == 0) {  // no keys: the empty sums are zeros (and -inf)
     std::fill(r, r + result.numel(), C(0));
+    if (lse)
+      pack_rows_lse(in[0].dtype(), std::vector<C>(size_t(p.z.batch * p.z.l), -std::numeric_limits<C>::infinity()), r);
   } else {
     BlasThreadsScope blas;
-    if (id == OpId::Attention) forward(p, r);
+    std::vector<C> rows_lse(lse ? static_cast<size_t>(p.z.batch * p.z.l) : 0);
+    if (id == OpId::Attention) forward(p, r + first, lse ? rows_lse.data() : nullptr);
     else backward(p, r);
+    if (lse) pack_rows_lse(in[0].dtype(), rows_lse, r);
   }
   if (!direct) {
     Tensor o = out;
@@ -368,27 +453,32 @@ void attention_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Te
 }
 
 // Under create_graph, the gradients from the composite's formulas, which are Tensor ops and so
-// differentiable again (with the L x S weights in memory): dS = W (dW - rowsum(dW W)) with
+// differentiable again (with the L x S weights in memory): dS = W (dW - rowsum(dW W) + g) with
+// g the log-sum-exp's gradient (with lse; d lse / d scores = W),
 // dW = f (grad v^T), dq = scale dS k, dk = scale dS^T q, dv = (f W)^T grad; a float mask's is dS.
-Grads composite_vjp(const VjpArgs& v, const Operands& o) {
+Grads composite_vjp(const VjpArgs& v, const Operands& o, const Tensor& grad) {
   Tensor w = weights(o, v.attrs), f = o.state.defined() ? dropout_factor(o, v.attrs) : Tensor();
-  Tensor dw = matmul(v.grad, o.v.transpose(-2, -1));
+  Tensor dw = matmul(grad, o.v.transpose(-2, -1));
   if (f.defined()) dw = dw * f;
   Tensor ds = w * (dw - sum(dw * w, {-1}, true));
+  if (v.attrs.lse) ds = ds + w * lse_of(v.grad, o.q, o.v).to(w.dtype()).unsqueeze(-1);  // d lse / d scores = w
   Tensor scaled = ds * v.attrs.scale.to_double();
   Grads g(v.in.size());
   if (v.needs_grad(0)) g[0] = matmul(scaled, o.k);
   if (v.needs_grad(1)) g[1] = matmul(scaled.transpose(-2, -1), o.q);
-  if (v.needs_grad(2)) g[2] = matmul((f.defined() ? w * f : w).transpose(-2, -1), v.grad);
+  if (v.needs_grad(2)) g[2] = matmul((f.defined() ? w * f : w).transpose(-2, -1), grad);
   if (o.mask.defined() && o.mask.dtype() != DType::Bool && v.needs_grad(3)) g[3] = ds;
   return g;
 }
 
 // dq, dk, dv from attention_backward's packed result; a float mask's gradient is dS (without
 // the scale), from the composite's pieces: it is L x S, as the mask's broadcast is.
+// With lse, v.out is the packed result (the backward reads it whole) and v.grad its gradient,
+// whose output part is the output's.
 Grads attention_vjp(const VjpArgs& v) {
   Operands o = operands_of(OpId::Attention, v.in, v.attrs);
-  if (grad_enabled()) return composite_vjp(v, o);
+  Tensor grad = v.attrs.lse ? output_of(v.grad, o.q, o.v) : v.grad;
+  if (grad_enabled()) return composite_vjp(v, o, grad);
   std::vector<Tensor> bin = {o.q, o.k, o.v, v.out, v.grad};
   if (o.mask.defined()) bin.push_back(o.mask);
   if (o.state.defined()) bin.push_back(o.state);
@@ -408,7 +498,7 @@ Grads attention_vjp(const VjpArgs& v) {
   if (v.needs_grad(2)) g[2] = part(z.l * z.e + z.s * z.e, z.s, z.ev);
   if (o.mask.defined() && o.mask.dtype() != DType::Bool && v.needs_grad(3)) {
     VjpArgs mask_only{v.op, v.in, v.in_types, v.out, v.grad, v.attrs, VjpArgs::need_bit(3)};
-    g[3] = composite_vjp(mask_only, o)[3];
+    g[3] = composite_vjp(mask_only, o, grad)[3];
   }
   return g;
 }
@@ -416,7 +506,7 @@ Grads attention_vjp(const VjpArgs& v) {
 }  // namespace
 }  // namespace attention
 
-constexpr uint64_t kAttentionAttrs = kAttrScale | kAttrCausal | kAttrDropoutP;
+constexpr uint64_t kAttentionAttrs = kAttrScale | kAttrCausal | kAttrDropoutP | kAttrLse;
 // attention(q, k, v[, mask][, state]): runtime/ops/attention.h.
 namespace attention {
 namespace {

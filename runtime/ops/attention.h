@@ -15,6 +15,14 @@
 //
 // attention_backward(q, k, v, out, grad[, mask][, state]) gives dq, dk and dv packed along the
 // last dim: [..., L * E + S * E + S * Ev], each row-major after the one before.
+//
+// With lse=true, attention keeps what its backward would otherwise compute again (a sweep of
+// q k^T): its result packs every row's log-sum-exp of the masked, scaled scores (-inf where
+// every key is masked) before the output, in one dim: [batch * L * w + batch * L * Ev], with
+// w = lse_width(dtype) elements a row (f16 and bf16: two, whose sum is the f32 value). The
+// output is a contiguous view of it (output_of). attention_backward with lse=true takes that
+// packed result as `out` and its gradient as `grad`: the log-sum-exp's gradient g (a row's w
+// elements' summed) enters as dS += P g, that is D = rowsum(dO * out) - g.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +65,27 @@ struct MaskLayout {
 };
 /// `mask` (of the operands' dtype, or bool) broadcast over the batch of q.
 MaskLayout mask_layout(const Tensor& mask, const Operands& o);
+
+/// Elements of a row's log-sum-exp in a packed result: one, or for f16 and bf16 two (hi, then
+/// the f32 value less hi), so the packed result keeps f32's accuracy in one dtype.
+inline int64_t lse_width(DType t) { return t == DType::F16 || t == DType::BF16 ? 2 : 1; }
+/// Elements of the log-sum-exp part, which comes first in the packed result.
+inline int64_t lse_elements(const Sizes& z, DType t) { return z.batch * z.l * lse_width(t); }
+/// The output [..., L, Ev] inside a packed result of q [..., L, E] and v [..., S, Ev] (or the
+/// gradient of the packed result): a contiguous view.
+Tensor output_of(const Tensor& packed, const Tensor& q, const Tensor& v);
+/// The log-sum-exp part of a packed result (or of its gradient) as [..., L] in the compute
+/// type (f64 for f64, else f32), each row's w elements summed.
+Tensor lse_of(const Tensor& packed, const Tensor& q, const Tensor& v);
+/// The op as the public functions apply it (`in` as attention takes them): with lse=true when
+/// the result will be differentiated (grad mode on and an operand requiring grad), so the
+/// backward reads the log-sum-exp; the output [..., L, Ev] either way.
+Tensor apply_fused(std::span<const Tensor> in, Attrs a);
+/// The log-sum-exp [..., L] of the masked, scaled scores, from Tensor ops (the kernels' where
+/// they decline).
+Tensor composite_lse(std::span<const Tensor> in, const Attrs& a);
+/// The packed result of attention(lse=true) from its log-sum-exp (compute type) and output.
+Tensor pack_lse(const Tensor& lse, const Tensor& out);
 
 /// The generator counters the dropout uses: rand's f32 draw of batch * L * S values.
 int64_t dropout_counters(const Sizes& s);

@@ -184,7 +184,8 @@ TEST(CudaAttention, KernelsFitSharedMemoryUpToHeadDim128) {
 
 // f16, bf16 and f32 take the tensor-core kernels on sm_80 and later, for head dims up to 128
 // (f32's tiles, twice as wide, up to 64); f64 and larger heads the scalar ones. Their tiles fit
-// shared memory for every pass, with dropout's flags too.
+// shared memory for both passes, with dropout's flags too: the forward's 48 KiB, the one-kernel
+// backward's 96 KiB (it keeps its 128 keys too).
 TEST(CudaAttention, HalfAndF32TypesTakeTheTensorCores) {
   REQUIRE_CUDA();
   codegen::CudaAttention k;
@@ -199,16 +200,53 @@ TEST(CudaAttention, HalfAndF32TypesTakeTheTensorCores) {
   EXPECT_FALSE(cuda::attention_takes_mma(k, 0)) << "f32 tiles of head dim 128 pass 48 KiB";
   for (DType t : {DType::F16, DType::BF16, f32})
     for (int64_t e : {1, 40, 128})
-      for (auto pass :
-           {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys})
+      for (auto pass : {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Backward})
         for (bool dropout : {false, true}) {
           codegen::CudaAttention m;
           m.mma = true, m.pass = pass, m.dtype = t, m.e = e, m.ev = t == f32 ? 64 : 128, m.dropout = dropout;
           if (t == f32 && e == 128) continue;
           EXPECT_GE(codegen::cuda_attention_tile_rows(m), 16) << dtype_name(t) << " e=" << e;
-          EXPECT_LE(codegen::cuda_attention_shared_bytes(m), codegen::kCudaAttentionShared);
+          EXPECT_LE(codegen::cuda_attention_shared_bytes(m), pass == codegen::CudaAttentionPass::Forward
+                                                                 ? codegen::kCudaAttentionShared
+                                                                 : codegen::kCudaAttentionBackwardShared);
           EXPECT_EQ(codegen::cuda_attention_block_rows(m), 128);
         }
+}
+
+// With lse, the forward keeps each row's log-sum-exp (the composite's, in f32 for f16), and the
+// tensor cores' backward is two kernels (the rows' statistics, then dq, dk and dv together):
+// its dq, summed over 3 key blocks in a fixed order, is the same bits on every run, and so are
+// the others. Without lse (an IR file saved before it), the backward runs the forward first.
+TEST(CudaAttention, TheTensorCoresBackwardKeepsTheForwardsLogSumExp) {
+  REQUIRE_CUDA();
+  manual_seed(4);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    Tensor q = randn({2, 2, 70, 64}), k = randn({2, 2, 300, 64}), v = randn({2, 2, 300, 64}), g = randn({2, 2, 70, 64});
+    std::vector<Tensor> in;
+    for (const Tensor& x : {q, k, v}) in.push_back(x.to(DType::F16).to(kGpu));
+    Attrs a;
+    a.scale = 0.125, a.causal = causal, a.lse = true;
+    Tensor packed = apply(OpId::Attention, in, a);
+    ASSERT_EQ(packed.shape(), (Dims{4 * 70 * 2 + 4 * 70 * 64}));
+    Tensor lse = packed.slice(0, 0, 4 * 70 * 2).to(cpu).to(f32).reshape({4 * 70, 2}).sum({1});
+    std::vector<Tensor> exact = {q.to(DType::F16).to(f64), k.to(DType::F16).to(f64), v.to(DType::F16).to(f64)};
+    Tensor want = attention::composite_lse(exact, a).reshape({-1});
+    test::expect_close(lse, want.to_vector<double>(), 2e-3, 2e-3);
+    Tensor dout = g.to(DType::F16).to(kGpu);
+    std::vector<Tensor> bin = {in[0], in[1], in[2], packed,
+                               cat({zeros({4 * 70 * 2}, DType::F16, kGpu), dout.reshape({-1})}, 0)};
+    int64_t before = cuda::kernel_launches();
+    Tensor first = apply(OpId::AttentionBackward, bin, a);
+    EXPECT_EQ(cuda::kernel_launches() - before, 2);
+    Tensor again = apply(OpId::AttentionBackward, bin, a);
+    EXPECT_TRUE(allclose(first.to(cpu), again.to(cpu), 0, 0)) << "the same bits run to run";
+    Attrs plain = a;
+    plain.lse = false;
+    bin[3] = attention::output_of(packed, in[0], in[2]), bin[4] = dout;
+    Tensor old_form = apply(OpId::AttentionBackward, bin, plain);
+    EXPECT_TRUE(allclose(first.to(cpu), old_form.to(cpu), 0, 0));
+  }
 }
 
 // f32 on the tensor cores keeps f32's accuracy (each product from three TF32 terms: the
@@ -251,9 +289,11 @@ TEST(Nvrtc, CompilesTheAttentionKernels) {
                               {DType::BF16, CudaAttentionMask::None, true, false, true},
                               {f32, CudaAttentionMask::Bool, true, true, true},
                               {f32, CudaAttentionMask::Float, false, false, true, true}};
+  using Pass = codegen::CudaAttentionPass;
   for (const Variant& v : variants)
-    for (auto pass :
-         {codegen::CudaAttentionPass::Forward, codegen::CudaAttentionPass::Queries, codegen::CudaAttentionPass::Keys}) {
+    for (Pass pass : {Pass::Forward, Pass::Rows, Pass::Queries, Pass::Keys, Pass::Backward}) {
+      if (v.mma ? pass == Pass::Queries || pass == Pass::Keys : pass == Pass::Backward)
+        continue;  // the scalar form's backward is Queries and Keys, the tensor cores' Backward
       codegen::CudaAttention k;
       k.pass = pass, k.dtype = v.dtype, k.e = v.dtype == f64 || (v.dtype == f32 && v.mma) ? 64 : 128, k.ev = 40;
       k.mask = v.mask, k.causal = v.causal, k.dropout = v.dropout, k.mma = v.mma, k.tf32 = v.tf32;

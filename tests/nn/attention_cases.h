@@ -43,7 +43,7 @@ inline void expect_fused_matches_composite(const FusedAttentionCase& c, Device d
                               v.to(t).to(d).requires_grad_()};
     if (mask.defined()) in.push_back(mask.dtype() == DType::Bool ? mask.to(d) : mask.to(t).to(d).requires_grad_());
     if (c.dropout > 0) in.push_back(state.to(d));
-    Tensor y = fused ? apply(OpId::Attention, in, a) : attention::composite(in, a);
+    Tensor y = fused ? attention::apply_fused(in, a) : attention::composite(in, a);
     std::vector<Tensor> wrt = {in[0], in[1], in[2]};
     if (c.mask == 2) wrt.push_back(in[3]);
     Tensor gs[] = {g.to(t).to(d)};

@@ -8,13 +8,15 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/ops/attention.h"
 #include "tests/ops/op_specs_common.h"
 
 namespace kiln::test {
 
 struct AttentionRef {
   int64_t batch = 1, l = 0, s = 0, e = 0, ev = 0;
-  std::vector<double> w;  // [batch, L, S] softmax weights
+  std::vector<double> w;    // [batch, L, S] softmax weights
+  std::vector<double> lse;  // [batch, L] the log-sum-exp of the masked, scaled scores
 };
 
 /// The weights of q [..., L, E] and k [..., S, E] with an optional mask broadcast to
@@ -58,6 +60,7 @@ inline AttentionRef attention_weights(const Ref& q, const Ref& k, const Ref* mas
       double z = 0;
       for (double& v : x) z += (v = std::exp(v - m));
       for (double v : x) a.w.push_back(v / z);
+      a.lse.push_back(m + std::log(z));
     }
   return a;
 }
@@ -81,9 +84,40 @@ inline Ref attention_forward_ref(const AttentionRef& a, const Ref& q, const Ref&
   return o;
 }
 
+/// attention(lse=true)'s packed [batch*L*w + batch*L*Ev]: each row's log-sum-exp (for f16 and
+/// bf16 two elements whose sum it is: the second's reference 0, within the first's rounding),
+/// then the output.
+inline Ref attention_forward_lse_ref(const AttentionRef& a, const Ref& q, const Ref& v, DType t) {
+  Ref out = attention_forward_ref(a, q, v);
+  const int64_t w = attention::lse_width(t);
+  Ref o{Dims{int64_t(a.lse.size()) * w + out.numel()}, {}, {}};
+  for (double x : a.lse)
+    for (int64_t u = 0; u < w; ++u) o.v.push_back(u == 0 ? x : 0), o.scale.push_back(std::max(1.0, std::abs(x)));
+  o.v.insert(o.v.end(), out.v.begin(), out.v.end());
+  o.scale.insert(o.scale.end(), out.scale.begin(), out.scale.end());
+  return o;
+}
+/// The output's part of attention(lse=true)'s packed result, as attention's output.
+inline Ref output_part(const Ref& packed, const Ref& q, const Ref& v) {
+  Dims shape = q.shape;
+  shape.back() = v.shape.back();
+  const size_t first = size_t(packed.numel() - shape.product());
+  return Ref{shape, std::vector<double>(packed.v.begin() + std::ptrdiff_t(first), packed.v.end()), {}};
+}
+/// The log-sum-exp part of a packed result: each row's w elements summed.
+inline std::vector<double> lse_part(const Ref& packed, const Ref& q, const Ref& v, DType t) {
+  const size_t rows = size_t((packed.numel() - q.numel() / q.shape.back() * v.shape.back()) / attention::lse_width(t));
+  std::vector<double> out(rows);
+  for (size_t r = 0; r < rows; ++r)
+    for (int64_t u = 0; u < attention::lse_width(t); ++u)
+      out[r] += packed.v[r * size_t(attention::lse_width(t)) + size_t(u)];
+  return out;
+}
+
 /// attention_backward's packed [..., L*E + S*E + S*Ev]: dq, dk, dv with D = rowsum(grad * out).
+/// With lse_grad (a row's log-sum-exp's gradient), D is less it.
 inline Ref attention_backward_ref(const AttentionRef& a, const Ref& q, const Ref& k, const Ref& v, const Ref& out,
-                                  const Ref& grad, double scale) {
+                                  const Ref& grad, double scale, const std::vector<double>* lse_grad = nullptr) {
   const int64_t l = a.l, s = a.s, e = a.e, ev = v.shape.back(), width = l * e + s * e + s * ev;
   Dims shape(std::span<const int64_t>(q.shape.data(), q.shape.size() - 2));
   shape.push_back(width);
@@ -94,7 +128,8 @@ inline Ref attention_backward_ref(const AttentionRef& a, const Ref& q, const Ref
     };
     std::vector<double> ds(size_t(l * s)), dsmag(size_t(l * s));
     for (int64_t i = 0; i < l; ++i) {
-      double d = 0, dmag = 0;
+      const double g = lse_grad ? (*lse_grad)[size_t(b * l + i)] : 0;
+      double d = -g, dmag = std::abs(g);
       for (int64_t c = 0; c < ev; ++c)
         d += at(grad, l, ev, i, c) * at(out, l, ev, i, c),
             dmag += std::abs(at(grad, l, ev, i, c) * at(out, l, ev, i, c));
@@ -185,6 +220,17 @@ template <> struct Spec<OpId::Attention> {
         return attention_forward_ref(a, r[0], r[2]);
       };
       out.push_back({g.name, attention_inputs(g, t), run, ref});
+      auto run_lse = [g](std::span<const Tensor> in) {
+        Attrs a = attention_attrs(g);
+        a.lse = true;
+        return apply(OpId::Attention, in, a);
+      };
+      auto ref_lse = [g, t](std::span<const Ref> r) {
+        AttentionRef a =
+            attention_weights(r[0], r[1], g.mask_kind ? &r[3] : nullptr, g.mask_kind == 1, g.causal, g.scale);
+        return attention_forward_lse_ref(a, r[0], r[2], t);
+      };
+      out.push_back({"lse_" + g.name, attention_inputs(g, t), run_lse, ref_lse});
     }
     return out;
   }
@@ -207,6 +253,23 @@ template <> struct Spec<OpId::AttentionBackward> {
         return attention_backward_ref(a, r[0], r[1], r[2], r[3], r[4], g.scale);
       };
       out.push_back({g.name, in, run, ref});
+      // With lse: out is the forward's packed result, whose log-sum-exp the backward reads.
+      Attrs with_lse = attention_attrs(g);
+      with_lse.lse = true;
+      std::vector<Tensor> fin = attention_inputs(g, t), lin = fin;
+      // (A dtype the op refuses gets values of the packed result's shape, for the refusal.)
+      Tensor packed = is_float(t) ? apply(OpId::Attention, fin, with_lse)
+                                  : values({g.q.product() / g.q.back() * (attention::lse_width(t) + g.v.back())}, t);
+      lin.insert(lin.begin() + 3, {packed, values(packed.shape(), t)});  // the gradient of the log-sum-exp too
+      auto run_lse = [with_lse](std::span<const Tensor> x) { return apply(OpId::AttentionBackward, x, with_lse); };
+      auto ref_lse = [g, t](std::span<const Ref> r) {
+        AttentionRef a =
+            attention_weights(r[0], r[1], g.mask_kind ? &r[5] : nullptr, g.mask_kind == 1, g.causal, g.scale);
+        std::vector<double> lse_grad = lse_part(r[4], r[0], r[2], t);
+        return attention_backward_ref(a, r[0], r[1], r[2], output_part(r[3], r[0], r[2]), output_part(r[4], r[0], r[2]),
+                                      g.scale, &lse_grad);
+      };
+      out.push_back({"lse_" + g.name, lin, run_lse, ref_lse});
     }
     return out;
   }
