@@ -81,6 +81,35 @@ std::vector<float> block_sums(bool sync) {
   return out.to(cpu).to_vector<float>();
 }
 
+// Each block's first thread counts itself in, then waits (a bounded while) until every block
+// of the grid has: they meet only if the blocks run at once.
+const char* kMeet = R"(
+extern "C" __global__ void meet(unsigned* started, unsigned* met) {
+  if (threadIdx.x != 0) return;
+  atomicAdd(started, 1u);
+  for (long long i = 0; i < (1ll << 34) && *(volatile unsigned*)started < gridDim.x; ++i) {
+  }
+  if (*(volatile unsigned*)started == gridDim.x) atomicAdd(met, 1u);
+}
+)";
+
+// With KILN_HOST_CUDA_WORKERS (ctest cuda_concurrent_blocks: 4), a launch's blocks run on that
+// many OS threads at once, as a GPU's multiprocessors run them: two blocks that wait for each
+// other meet. (Blocks run one after another, the first would wait out its bound alone.)
+TEST(HostCuda, BlocksRunAtOnceOnSeveralWorkers) {
+  REQUIRE_HOST_NVRTC();
+  const char* w = std::getenv("KILN_HOST_CUDA_WORKERS");
+  if (!w || std::atoi(w) < 2) GTEST_SKIP() << "KILN_HOST_CUDA_WORKERS is below 2: blocks run one after another";
+  Tensor counts = zeros({2}, DType::I32, cuda::device(0));
+  cuda::DeviceFunction f = load(kMeet, "meet");
+  void* started = counts.data_ptr();
+  void* met = static_cast<int32_t*>(counts.data_ptr()) + 1;
+  void* args[] = {&started, &met};
+  unsigned grid[3] = {2, 1, 1}, block[3] = {32, 1, 1};
+  cuda::launch(f, grid, block, 0, args);
+  EXPECT_EQ(counts.to(cpu).to_vector<int32_t>(), (std::vector<int32_t>{2, 2}));
+}
+
 TEST(HostCuda, ABlockReductionIsRightWithItsBarriers) {
   REQUIRE_HOST_NVRTC();
   std::vector<float> want;

@@ -30,6 +30,15 @@ struct KilnHostLaunch {
   // switches to, twice per switch. Nothing instrumented runs on the kernels' stacks (the modules
   // are built without sanitizers), so there is no shadow to clear.
   int (*swap)(ucontext_t* from, const ucontext_t* to);
+  // KILN_HOST_CUDA_WORKERS (default 1): how many OS threads run the launch's blocks at once.
+  // They take the blocks in index order, each with scratch of its own, so inter-block protocols
+  // (a split reduction's last-block combine, atomics, fences, a block waiting for a lower one)
+  // race here as on a GPU. run_on_workers(l, body, ctx) calls body(ctx, stacks, shared) on each
+  // worker (the first on the calling thread) and returns when every call has.
+  unsigned workers;
+  void (*run_on_workers)(const KilnHostLaunch* l, void (*body)(void* ctx, char* const* stacks, unsigned char* shared),
+                         void* ctx);
+  void* pool;  // the driver's, for run_on_workers
 };
 
 /// The calls by which a thread of the emulation (emulation_cuda.h) waits for others. A module

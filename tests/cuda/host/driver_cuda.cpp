@@ -417,7 +417,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
   if (extra || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0 || shared > (227u << 10))
     return CUDA_ERROR_INVALID_VALUE;
   auto* fn = reinterpret_cast<Function*>(f);
-  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr, nullptr};
+  KilnHostLaunch launch{{gx, gy, gz}, {bx, by, bz}, shared, nullptr, nullptr, nullptr, 1, nullptr, nullptr};
   // Each argument is copied at its size, which the kernel's entry reports (params == nullptr).
   std::vector<size_t> sizes(64);
   void* query[2] = {sizes.data(), nullptr};

@@ -150,8 +150,73 @@ struct Stream {
     if (capture) invalidated = true;
     return capture != nullptr;
   }
+  // The OS threads beside the worker that run a launch's blocks with it (abi_cuda.h,
+  // KILN_HOST_CUDA_WORKERS), each with scratch of its own; idle between launches.
+  struct Helper {
+    std::vector<char*> stacks;
+    std::vector<SharedChunk> shared;
+  };
+  std::vector<std::unique_ptr<Helper>> helpers;
+  std::mutex helper_mu;
+  std::condition_variable helper_go, helper_done;
+  uint64_t round = 0;    // launches handed to the helpers
+  unsigned pending = 0;  // helpers still running this round's blocks
+  void (*helper_body)(void*, char* const*, unsigned char*) = nullptr;
+  void* helper_ctx = nullptr;
+
   // Makes the scratch a launch needs; runs on the worker.
   void prepare(KilnHostLaunch& l) {
+    grow_scratch(stacks, shared, l);
+    l.stacks = stacks.data();
+    l.shared = shared.data()->bytes;
+    l.swap = libc_swapcontext();
+    static const int workers = env_int("KILN_HOST_CUDA_WORKERS", 1);
+    l.workers = static_cast<unsigned>(workers < 1 ? 1 : workers);
+    l.run_on_workers = [](const KilnHostLaunch* launch, void (*body)(void*, char* const*, unsigned char*), void* ctx) {
+      static_cast<Stream*>(launch->pool)->run_helpers(*launch, body, ctx);
+    };
+    l.pool = this;
+  }
+  // body(ctx, ...) on the worker and on l.workers - 1 helpers at once; returns when all have.
+  void run_helpers(const KilnHostLaunch& l, void (*body)(void*, char* const*, unsigned char*), void* ctx) {
+    const unsigned n = l.workers - 1;
+    while (helpers.size() < n) {
+      helpers.push_back(std::make_unique<Helper>());
+      Helper* h = helpers.back().get();
+      uint64_t now;
+      {
+        std::lock_guard<std::mutex> lock(helper_mu);
+        now = round;
+      }
+      std::thread([this, h, now] { help(*h, now); }).detach();  // lives as long as its stream
+    }
+    for (auto& h : helpers) grow_scratch(h->stacks, h->shared, l);  // (they are idle)
+    {
+      std::lock_guard<std::mutex> lock(helper_mu);
+      helper_body = body, helper_ctx = ctx, pending = n;
+      ++round;
+    }
+    helper_go.notify_all();
+    body(ctx, l.stacks, l.shared);
+    std::unique_lock<std::mutex> lock(helper_mu);
+    helper_done.wait(lock, [&] { return pending == 0; });
+  }
+  void help(Helper& h, uint64_t seen) {
+    for (;;) {
+      void (*body)(void*, char* const*, unsigned char*);
+      void* ctx;
+      {
+        std::unique_lock<std::mutex> lock(helper_mu);
+        helper_go.wait(lock, [&] { return round != seen; });
+        seen = round, body = helper_body, ctx = helper_ctx;
+      }
+      body(ctx, h.stacks.data(), h.shared.data()->bytes);
+      std::lock_guard<std::mutex> lock(helper_mu);
+      if (--pending == 0) helper_done.notify_all();
+    }
+  }
+  // Stacks for each thread of l's blocks and its shared memory, grown as launches need.
+  static void grow_scratch(std::vector<char*>& stacks, std::vector<SharedChunk>& shared, const KilnHostLaunch& l) {
     size_t threads = size_t{l.block[0]} * l.block[1] * l.block[2];
     while (stacks.size() < threads) {
       // Twice the size, then trimmed to an aligned stack (a kernel's thread finds its state from
@@ -168,9 +233,6 @@ struct Stream {
       stacks.push_back(reinterpret_cast<char*>(aligned));
     }
     if (shared.size() * 128 < l.shared_bytes + 16) shared.resize((l.shared_bytes + 16 + 127) / 128);
-    l.stacks = stacks.data();
-    l.shared = shared.data()->bytes;
-    l.swap = libc_swapcontext();
   }
   void run() {
     t_worker = this;

@@ -1,8 +1,9 @@
 // tests/cuda/host/emulation_cuda.h -- what CUDA C needs to compile and run on the host: the
 // host NVRTC (nvrtc_cuda.cpp) compiles generated kernels with this header included first.
 //
-// A launch runs the grid's blocks one after another; a block's threads are fibers (ucontext)
-// on one OS thread, each running until it reaches a barrier or ends, in thread order. So a
+// A launch runs the grid's blocks in index order, one after another on one OS thread, or with
+// KILN_HOST_CUDA_WORKERS on that many at once; a block's threads are fibers (ucontext) on its
+// OS thread, each running until it reaches a barrier or ends, in thread order. So a
 // barrier is a real barrier: __syncthreads() waits for every live thread of the block,
 // __syncwarp() and the warp shuffles for the 32 lanes of a warp, and code that reads what
 // another thread wrote without one reads what was there before (a block's dynamic shared
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -79,6 +81,7 @@ struct Block {
   bool straight = false;  // the module has no barrier: threads run one after another (run_grid)
   void (*body)(void*) = nullptr;
   void* body_arg = nullptr;
+  std::atomic<unsigned long long>* next = nullptr;  // the launch's next block, shared by its workers
 };
 
 constexpr size_t kFiberBytes = (sizeof(Fiber) + 63) / 64 * 64;  // the stack proper starts above it
@@ -163,16 +166,19 @@ inline void run_block(Block& b, Fiber* const* fibers, unsigned threads) {
 // Thread i of a block of dim d, x fastest.
 inline dim3 thread_index(unsigned i, dim3 d) { return dim3{i % d.x, (i / d.x) % d.y, i / (d.x * d.y)}; }
 
-// Runs run_one() for each block of the grid in turn, its shared memory refilled with 0xa5.
+// Runs run_one() for each block this worker takes, in index order (x fastest), its shared
+// memory refilled with 0xa5.
 template <typename F>
 void for_each_block(Block& b, F&& run_one) {
-  for (unsigned z = 0; z < b.grid_dim.z; ++z)
-    for (unsigned y = 0; y < b.grid_dim.y; ++y)
-      for (unsigned x = 0; x < b.grid_dim.x; ++x) {
-        std::memset(b.shared, 0xa5, b.shared_bytes + 16);
-        b.block_idx = dim3{x, y, z};
-        run_one();
-      }
+  const unsigned long long gx = b.grid_dim.x, gy = b.grid_dim.y, total = gx * gy * b.grid_dim.z;
+  for (;;) {
+    const unsigned long long u = b.next->fetch_add(1, std::memory_order_relaxed);
+    if (u >= total) break;
+    std::memset(b.shared, 0xa5, b.shared_bytes + 16);
+    b.block_idx = dim3{static_cast<unsigned>(u % gx), static_cast<unsigned>(u / gx % gy),
+                       static_cast<unsigned>(u / (gx * gy))};
+    run_one();
+  }
 }
 
 // Runs the whole grid on the first thread's fiber, thread after thread: what run_block does
@@ -191,33 +197,54 @@ inline void run_straight() {
   jump_to(b.scheduler_resume);
 }
 
-// Runs every block of a launch; `body` runs the kernel for the current thread. `barriers`:
-// whether the kernel's module names one (abi_cuda.h); without, no thread can wait for another.
-inline void run_grid(const KilnHostLaunch& l, bool barriers, void (*body)(void*), void* arg) {
+// Runs the blocks of a launch one worker takes, on its scratch (stacks, shared); `body` runs
+// the kernel for the current thread. `barriers`: whether the kernel's module names one
+// (abi_cuda.h); without, no thread can wait for another.
+inline void run_blocks(const KilnHostLaunch& l, bool barriers, void (*body)(void*), void* arg, char* const* stacks,
+                       unsigned char* shared, std::atomic<unsigned long long>* next) {
   Block b;
+  b.next = next;
   b.grid_dim = dim3{l.grid[0], l.grid[1], l.grid[2]};
   b.block_dim = dim3{l.block[0], l.block[1], l.block[2]};
   b.body = body;
   b.body_arg = arg;
-  b.shared = l.shared;
+  b.shared = shared;
   b.shared_bytes = l.shared_bytes;
   b.swap = l.swap;
   b.straight = !barriers;
   const unsigned threads = b.straight ? 1 : l.block[0] * l.block[1] * l.block[2];
   std::vector<Fiber*> fibers(threads);
   for (unsigned i = 0; i < threads; ++i) {
-    Fiber& f = *(fibers[i] = new (l.stacks[i]) Fiber);
+    Fiber& f = *(fibers[i] = new (stacks[i]) Fiber);
     f.block = &b;
     f.linear = i;
     f.thread_idx = thread_index(i, b.block_dim);
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = l.stacks[i] + kFiberBytes;
+    f.context.uc_stack.ss_sp = stacks[i] + kFiberBytes;
     f.context.uc_stack.ss_size = KILN_HOST_STACK_BYTES - kFiberBytes;
     f.context.uc_link = nullptr;  // neither entry point returns
     makecontext(&f.context, b.straight ? run_straight : trampoline, 0);
   }
   if (b.straight) resume(b, *fibers[0]);
   else for_each_block(b, [&] { run_block(b, fibers.data(), threads); });
+}
+
+// Runs every block of a launch, on its workers.
+inline void run_grid(const KilnHostLaunch& l, bool barriers, void (*body)(void*), void* arg) {
+  std::atomic<unsigned long long> next{0};
+  if (l.workers <= 1 || static_cast<unsigned long long>(l.grid[0]) * l.grid[1] * l.grid[2] <= 1)
+    return run_blocks(l, barriers, body, arg, l.stacks, l.shared, &next);
+  struct Work {
+    const KilnHostLaunch* l;
+    bool barriers;
+    void (*body)(void*);
+    void* arg;
+    std::atomic<unsigned long long>* next;
+  } w{&l, barriers, body, arg, &next};
+  l.run_on_workers(&l, [](void* ctx, char* const* stacks, unsigned char* shared) {
+    const Work& w = *static_cast<const Work*>(ctx);
+    run_blocks(*w.l, w.barriers, w.body, w.arg, stacks, shared, w.next);
+  }, &w);
 }
 
 template <typename... A, size_t... I>
@@ -271,7 +298,7 @@ inline unsigned lane() { return fiber().linear % 32; }
 #define warpSize 32
 
 inline void __syncthreads() { kiln_host::yield_to_scheduler(kiln_host::State::AtBlockBarrier); }
-// Blocks run one after another on one OS thread: a fence orders nothing more than program order.
+// Blocks on several workers see each other's writes in the order a fence gives.
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __syncwarp(unsigned = 0xffffffffu) { kiln_host::yield_to_scheduler(kiln_host::State::AtWarpBarrier); }
 
