@@ -82,6 +82,16 @@ __device__ __forceinline__ void kiln_tf32_split(const unsigned* x, unsigned* big
       "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]), "r"(b.x[3]), "r"(b.x[4]), "r"(b.x[5]), "r"(b.x[6]), "r"(b.x[7]))
 #define KW_REGS 8
 #endif
+// A flag another block sets (the backward's semaphores): read with acquire, written with
+// release, at the device's scope (the host CUDA's emulation header has its own).
+__device__ __forceinline__ unsigned kiln_load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void kiln_store_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
 // Dynamic shared memory, 128-byte aligned (the prelude's kiln_shared promises 16; wmma needs 32).
 template <typename T> __device__ __forceinline__ T* kiln_mma_shared() {
   extern __shared__ __align__(128) unsigned char kiln_mma_smem[];
@@ -419,12 +429,10 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
     seen_by = r0 / KA_BR < seen_by ? r0 / KA_BR : seen_by;
 #endif
     const unsigned before = (unsigned)(seen_by - g);
-    volatile unsigned* turn = a.sems + b * tiles + r0 / KA_R;
-    if (threadIdx.x == 0) {
-      while (*turn != before) {
+    unsigned* turn = a.sems + b * tiles + r0 / KA_R;
+    if (threadIdx.x == 0)
+      while (kiln_load_acquire(turn) != before) {
       }
-      __threadfence();
-    }
     __syncthreads();  // every warp's dS is in pb, and the tile's dq is this block's to add to
     for (int t = warp; t < (KA_R / 16) * (KA_EP / 16); t += KA_W) {
       const int m = t / (KA_EP / 16), n = t % (KA_EP / 16);
@@ -453,9 +461,8 @@ extern "C" __global__ __launch_bounds__(KA_THREADS) void kiln_kernel(const Args 
         }
       __syncwarp();
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) *turn = before + 1;
+    __syncthreads();  // every warp's part of dq is stored before the release
+    if (threadIdx.x == 0) kiln_store_release(turn, before + 1);
   }
   mma_store_rows<KA_EP / 16>(a.result + b * width + a.l * a.e, a.e, jw, a.s, (int)a.e, dk, 1.f, lane);
   mma_store_rows<KA_EVP / 16>(a.result + b * width + a.l * a.e + a.s * a.e, a.ev, jw, a.s, (int)a.ev, dv, 1.f, lane);

@@ -87,9 +87,9 @@ const char* kMeet = R"(
 extern "C" __global__ void meet(unsigned* started, unsigned* met) {
   if (threadIdx.x != 0) return;
   atomicAdd(started, 1u);
-  for (long long i = 0; i < (1ll << 34) && *(volatile unsigned*)started < gridDim.x; ++i) {
+  for (long long i = 0; i < (1ll << 34) && atomicAdd(started, 0u) < gridDim.x; ++i) {
   }
-  if (*(volatile unsigned*)started == gridDim.x) atomicAdd(met, 1u);
+  if (atomicAdd(started, 0u) == gridDim.x) atomicAdd(met, 1u);
 }
 )";
 

@@ -347,6 +347,11 @@ T atomicAdd(T* address, T v) {
   return expected;
 }
 
+// A flag another block sets: read with acquire, written with release (ld.acquire.gpu and
+// st.release.gpu on a device: codegen/cuda/attention_mma.cpp).
+inline unsigned kiln_load_acquire(const unsigned* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+inline void kiln_store_release(unsigned* p, unsigned v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
 // The warp-level matrix instructions (wmma: codegen/cuda/attention_mma.cpp) on 16x16 tiles.
 // A device spreads a fragment over the warp's lanes in a layout of its own; here each lane
 // holds the whole tile, so code that reads a fragment's elements (which no kernel may) gets
