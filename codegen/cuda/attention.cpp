@@ -10,6 +10,7 @@
 #include "codegen/cuda/emit.h"
 #include "codegen/cuda/random.h"
 #include "runtime/check.h"
+#include "runtime/ops/attention.h"
 
 namespace kiln::codegen {
 namespace {
@@ -502,7 +503,7 @@ typedef {1} C;
                      mem, wide ? "double" : "float", load, store, wide ? "exp" : "expf", wide ? "log" : "logf",
                      kCudaBlock, cuda_attention_warps(), rows, head_class(k.e) / 32, head_class(k.ev) / 32,
                      static_cast<int>(k.mask), k.causal ? 1 : 0, k.dropout ? 1 : 0, rows_per_warp(k.dtype),
-                     piece(k.dtype), k.dtype == DType::F16 || k.dtype == DType::BF16 ? 2 : 1);
+                     piece(k.dtype), attention::lse_width(k.dtype));
 }
 
 }  // namespace

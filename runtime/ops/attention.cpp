@@ -15,7 +15,6 @@
 #include "runtime/api.h"
 #include "runtime/autograd_meta.h"
 #include "runtime/check.h"
-#include "runtime/half.h"
 #include "runtime/loop_layout.h"
 #include "runtime/ops/defs.h"
 #include "runtime/ops/gemm.h"
@@ -36,8 +35,10 @@ Operands operands_of(OpId id, std::span<const Tensor> in, const Attrs& a) {
   return o;
 }
 
-Sizes sizes_of(const Operands& o) {
-  const Dims &q = o.q.shape(), &v = o.v.shape();
+Sizes sizes_of(const Operands& o) { return sizes_of(o.q, o.v); }
+
+Sizes sizes_of(const Tensor& qt, const Tensor& vt) {
+  const Dims &q = qt.shape(), &v = vt.shape();
   Sizes z;
   for (size_t d = 0; d + 2 < q.size(); ++d) z.batch *= q[d];
   z.l = q[q.size() - 2], z.e = q.back(), z.s = v[v.size() - 2], z.ev = v.back();
@@ -115,22 +116,20 @@ Tensor composite_lse(std::span<const Tensor> in, const Attrs& a) {
   return logsumexp(masked_scores(o, a), {-1});
 }
 
+Tensor lse_part(const Tensor& lse, DType t) {
+  Tensor flat = lse.reshape({-1});
+  if (lse_width(t) == 1) return flat.to(t);
+  Tensor hi = flat.to(t).to(flat.dtype());
+  Tensor lo = where(ne(hi, flat), flat - hi, 0.0);  // (-inf - -inf would be NaN)
+  return cat({hi.to(t).reshape({-1, 1}), lo.to(t).reshape({-1, 1})}, 1).reshape({-1});
+}
+
 Tensor pack_lse(const Tensor& lse, const Tensor& out) {
-  DType t = out.dtype();
-  Tensor flat = lse.reshape({-1}), part;
-  if (lse_width(t) == 2) {
-    Tensor hi = flat.to(t), lo = (flat - hi.to(flat.dtype())).to(t);
-    part = cat({hi.reshape({-1, 1}), lo.reshape({-1, 1})}, 1).reshape({-1});
-  } else {
-    part = flat.to(t);
-  }
-  return cat({part, out.reshape({-1})}, 0);
+  return cat({lse_part(lse, out.dtype()), out.reshape({-1})}, 0);
 }
 
 Tensor output_of(const Tensor& packed, const Tensor& q, const Tensor& v) {
-  Operands o;
-  o.q = q, o.v = v;
-  Sizes z = sizes_of(o);
+  Sizes z = sizes_of(q, v);
   int64_t first = lse_elements(z, q.dtype());
   Dims shape = leading(q.shape(), 1);
   shape.push_back(z.ev);
@@ -138,9 +137,7 @@ Tensor output_of(const Tensor& packed, const Tensor& q, const Tensor& v) {
 }
 
 Tensor lse_of(const Tensor& packed, const Tensor& q, const Tensor& v) {
-  Operands o;
-  o.q = q, o.v = v;
-  Sizes z = sizes_of(o);
+  Sizes z = sizes_of(q, v);
   DType t = q.dtype();
   Dims shape = leading(q.shape(), 1);
   Tensor part = packed.slice(0, 0, lse_elements(z, t)).to(t == DType::F64 ? DType::F64 : DType::F32);
@@ -403,25 +400,6 @@ template <class C> void backward(const Prepared<C>& p, C* packed) {
   });
 }
 
-// x rounded to dtype t (f16 or bf16): the high part of a packed log-sum-exp.
-float rounded_to(DType t, float x) {
-  return t == DType::F16 ? Half::to_float(Half::from_float(x)) : BFloat16::to_float(BFloat16::from_float(x));
-}
-
-// The log-sum-exp part of a packed result in compute type C (runtime/ops/attention.h): for
-// f16 and bf16 the value's rounding to the dtype, then the rest, each converted exactly or
-// nearly so when the result is copied to the dtype.
-template <class C> void pack_rows_lse(DType t, const std::vector<C>& lse, C* part) {
-  if (lse_width(t) == 1) {
-    std::copy(lse.begin(), lse.end(), part);
-    return;
-  }
-  for (size_t r = 0; r < lse.size(); ++r) {
-    C hi = std::isfinite(lse[r]) ? static_cast<C>(rounded_to(t, static_cast<float>(lse[r]))) : lse[r];
-    part[2 * r] = hi, part[2 * r + 1] = std::isfinite(lse[r]) ? lse[r] - hi : C(0);
-  }
-}
-
 template <class C> void run_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {
   Prepared<C> p = prepare<C>(id, in, a);
   bool direct = out.dtype() == dtype_of<C>();
@@ -429,22 +407,19 @@ template <class C> void run_cpu(OpId id, std::span<const Tensor> in, const Attrs
   C* r = result.data<C>();
   const bool lse = id == OpId::Attention && a.lse;
   const int64_t first = lse ? lse_elements(p.z, in[0].dtype()) : 0;
-  if (p.z.s == 0 || result.numel() == 0) {  // no keys: the empty sums are zeros (and -inf)
+  // Each row's log-sum-exp (-inf without keys), packed into the result's first part below.
+  std::vector<C> rows_lse(lse ? static_cast<size_t>(p.z.batch * p.z.l) : 0, -std::numeric_limits<C>::infinity());
+  if (p.z.s == 0 || result.numel() == 0) {  // no keys: the empty sums are zeros
     std::fill(r, r + result.numel(), C(0));
-    if (lse)
-      pack_rows_lse(in[0].dtype(), std::vector<C>(size_t(p.z.batch * p.z.l), -std::numeric_limits<C>::infinity()), r);
   } else {
     BlasThreadsScope blas;
-    std::vector<C> rows_lse(lse ? static_cast<size_t>(p.z.batch * p.z.l) : 0);
     if (id == OpId::Attention) forward(p, r + first, lse ? rows_lse.data() : nullptr);
     else backward(p, r);
-    if (lse) pack_rows_lse(in[0].dtype(), rows_lse, r);
   }
-  if (!direct) {
-    Tensor o = out;
-    GradModeGuard no_grad(false);
-    o.copy_(result);
-  }
+  GradModeGuard no_grad(false);
+  Tensor o = out;
+  if (!direct) o.copy_(result);
+  if (lse && first > 0) o.slice(0, 0, first).copy_(lse_part(from_vector(rows_lse), out.dtype()));
 }
 
 void attention_cpu(OpId id, std::span<const Tensor> in, const Attrs& a, const Tensor& out) {

@@ -47,6 +47,8 @@ struct Sizes {
   int64_t packed() const { return l * e + s * e + s * ev; }  // attention_backward's last dim
 };
 Sizes sizes_of(const Operands& o);
+/// The same from q [..., L, E] and v [..., S, Ev] alone, which fix them.
+Sizes sizes_of(const Tensor& q, const Tensor& v);
 
 /// The mask broadcast to [batch..., L, S], the batch dims merged where their strides allow:
 /// element (b, i, j) lies at offset(b) + i * row_stride + j * col_stride (strides 0 where it
@@ -84,6 +86,10 @@ Tensor apply_fused(std::span<const Tensor> in, Attrs a);
 /// The log-sum-exp [..., L] of the masked, scaled scores, from Tensor ops (the kernels' where
 /// they decline).
 Tensor composite_lse(std::span<const Tensor> in, const Attrs& a);
+/// The log-sum-exp part of a packed result of dtype t from the log-sum-exp (compute type, any
+/// shape): one element a row, or for f16 and bf16 its rounding to t and the rest (0 where the
+/// rounding is exact, -inf included).
+Tensor lse_part(const Tensor& lse, DType t);
 /// The packed result of attention(lse=true) from its log-sum-exp (compute type) and output.
 Tensor pack_lse(const Tensor& lse, const Tensor& out);
 
