@@ -10,7 +10,8 @@
 #                          (arguments go to kiln_bench, e.g. --benchmark_filter=conv)
 #   scripts/run.sh sanitize  the library and the whole suite under AddressSanitizer and
 #                          UndefinedBehaviorSanitizer (build-asan), then the concurrency tests
-#                          under ThreadSanitizer (build-tsan); any report fails the run
+#                          under ThreadSanitizer (build-tsan), then the host CUDA's concurrent
+#                          blocks under it (build-tsan-cuda); any report fails the run
 #   scripts/run.sh gpu     on a machine with a GPU: Release build with tests and benchmarks,
 #                          then the CUDA tests and the op suite's CUDA column on the real
 #                          driver, NVRTC, cuBLAS, cuDNN and NCCL, then kiln_cuda_bench

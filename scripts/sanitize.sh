@@ -9,6 +9,8 @@
 #      built without CUDA (none of these tests uses it): the one build, by clang 14, of the
 #      stand-ins a machine without the toolkit gets (runtime/cuda/unavailable.cpp and the
 #      others), so they compile, link and run in CI although its machine has the toolkit.
+#   3. build-tsan-cuda: the CUDA tests whose kernels' blocks meet, on the host CUDA with 4
+#      workers, their kernels instrumented too, and two planted races that must be reported.
 # Debug builds at -O1, so reports have lines and the run stays quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,4 +50,22 @@ export KILN_CACHE_DIR="$PWD/build-tsan/kernel-cache"
 # its pool anyway (runtime/parallel.cpp), so keep it from starting any.
 export OPENBLAS_NUM_THREADS=1
 stage "tsan run" build-tsan/tests/kiln_tsan_tests
-echo "sanitize: ASan + UBSan suite and TSan concurrency tests passed"
+
+# ---- ThreadSanitizer over the host CUDA: races between a kernel's blocks ----------------------
+# A third tree, with CUDA and only its tests. Its host NVRTC compiles the kernels with TSan too
+# (tests/cuda/host/nvrtc_cuda.cpp), and each launch's blocks run on 4 OS threads (ctest
+# cuda_concurrent_blocks: the reductions, attention and the sorts), so a protocol between
+# blocks that lacks an order (a wait, an acquire, a fence) is reported even where its results
+# come out right. The planted races (cuda_planted_race_*) pass only when TSan reports them.
+cmake -S . -B build-tsan-cuda -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DKILN_SANITIZE=thread -DKILN_WERROR=ON -DKILN_CUDA=ON \
+  -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF >/dev/null
+stage "tsan cuda build" ninja -C build-tsan-cuda -j "$jobs" kiln_cuda_tests kiln_host_cuda
+rm -rf build-tsan-cuda/kernel-cache build-tsan-cuda/modules
+mkdir build-tsan-cuda/modules
+# The modules are kept where a report's symbolizer can read the kernel's name and lines.
+KILN_CACHE_DIR="$PWD/build-tsan-cuda/kernel-cache" KILN_HOST_CUDA_MODULE_DIR="$PWD/build-tsan-cuda/modules" \
+  stage "tsan cuda run" ctest --test-dir build-tsan-cuda --output-on-failure -j "$jobs" --timeout 1200 \
+  -R '^cuda_(concurrent_blocks|planted_race_.*)$'
+rm -rf build-tsan-cuda/modules
+echo "sanitize: ASan + UBSan suite, TSan concurrency tests and TSan over the host CUDA's blocks passed"

@@ -110,6 +110,53 @@ TEST(HostCuda, BlocksRunAtOnceOnSeveralWorkers) {
   EXPECT_EQ(counts.to(cpu).to_vector<int32_t>(), (std::vector<int32_t>{2, 2}));
 }
 
+// Two blocks that meet as above, then both write one word, with nothing ordering the writes: a
+// data race. scripts/sanitize.sh runs these two in its ThreadSanitizer build of the host CUDA
+// and passes only if TSan reports each, with SYNC a barrier (the block's threads are fibers)
+// and without (they run one after another): its runs of the reduction, attention and sort
+// tests would be silent about a race it cannot see.
+const char* kUnorderedWrites = R"(
+extern "C" __global__ void unordered_writes(unsigned* started, unsigned* word) {
+  SYNC;
+  if (threadIdx.x != 0) return;
+  atomicAdd(started, 1u);
+  for (long long i = 0; i < (1ll << 34) && atomicAdd(started, 0u) < gridDim.x; ++i) {
+  }
+  // The second block writes a little later: TSan misses two accesses made at the same moment
+  // (each checks the word's history before the other has written to it).
+  for (volatile int i = 0; blockIdx.x == 1 && i < 100000; i = i + 1) {
+  }
+  *word = blockIdx.x + 1;
+}
+)";
+
+void unordered_writes(bool sync) {
+  const char* w = std::getenv("KILN_HOST_CUDA_WORKERS");
+  if (!w || std::atoi(w) < 2) GTEST_SKIP() << "KILN_HOST_CUDA_WORKERS is below 2: blocks run one after another";
+  // The word 64 bytes from the counter: TSan keeps the last few accesses per 8 bytes, and the
+  // spinning reads of a counter beside it could push the first write out.
+  Tensor counts = zeros({17}, DType::I32, cuda::device(0));
+  cuda::DeviceFunction f = load(with_sync(kUnorderedWrites, sync), "unordered_writes");
+  void* started = counts.data_ptr();
+  void* word = static_cast<int32_t*>(counts.data_ptr()) + 16;
+  void* args[] = {&started, &word};
+  unsigned grid[3] = {2, 1, 1}, block[3] = {32, 1, 1};
+  cuda::launch(f, grid, block, 0, args);
+  std::vector<int32_t> got = counts.to(cpu).to_vector<int32_t>();
+  EXPECT_EQ(got[0], 2);
+  EXPECT_TRUE(got[16] == 1 || got[16] == 2) << got[16];
+}
+
+TEST(HostCuda, PlantedRaceBetweenBlocksWithBarriers) {
+  REQUIRE_HOST_NVRTC();
+  unordered_writes(true);
+}
+
+TEST(HostCuda, PlantedRaceBetweenBlocksWithoutBarriers) {
+  REQUIRE_HOST_NVRTC();
+  unordered_writes(false);
+}
+
 TEST(HostCuda, ABlockReductionIsRightWithItsBarriers) {
   REQUIRE_HOST_NVRTC();
   std::vector<float> want;

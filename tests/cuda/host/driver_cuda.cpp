@@ -358,14 +358,18 @@ CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_
 constexpr long long kModuleBytes = 1 << 20;
 
 // A host cubin: the magic, a u64 size, then a shared object, loaded from a file of a name of
-// its own (dlopen hands back an already loaded library of the same name).
+// its own (dlopen hands back an already loaded library of the same name). The file is removed
+// once loaded, unless KILN_HOST_CUDA_MODULE_DIR names a folder to keep it in: a sanitizer's
+// report then names the kernel and its lines (scripts/sanitize.sh).
 CUresult cuModuleLoadData(CUmodule* m, const void* image) {
   const char* p = static_cast<const char*>(image);
   if (std::memcmp(p, KILN_HOST_CUBIN_MAGIC, KILN_HOST_CUBIN_MAGIC_SIZE) != 0) return CUDA_ERROR_INVALID_IMAGE;
   uint64_t size = 0;
   std::memcpy(&size, p + KILN_HOST_CUBIN_MAGIC_SIZE, sizeof size);
   const char* tmp = std::getenv("TMPDIR");
-  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-host-module-XXXXXX";
+  const char* keep = std::getenv("KILN_HOST_CUDA_MODULE_DIR");
+  const bool kept = keep && *keep;
+  std::string path = (kept ? std::string(keep) : std::string(tmp && *tmp ? tmp : "/tmp")) + "/kiln-host-module-XXXXXX";
   int fd = mkstemp(path.data());
   if (fd < 0) return CUDA_ERROR_INVALID_IMAGE;
   const char* so = p + KILN_HOST_CUBIN_MAGIC_SIZE + sizeof size;
@@ -378,7 +382,7 @@ CUresult cuModuleLoadData(CUmodule* m, const void* image) {
   ::close(fd);
   void* lib = written ? dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
   if (!lib && written) std::fprintf(stderr, "host CUDA: cannot load a module: %s\n", dlerror());
-  ::unlink(path.c_str());
+  if (!kept) ::unlink(path.c_str());
   if (!lib) return CUDA_ERROR_INVALID_IMAGE;
   if (!kiln_host_reserve(kModuleBytes)) {
     dlclose(lib);

@@ -40,6 +40,25 @@ struct dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
+// Under ThreadSanitizer (the host NVRTC of a TSan build compiles kernels with it:
+// nvrtc_cuda.cpp), the few functions that switch stacks are left uninstrumented: a fiber
+// abandoned at the end of a launch, or a function entered on one stack and left on another,
+// would otherwise unbalance the OS thread's shadow call stack until it overflows. TSan sees
+// each worker's OS thread, not its fibers: a block's threads share one, which is what finds
+// races between blocks and never reports two threads of a block ordered by a barrier.
+#if defined(__SANITIZE_THREAD__)
+#define KILN_HOST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_HOST_TSAN 1
+#endif
+#endif
+#ifdef KILN_HOST_TSAN
+#define KILN_HOST_SWITCHES __attribute__((noinline, disable_sanitizer_instrumentation))
+#else
+#define KILN_HOST_SWITCHES __attribute__((noinline))
+#endif
+
 namespace kiln_host {
 
 enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
@@ -55,7 +74,7 @@ struct Block;
 // jump_to.
 using JumpBuffer = void* [5];
 
-[[noreturn]] __attribute__((noinline)) inline void jump_to(JumpBuffer& to) { __builtin_longjmp(to, 1); }
+[[noreturn]] KILN_HOST_SWITCHES inline void jump_to(JumpBuffer& to) { __builtin_longjmp(to, 1); }
 
 // A thread of the block: it lives at the low end of its own stack (abi_cuda.h), so the code
 // running on that stack finds it from the stack pointer, with no thread_local. A fiber runs its
@@ -82,6 +101,10 @@ struct Block {
   void (*body)(void*) = nullptr;
   void* body_arg = nullptr;
   std::atomic<unsigned long long>* next = nullptr;  // the launch's next block, shared by its workers
+  // What ThreadSanitizer is told of fences (__threadfence), since it models none: a fence makes
+  // the worker's next atomic a release, and acquires the one before it.
+  bool release_next = false;
+  const void* last_atomic = nullptr;
 };
 
 constexpr size_t kFiberBytes = (sizeof(Fiber) + 63) / 64 * 64;  // the stack proper starts above it
@@ -94,7 +117,7 @@ inline Fiber& fiber() {
 inline Block& block() { return *fiber().block; }
 
 // On a fiber: waits in state s until the scheduler resumes it.
-__attribute__((noinline)) inline void yield_to_scheduler(State s) {
+KILN_HOST_SWITCHES inline void yield_to_scheduler(State s) {
   Fiber& f = fiber();
   if (f.block->straight) {
     std::fprintf(stderr, "host CUDA: a kernel reached a barrier its module's text does not name "
@@ -107,7 +130,7 @@ __attribute__((noinline)) inline void yield_to_scheduler(State s) {
 
 // A fiber's life: its thread of each block, parked as done between blocks. Never returns: the
 // fibers of a launch are abandoned where they wait when its last block is done.
-inline void trampoline() {
+KILN_HOST_SWITCHES inline void trampoline() {
   for (;;) {
     Fiber& f = fiber();
     f.block->body(f.block->body_arg);
@@ -116,7 +139,7 @@ inline void trampoline() {
 }
 
 // On the scheduler: runs fiber f until it waits or its thread is done.
-__attribute__((noinline)) inline void resume(Block& b, Fiber& f) {
+KILN_HOST_SWITCHES inline void resume(Block& b, Fiber& f) {
   if (__builtin_setjmp(b.scheduler_resume) != 0) return;
   if (!f.started) {
     f.started = true;
@@ -175,6 +198,7 @@ void for_each_block(Block& b, F&& run_one) {
     const unsigned long long u = b.next->fetch_add(1, std::memory_order_relaxed);
     if (u >= total) break;
     std::memset(b.shared, 0xa5, b.shared_bytes + 16);
+    b.release_next = false, b.last_atomic = nullptr;
     b.block_idx = dim3{static_cast<unsigned>(u % gx), static_cast<unsigned>(u / gx % gy),
                        static_cast<unsigned>(u / (gx * gy))};
     run_one();
@@ -183,7 +207,7 @@ void for_each_block(Block& b, F&& run_one) {
 
 // Runs the whole grid on the first thread's fiber, thread after thread: what run_block does
 // when no thread ever waits, with one switch per launch.
-inline void run_straight() {
+KILN_HOST_SWITCHES inline void run_straight() {
   Fiber& f = fiber();
   Block& b = *f.block;
   const unsigned threads = b.block_dim.x * b.block_dim.y * b.block_dim.z;
@@ -298,8 +322,20 @@ inline unsigned lane() { return fiber().linear % 32; }
 #define warpSize 32
 
 inline void __syncthreads() { kiln_host::yield_to_scheduler(kiln_host::State::AtBlockBarrier); }
-// Blocks on several workers see each other's writes in the order a fence gives.
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// Blocks on several workers see each other's writes in the order a fence gives. A device's
+// atomics are relaxed, and blocks order their writes by a fence before an atomic (a release)
+// and one after it (an acquire), as a split reduction's last block does (codegen/cuda/emit.cpp).
+// ThreadSanitizer models no fences (LLVM 14's fence hook does nothing), so under it the fence
+// is told as those orders on the atomics themselves: the next atomic of the block's worker
+// releases, and the last one is read again with acquire.
+inline void __threadfence() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#ifdef KILN_HOST_TSAN
+  kiln_host::Block& b = kiln_host::block();
+  if (b.last_atomic) (void)__atomic_load_n(static_cast<const unsigned char*>(b.last_atomic), __ATOMIC_ACQUIRE);
+  b.release_next = true;
+#endif
+}
 inline void __syncwarp(unsigned = 0xffffffffu) { kiln_host::yield_to_scheduler(kiln_host::State::AtWarpBarrier); }
 
 template <typename T>
@@ -339,11 +375,17 @@ inline float kiln_bf2f(unsigned short b) { return kiln::BFloat16::to_float(b); }
 
 template <typename T>
 T atomicAdd(T* address, T v) {
+  int order = __ATOMIC_RELAXED;
+#ifdef KILN_HOST_TSAN
+  kiln_host::Block& b = kiln_host::block();
+  if (b.release_next) order = __ATOMIC_RELEASE;
+  b.release_next = false, b.last_atomic = address;
+#endif
   T expected, desired;
   __atomic_load(address, &expected, __ATOMIC_RELAXED);
   do {
     desired = expected + v;
-  } while (!__atomic_compare_exchange(address, &expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  } while (!__atomic_compare_exchange(address, &expected, &desired, false, order, __ATOMIC_RELAXED));
   return expected;
 }
 

@@ -35,6 +35,11 @@
 #ifndef KILN_HOST_CUDA_DEFAULT_CXX
 #define KILN_HOST_CUDA_DEFAULT_CXX "c++"
 #endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_HOST_NVRTC_TSAN 1
+#endif
+#endif
 
 struct _nvrtcProgram {
   std::string source, name, log, cubin;
@@ -205,6 +210,11 @@ nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   std::string cxx = env_cxx && *env_cxx ? env_cxx : KILN_HOST_CUDA_DEFAULT_CXX;
   std::vector<std::string> flags = {
       "-std=c++20", "-O1", "-g0", "-fPIC", "-w", "-ffp-contract=off", "-I" KILN_HOST_CUDA_DIR, "-I" KILN_SOURCE_DIR};
+#if KILN_HOST_NVRTC_TSAN
+  // In a ThreadSanitizer build the kernels are instrumented too, so races between blocks on
+  // several workers (KILN_HOST_CUDA_WORKERS) are reported with the kernel's lines.
+  flags.insert(flags.end(), {"-fsanitize=thread", "-gline-tables-only"});
+#endif
   std::string header = header_to_include(cxx, flags);
   std::string kept = kept_path(source), so;
   auto set_cubin = [&] {
