@@ -264,21 +264,13 @@ std::vector<Tensor> run_differentiable(const Plan& plan, std::span<const Tensor>
                       : s.kind == ir::SavedValue::Param ? t.params[s.index]
                                                         : outs[s.index];
     // Without history: a saved result would otherwise hold its own node alive.
-    node->saved_in.push_back(x.detach());
-    node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
+    save_for_node(*node, x.detach());
   }
   // A composite's arguments, with their history, for a backward with create_graph.
   if (plan.backward->differentiable())
-    for (const Tensor& x : inputs) {
-      node->saved_in.push_back(x);
-      node->versions.push_back(x.has_storage() ? x.impl()->storage->version() : 0);
-    }
-  for (size_t k = 0; k < t.diff_results.size(); ++k) {
-    TensorImpl* r = outs[t.diff_results[k]].impl();
-    if (!r->autograd) r->autograd = std::make_unique<AutogradMeta>();
-    r->autograd->grad_fn = node;
-    r->autograd->output_nr = static_cast<uint32_t>(k);
-  }
+    for (const Tensor& x : inputs) save_for_node(*node, x);
+  for (size_t k = 0; k < t.diff_results.size(); ++k)
+    set_history(outs[t.diff_results[k]], node, static_cast<uint32_t>(k));
   outs.resize(t.num_results);
   return outs;
 }

@@ -86,12 +86,29 @@ class Tracer final : public Recorder {
   }
 
   void on_backward() override { t_.ran_backward = true; }
+  void on_custom_function(const std::string& name) override { custom_functions_.push_back(name); }
 
   // After the function returned `results` with this tracer active: when it only computed
   // and some results need gradients, traces the gradients of the arguments and captured
-  // tensors that require grad with respect to them.
+  // tensors that require grad with respect to them. A call of a function that could not be
+  // traced so runs its ops taped, which would lose a custom function's backward: refused.
   void differentiate(const std::vector<Tensor>& results) {
-    if (!grad_enabled() || t_.ran_backward || !grad_written_.empty()) return;
+    if (!grad_enabled() || t_.ran_backward) return;
+    joint(results);
+    if (t_.joint || custom_functions_.empty()) return;
+    bool needs_grad = false;
+    for (const Tensor& r : results) needs_grad = needs_grad || (r.defined() && r.requires_grad());
+    KILN_CHECK(!needs_grad,
+               "jit::trace: @{} calls the custom autograd function {} and its results need gradients, but it "
+               "cannot be traced together with its backward: it writes captured tensors in place, reads or sets "
+               "gradients, or calls an op without a derivative. Call the custom function outside the traced "
+               "function, or trace the whole training step (backward and update inside)",
+               t_.graph.name, custom_functions_[0]);
+  }
+
+  // differentiate()'s joint trace, when the function allows one.
+  void joint(const std::vector<Tensor>& results) {
+    if (!grad_written_.empty()) return;
     ir::Graph& g = t_.graph;
     // Captured tensors' gradients are inputs in case the function reads them; it must not.
     std::unordered_set<uint32_t> grads;
@@ -346,6 +363,7 @@ class Tracer final : public Recorder {
   std::unordered_set<const TensorImpl*> grad_written_;        // tensors whose grad() the function set
   std::vector<Tensor> args_;                                  // the arguments' placeholders
   std::vector<Tensor> joint_grads_;                           // differentiate(): per Trace::wrt, its traced gradient
+  std::vector<std::string> custom_functions_;                 // the custom functions whose nodes were recorded
   Tensor rng_;                                                // the generator's state, once the function draws
   std::unordered_set<uint32_t> stale_;                        // views and aliases of values since written in place
   std::unordered_map<const TensorImpl*, std::string> names_;  // names for captured tensors

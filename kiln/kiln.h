@@ -2,6 +2,7 @@
 #pragma once
 
 #include "autograd/autograd.h"
+#include "autograd/function.h"
 #include "distributed/process_group.h"
 #include "ir/graph.h"
 #include "jit/save.h"

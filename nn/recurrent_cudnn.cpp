@@ -87,18 +87,6 @@ class CudnnRnnBackward final : public NodeBackward {
   RnnComposite composite_;
 };
 
-void save(Node& node, const Tensor& t) {
-  node.saved_in.push_back(t);
-  node.versions.push_back(t.defined() && t.has_storage() ? t.impl()->storage->version() : 0);
-}
-
-void set_history(const Tensor& out, const Ref<Node>& node, uint32_t output_nr) {
-  TensorImpl* r = out.impl();
-  if (!r->autograd) r->autograd = std::make_unique<AutogradMeta>();
-  r->autograd->grad_fn = node;
-  r->autograd->output_nr = output_nr;
-}
-
 }  // namespace
 
 bool cudnn_may_run(const Tensor& x, std::span<const Tensor> states, std::span<const Tensor> params) {
@@ -163,8 +151,8 @@ std::vector<Tensor> cudnn_stack(const RnnStack& st, const Tensor& x, std::span<c
     node->in_types.push_back(in.type());
   }
   for (const Tensor& s : {xc, hx, cx, f->y, f->weights, f->lengths, f->reserve})
-    save(*node, s.defined() ? s.detach() : s);
-  for (const Tensor& in : inputs) save(*node, in);
+    save_for_node(*node, s.defined() ? s.detach() : s);
+  for (const Tensor& in : inputs) save_for_node(*node, in);
   for (size_t k = 0; k < outs.size(); ++k) set_history(outs[k], node, static_cast<uint32_t>(k));
   return outs;
 }

@@ -103,6 +103,12 @@ uint64_t next_node_sequence();
 /// Records `out = op(in)` on the tape when grad mode is on and an input requires grad.
 void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out);
 
+/// For nodes with a `custom` backward: keeps `t` in node.saved_in with its storage version, which
+/// the engine checks before the backward reads it.
+void save_for_node(Node& node, const Tensor& t);
+/// Makes `out` output `output_nr` of `node`: its gradient goes there.
+void set_history(const Tensor& out, const Ref<Node>& node, uint32_t output_nr);
+
 /// Grad mode: when off (inside a NoGradGuard), ops are not recorded. Per thread.
 bool grad_enabled();
 void set_grad_enabled(bool on);

@@ -26,6 +26,10 @@ class Recorder {
   /// backward() ran and consumed the graph (no retain_graph, no create_graph): the traced
   /// function used up its own gradients, so a call needs no tape of its own.
   virtual void on_backward() {}
+  /// A custom autograd function (autograd/function.h) recorded its node: its backward is the
+  /// user's, which a trace takes only by tracing the function's backward (a joint trace or
+  /// a whole step), never by taping the call's ops.
+  virtual void on_custom_function(const std::string& name) {}
   /// The generator's state for a draw of n numbers inside the trace (a value of the graph,
   /// i64[2]); without an override, drawing while recording throws.
   virtual Tensor random_state(int64_t n);

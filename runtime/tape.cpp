@@ -17,7 +17,7 @@ namespace {
 thread_local bool t_grad_enabled = true;
 std::atomic<uint64_t> g_sequence{0};
 
-uint32_t version_of(const Tensor& t) { return t.has_storage() ? t.impl()->storage->version() : 0; }
+uint32_t version_of(const Tensor& t) { return t.defined() && t.has_storage() ? t.impl()->storage->version() : 0; }
 
 AutogradMeta& meta(TensorImpl* t) {
   if (!t->autograd) t->autograd = std::make_unique<AutogradMeta>();
@@ -57,6 +57,17 @@ Edge edge_to(const Tensor& t) {
   return e;
 }
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
+
+void save_for_node(Node& node, const Tensor& t) {
+  node.saved_in.push_back(t);
+  node.versions.push_back(version_of(t));
+}
+
+void set_history(const Tensor& out, const Ref<Node>& node, uint32_t output_nr) {
+  AutogradMeta& m = meta(out.impl());
+  m.grad_fn = node;
+  m.output_nr = output_nr;
+}
 
 void record_grad(OpId id, std::span<const Tensor> in, const Attrs& attrs, const Tensor& out) {
   const OpDef& op = op_def(id);
