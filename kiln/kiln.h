@@ -3,6 +3,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/function.h"
+#include "cuda/kernel.h"
 #include "distributed/process_group.h"
 #include "ir/graph.h"
 #include "jit/save.h"

@@ -66,7 +66,7 @@ while ((${#queue[@]})); do
   queue=("${queue[@]:1}")
   [[ -n "${seen[$h]:-}" || ! -f "$h" ]] && continue
   seen[$h]=1
-  if grep -nE '#include\s*[<"](llvm|llvm-c|cuda|nvrtc|cublas|cudnn|oneapi)' "$h"; then report "public header $h includes LLVM, CUDA or oneDNN"; fi
+  if grep -nE '#include\s*[<"](llvm|llvm-c|cuda[^/"]*\.h|nvrtc|cublas|cudnn|oneapi)' "$h"; then report "public header $h includes LLVM, CUDA or oneDNN"; fi
   while IFS= read -r inc; do queue+=("$inc"); done < <(sed -nE 's/^#include\s*"([^"]+)".*/\1/p' "$h")
 done
 

@@ -364,6 +364,8 @@ const char* cuda_bits_type(DType t) {
 
 std::string cuda_prelude() { return kPrelude; }
 
+const char* cuda_element_type(DType t) { return cuda_emit::mem_name(t); }
+
 std::vector<CudaImmediate> cuda_immediates(const ir::Graph& body) {
   std::vector<CudaImmediate> out;
   for (size_t i = 0; i < body.nodes.size(); ++i) {

@@ -76,6 +76,10 @@ std::string emit_cuda(const ir::Graph& body, const KernelLayout& layout, const s
 /// saturating float-to-integer conversion), for hand-written kernels (codegen/cuda/indexed.h).
 std::string cuda_prelude();
 
+/// The C type an element of dtype t is stored as: float, double, int, long long, unsigned char
+/// (u8 and bool), and the bits of f16 and bf16 as unsigned short.
+const char* cuda_element_type(DType t);
+
 /// The unsigned C type of the element's size ("unsigned short" for f16): what a kernel that
 /// moves or compares an element's bits reads it as.
 const char* cuda_bits_type(DType t);

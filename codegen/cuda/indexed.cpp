@@ -22,20 +22,7 @@ const char* index_type(DType t) {
   throw Error(fmt::format("codegen: {} is not an index dtype", dtype_name(t)));
 }
 
-// The element as a C type computations use, and the statement adding b into *a.
-const char* value_type(DType t) {
-  switch (t) {
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-    case DType::I32: return "int";
-    case DType::I64: return "long long";
-    case DType::F16:
-    case DType::BF16: return "unsigned short";
-    case DType::U8:
-    case DType::Bool: return "unsigned char";
-  }
-  return "?";
-}
+// The statement adding b into *a (the element's C type: cuda_element_type).
 std::string add_into(DType t, const std::string& a, const std::string& b) {
   switch (t) {
     case DType::F32:
@@ -88,7 +75,7 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
 
 std::string cuda_scatter_kernel(DType elem, DType index, int rank) {
   KILN_CHECK(rank >= 1 && rank <= 16, "codegen: scatter of rank {}", rank);
-  const char* t = value_type(elem);
+  const char* t = cuda_element_type(elem);
   return cuda_prelude() + fmt::format(R"(
 struct Args {{
   long long size[{0}], src_stride[{0}], out_stride[{0}], idx_stride[{0}];
@@ -169,7 +156,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
 
 std::string cuda_segment_add_kernel(DType elem, int rank) {
   KILN_CHECK(rank >= 1 && rank <= 16, "codegen: index_add of rank {}", rank);
-  const char* t = value_type(elem);
+  const char* t = cuda_element_type(elem);
   return cuda_prelude() + fmt::format(R"(
 struct Args {{
   long long size[{0}], src_stride[{0}], out_stride[{0}];
@@ -252,7 +239,7 @@ extern "C" __global__ __launch_bounds__({1}) void kiln_kernel(const Args a) {{
 
 std::string cuda_scatter_segment_kernel(DType elem, int rank) {
   KILN_CHECK(rank >= 1 && rank <= 16, "codegen: scatter_add of rank {}", rank);
-  const char* t = value_type(elem);
+  const char* t = cuda_element_type(elem);
   return cuda_prelude() + fmt::format(R"(
 struct Args {{
   long long size[{0}], src_stride[{0}], out_size[{0}], out_stride[{0}];
@@ -343,7 +330,8 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                      kCudaBlock, value_type(elem), load, better, largest ? "larger" : "smaller");
+                                      kCudaBlock, cuda_element_type(elem), load, better,
+                                      largest ? "larger" : "smaller");
 }
 
 namespace {
@@ -358,7 +346,7 @@ std::string load_wide(DType t, const std::string& e) {
 std::string cuda_cumsum_kernel(DType elem, bool reverse) {
   bool f = is_float(elem);
   std::string acc = elem == DType::F64 ? "double" : f ? "float" : "long long";
-  std::string out = f ? value_type(elem) : "long long";
+  std::string out = f ? cuda_element_type(elem) : "long long";
   std::string add = f ? "acc += " + load_wide(elem, "p[i]") + ";"
                       : "acc = (long long)((unsigned long long)acc + (unsigned long long)(long long)p[i]);";
   std::string store = elem == DType::F16 ? "kiln_f2h(acc)" : elem == DType::BF16 ? "kiln_f2bf(acc)" : "acc";
@@ -382,7 +370,7 @@ extern "C" __global__ __launch_bounds__({0}) void kiln_kernel(const Args a) {{
   }}
 }}
 )",
-                                      kCudaBlock, value_type(elem), out, acc, reverse ? 1 : 0, add, store);
+                                      kCudaBlock, cuda_element_type(elem), out, acc, reverse ? 1 : 0, add, store);
 }
 
 std::string cuda_iota_kernel() {

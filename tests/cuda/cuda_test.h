@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "runtime/cuda.h"
+#include "runtime/cuda_internal.h"
 
 namespace kiln::test {
 
@@ -20,6 +23,17 @@ inline const Device kGpu = cuda::device(0);
 inline bool on_host_cuda() {
   const char* d = std::getenv("KILN_CUDA_DRIVER");
   return d && std::string(d).find("kiln_host_cuda") != std::string::npos;
+}
+
+/// The graph of what `work` queues on a new stream of cuda:0 while that stream captures (its
+/// tensors come from the graph's pool); null, with `*why`, when the capture was refused.
+inline std::unique_ptr<cuda::CapturedGraph> capture(const std::function<void()>& work, std::string* why) {
+  cuda::Stream side = cuda::Stream::create(0);
+  cuda::synchronize(0);
+  cuda::StreamGuard on_side(side);
+  cuda::begin_capture(side);
+  work();
+  return cuda::end_capture(side, why);
 }
 
 }  // namespace kiln::test

@@ -36,18 +36,11 @@ struct Graphs {
 TEST(CudaGraphCapture, AReplayRunsTheWorkTheCaptureRecorded) {
   REQUIRE_CUDA();
   Tensor x = randn({1000}).to(kGpu);
-  cuda::Stream side = cuda::Stream::create(0);
-  cuda::synchronize(0);
   Tensor y;
-  std::unique_ptr<cuda::CapturedGraph> graph;
-  {
-    cuda::StreamGuard on_side(side);
-    cuda::begin_capture(side);
-    y = exp(x) * 2.0f + x;  // allocated from the graph's pool, computed by nothing yet
-    std::string why;
-    graph = cuda::end_capture(side, &why);
-    ASSERT_TRUE(graph) << why;
-  }
+  std::string why;
+  // y is allocated from the graph's pool, computed by nothing yet.
+  std::unique_ptr<cuda::CapturedGraph> graph = test::capture([&] { y = exp(x) * 2.0f + x; }, &why);
+  ASSERT_TRUE(graph) << why;
   for (int i = 0; i < 3; ++i) {
     Tensor fresh = randn({1000});
     x.copy_(fresh.to(kGpu));
