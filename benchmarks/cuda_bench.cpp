@@ -1,6 +1,8 @@
 // benchmarks/cuda_bench.cpp -- kiln_cuda_bench: eager CUDA on cuda:0, each case beside the limit
 // that gives it meaning (scripts/run.sh gpu runs it; without a GPU it says why and exits 0).
 //
+//   eager_add_1         what an eager op costs the host: x + y of one element, CPU and CUDA;
+//                       user_kernel_add_1 the same through a user's cuda::Kernel
 //   copy_64M            the device's copy bandwidth (read + write), the pointwise ops' limit
 //   add_64M, gelu9_64M  x + y, and gelu (tanh) as 9 primitive ops eagerly: bytes moved by the
 //                       minimal traffic (add: 3 x 4 B per element; gelu: 2 x 4 B), so the
@@ -107,6 +109,27 @@ void eager_add_1(benchmark::State& s, Device device) {
   for (auto _ : s) {
     benchmark::DoNotOptimize(x + y);
     if (++n % 4096 == 0) cuda::synchronize();  // a GPU's launch queue holds about a thousand
+  }
+  cuda::synchronize();
+}
+
+// The same for a user's kernel (cuda/kernel.h) computing x + y: a call that has run before finds
+// its compiled variant in the kernel (no text, no hash), so it costs about an eager op.
+void user_kernel_add_1(benchmark::State& s) {
+  cuda::Kernel add("user_add", {"x", "y"}, {"z"}, R"(
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < z_dims.numel) z[i] = x[i] + y[i];
+  )");
+  Tensor x = randn({1}, f32, kGpu), y = randn({1}, f32, kGpu);
+  cuda::KernelCall call;
+  call.output_shapes = {x.shape()};
+  call.output_dtypes = {f32};
+  benchmark::DoNotOptimize(add({x, y}, call));  // compiles and caches
+  cuda::synchronize();
+  int64_t n = 0;
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(add({x, y}, call));
+    if (++n % 4096 == 0) cuda::synchronize();
   }
   cuda::synchronize();
 }
@@ -321,6 +344,7 @@ void register_all() {
   };
   add("eager_add_1/cpu", [](benchmark::State& s) { eager_add_1(s, cpu); });
   add("eager_add_1/cuda", [](benchmark::State& s) { eager_add_1(s, kGpu); });
+  add("user_kernel_add_1", user_kernel_add_1);
   add("copy_64M", copy_64m);
   add("add_64M", add_64m);
   add("gelu9_64M", gelu9_64m);
