@@ -101,6 +101,11 @@ bool contains(const std::vector<const TensorImpl*>& set, const TensorImpl* t) {
   return std::find(set.begin(), set.end(), t) != set.end();
 }
 
+// Whether one of `list` (undefined entries aside) is the tensor `t`.
+bool holds(const tensor_list& list, const TensorImpl* t) {
+  return std::any_of(list.begin(), list.end(), [&](const Tensor& x) { return x.defined() && x.impl() == t; });
+}
+
 }  // namespace
 
 // The node's backward: the user's, with its context, and checks on what it returns. Edges:
@@ -214,28 +219,18 @@ void FunctionCall::begin() {
 tensor_list FunctionCall::finish(tensor_list outputs, BackwardFn backward, const std::type_info& type) {
   AutogradContext& c = *ctx;
   const std::string function = demangled(type);
-  auto is_input = [&](const Tensor& t) {
-    for (size_t p = 0; p < inputs.size(); ++p)
-      if (is_tensor[p] && inputs[p].defined() && inputs[p].impl() == t.impl()) return true;
-    return false;
-  };
   for (const TensorImpl* d : c.dirty_) {
-    bool input = false, returned = false;
-    for (const Tensor& t : inputs) input = input || (t.defined() && t.impl() == d);
-    for (const Tensor& t : outputs) returned = returned || (t.defined() && t.impl() == d);
-    KILN_CHECK(input, "{}: mark_dirty was given a tensor that is not one of the forward's inputs", function);
-    KILN_CHECK(returned, "{}: an input marked dirty must also be returned by the forward", function);
+    KILN_CHECK(holds(inputs, d), "{}: mark_dirty was given a tensor that is not one of the forward's inputs", function);
+    KILN_CHECK(holds(outputs, d), "{}: an input marked dirty must also be returned by the forward", function);
   }
-  for (const TensorImpl* o : c.non_differentiable_) {
-    bool returned = false;
-    for (const Tensor& t : outputs) returned = returned || (t.defined() && t.impl() == o);
-    KILN_CHECK(returned, "{}: mark_non_differentiable was given a tensor the forward did not return", function);
-  }
+  for (const TensorImpl* o : c.non_differentiable_)
+    KILN_CHECK(holds(outputs, o), "{}: mark_non_differentiable was given a tensor the forward did not return",
+               function);
   bool record = std::any_of(c.needs_.begin(), c.needs_.end(), [](char n) { return n != 0; });
   // An input returned as it is, and not changed in place, is returned as a new tensor on the
   // same memory, so the input keeps its own history.
   for (Tensor& out : outputs)
-    if (out.defined() && is_input(out) && !contains(c.dirty_, out.impl())) out = out.detach();
+    if (out.defined() && holds(inputs, out.impl()) && !contains(c.dirty_, out.impl())) out = out.detach();
   if (!record) return outputs;
 
   std::vector<TensorType> out_types;

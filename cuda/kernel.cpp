@@ -55,7 +55,7 @@ Dims8 dims_of(const Tensor& t) {
 
 struct Kernel::Variants {
   std::mutex mu;
-  std::unordered_map<std::string, CompiledKernel> compiled;
+  std::unordered_map<std::string, DeviceFunction> compiled;
 };
 
 Kernel::Kernel(std::string name, std::vector<std::string> input_names, std::vector<std::string> output_names,
@@ -129,22 +129,22 @@ std::vector<Tensor> Kernel::operator()(std::span<const Tensor> given, const Kern
              "cuda::Kernel {}: {} bytes of shared memory: at most 227 KiB", name_, call.shared_bytes);
   if (outputs[0].numel() == 0 && call.grid == std::array<int64_t, 3>{0, 0, 0}) return outputs;  // nothing to write
 
-  CompiledKernel k;
+  DeviceFunction fn;
   const std::string key = variant_key(dtypes, call, device.index);
   {
     std::lock_guard<std::mutex> lock(variants_->mu);
-    if (auto it = variants_->compiled.find(key); it != variants_->compiled.end()) k = it->second;
+    if (auto it = variants_->compiled.find(key); it != variants_->compiled.end()) fn = it->second;
   }
-  if (!k.fn.function) {
+  if (!fn.function) {
     try {
-      k = kernel_for(full_source(dtypes, call), device.index, name_);
+      fn = kernel_for(full_source(dtypes, call), device.index, name_).fn;
     } catch (const OutOfMemory&) {
       throw;
     } catch (const Error& e) {
       throw Error(fmt::format("cuda::Kernel {}: {}", name_, e.what()));
     }
     std::lock_guard<std::mutex> lock(variants_->mu);
-    variants_->compiled.emplace(key, k);
+    variants_->compiled.emplace(key, fn);
   }
   std::vector<void*> pointers;
   std::vector<Dims8> dims;
@@ -158,7 +158,7 @@ std::vector<Tensor> Kernel::operator()(std::span<const Tensor> given, const Kern
                          static_cast<unsigned>(grid[2])};
   const unsigned b[3] = {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]),
                          static_cast<unsigned>(block[2])};
-  launch(k.fn, g, b, static_cast<size_t>(call.shared_bytes), args.data());
+  launch(fn, g, b, static_cast<size_t>(call.shared_bytes), args.data());
   return outputs;
 }
 
