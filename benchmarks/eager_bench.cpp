@@ -29,6 +29,18 @@ void BM_MulScalarTiny(benchmark::State& s) {
 BENCHMARK(BM_MulScalarTiny)->Name("mul_scalar_tiny[1]/kiln")->Arg(1);
 BENCHMARK(BM_MulScalarTiny)->Name("mul_scalar_tiny[64]/kiln")->Arg(64);
 
+// The same sum through a registered op (runtime/registered_op.h) whose CPU kernel is a + b:
+// beside add_tiny, what a call's schema check, rule and kernel dispatch cost.
+void BM_RegisteredAddTiny(benchmark::State& s) {
+  static const RegisteredOp& add = register_op("bench::add(Tensor a, Tensor b) -> Tensor")
+                                       .rule([](const OpCall& c) { return c.input(0).type(); })
+                                       .cpu([](const OpCall& c) { return c.input(0) + c.input(1); });
+  Tensor a = randn({s.range(0)}), b = randn({s.range(0)});
+  benchmark::DoNotOptimize(add(a, b));
+  for (auto _ : s) benchmark::DoNotOptimize(add(a, b));
+}
+BENCHMARK(BM_RegisteredAddTiny)->Name("add_tiny[1]/registered")->Arg(1);
+
 // The bandwidth limit: a plain copy of 16M floats (copy_limit.h).
 void BM_Copy(benchmark::State& s) { bench::copy_case(s, k16M * 4); }
 BENCHMARK(BM_Copy)->Name("add_16M/copy")->UseRealTime();

@@ -66,6 +66,12 @@ class Lexer {
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       t.kind = Tok::Ident;
       t.text = word();
+      // A registered op's name: mylib::rotary (a type's ':' is never followed by another).
+      if (src_.substr(pos_, 2) == "::" && pos_ + 2 < src_.size() &&
+          (std::isalpha(static_cast<unsigned char>(src_[pos_ + 2])) || src_[pos_ + 2] == '_')) {
+        get(), get();
+        t.text += "::" + word();
+      }
       return t;
     }
     if (c == '-' && pos_ + 1 < src_.size() && src_[pos_ + 1] == '>') {

@@ -9,12 +9,15 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <type_traits>
 
 #include "ir/graph.h"
 #include "ir/lexer.h"
 #include "runtime/api.h"
 #include "runtime/check.h"
+#include "runtime/registered_op.h"
 
 namespace kiln::ir {
 namespace {
@@ -294,23 +297,33 @@ class Parser {
     return s.to<bool>();
   }
 
+  // `name =` of an attribute: the name, and the line and column it stands at.
+  struct AttrKey {
+    std::string name;
+    int line, col;
+  };
+  AttrKey attribute_key() {
+    if (tok_.kind != Tok::Ident) fail(fmt::format("expected an attribute name, found {}", describe()));
+    AttrKey k{tok_.text, tok_.line, tok_.col};
+    advance();
+    expect("=");
+    return k;
+  }
+
   // Reads `{name=value, ...}`: each name one of runtime/attrs.def's, read as its kind says.
   void attrs(Node& n) {
+    if (n.op == OpId::Registered) return registered_attrs(n);
     uint64_t mask = op_def(n.op).attrs;
     uint64_t seen = 0;
     if (!accept("{")) {
-      if (mask) fail(fmt::format("{} needs attributes {{...}}", op_name(n.op)));
+      if (mask) fail(fmt::format("{} needs attributes {{...}}", op_name(n.op, n.attrs)));
       return;
     }
     do {
-      if (tok_.kind != Tok::Ident) fail(fmt::format("expected an attribute name, found {}", describe()));
-      std::string key = tok_.text;
-      int kl = tok_.line, kc = tok_.col;
-      advance();
-      expect("=");
+      auto [key, kl, kc] = attribute_key();
       const AttrSchema* s = find_attr(key);
       if (!s) fail_at(kl, kc, fmt::format("unknown attribute '{}'", key));
-      if (!(mask & s->field)) fail_at(kl, kc, fmt::format("{} takes no attribute '{}'", op_name(n.op), key));
+      if (!(mask & s->field)) fail_at(kl, kc, fmt::format("{} takes no attribute '{}'", op_name(n.op, n.attrs), key));
       if (seen & s->field) fail_at(kl, kc, fmt::format("attribute '{}' given twice", key));
       visit_attr(n.attrs, std::countr_zero(static_cast<uint64_t>(s->field)), [&](auto& v) { attr_value(v, s->kind); });
       seen |= s->field;
@@ -320,8 +333,79 @@ class Parser {
       std::vector<std::string_view> missing;
       for (int i = 0; i < kNumAttrs; ++i)
         if ((mask & ~seen & ~kOptionalAttrs) & attr_schema(i).field) missing.push_back(attr_schema(i).name);
-      fail(fmt::format("{} is missing attributes {}", op_name(n.op), fmt::join(missing, ", ")));
+      fail(fmt::format("{} is missing attributes {}", op_name(n.op, n.attrs), fmt::join(missing, ", ")));
     }
+  }
+
+  // A registered op's `{name=value, ...}`, read by its schema; attributes left out take their
+  // defaults.
+  void registered_attrs(Node& n) {
+    auto call = std::make_shared<RegisteredCall>(*n.attrs.registered);
+    const OpSchema& schema = call->op->schema();
+    std::vector<std::optional<OpValue>> given(schema.args.size());
+    if (accept("{")) {
+      do {
+        auto [key, kl, kc] = attribute_key();
+        size_t k = 0;
+        while (k < schema.args.size() && !(schema.args[k].name == key && schema.args[k].type != OpArgType::Tensor)) ++k;
+        if (k == schema.args.size())
+          fail_at(kl, kc,
+                  fmt::format("{} takes no attribute '{}' ({})", call->op->name(), key, call->op->schema_text()));
+        if (given[k]) fail_at(kl, kc, fmt::format("attribute '{}' given twice", key));
+        given[k] = registered_value(schema.args[k].type);
+      } while (accept(","));
+      expect("}");
+    }
+    for (size_t k = 0; k < schema.args.size(); ++k) {
+      const OpSchemaArg& a = schema.args[k];
+      if (a.type == OpArgType::Tensor) continue;
+      if (!given[k] && !a.default_value)
+        fail(fmt::format("{} is missing attribute '{}', which has no default", call->op->name(), a.name));
+      call->values.push_back(given[k] ? *given[k] : *a.default_value);
+    }
+    n.attrs.registered = std::move(call);
+  }
+
+  OpValue registered_value(OpArgType type) {
+    auto list = [&](auto item) {
+      expect("[");
+      std::vector<decltype(item())> out;
+      if (!is("]")) {
+        do {
+          if (out.size() >= 4096) fail("too many values");
+          out.push_back(item());
+        } while (accept(","));
+      }
+      expect("]");
+      return out;
+    };
+    auto number = [&] {
+      Scalar v = literal();
+      if (v.kind() == Scalar::Kind::Bool) fail("expected a number, found a bool");
+      return v.to_double();
+    };
+    switch (type) {
+      case OpArgType::Int: return integer();
+      case OpArgType::Float: return number();
+      case OpArgType::Bool: return boolean();
+      case OpArgType::Ints: return list([&] { return integer(); });
+      case OpArgType::Floats: return list(number);
+      case OpArgType::Str: {
+        if (tok_.kind != Tok::String) fail(fmt::format("expected a quoted string, found {}", describe()));
+        std::string v = tok_.text;
+        advance();
+        return v;
+      }
+      case OpArgType::DType: {
+        DType d;
+        if (tok_.kind != Tok::Ident || !parse_dtype(tok_.text, &d))
+          fail(fmt::format("expected a dtype, found {}", describe()));
+        advance();
+        return d;
+      }
+      case OpArgType::Tensor: break;
+    }
+    fail("a Tensor is no attribute");
   }
 
   template <class T> void attr_value(T& v, AttrKind kind) {
@@ -428,8 +512,22 @@ class Parser {
       return;
     }
     bool found = false;
+    if (op.find("::") != std::string::npos) {
+      const RegisteredOp* r = find_registered_op(op);
+      if (!r)
+        fail_at(ol, oc,
+                fmt::format("unknown op '{}': no op of that name is registered in this program (the library "
+                            "that registers it must be loaded first: kiln-ir --load lib.so)",
+                            op));
+      n.op = OpId::Registered;
+      auto call = std::make_shared<RegisteredCall>();
+      call->op = r;
+      n.attrs.registered = std::move(call);
+      found = true;
+    }
     for (int i = 0; i < kNumOps; ++i)
-      if (op == op_name(static_cast<OpId>(i))) n.op = static_cast<OpId>(i), found = true;
+      if (op == op_name(static_cast<OpId>(i)) && static_cast<OpId>(i) != OpId::Registered)
+        n.op = static_cast<OpId>(i), found = true;
     if (!found) fail_at(ol, oc, fmt::format("unknown op '{}'", op));
     bool pointwise = op_family(n.op) == OpFamily::Pointwise;
     int slot = 0;

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <ostream>
 #include <type_traits>
+#include <variant>
 
 #include "ir/graph.h"
 #include "runtime/check.h"
+#include "runtime/registered_op.h"
 
 namespace kiln::ir {
 namespace {
@@ -94,10 +96,11 @@ struct Printer {
   // The op, its operands (iota has none) and its attributes.
   std::string op_text(const Node& n) const {
     std::string ops = operands(n);
-    return fmt::format("{}{}{}{}", op_name(n.op), ops.empty() ? "" : " ", ops, attrs(n));
+    return fmt::format("{}{}{}{}", op_name(n.op, n.attrs), ops.empty() ? "" : " ", ops, attrs(n));
   }
 
   std::string attrs(const Node& n) const {
+    if (n.op == OpId::Registered && n.attrs.registered) return registered_attrs(*n.attrs.registered);
     uint64_t mask = op_def(n.op).attrs;
     std::vector<std::string> parts;
     for (int i = 0; i < kNumAttrs; ++i) {
@@ -105,6 +108,30 @@ struct Printer {
       if ((mask & s.field) && !((kOptionalAttrs & s.field) && is_default(n.attrs, i)))
         parts.push_back(fmt::format("{}={}", s.name,
                                     visit_attr(n.attrs, i, [&](const auto& v) { return attr_literal(v, s.kind); })));
+    }
+    return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
+  }
+
+  // A registered op's attributes: every one, by its schema's names and in its order.
+  static std::string registered_attrs(const RegisteredCall& call) {
+    std::vector<std::string> parts;
+    size_t k = 0;
+    for (const OpSchemaArg& a : call.op->schema().args) {
+      if (a.type == OpArgType::Tensor) continue;
+      std::string value = std::visit(
+          [](const auto& v) -> std::string {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, double>) return float_literal(v);
+            else if constexpr (std::is_same_v<T, std::vector<double>>) {
+              std::vector<std::string> items;
+              for (double d : v) items.push_back(float_literal(d));
+              return fmt::format("[{}]", fmt::join(items, ","));
+            } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return fmt::format("[{}]", fmt::join(v, ","));
+            else if constexpr (std::is_same_v<T, std::string>) return quoted(v);
+            else return attr_literal(v, AttrKind::Int);
+          },
+          call.values.at(k++));
+      parts.push_back(fmt::format("{}={}", a.name, value));
     }
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
   }

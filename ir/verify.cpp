@@ -95,8 +95,9 @@ void verify(const Graph& g) {
     if (op_family(n.op) != OpFamily::Pointwise && n.attrs.imm_mask)
       fail_node(i, "only pointwise ops take numbers as operands");
     if (arity >= 0 && static_cast<int>(n.inputs.size()) + imms != arity)
-      fail_node(i, fmt::format("{} takes {} operands, has {}", op_name(n.op), arity, n.inputs.size() + imms));
-    if (arity < 0 && n.inputs.empty()) fail_node(i, fmt::format("{} needs at least one operand", op_name(n.op)));
+      fail_node(i, fmt::format("{} takes {} operands, has {}", op_name(n.op, n.attrs), arity, n.inputs.size() + imms));
+    if (arity < 0 && n.inputs.empty())
+      fail_node(i, fmt::format("{} needs at least one operand", op_name(n.op, n.attrs)));
     TensorType want;
     try {
       want = shapes.infer(g, n);
@@ -104,7 +105,8 @@ void verify(const Graph& g) {
       fail_node(i, e.what());
     }
     if (!shapes.matches(g, want, g.type(n.result)))
-      fail_node(i, fmt::format("its type is {} but {} gives {}", g.type(n.result).str(), op_name(n.op), want.str()));
+      fail_node(
+          i, fmt::format("its type is {} but {} gives {}", g.type(n.result).str(), op_name(n.op, n.attrs), want.str()));
     bind(n.result, "a node");
   }
   for (uint32_t v : g.outputs) {

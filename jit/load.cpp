@@ -18,6 +18,7 @@
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/files.h"
+#include "runtime/registered_op.h"
 #include "runtime/safetensors.h"
 
 namespace kiln::jit {
@@ -158,7 +159,21 @@ LoadedFunction load(const std::string& path) {
   return load_bytes(bytes, path);
 }
 
-LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
+namespace {
+
+// Every value of `g` on `device`: its moves and positions too (a size stays a host number).
+void retarget(ir::Graph& g, Device device) {
+  for (TensorType& t : g.types) t.device = device;
+  for (ir::Node& n : g.nodes) {
+    if (n.kind != ir::NodeKind::Op) continue;
+    if (n.op == OpId::ToDevice || n.op == OpId::Iota) n.attrs.device = device;
+    if (n.op == OpId::Numel) g.types[n.result].device = cpu;
+  }
+}
+
+}  // namespace
+
+LoadedFunction load_bytes(std::string_view bytes, const std::string& file, std::optional<Device> device) {
   ModuleSections sec = split_module(bytes, file);
   auto st = std::make_shared<LoadedFunction::State>();
   st->file = file;
@@ -173,6 +188,27 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
              "jit::load: {}: the metadata says format {} but the header says {}", file, j["format"].dump(),
              sec.version);
 
+  // Registered ops: each must be registered here, with the schema the module was saved with,
+  // before the IR that calls them is read.
+  std::set<std::string> registered;
+  if (j.contains("registered_ops")) {
+    for (const json& r : m.array(j, "registered_ops")) {
+      std::string name = m.str(r, "name"), schema = m.str(r, "schema");
+      KILN_CHECK(is_registered_op_name(name) && name.size() <= 256,
+                 "jit::load: {}: metadata field 'registered_ops' names '{}', which is no op name (ns::name)", file,
+                 name.substr(0, 256));
+      const RegisteredOp* op = find_registered_op(name);
+      KILN_CHECK(op != nullptr,
+                 "jit::load: {}: the module calls {}, which this program has not registered (expected "
+                 "register_op(\"{}\") before loading)",
+                 file, name, schema.substr(0, 4096));
+      KILN_CHECK(op->schema_text() == schema,
+                 "jit::load: {}: the module calls {} with schema {}, but this program registered it as {}", file, name,
+                 schema.substr(0, 4096), op->schema_text());
+      registered.insert(name);
+    }
+  }
+
   // The graph: parsed and verified as any IR text is.
   try {
     st->graph = ir::parse(sec.ir, file + " (IR section)");
@@ -181,6 +217,11 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
     throw Error(fmt::format("jit::load: {}: {}", file, e.what()));
   }
   const ir::Graph& g = st->graph;
+  for (const ir::Node& n : g.nodes)
+    if (n.kind == ir::NodeKind::Op && n.op == OpId::Registered)
+      KILN_CHECK(registered.count(n.attrs.registered->op->name()),
+                 "jit::load: {}: the IR calls {}, which the metadata's registered_ops does not list", file,
+                 n.attrs.registered->op->name());
   KILN_CHECK(g.name == info.name, "jit::load: {}: the metadata names @{} but the graph is @{}", file, info.name,
              g.name);
   auto disagree = [&](const std::string& what) {
@@ -215,9 +256,10 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
         throw disagree(fmt::format("parameter '{}' has a symbolic shape {}", p.name, type_text(g, g.params[i])));
     auto it = tensors.find(p.name);
     KILN_CHECK(it != tensors.end(), "jit::load: {}: the tensors section has no '{}' ({})", file, p.name, p.type.str());
-    KILN_CHECK(it->second.type() == p.type, "jit::load: {}: tensor '{}' is {} but the graph's parameter is {}", file,
-               p.name, it->second.type().str(), p.type.str());
-    st->params.push_back(it->second);
+    KILN_CHECK(it->second.dtype() == p.type.dtype && it->second.shape() == p.type.shape,
+               "jit::load: {}: tensor '{}' is {} but the graph's parameter is {}", file, p.name,
+               it->second.type().str(), p.type.str());
+    st->params.push_back(it->second);  // host data: placed below
     info.parameters.push_back(p);
   }
   for (const auto& [name, t] : tensors)
@@ -318,6 +360,25 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file) {
         from_vector<int64_t>({m.integer(r, "seed", INT64_MIN, INT64_MAX), m.integer(r, "offset", 0, INT64_MAX)});
   }
 
+  // The file's tensors are host data. A graph that keeps its values on several devices gets
+  // each parameter where it says, unless the caller places the whole graph.
+  if (device) {
+    retarget(st->graph, *device);
+    for (ParameterInfo& p : info.parameters) p.type.device = *device;
+  }
+  for (size_t i = 0; i < st->params.size(); ++i) {
+    Device where = info.parameters[i].type.device;
+    if (st->params[i].device() == where) continue;
+    try {
+      st->params[i] = st->params[i].to(where);
+    } catch (const Error& e) {
+      throw Error(
+          fmt::format("jit::load: {}: the graph keeps parameter '{}' on {}, which this process cannot "
+                      "reach (jit::load(path, cpu) places it all on the CPU): {}",
+                      file, info.parameters[i].name, where.str(), e.what()));
+    }
+  }
+
   st->make_function();
   LoadedFunction f;
   f.state_ = std::move(st);
@@ -363,21 +424,18 @@ void LoadedFunction::to(Device device) {
     p = copy;
     moved = true;
   }
+  for (const TensorType& t : s.graph.types) moved = moved || t.device != device;
   if (!moved) return;
   // The saved graph's values, moves and positions follow: its calls take inputs on `device` now.
-  for (TensorType& t : s.graph.types) t.device = device;
-  for (ir::Node& n : s.graph.nodes) {
-    if (n.kind != ir::NodeKind::Op) continue;
-    if (n.op == OpId::ToDevice || n.op == OpId::Iota) n.attrs.device = device;
-    if (n.op == OpId::Numel) s.graph.types[n.result].device = cpu;  // a size stays a host number
-  }
+  retarget(s.graph, device);
   for (ParameterInfo& p : s.info.parameters) p.type.device = device;
   s.make_function();
 }
 
 LoadedFunction load(const std::string& path, Device device) {
-  LoadedFunction f = load(path);
-  f.to(device);
+  std::string bytes = files::read_bounded(path, std::numeric_limits<int64_t>::max(), "jit::load");
+  LoadedFunction f = load_bytes(bytes, path, device);
+  f.to(device);  // a graph on one device was saved for the CPU: its tensors move now
   return f;
 }
 

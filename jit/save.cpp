@@ -18,6 +18,7 @@
 #include "runtime/api.h"
 #include "runtime/check.h"
 #include "runtime/files.h"
+#include "runtime/registered_op.h"
 #include "runtime/safetensors.h"
 
 #ifndef KILN_VERSION_STRING
@@ -418,6 +419,14 @@ void save(const Function& fn, const std::string& path, const SaveOptions& option
         if (g.params[i] == n.inputs[0]) assigns.push_back(g.param_names[i]);
   meta["parameters"] = params;
   meta["assigns"] = assigns;
+  // Registered ops by name and schema (never their code): load finds them in its program.
+  json registered = json::array();
+  std::set<const RegisteredOp*> listed;
+  for (const ir::Node& n : g.nodes)
+    if (n.kind == ir::NodeKind::Op && n.op == OpId::Registered && listed.insert(n.attrs.registered->op).second)
+      registered.push_back(
+          {{"name", n.attrs.registered->op->name()}, {"schema", n.attrs.registered->op->schema_text()}});
+  if (!registered.empty()) meta["registered_ops"] = registered;
   if (t.rng_input >= 0) {
     std::vector<int64_t> state = random_state(0).to_vector<int64_t>();
     meta["random"] = {{"draws", t.rng_draws}, {"seed", state[0]}, {"offset", state[1]}};

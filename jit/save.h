@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -147,15 +148,19 @@ class LoadedFunction {
   struct State;
 
  private:
-  friend LoadedFunction load_bytes(std::string_view, const std::string&);
+  friend LoadedFunction load_bytes(std::string_view, const std::string&, std::optional<Device>);
   std::shared_ptr<State> state_;
 };
 
 /// Reads a saved module (jit::save); throws kiln::Error naming the file and what is wrong.
 LoadedFunction load(const std::string& path);
-/// The same with its tensors moved to `device` (LoadedFunction::to): jit::load(path, cuda::device(0)).
+/// The same with its tensors on `device` (as LoadedFunction::to moves them):
+/// jit::load(path, cuda::device(0)). A graph saved with values on several devices (one that
+/// moved its data to a GPU itself) is placed wholly on `device` as it loads, so a module
+/// trained on a GPU serves on a machine without one: jit::load(path, cpu).
 LoadedFunction load(const std::string& path, Device device);
 /// The same from the file's bytes; `name` stands for the file in errors.
-LoadedFunction load_bytes(std::string_view bytes, const std::string& name = "<bytes>");
+LoadedFunction load_bytes(std::string_view bytes, const std::string& name = "<bytes>",
+                          std::optional<Device> device = std::nullopt);
 
 }  // namespace kiln::jit

@@ -29,5 +29,6 @@
 #include "runtime/parallel.h"
 #include "runtime/profiler.h"
 #include "runtime/rearrange.h"
+#include "runtime/registered_op.h"
 #include "runtime/safetensors.h"
 #include "runtime/tensor.h"

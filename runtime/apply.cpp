@@ -11,6 +11,7 @@
 #include "runtime/ops/formulas.h"
 #include "runtime/profiler.h"
 #include "runtime/recorder.h"
+#include "runtime/registered_op.h"
 
 namespace kiln {
 
@@ -57,6 +58,9 @@ uint8_t kind_bit(DType t) { return t == DType::Bool ? kBool : is_float(t) ? kFlo
 
 const OpDef& op_def(OpId id) { return *g_ops[static_cast<size_t>(id)].def; }
 const char* op_name(OpId id) { return g_ops[static_cast<size_t>(id)].name; }
+const char* op_name(OpId id, const Attrs& attrs) {
+  return id == OpId::Registered && attrs.registered ? registered_op_name(*attrs.registered) : op_name(id);
+}
 
 double op_flops(OpId id, std::span<const TensorType> in, const TensorType& out, const Attrs& attrs) {
   if (FlopsFn f = op_def(id).flops) return f(in, out, attrs);
@@ -95,13 +99,13 @@ namespace {
 Device op_device(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
   int first = -1;  // the first input that is not a CPU scalar
   for (size_t i = 0; i < in.size(); ++i) {
-    KILN_CHECK(in[i].defined(), "{}: input {} is an undefined tensor", op_name(id), i);
+    KILN_CHECK(in[i].defined(), "{}: input {} is an undefined tensor", op_name(id, attrs), i);
     if (in[i].device().is_cpu() && in[i].dim() == 0) continue;
     if (first < 0) {
       first = static_cast<int>(i);
     } else {
       KILN_CHECK(in[i].device() == in[first].device(),
-                 "{}: expected all inputs on one device (or 0-d on the CPU), got {} and {}", op_name(id),
+                 "{}: expected all inputs on one device (or 0-d on the CPU), got {} and {}", op_name(id, attrs),
                  in[first].type().str(), in[i].type().str());
     }
   }
@@ -135,7 +139,7 @@ Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
   }
   Tensor out;
   {
-    profiler::Scope event(profiler::Kind::Op, op_name(id));
+    profiler::Scope event(profiler::Kind::Op, op_name(id, attrs));
     if (event) {
       std::string types;
       for (const Tensor& t : in) types += (types.empty() ? "" : ", ") + t.type().str();
@@ -146,13 +150,15 @@ Tensor apply(OpId id, std::span<const Tensor> in, const Attrs& attrs) {
     try {
       if (op.view) {
         out = op.view(in[0], attrs);
+      } else if (op.make) {
+        out = op.make(in, attrs, type);
       } else {
         out = Tensor::empty(type);
         if (id == OpId::ToDevice) copy_between(in[0], out);
         else backend(device).run(id, in, attrs, out);
       }
     } catch (const OutOfMemory& e) {
-      throw OutOfMemory(fmt::format("{} (giving {}): {}", op_name(id), type.str(), e.what()));
+      throw OutOfMemory(fmt::format("{} (giving {}): {}", op_name(id, attrs), type.str(), e.what()));
     }
   }
   if (taped) record_grad(id, in, attrs, out);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,8 @@ inline constexpr int kNumOps = 0
 #undef OP
     ;
 
+struct RegisteredCall;  // runtime/registered_op.h
+
 enum class OpFamily : uint8_t { Pointwise, Cast, Reduce, View, Copy, Other };
 
 /// How a reduction combines its elements: lowering data that the eager kernels and every code
@@ -45,6 +48,8 @@ struct Attrs {
   /// `x * 0.5` is not boxed into a tensor. Tensor inputs fill the remaining slots in order.
   uint8_t imm_mask = 0;
   Scalar imm[3];
+  /// OpId::Registered: which registered op, and its attributes' values (runtime/registered_op.h).
+  std::shared_ptr<const RegisteredCall> registered;
 };
 
 /// A pointwise op's operand slots: slot k holds the number attrs.imm[k] where bit k of imm_mask
@@ -153,6 +158,7 @@ using Grads = VjpArgs::Grads;
 using InferFn = TensorType (*)(OpId, std::span<const Tensor>, const Attrs&);
 using KernelFn = void (*)(OpId, std::span<const Tensor>, const Attrs&, const Tensor& out);
 using ViewFn = Tensor (*)(const Tensor&, const Attrs&);
+using MakeFn = Tensor (*)(std::span<const Tensor>, const Attrs&, const TensorType& type);
 using VjpFn = Grads (*)(const VjpArgs&);
 /// An op's floating-point operations on operands of types `in` giving `out` (a multiply-add is
 /// two), for the cost model (jit/cost.h).
@@ -190,6 +196,8 @@ struct OpDef {
   InferFn infer = nullptr;          // shape/dtype rule: throws kiln::Error on bad input
   KernelFn cpu = nullptr;           // writes the result into a fresh contiguous `out`
   ViewFn view = nullptr;            // views: returns an alias of the input instead
+  MakeFn make = nullptr;            // registered ops: runs the device's kernel, which returns a
+                                    // new tensor of `type` (no backend op table is read)
   VjpFn vjp = nullptr;              // derivative, written with Tensor ops
   bool differentiable = true;       // false: no gradient flows through it (comparisons, argmax)
   uint8_t saves = kSaveInputs;      // what vjp reads (SaveMask)
@@ -206,6 +214,9 @@ struct OpDef {
 
 const OpDef& op_def(OpId id);
 const char* op_name(OpId id);  // "add"
+/// The name a node of op `id` with these attributes prints: a registered op's own
+/// ("mylib::rotary"), else op_name(id).
+const char* op_name(OpId id, const Attrs& attrs);
 /// Op `id`'s FLOPs on operands of types `in` giving `out`: its OpDef's rule, else one per
 /// element computed (pointwise) or read (reductions), and none for movement, casts and the rest.
 double op_flops(OpId id, std::span<const TensorType> in, const TensorType& out, const Attrs& attrs);

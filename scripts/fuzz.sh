@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh -- builds the libFuzzer targets (tools/fuzz) with clang++-14 in build-fuzz and
 # runs each for a while: one per reader of untrusted bytes (IR text: parse, verify; .npy;
-# safetensors; disk-cache entries; saved modules), each from its seeds (tools/fuzz/corpus* and, for IR, the
-# tests/ir graphs).
+# safetensors; disk-cache entries; saved modules; registered ops' schemas), each from its seeds
+# (tools/fuzz/corpus* and, for IR, the tests/ir graphs).
 #   scripts/fuzz.sh [SECONDS]     seconds per target (default 20)
 #   KILN_FUZZ_SEED=N              libFuzzer's seed (default 1, so CI runs repeat)
 # The targets live in build-asan (scripts/configure_asan.sh), beside the sanitizer suite, on one
@@ -15,7 +15,7 @@ source scripts/stage.sh
 seconds="${1:-20}"
 jobs="${KILN_JOBS:-$(nproc)}"
 dir=build-asan
-targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz module_fuzz)
+targets=(parse_fuzz verify_fuzz npy_fuzz safetensors_fuzz disk_cache_fuzz module_fuzz schema_fuzz)
 
 scripts/configure_asan.sh
 stage "fuzz build" ninja -C "$dir" -j "$jobs" "${targets[@]}"
@@ -36,6 +36,7 @@ args_for() {
     safetensors_fuzz) echo "tools/fuzz/corpus-safetensors -dict=tools/fuzz/safetensors.dict -max_len=4096" ;;
     disk_cache_fuzz) echo "tools/fuzz/corpus-disk-cache -max_len=1024" ;;
     module_fuzz) echo "tests/compat -dict=tools/fuzz/module.dict -max_len=32768" ;;
+    schema_fuzz) echo "tools/fuzz/corpus-schema -max_len=1024" ;;
   esac
 }
 for t in "${targets[@]}"; do

@@ -10,6 +10,7 @@
 //   kiln-ir cost f.ir --device H200            bytes, FLOPs, launches and a roofline bound per kernel
 //   kiln-ir inspect m.kiln                     a saved module: versions, signature, parameters, kernels
 //   kiln-ir extract m.kiln -o w.safetensors    a saved module's tensors, as a file other tools read
+//   kiln-ir --load libmyops.so run f.ir       a graph calling ops a library registers (register_op)
 //
 // Every command reads IR text or a saved module (jit::save); run on a module uses its
 // parameters and fuses as the jit does.
@@ -20,6 +21,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <dlfcn.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
@@ -45,7 +47,18 @@ struct Args {
   CostOptions cost;
   std::vector<std::string> dims;  // inspect: NAME=SIZE
   RunOptions run;
+  std::vector<std::string> libraries;  // --load: shared libraries that register ops
 };
+
+// Loads each library, whose static initializers register its ops (kiln::register_op), so
+// graphs that call them parse, print and run.
+void load_libraries(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) continue;
+    const char* why = dlerror();
+    throw kiln::Error(fmt::format("--load {}: {}", path, why ? why : "dlopen failed"));
+  }
+}
 
 // The graph, verified: every command but dump works on valid graphs only.
 Module load_verified(const std::string& path) {
@@ -76,6 +89,7 @@ int opt(const Args& a) {
 }
 
 int dispatch(const CLI::App& app, const Args& a) {
+  load_libraries(a.libraries);
   if (app.got_subcommand("dump")) {
     write_text("-", ir::print(load_module(a.file).graph));
   } else if (app.got_subcommand("verify")) {
@@ -119,6 +133,11 @@ int main(int argc, char** argv) {
   app.failure_message(
       [](const CLI::App*, const CLI::Error& e) { return fmt::format("kiln-ir: {} (see kiln-ir --help)\n", e.what()); });
   Args a;
+  app.add_option("--load", a.libraries,
+                 "a shared library to load first, whose registered ops (kiln::register_op) the graph calls; "
+                 "repeatable")
+      ->type_name("LIB.so");
+  app.fallthrough();
   add_file(app.add_subcommand("dump", "print the graph as the printer writes it"), a);
   add_file(app.add_subcommand("verify", "check the graph; print ok or the first error"), a);
   CLI::App* opt = app.add_subcommand("opt", "run passes and print the result");

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace kiln::examples {
@@ -19,12 +20,18 @@ struct GPTConfig {
   int64_t heads = 4;
   int64_t layers = 2;
   double dropout = 0.1;
+  /// Applied to every attention's queries and keys [B,H,T,D]: a rotary embedding, as LLaMA's
+  /// (examples/custom_ops.cpp). None: positions come from the learned table alone.
+  std::function<Tensor(const Tensor&)> rotate = {};
+  /// Applied to every MLP's hidden activations: fake quantization through a straight-through
+  /// estimator, say (examples/custom_ops.cpp). None: GELU's output as it is.
+  std::function<Tensor(const Tensor&)> mlp_activation = {};
 };
 
 class CausalSelfAttention : public nn::Module {
  public:
   explicit CausalSelfAttention(const GPTConfig& c)
-      : qkv(c.embed, 3 * c.embed), proj(c.embed, c.embed), heads_(c.heads), dropout_(c.dropout) {
+      : qkv(c.embed, 3 * c.embed), proj(c.embed, c.embed), heads_(c.heads), dropout_(c.dropout), rotate_(c.rotate) {
     register_module("qkv", qkv);
     register_module("proj", proj);
   }
@@ -33,9 +40,10 @@ class CausalSelfAttention : public nn::Module {
     // [B,T,3C] -> three [B,H,T,D]
     auto parts = chunk(qkv(x), 3, -1);
     auto heads = [&](const Tensor& p) { return p.reshape({b, t, heads_, d}).transpose(1, 2); };
+    Tensor q = heads(parts[0]), k = heads(parts[1]);
+    if (rotate_) q = rotate_(q), k = rotate_(k);
     double p = is_training() ? dropout_ : 0.0;
-    Tensor y = nn::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), {}, p,
-                                                /*is_causal=*/true);
+    Tensor y = nn::scaled_dot_product_attention(q, k, heads(parts[2]), {}, p, /*is_causal=*/true);
     return nn::dropout(proj(y.transpose(1, 2).reshape({b, t, c})), dropout_, is_training());
   }
   nn::Linear qkv, proj;
@@ -43,6 +51,7 @@ class CausalSelfAttention : public nn::Module {
  private:
   int64_t heads_;
   double dropout_;
+  std::function<Tensor(const Tensor&)> rotate_;
 };
 
 class GPTBlock : public nn::Module {
@@ -53,7 +62,8 @@ class GPTBlock : public nn::Module {
         ln2(Dims{c.embed}),
         fc(c.embed, 4 * c.embed),
         proj(4 * c.embed, c.embed),
-        dropout_(c.dropout) {
+        dropout_(c.dropout),
+        mlp_activation_(c.mlp_activation) {
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
@@ -62,7 +72,9 @@ class GPTBlock : public nn::Module {
   }
   Tensor operator()(const Tensor& x) {
     Tensor h = x + attn(ln1(x));
-    return h + nn::dropout(proj(gelu(fc(ln2(h)), "tanh")), dropout_, is_training());
+    Tensor a = gelu(fc(ln2(h)), "tanh");
+    if (mlp_activation_) a = mlp_activation_(a);
+    return h + nn::dropout(proj(a), dropout_, is_training());
   }
   nn::LayerNorm ln1;
   CausalSelfAttention attn;
@@ -71,6 +83,7 @@ class GPTBlock : public nn::Module {
 
  private:
   double dropout_;
+  std::function<Tensor(const Tensor&)> mlp_activation_;
 };
 
 class GPT : public nn::Module {

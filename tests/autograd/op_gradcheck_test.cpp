@@ -11,6 +11,7 @@
 #include "runtime/collective.h"
 #include "runtime/op.h"
 #include "tests/distributed/solo_group.h"
+#include "tests/ops/op_specs_registered.h"
 
 using namespace kiln;
 
@@ -425,6 +426,10 @@ std::map<OpId, std::vector<Case>> all_cases() {
         {std::string("all_reduce/") + std::string(combine_name(r)),
          {random_leaf({3, 4})},
          [r](std::span<const Tensor> in) { return all_reduce_op(in[0].t(), test::solo_group().id(), r); }});
+  // A registered op: its derivative, written with kiln ops (tests/ops/op_specs_registered.h).
+  c[OpId::Registered] = {{"registered/mul_add",
+                          {random_leaf({3, 4}), random_leaf({3, 4})},
+                          [](std::span<const Tensor> in) { return test::mul_add_op()(in[0], in[1], 3); }}};
   return c;
 }
 

@@ -99,23 +99,7 @@ struct SteNet : nn::Module {
 TEST(CustomFunctionTraced, AWholeTrainingStepMatchesEagerSteps) {
   manual_seed(7);
   SteNet eager, traced;
-  traced.load_state_dict(eager.state_dict());
-  optim::SGD eager_opt(eager.parameters(), 0.1, {.momentum = 0.9});
-  optim::SGD traced_opt(traced.parameters(), 0.1, {.momentum = 0.9});
-  auto step = [&](Tensor x, Tensor y) { return test::train_step(traced, traced_opt, x, y); };
-  Tensor x0 = randn({5, 6}), y0 = randint(0, 3, {5});
-  jit::Function fast = jit::trace(step, {x0, y0});
-  for (int s = 0; s < 4; ++s) {
-    SCOPED_TRACE(testing::Message() << "step " << s);
-    Tensor x = randn({5, 6}), y = randint(0, 3, {5});
-    expect_same(fast(x, y), test::train_step(eager, eager_opt, x, y).detach());
-    auto a = eager.named_parameters(), b = traced.named_parameters();
-    for (size_t i = 0; i < a.size(); ++i) {
-      SCOPED_TRACE(a[i].first);
-      expect_same(b[i].second, a[i].second);
-      expect_same(b[i].second.grad(), a[i].second.grad());
-    }
-  }
+  test::expect_traced_steps_match_eager(eager, traced, 4);
   // fc1's weight learns through the estimator (its gradient would be zero through round).
   EXPECT_GT(max(abs(traced.fc1.weight.grad())).item<float>(), 0.f);
 }

@@ -20,5 +20,6 @@
 #include "tests/ops/op_specs_pointwise.h"    // the pointwise ops
 #include "tests/ops/op_specs_pools.h"        // max_pool2d, avg_pool2d and their backwards
 #include "tests/ops/op_specs_reductions.h"   // sum, prod, amax, amin, argmax, argmin
+#include "tests/ops/op_specs_registered.h"   // registered (a test op registered there)
 #include "tests/ops/op_specs_rnn.h"          // rnn and its backward
 #include "tests/ops/op_specs_scans.h"        // cumsum, argsort, topk

@@ -42,9 +42,13 @@ TEST_P(OpTable, HasShapeRuleAndExactlyOneImplementation) {
   const OpEntry& e = GetParam();
   const OpDef& def = op_def(e.id);
   EXPECT_NE(def.infer, nullptr) << e.name << " has no shape/dtype rule";
-  EXPECT_TRUE((def.cpu != nullptr) != (def.view != nullptr)) << e.name << " must set exactly one of .cpu and .view";
-  // Views alias their input; every other family writes a fresh output.
-  if (e.family == OpFamily::View) {
+  int implementations = (def.cpu != nullptr) + (def.view != nullptr) + (def.make != nullptr);
+  EXPECT_EQ(implementations, 1) << e.name << " must set exactly one of .cpu, .view and .make";
+  // Views alias their input; a registered op's kernels (.make) return its result; every other
+  // op writes a fresh output.
+  if (e.id == OpId::Registered) {
+    EXPECT_NE(def.make, nullptr);
+  } else if (e.family == OpFamily::View) {
     EXPECT_NE(def.view, nullptr) << e.name;
   } else {
     EXPECT_NE(def.cpu, nullptr) << e.name;

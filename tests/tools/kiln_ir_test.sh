@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/tools/kiln_ir_test.sh -- runs every kiln-ir command on the .ir files here and checks
-# outputs and exit codes, bad input included. Usage: kiln_ir_test.sh path/to/kiln-ir tests/tools
+# outputs and exit codes, bad input included.
+# Usage: kiln_ir_test.sh path/to/kiln-ir tests/tools [HAVE_CUDA] [libkiln_test_ops.so]
 set -uo pipefail
 KILN_IR="$1"
 DATA="$2"
 HAVE_CUDA="${3:-OFF}"  # kiln built with the CUDA toolkit (KILN_HAVE_CUDA): NVRTC makes PTX
+TEST_OPS="${4:-}"      # a library that registers mytools::scale_rows (tests/tools/registered_ops.cpp)
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 passed=0
@@ -269,6 +271,20 @@ if grep -q '"conv.weight"' "$TMP/w.safetensors"; then passed=$((passed + 1)); el
 bad "extract of IR text" 1 'holds no tensors' extract "$DATA/mlp.ir" -o "$TMP/x.safetensors"
 head -c 100 "$MODULE" >"$TMP/cut.kiln"
 bad "truncated module" 1 'cut.kiln: the metadata section claims [0-9]+ bytes but 76 remain' inspect "$TMP/cut.kiln"
+
+# --load: a library's registered ops become known; without it the op is unknown, by name.
+bad "a registered op not loaded" 1 "unknown op 'mytools::scale_rows': no op of that name is registered" \
+  verify "$DATA/registered.ir"
+if [[ -n "$TEST_OPS" ]]; then
+  ok "--load verify" --load "$TEST_OPS" verify "$DATA/registered.ir" && has "--load verify" '^ok$'
+  ok "--load after the command" dump "$DATA/registered.ir" --load "$TEST_OPS"
+  has "dump prints the registered op" '= mytools::scale_rows %0 \{scale=3.0\} : f32\[2,3\]'
+  npy "$TMP/ones23.npy" '(2, 3)' "$ONE$ONE$ONE$ONE$ONE$ONE"
+  ok "--load run" --load "$TEST_OPS" run "$DATA/registered.ir" --fuse --input "$TMP/ones23.npy"
+  has "run of a registered op" '^output 0: f32\[2,3\]'
+  has "run's values are exp(3)" '20\.0855'
+fi
+bad "--load of a missing library" 1 "--load $TMP/none.so: .*cannot open" --load "$TMP/none.so" verify "$DATA/mlp.ir"
 
 echo "kiln_ir_test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

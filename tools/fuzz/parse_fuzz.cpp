@@ -7,6 +7,7 @@
 
 #include "ir/graph.h"
 #include "runtime/error.h"
+#include "tools/fuzz/fuzz_ops.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;

@@ -10,6 +10,7 @@
 #include "jit/executable.h"
 #include "jit/kernel_cache.h"
 #include "runtime/error.h"
+#include "tools/fuzz/fuzz_ops.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kiln;

@@ -54,6 +54,8 @@ std::string read_file(const std::string& path) {
 
 // Runs argv with its output (stdout and stderr) in log_path; returns its exit status.
 int run(const std::vector<std::string>& argv, const std::string& log_path) {
+  // The child's freopen would flush what the program's stdout holds unwritten a second time.
+  std::fflush(nullptr);
   pid_t pid = fork();
   if (pid == 0) {
     FILE* f = std::freopen(log_path.c_str(), "w", stdout);
