@@ -352,7 +352,12 @@ class Parser {
           fail_at(kl, kc,
                   fmt::format("{} takes no attribute '{}' ({})", call->op->name(), key, call->op->schema_text()));
         if (given[k]) fail_at(kl, kc, fmt::format("attribute '{}' given twice", key));
-        given[k] = registered_value(schema.args[k].type);
+        try {
+          given[k] = registered_value(schema.args[k].type);
+        } catch (const Error& e) {
+          throw Error(fmt::format("{} (attribute '{}' of {} is {})", e.what(), key, call->op->name(),
+                                  op_arg_type_name(schema.args[k].type)));
+        }
       } while (accept(","));
       expect("}");
     }
@@ -372,7 +377,7 @@ class Parser {
       std::vector<decltype(item())> out;
       if (!is("]")) {
         do {
-          if (out.size() >= 4096) fail("too many values");
+          if (out.size() >= kMaxOpListValues) fail(fmt::format("more than {} values", kMaxOpListValues));
           out.push_back(item());
         } while (accept(","));
       }

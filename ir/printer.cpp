@@ -100,7 +100,8 @@ struct Printer {
   }
 
   std::string attrs(const Node& n) const {
-    if (n.op == OpId::Registered && n.attrs.registered) return registered_attrs(*n.attrs.registered);
+    if (n.op == OpId::Registered && n.attrs.registered && n.attrs.registered->op)
+      return registered_attrs(*n.attrs.registered);
     uint64_t mask = op_def(n.op).attrs;
     std::vector<std::string> parts;
     for (int i = 0; i < kNumAttrs; ++i) {
@@ -112,12 +113,14 @@ struct Printer {
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));
   }
 
-  // A registered op's attributes: every one, by its schema's names and in its order.
+  // A registered op's attributes: every one, by its schema's names and in its order (a call
+  // holding fewer values, which the verifier reports, prints the ones it has).
   static std::string registered_attrs(const RegisteredCall& call) {
     std::vector<std::string> parts;
     size_t k = 0;
     for (const OpSchemaArg& a : call.op->schema().args) {
       if (a.type == OpArgType::Tensor) continue;
+      if (k == call.values.size()) break;
       std::string value = std::visit(
           [](const auto& v) -> std::string {
             using T = std::decay_t<decltype(v)>;
@@ -130,7 +133,7 @@ struct Printer {
             else if constexpr (std::is_same_v<T, std::string>) return quoted(v);
             else return attr_literal(v, AttrKind::Int);
           },
-          call.values.at(k++));
+          call.values[k++]);
       parts.push_back(fmt::format("{}={}", a.name, value));
     }
     return parts.empty() ? "" : fmt::format(" {{{}}}", fmt::join(parts, ", "));

@@ -71,9 +71,13 @@ void verify(const Graph& g) {
           if (!(b.type(b.inputs[k]) == g.type(n.inputs[k])))
             fail_node(i, fmt::format("body operand ${} is {} but the operand is {}", k, b.type(b.inputs[k]).str(),
                                      g.type(n.inputs[k]).str()));
-        for (const Node& bn : b.nodes)
+        for (const Node& bn : b.nodes) {
           if (bn.kind != NodeKind::Op && bn.kind != NodeKind::Const)
             fail_node(i, "a fused body holds only op and const nodes (no assign, no nested group)");
+          if (bn.kind == NodeKind::Op && bn.op == OpId::Registered)
+            fail_node(i, fmt::format("a fused body holds no registered op ({} runs on its own kernels)",
+                                     op_name(bn.op, bn.attrs)));
+        }
         try {
           verify(b);
         } catch (const Error& e) {

@@ -171,6 +171,23 @@ void retarget(ir::Graph& g, Device device) {
   }
 }
 
+// Whether retarget(g, device) would change nothing.
+bool placed_on(const ir::Graph& g, Device device) {
+  std::vector<bool> size(g.types.size(), false);
+  for (const ir::Node& n : g.nodes)
+    if (n.kind == ir::NodeKind::Op && n.op == OpId::Numel) size[n.result] = true;
+  for (size_t v = 0; v < g.types.size(); ++v)
+    if (!size[v] && g.types[v].device != device) return false;
+  return true;
+}
+
+// The signature and parameters `info` describes, as the retargeted graph `g` has them.
+void retype(ModuleInfo& info, const ir::Graph& g, Device device) {
+  for (size_t i = 0; i < info.inputs.size(); ++i) info.inputs[i].type = type_text(g, g.inputs[i]);
+  for (size_t i = 0; i < info.outputs.size(); ++i) info.outputs[i].type = type_text(g, g.outputs[i]);
+  for (ParameterInfo& p : info.parameters) p.type.device = device;
+}
+
 }  // namespace
 
 LoadedFunction load_bytes(std::string_view bytes, const std::string& file, std::optional<Device> device) {
@@ -364,7 +381,7 @@ LoadedFunction load_bytes(std::string_view bytes, const std::string& file, std::
   // each parameter where it says, unless the caller places the whole graph.
   if (device) {
     retarget(st->graph, *device);
-    for (ParameterInfo& p : info.parameters) p.type.device = *device;
+    retype(info, st->graph, *device);
   }
   for (size_t i = 0; i < st->params.size(); ++i) {
     Device where = info.parameters[i].type.device;
@@ -424,11 +441,10 @@ void LoadedFunction::to(Device device) {
     p = copy;
     moved = true;
   }
-  for (const TensorType& t : s.graph.types) moved = moved || t.device != device;
-  if (!moved) return;
+  if (!moved && placed_on(s.graph, device)) return;
   // The saved graph's values, moves and positions follow: its calls take inputs on `device` now.
   retarget(s.graph, device);
-  for (ParameterInfo& p : s.info.parameters) p.type.device = device;
+  retype(s.info, s.graph, device);
   s.make_function();
 }
 

@@ -69,6 +69,8 @@ class SchemaReader {
     space();
     if (pos_ != text_.size()) fail("unexpected text after the result type");
     if (s.num_tensors() == 0) fail("takes no Tensor: a registered op needs one, whose device it runs on", 0);
+    // Its one spelling may be longer than the text read (spaces, 1e15 written out): bounded too.
+    if (s.str().size() > kMaxSchemaChars) fail(fmt::format("longer than {} characters as written", kMaxSchemaChars), 0);
     return s;
   }
 

@@ -18,6 +18,9 @@
 
 namespace kiln {
 
+/// The most values an int[] or float[] attribute holds in a call (and so in the IR).
+inline constexpr size_t kMaxOpListValues = 4096;
+
 /// An argument's type, as the schema spells it: Tensor, int, float, bool, int[], float[], str,
 /// ScalarType.
 enum class OpArgType : uint8_t { Tensor, Int, Float, Bool, Ints, Floats, Str, DType };

@@ -123,6 +123,11 @@ OpValue attribute(const RegisteredOp& op, const OpSchemaArg& a, const OpArg& arg
              op_arg_type_name(a.type), op.schema_text());
   const OpValue& v = arg.value();
   OpArgType t = op_value_type(v);
+  size_t items = t == OpArgType::Ints     ? std::get<std::vector<int64_t>>(v).size()
+                 : t == OpArgType::Floats ? std::get<std::vector<double>>(v).size()
+                                          : 0;
+  KILN_CHECK(items <= kMaxOpListValues, "{}: argument '{}' holds {} values, more than the {} a call may have",
+             op.name(), a.name, items, kMaxOpListValues);
   if (t == a.type) return v;
   if (a.type == OpArgType::Float && t == OpArgType::Int) return static_cast<double>(std::get<int64_t>(v));
   if (a.type == OpArgType::Floats && t == OpArgType::Ints) {
@@ -139,7 +144,7 @@ const OpDef defs::Registered{
     .infer = registered_rule, .make = registered_make, .vjp = registered_vjp, .saves = kSaveBoth};
 
 const Tensor& OpCall::input(size_t i) const {
-  KILN_CHECK(i < inputs_.size(), "{}: Tensor argument {} of {}", op_->name(), i, inputs_.size());
+  KILN_CHECK(i < inputs_.size(), "{}: has {} Tensor arguments, asked for argument {}", op_->name(), inputs_.size(), i);
   return inputs_[i];
 }
 
@@ -154,7 +159,8 @@ template <class T> T OpCall::get(std::string_view name) const {
         return input(tensor);
       } else {
         KILN_CHECK(!is_tensor && value < values_.size() && std::holds_alternative<T>(values_[value]),
-                   "{}: argument '{}' is {}, read as another type", op_->name(), name, op_arg_type_name(a.type));
+                   "{}: argument '{}' is {}, read as {}", op_->name(), name, op_arg_type_name(a.type),
+                   op_arg_type_name(op_value_type(OpValue(T{}))));
         return std::get<T>(values_[value]);
       }
     }
@@ -227,7 +233,9 @@ Tensor RegisteredOp::call(std::span<const OpArg> args, std::span<const std::pair
   return apply(OpId::Registered, tensors, attrs);
 }
 
-const char* registered_op_name(const RegisteredCall& call) { return call.op->name().c_str(); }
+const char* registered_op_name(const RegisteredCall& call) {
+  return call.op ? call.op->name().c_str() : op_name(OpId::Registered);
+}
 
 RegisteredOp& register_op(std::string_view schema) {
   OpSchema s = parse_op_schema(schema);

@@ -77,6 +77,10 @@ TEST(OpSchema, BadSchemasSayWhatAndWhere) {
   }
   expect_error([] { parse_op_schema("m::op(Tensor x" + std::string(5000, ' ') + ") -> Tensor"); },
                {"longer than 4096"});
+  // Text within the bound whose one spelling is not: refused too, so what is written reads back.
+  std::string tight = "m::o(Tensor " + std::string(4075, 'x') + ")->Tensor";
+  ASSERT_EQ(tight.size(), 4096u);
+  expect_error([&] { parse_op_schema(tight); }, {"longer than 4096 characters as written"});
 }
 
 TEST(RegisteredOp, IsCalledLikeABuiltInOpAndChecksItsArguments) {
@@ -100,6 +104,15 @@ TEST(RegisteredOp, IsCalledLikeABuiltInOpAndChecksItsArguments) {
   expect_error([] { register_op("kiln_test::mul_add(Tensor a) -> Tensor"); },
                {"kiln_test::mul_add is registered already", "int k=2"});
   EXPECT_EQ(op.schema_text(), "kiln_test::mul_add(Tensor a, Tensor b, int k=2) -> Tensor");
+  // A list attribute holds at most what the IR reads back.
+  static const RegisteredOp& lists = register_op("kiln_test::lists(Tensor x, int[] is=[]) -> Tensor")
+                                         .rule([](const OpCall& c) { return c.input(0).type(); })
+                                         .cpu([](const OpCall& c) { return c.input(0).clone(); });
+  expect_same(lists(a, std::vector<int64_t>(4096, 1)), a);
+  expect_error([&] { lists(a, std::vector<int64_t>(4097, 1)); },
+               {"kiln_test::lists", "argument 'is' holds 4097 values, more than the 4096"});
+  expect_error([&] { (void)OpCall(op, {}, {}).input(0); },
+               {"kiln_test::mul_add: has 0 Tensor arguments, asked for argument 0"});
 }
 
 const RegisteredOp& disagreeing_op() {
@@ -227,7 +240,19 @@ graph @g(%0: f32[B,3], %1: f32[B,3]) -> (f32[B,4]) {
   expect_error([&] { ir::parse(attr); }, {"kiln_test::mul_add takes no attribute 'j'"});
   std::string wrong = std::string(good + 1);
   wrong.replace(wrong.find(" : f32[B,3]\n  return"), 0, " {k=1.5}");
-  expect_error([&] { ir::parse(wrong); }, {"1.5"});
+  expect_error([&] { ir::parse(wrong); }, {"1.5", "attribute 'k' of kiln_test::mul_add is int"});
+  // A registered op runs on its own kernels: never inside a fused group.
+  const char* fused = R"(
+graph @f(%0: f32[3]) -> (f32[3]) {
+  %1 = fused %0 : f32[3] {
+    %0 = kiln_test::mul_add $0, $0 : f32[3]
+    yield %0
+  }
+  return %1
+}
+)";
+  expect_error([&] { ir::verify(ir::parse(fused + 1)); },
+               {"a fused body holds no registered op", "kiln_test::mul_add runs on its own kernels"});
 }
 
 std::string temp_module(const char* tag) {
