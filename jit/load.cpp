@@ -450,9 +450,7 @@ void LoadedFunction::to(Device device) {
 
 LoadedFunction load(const std::string& path, Device device) {
   std::string bytes = files::read_bounded(path, std::numeric_limits<int64_t>::max(), "jit::load");
-  LoadedFunction f = load_bytes(bytes, path, device);
-  f.to(device);  // a graph on one device was saved for the CPU: its tensors move now
-  return f;
+  return load_bytes(bytes, path, device);  // placed on `device` as it loads
 }
 
 void LoadedFunction::set_parameter(const std::string& name, const Tensor& value) {

@@ -154,7 +154,5 @@ const char* registered_op_name(const RegisteredCall& call);
 RegisteredOp& register_op(std::string_view schema);
 /// The op registered under `name` ("mylib::rotary"), or nullptr.
 const RegisteredOp* find_registered_op(std::string_view name);
-/// Every registered op, in the order they were registered.
-std::vector<const RegisteredOp*> registered_ops();
 
 }  // namespace kiln

@@ -256,12 +256,4 @@ const RegisteredOp* find_registered_op(std::string_view name) {
   return it == r.by_name.end() ? nullptr : it->second;
 }
 
-std::vector<const RegisteredOp*> registered_ops() {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  std::vector<const RegisteredOp*> out;
-  for (const RegisteredOp& op : r.ops) out.push_back(&op);
-  return out;
-}
-
 }  // namespace kiln
